@@ -1,0 +1,22 @@
+#!/usr/bin/env node
+// The `a2d` command line. Each command lives in cli/commands/<name>.ts and exports register(program);
+// adding a command is one import and one register call below.
+import { Command } from "commander";
+
+import { register as registerGenerate } from "./commands/generate.js";
+import { register as registerServe } from "./commands/serve.js";
+
+const program = new Command();
+program
+  .name("a2d")
+  .description("Turn an autoregressive LLM into a block-diffusion LLM and serve it offline.")
+  .showHelpAfterError()
+  .version("0.1.0");
+
+registerGenerate(program);
+registerServe(program);
+
+program.parseAsync(process.argv).catch((error: unknown) => {
+  process.stderr.write(`a2d: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.exit(1);
+});
