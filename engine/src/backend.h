@@ -1,0 +1,97 @@
+// The interface between the decode loop (decode.cpp) and a compute backend (CPU, CUDA).
+//
+// A backend owns the weights' compute form and the KV cache of one generation. The decode loop drives
+// it with one call per model forward (docs/decoding.md, "One forward: commit part + window part").
+// A denoising step is forward + reveal decision; the default `step` runs the forward, brings the needed
+// logits rows to the host and applies the shared host reveal rule (reveal.h). A device backend may
+// override `step` to keep logits on the device and return only the few revealed tokens.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model.h"
+
+namespace a2d {
+
+// One model forward. Rows are numbered 0..C+W-1: commit rows first, then window rows, at absolute
+// positions cached_len() + row.
+struct ForwardArgs {
+  std::vector<int32_t> commit;  // appended to the KV cache (causal among themselves)
+  std::vector<int32_t> window;  // the current block, scratch: attends to the cache + the whole window
+  std::vector<int32_t> logit_rows;  // rows whose logits are wanted, ascending
+  // A row (one of logit_rows) whose logits the backend keeps as the *anchor* of the next block
+  // (shift_logits: block position 0 is predicted from the last committed token). -1: keep the old one.
+  int32_t anchor_row = -1;
+};
+
+// Where a candidate's logits come from.
+constexpr int32_t kAnchorLogits = -1;
+
+// The reveal decision of one denoising step (docs/decoding.md, "A denoising step"). Everything that
+// depends on the RNG or the schedule is computed by the decode loop before the step, so a backend only
+// evaluates logits: the RNG draws are passed in.
+struct RevealArgs {
+  std::vector<int32_t> candidates;      // block indices j of the masked relevant positions, ascending
+  std::vector<int32_t> candidate_rows;  // per candidate: index into ForwardArgs::logit_rows, or kAnchorLogits
+  std::vector<double> sample_draws;     // temperature > 0: one u in [0,1) per candidate; else empty
+  std::vector<double> priority_draws;   // remasking "random": one draw per candidate; else empty
+  int32_t mask_token_id = -1;
+  double temperature = 0.0;
+  double top_p = 1.0;
+  double threshold = 0.9;
+  int32_t min_reveal = 1;  // k: at least this many candidates are revealed
+};
+
+struct Revealed {
+  int32_t j;  // block index
+  int32_t token;
+  double confidence;
+};
+
+struct StepResult {
+  std::vector<Revealed> revealed;  // ascending j
+};
+
+struct BackendOptions {
+  int threads = 0;          // CPU worker threads; 0: hardware concurrency
+  int64_t max_context = 0;  // KV cache capacity in tokens (prompt + completion + one window)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Runs one forward: appends `args.commit` to the cache and writes the fp32 logits of every
+  // `args.logit_rows` row, row-major [logit_rows.size(), vocab], to host memory `logits`.
+  virtual void forward(const ForwardArgs& args, float* logits) = 0;
+
+  // Tokens held by the KV cache.
+  virtual int64_t cached_len() const = 0;
+
+  // Empties the KV cache (a new generation starts).
+  virtual void reset_cache() = 0;
+
+  // One decoding forward plus, when `reveal` is non-null, the reveal decision over its logits. Handles
+  // `args.anchor_row`. The default runs `forward` into host buffers and the host reveal rule.
+  virtual StepResult step(const ForwardArgs& args, const RevealArgs* reveal);
+
+  const ModelConfig& config() const { return config_; }
+
+ protected:
+  explicit Backend(const ModelConfig& config) : config_(config) {}
+
+ private:
+  ModelConfig config_;
+  std::vector<float> host_logits_;  // default step: [logit_rows, vocab]
+  std::vector<float> host_anchor_;  // default step: the kept anchor row, [vocab]
+};
+
+std::unique_ptr<Backend> make_cpu_backend(const Model& model, const BackendOptions& options);
+#ifdef A2D_CUDA
+// Implemented in engine/cuda/.
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, const BackendOptions& options);
+#endif
+
+}  // namespace a2d

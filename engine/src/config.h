@@ -1,0 +1,64 @@
+// The model config: one struct read from config.json (docs/model-format.md), mirrored by the Python
+// reference in convert/. Everything the backends need to know about the architecture lives here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace a2d {
+
+enum class Remasking { low_confidence, random };
+enum class CommitPolicy { fused, separate };
+
+// Decoding parameters of docs/decoding.md. The config's "a2d.decoding" section gives the defaults; a
+// request overrides any of them.
+struct DecodeParams {
+  int block_size = 4;
+  double threshold = 0.9;
+  int min_per_step = 1;
+  int steps = 0;  // 0: no top-k schedule
+  double temperature = 0.0;
+  double top_p = 1.0;
+  Remasking remasking = Remasking::low_confidence;
+  CommitPolicy commit = CommitPolicy::fused;
+  int64_t max_tokens = 0;
+  uint64_t seed = 0;
+  std::vector<int32_t> eos_token_ids;
+  bool trace = false;
+};
+
+struct ModelConfig {
+  std::string architecture;  // architectures[0], e.g. "LlamaForCausalLM"
+  std::string model_type;    // "llama" | "qwen2" | "qwen3"
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int vocab_size = 0;
+  int max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;  // q, k, v projections carry a bias
+  bool o_bias = false;    // o projection carries a bias
+  bool qk_norm = false;   // per-head RMSNorm on q and k before RoPE (qwen3)
+
+  // The "a2d" section.
+  int format_version = 1;
+  int32_t mask_token_id = -1;
+  std::string mask_token;
+  bool shift_logits = true;
+  bool trained = false;
+  DecodeParams decoding;  // defaults; block_size and eos_token_ids filled from the section
+};
+
+// Reads and validates `dir/config.json`. Throws std::runtime_error naming the file, the field and the fix.
+ModelConfig read_config(const std::string& config_path);
+
+// Checks decoding parameters against the ranges of docs/decoding.md; throws naming the parameter.
+void validate_decode_params(const DecodeParams& params, const ModelConfig& config);
+
+}  // namespace a2d
