@@ -1,0 +1,261 @@
+"""Reading config.json exactly as docs/model-format.md defines it: the architecture fields and the a2d
+section. Every rejection names the field, the file and what to do about it."""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import A2DError
+
+FORMAT_VERSION = 1
+
+# architectures[0] -> model_type; the per-type switches live in ModelConfig.from_dict.
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+}
+
+
+def read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise A2DError(f"{path}: file not found; point at a model folder that has it (docs/model-format.md)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise A2DError(f"{path}: not valid JSON ({error}); restore the file from the model's source") from None
+    if not isinstance(data, dict):
+        raise A2DError(f"{path}: expected a JSON object at the top level; restore the file from the model's source")
+    return data
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The architecture, as every backend reads it."""
+
+    architecture: str  # architectures[0], e.g. "LlamaForCausalLM"
+    model_type: str  # "llama" | "qwen2" | "qwen3"
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    qkv_bias: bool  # q, k and v projections carry a bias
+    o_bias: bool  # the output projection carries a bias
+    qk_norm: bool  # per-head RMSNorm of q and k before RoPE (qwen3)
+
+    @staticmethod
+    def from_dict(raw: dict, source: Path) -> "ModelConfig":
+        def get(name, kind, default=None, required=True):
+            value = raw.get(name, default)
+            if value is None:
+                if required:
+                    raise A2DError(f"{source}: field '{name}' is missing; add it (docs/model-format.md)")
+                return None
+            if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise A2DError(f"{source}: field '{name}' must be a positive integer, got {value!r}")
+            if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise A2DError(f"{source}: field '{name}' must be a positive number, got {value!r}")
+            if kind is bool and not isinstance(value, bool):
+                raise A2DError(f"{source}: field '{name}' must be true or false, got {value!r}")
+            return value
+
+        architectures = raw.get("architectures")
+        if not isinstance(architectures, list) or not architectures:
+            raise A2DError(f"{source}: field 'architectures' is missing; add e.g. [\"LlamaForCausalLM\"]")
+        architecture = architectures[0]
+        if architecture not in ARCHITECTURES:
+            raise A2DError(
+                f"{source}: architecture {architecture!r} is not supported; a2d supports "
+                f"{', '.join(ARCHITECTURES)} (docs/model-format.md)"
+            )
+        model_type = raw.get("model_type")
+        if model_type != ARCHITECTURES[architecture]:
+            raise A2DError(
+                f"{source}: model_type {model_type!r} does not match architecture {architecture}; "
+                f"set it to {ARCHITECTURES[architecture]!r}"
+            )
+        if raw.get("hidden_act", "silu") != "silu":
+            raise A2DError(f"{source}: hidden_act {raw['hidden_act']!r} is not supported; a2d needs 'silu'")
+        if raw.get("mlp_bias", False):
+            raise A2DError(f"{source}: mlp_bias true is not supported; a2d needs MLPs without bias")
+        if raw.get("use_sliding_window", False):
+            raise A2DError(f"{source}: use_sliding_window true is not supported; a2d needs full attention")
+
+        rope_parameters = raw.get("rope_parameters") or {}
+        rope_scaling = raw.get("rope_scaling")
+        for name, scaling in (("rope_scaling", rope_scaling), ("rope_parameters", rope_parameters)):
+            if scaling is None:
+                continue
+            if not isinstance(scaling, dict):
+                raise A2DError(f"{source}: field '{name}' must be an object or null, got {scaling!r}")
+            rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+            if rope_type not in (None, "default"):
+                raise A2DError(
+                    f"{source}: {name}.rope_type {rope_type!r} is not supported; a2d implements plain RoPE only"
+                )
+        rope_theta = raw.get("rope_theta", rope_parameters.get("rope_theta", 10000.0))
+        if isinstance(rope_theta, bool) or not isinstance(rope_theta, (int, float)) or rope_theta <= 0:
+            raise A2DError(f"{source}: field 'rope_theta' must be a positive number, got {rope_theta!r}")
+
+        hidden = get("hidden_size", int)
+        heads = get("num_attention_heads", int)
+        kv_heads = get("num_key_value_heads", int, default=heads)
+        if heads % kv_heads != 0:
+            raise A2DError(
+                f"{source}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}; fix the config"
+            )
+        head_dim = get("head_dim", int, required=False)
+        if head_dim is None:
+            if hidden % heads != 0:
+                raise A2DError(f"{source}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}; set head_dim")
+            head_dim = hidden // heads
+        if head_dim % 2 != 0:
+            raise A2DError(f"{source}: head_dim {head_dim} must be even for RoPE; fix the config")
+
+        attention_bias = get("attention_bias", bool, default=False)
+        return ModelConfig(
+            architecture=architecture,
+            model_type=model_type,
+            hidden_size=hidden,
+            intermediate_size=get("intermediate_size", int),
+            num_layers=get("num_hidden_layers", int),
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            vocab_size=get("vocab_size", int),
+            rms_norm_eps=float(get("rms_norm_eps", float, default=1e-6)),
+            rope_theta=float(rope_theta),
+            max_position_embeddings=get("max_position_embeddings", int, default=4096),
+            tie_word_embeddings=get("tie_word_embeddings", bool, default=False),
+            qkv_bias=True if model_type == "qwen2" else attention_bias,
+            o_bias=False if model_type == "qwen2" else attention_bias,
+            qk_norm=model_type == "qwen3",
+        )
+
+
+REMASKING = ("low_confidence", "random")
+COMMIT = ("fused", "separate")
+
+
+@dataclass(frozen=True)
+class DecodingDefaults:
+    threshold: float = 0.9
+    min_per_step: int = 1
+    steps: int = 0
+    temperature: float = 0.0
+    top_p: float = 1.0
+    remasking: str = "low_confidence"
+    commit: str = "fused"
+
+
+@dataclass(frozen=True)
+class A2DSection:
+    """config.json's "a2d" section (docs/model-format.md)."""
+
+    mask_token_id: int
+    mask_token: str
+    block_size: int
+    shift_logits: bool
+    eos_token_ids: tuple[int, ...]
+    trained: bool
+    decoding: DecodingDefaults = field(default_factory=DecodingDefaults)
+    format_version: int = FORMAT_VERSION
+
+    def to_dict(self) -> dict:
+        return {
+            "format_version": self.format_version,
+            "mask_token_id": self.mask_token_id,
+            "mask_token": self.mask_token,
+            "block_size": self.block_size,
+            "shift_logits": self.shift_logits,
+            "eos_token_ids": list(self.eos_token_ids),
+            "trained": self.trained,
+            "decoding": {
+                "threshold": self.decoding.threshold,
+                "min_per_step": self.decoding.min_per_step,
+                "steps": self.decoding.steps,
+                "temperature": self.decoding.temperature,
+                "top_p": self.decoding.top_p,
+                "remasking": self.decoding.remasking,
+                "commit": self.decoding.commit,
+            },
+        }
+
+    @staticmethod
+    def from_dict(raw: dict, vocab_size: int, source: Path) -> "A2DSection":
+        where = f"{source}: a2d."
+        version = raw.get("format_version")
+        if version != FORMAT_VERSION:
+            raise A2DError(
+                f"{where}format_version is {version!r}, this a2d reads {FORMAT_VERSION}; re-export the model with this a2d version"
+            )
+
+        def integer(name, low, high):
+            value = raw.get(name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise A2DError(f"{where}{name} must be an integer in [{low}, {high}], got {value!r}; fix config.json")
+            return value
+
+        mask_token_id = integer("mask_token_id", 0, vocab_size - 1)
+        block_size = integer("block_size", 1, 64)
+        eos = raw.get("eos_token_ids")
+        if not isinstance(eos, list) or not eos or not all(
+            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in eos
+        ):
+            raise A2DError(f"{where}eos_token_ids must be a non-empty list of token ids below {vocab_size}, got {eos!r}")
+        for name in ("shift_logits", "trained"):
+            if not isinstance(raw.get(name), bool):
+                raise A2DError(f"{where}{name} must be true or false, got {raw.get(name)!r}; fix config.json")
+        mask_token = raw.get("mask_token")
+        if not isinstance(mask_token, str) or not mask_token:
+            raise A2DError(f"{where}mask_token must be the mask token's text, got {mask_token!r}; fix config.json")
+        decoding_raw = raw.get("decoding", {})
+        if not isinstance(decoding_raw, dict):
+            raise A2DError(f"{where}decoding must be an object, got {decoding_raw!r}; fix config.json")
+        known = DecodingDefaults.__dataclass_fields__
+        unknown = sorted(set(decoding_raw) - set(known))
+        if unknown:
+            raise A2DError(f"{where}decoding has unknown fields {unknown}; allowed: {sorted(known)}")
+        decoding = DecodingDefaults(**decoding_raw)
+        # The ranges are the decoder's; check them here so a bad default fails at load, not at the first request.
+        from .decode import DecodeParams
+
+        DecodeParams.from_defaults(decoding, block_size=block_size, max_tokens=0, eos_token_ids=eos).validate(
+            f"{where}decoding"
+        )
+        return A2DSection(
+            mask_token_id=mask_token_id,
+            mask_token=mask_token,
+            block_size=block_size,
+            shift_logits=raw["shift_logits"],
+            eos_token_ids=tuple(eos),
+            trained=raw["trained"],
+            decoding=decoding,
+        )
+
+
+def load_config(model_dir: Path) -> tuple[ModelConfig, A2DSection | None, dict]:
+    """Returns the architecture, the a2d section (None for a plain AR base) and the raw JSON."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise A2DError(f"{model_dir}: model folder not found; pass a folder made by `python -m a2d_convert init`")
+    path = model_dir / "config.json"
+    raw = read_json(path)
+    config = ModelConfig.from_dict(raw, path)
+    a2d_raw = raw.get("a2d")
+    if a2d_raw is None:
+        return config, None, raw
+    if not isinstance(a2d_raw, dict):
+        raise A2DError(f"{path}: the a2d section must be an object; re-create it with `python -m a2d_convert init`")
+    return config, A2DSection.from_dict(a2d_raw, config.vocab_size, path), raw

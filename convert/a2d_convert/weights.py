@@ -1,0 +1,133 @@
+"""Reading and checking the weights of a model folder (docs/model-format.md, "Tensors").
+
+Weights live in `model.safetensors` or in shards listed by `model.safetensors.index.json`. Every
+tensor the config implies must be present with its exact shape, and nothing else may be: a bias the
+config does not announce is as much an error as a missing layer. torch is imported lazily so that the
+torch-free commands (tiny-base) stay fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .config import ModelConfig, read_json
+from .errors import A2DError
+
+if TYPE_CHECKING:
+    import torch
+
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+ACCEPTED_DTYPES = ("BF16", "F16", "F32")
+
+
+def tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor name the config implies, with its shape, in HF order."""
+    h, q_dim, kv_dim = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, h)}
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}."
+        shapes[p + "input_layernorm.weight"] = (h,)
+        for name, rows in (("q_proj", q_dim), ("k_proj", kv_dim), ("v_proj", kv_dim)):
+            shapes[p + f"self_attn.{name}.weight"] = (rows, h)
+            if cfg.qkv_bias:
+                shapes[p + f"self_attn.{name}.bias"] = (rows,)
+        shapes[p + "self_attn.o_proj.weight"] = (h, q_dim)
+        if cfg.o_bias:
+            shapes[p + "self_attn.o_proj.bias"] = (h,)
+        if cfg.qk_norm:
+            shapes[p + "self_attn.q_norm.weight"] = (cfg.head_dim,)
+            shapes[p + "self_attn.k_norm.weight"] = (cfg.head_dim,)
+        shapes[p + "post_attention_layernorm.weight"] = (h,)
+        shapes[p + "mlp.gate_proj.weight"] = (cfg.intermediate_size, h)
+        shapes[p + "mlp.up_proj.weight"] = (cfg.intermediate_size, h)
+        shapes[p + "mlp.down_proj.weight"] = (h, cfg.intermediate_size)
+    shapes["model.norm.weight"] = (h,)
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (cfg.vocab_size, h)
+    return shapes
+
+
+def weight_files(model_dir: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file that holds it (single file or sharded index)."""
+    single, index = model_dir / WEIGHTS_FILE, model_dir / INDEX_FILE
+    if index.is_file():
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise A2DError(f"{index}: no 'weight_map' object; restore the index written with the shards")
+        return {name: model_dir / shard for name, shard in weight_map.items()}
+    if single.is_file():
+        return {}  # filled by read_tensors from the file's own header
+    raise A2DError(f"{model_dir}: no {WEIGHTS_FILE} or {INDEX_FILE}; put the model's weights in the folder")
+
+
+def read_tensors(model_dir: Path) -> dict[str, "torch.Tensor"]:
+    """All tensors of a model folder, in their stored dtype."""
+    from safetensors import SafetensorError, safe_open
+
+    by_name = weight_files(model_dir)
+    files = sorted(set(by_name.values())) or [model_dir / WEIGHTS_FILE]
+    tensors = {}
+    for path in files:
+        if not path.is_file():
+            raise A2DError(f"{path}: weight shard not found (listed in {INDEX_FILE}); restore the shard")
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                for name in f.keys():
+                    if by_name and by_name.get(name) != path:
+                        continue
+                    tensors[name] = f.get_tensor(name)
+        except (SafetensorError, OSError, RuntimeError, ValueError) as err:
+            detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise A2DError(f"{path}: not a readable safetensors file ({detail}); re-download or re-export it") from None
+    return tensors
+
+
+def check_tensors(tensors: dict[str, "torch.Tensor"], cfg: ModelConfig, model_dir: Path) -> None:
+    """Names, shapes and dtypes exactly as the config implies, or an A2DError naming the disagreement."""
+    where = f"{model_dir} (config.json vs *.safetensors)"
+    expected = tensor_shapes(cfg)
+    for name, shape in expected.items():
+        if name not in tensors:
+            raise A2DError(f"{where}: tensor '{name}' is missing; {_which_field(name)}")
+        got = tuple(tensors[name].shape)
+        if got != shape:
+            raise A2DError(f"{where}: tensor '{name}' has shape {list(got)}, the config implies {list(shape)}; {_which_field(name)}")
+        dtype = _dtype_name(tensors[name])
+        if dtype not in ACCEPTED_DTYPES:
+            raise A2DError(f"{where}: tensor '{name}' is {dtype}; store weights as bf16, f16 or f32")
+    extra = sorted(set(tensors) - set(expected))
+    if extra:
+        raise A2DError(f"{where}: unexpected tensor '{extra[0]}' ({len(extra)} in all); {_which_field(extra[0])}")
+
+
+def _which_field(name: str) -> str:
+    """The config field that decides whether/how a tensor exists, to point the user at the fix."""
+    if name.endswith(".bias"):
+        return "check 'attention_bias' (and the architecture: qwen2 always has q/k/v biases)"
+    if "q_norm" in name or "k_norm" in name:
+        return "QK-norm exists only for Qwen3ForCausalLM; check 'architectures'"
+    if name.startswith("lm_head"):
+        return "check 'tie_word_embeddings' and 'vocab_size'"
+    if "embed_tokens" in name:
+        return "check 'vocab_size' and 'hidden_size'"
+    if ".layers." in name:
+        return "check 'num_hidden_layers', 'hidden_size', 'intermediate_size', the head counts and 'head_dim'"
+    return "the config.json does not describe these weights"
+
+
+def _dtype_name(tensor: "torch.Tensor") -> str:
+    import torch
+
+    names = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
+    return names.get(tensor.dtype, str(tensor.dtype).removeprefix("torch."))
+
+
+def load_checked(model_dir: Path, cfg: ModelConfig) -> dict[str, "torch.Tensor"]:
+    """The folder's tensors, checked against the config and upcast to fp32 (the reference precision)."""
+    import torch
+
+    tensors = read_tensors(model_dir)
+    check_tensors(tensors, cfg, model_dir)
+    return {name: t.to(torch.float32) for name, t in tensors.items()}
