@@ -1,0 +1,146 @@
+"""Lineage: the sha256 chain from the pinned base files to the shipped weights.
+
+Every pipeline stage (import, train, export, rebuild) writes a ``lineage.json`` into its output folder.
+It is the input's chain with one more stage appended, so the shipped folder carries the whole history:
+
+    {"format_version": 1,
+     "stages": [
+        {"stage": "import", "command": "...", "config": {...},
+         "inputs": {"<name>": {"sha256": ..., "bytes": ...}, ...},
+         "outputs": {"<file>": {"sha256": ..., "bytes": ...}, ...}, "time": ..., "versions": {...}},
+        {"stage": "train", ...}, {"stage": "export", ...}],
+     "shipped": {"files": {...}, "weights_sha256": {...}}}
+
+A stage's ``inputs`` name the files it read and their hashes; the previous stage's ``outputs`` must
+contain the same hashes, which is how ``verify`` proves the chain has no gap. ``shipped`` lists every
+file of the final folder (except lineage.json itself) so a flipped byte anywhere is caught.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+LINEAGE_FILE = "lineage.json"
+FORMAT_VERSION = 1
+_CHUNK = 8 << 20
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_record(path: str | os.PathLike) -> dict[str, Any]:
+    path = Path(path)
+    return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+
+
+def hash_folder(folder: str | os.PathLike, skip: Iterable[str] = (LINEAGE_FILE,)) -> dict[str, dict[str, Any]]:
+    """Every regular file under ``folder`` (recursively, sorted), keyed by its '/'-separated relative path."""
+    folder = Path(folder)
+    skipped = set(skip)
+    records = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        if rel in skipped:
+            continue
+        records[rel] = file_record(path)
+    return records
+
+
+def command_line() -> str:
+    """The command that runs now, as a user would retype it."""
+    return shlex.join([Path(sys.executable).name, "-m", "a2d_convert", *sys.argv[1:]])
+
+
+def software_versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    import torch
+    import transformers
+
+    return {
+        "a2d_convert": version("a2d_convert"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+def read_lineage(folder: str | os.PathLike) -> dict[str, Any]:
+    path = Path(folder) / LINEAGE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: the folder was not written by an a2d_convert stage "
+            "(run `python -m a2d_convert import` on the base first)"
+        )
+    lineage = json.loads(path.read_text())
+    if lineage.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: format_version {lineage.get('format_version')!r} is not {FORMAT_VERSION}")
+    return lineage
+
+
+def read_lineage_or_root(folder: str | os.PathLike) -> dict[str, Any]:
+    """The folder's chain, or an empty chain when the folder is a plain HF checkpoint (a new root)."""
+    if (Path(folder) / LINEAGE_FILE).is_file():
+        return read_lineage(folder)
+    return {"format_version": FORMAT_VERSION, "stages": []}
+
+
+def make_stage(
+    stage: str,
+    config: dict[str, Any],
+    inputs: dict[str, dict[str, Any]],
+    outputs: dict[str, dict[str, Any]],
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "stage": stage,
+        "command": command_line(),
+        "config": config,
+        "inputs": inputs,
+        "outputs": outputs,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "versions": software_versions(),
+        **extra,
+    }
+
+
+def append_stage(lineage: dict[str, Any], stage: dict[str, Any]) -> dict[str, Any]:
+    return {**lineage, "format_version": FORMAT_VERSION, "stages": [*lineage.get("stages", []), stage]}
+
+
+def write_lineage(folder: str | os.PathLike, lineage: dict[str, Any]) -> Path:
+    path = Path(folder) / LINEAGE_FILE
+    path.write_text(json.dumps(lineage, indent=2, sort_keys=False) + "\n")
+    return path
+
+
+def chain_gaps(lineage: dict[str, Any]) -> list[str]:
+    """Stages whose inputs do not appear with the same sha256 among the previous stage's outputs.
+
+    Only inputs marked ``"from_previous": true`` are checked: other inputs (data files, the base's own
+    files at the root) enter the chain there, with their hash recorded.
+    """
+    gaps = []
+    stages = lineage.get("stages", [])
+    for previous, stage in zip(stages, stages[1:]):
+        produced = {rec["sha256"] for rec in previous.get("outputs", {}).values()}
+        for name, rec in stage.get("inputs", {}).items():
+            if rec.get("from_previous") and rec["sha256"] not in produced:
+                gaps.append(
+                    f"stage {stage['stage']!r} read {name} (sha256 {rec['sha256'][:16]}…) which stage "
+                    f"{previous['stage']!r} did not produce"
+                )
+    return gaps
