@@ -1,0 +1,208 @@
+// A minimal OpenAI-compatible chat client over undici: model listing and streamed chat completions,
+// with the timing bench-serve needs. Works against any server that speaks /v1/models and
+// /v1/chat/completions with `stream: true`.
+import { Agent, request } from "undici";
+
+import { SseDecoder } from "./sse.js";
+
+export interface ChatMessage {
+  role: "system" | "user" | "assistant";
+  content: string;
+}
+
+export interface ChatRequest {
+  model: string;
+  messages: ChatMessage[];
+  maxTokens: number;
+  temperature?: number;
+  topP?: number;
+  seed?: number;
+}
+
+export interface ChatResult {
+  content: string;
+  /** Text the server marked as reasoning (`reasoning_content` or `reasoning` deltas). */
+  reasoning: string;
+  finishReason: string | null;
+  /** From the server's `usage`; null when it sent none. */
+  completionTokens: number | null;
+  promptTokens: number | null;
+  /** Stream chunks that carried text: the token count's fallback when the server reports no usage. */
+  textChunks: number;
+  /** Milliseconds from sending the request to the first chunk carrying text; null if none came. */
+  ttftMs: number | null;
+  totalMs: number;
+}
+
+export class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+    this.name = "HttpError";
+  }
+}
+
+/** Accepts `http://host:port`, `http://host:port/` or `http://host:port/v1`; returns the `/v1` base. */
+export function apiBase(url: string): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new Error(`--url ${JSON.stringify(url)} is not a URL; pass e.g. http://127.0.0.1:8000`);
+  }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
+    throw new Error(`--url ${url} must be http:// or https://`);
+  }
+  const path = parsed.pathname.replace(/\/+$/, "");
+  parsed.pathname = path.endsWith("/v1") ? path : `${path}/v1`;
+  return parsed.toString().replace(/\/+$/, "");
+}
+
+interface StreamChunk {
+  choices?: { delta?: { content?: string | null; reasoning_content?: string | null; reasoning?: string | null }; finish_reason?: string | null }[];
+  usage?: { completion_tokens?: number; prompt_tokens?: number } | null;
+  error?: { message?: string } | string;
+}
+
+export class ChatClient {
+  readonly base: string;
+  private readonly agent: Agent;
+  private readonly apiKey: string | undefined;
+
+  /**
+   * @param connections sockets kept to the server: at least the number of concurrent requests.
+   * @param idleTimeoutMs longest silence allowed while waiting for headers or between stream chunks.
+   */
+  constructor(url: string, options: { connections: number; idleTimeoutMs?: number; apiKey?: string }) {
+    this.base = apiBase(url);
+    const idle = options.idleTimeoutMs ?? 600_000;
+    this.agent = new Agent({ connections: options.connections, headersTimeout: idle, bodyTimeout: idle });
+    this.apiKey = options.apiKey;
+  }
+
+  private headers(): Record<string, string> {
+    const headers: Record<string, string> = { "content-type": "application/json" };
+    if (this.apiKey) headers.authorization = `Bearer ${this.apiKey}`;
+    return headers;
+  }
+
+  /** The ids listed by GET /v1/models. */
+  async models(): Promise<string[]> {
+    const response = await this.send("GET", "/models");
+    const body = (await response.body.json()) as { data?: { id?: unknown }[] };
+    const ids = (body.data ?? []).map((model) => model.id).filter((id): id is string => typeof id === "string");
+    return ids;
+  }
+
+  /** One streamed chat completion; `onText` sees every text delta as it arrives. */
+  async chat(chat: ChatRequest, onText?: (text: string) => void, signal?: AbortSignal): Promise<ChatResult> {
+    const body = {
+      model: chat.model,
+      messages: chat.messages,
+      max_tokens: chat.maxTokens,
+      stream: true,
+      stream_options: { include_usage: true },
+      ...(chat.temperature === undefined ? {} : { temperature: chat.temperature }),
+      ...(chat.topP === undefined ? {} : { top_p: chat.topP }),
+      ...(chat.seed === undefined ? {} : { seed: chat.seed }),
+    };
+    const started = performance.now();
+    const response = await this.send("POST", "/chat/completions", JSON.stringify(body), signal);
+    const result: ChatResult = {
+      content: "",
+      reasoning: "",
+      finishReason: null,
+      completionTokens: null,
+      promptTokens: null,
+      textChunks: 0,
+      ttftMs: null,
+      totalMs: 0,
+    };
+    const decoder = new SseDecoder();
+    let done = false;
+    const take = (payloads: string[]): void => {
+      for (const payload of payloads) {
+        if (done) return;
+        if (payload.trim() === "[DONE]") {
+          done = true;
+          return;
+        }
+        this.applyChunk(parseChunk(payload), result, started, onText);
+      }
+    };
+    for await (const bytes of response.body) {
+      take(decoder.push(bytes as Buffer));
+      if (done) break;
+    }
+    if (!done) take(decoder.end());
+    result.totalMs = performance.now() - started;
+    if (!done && result.finishReason === null) {
+      throw new Error(`${this.base}/chat/completions: the stream ended before a finish_reason or [DONE]`);
+    }
+    return result;
+  }
+
+  private applyChunk(chunk: StreamChunk, result: ChatResult, started: number, onText?: (text: string) => void): void {
+    if (chunk.error !== undefined) {
+      const message = typeof chunk.error === "string" ? chunk.error : (chunk.error.message ?? JSON.stringify(chunk.error));
+      throw new Error(`${this.base}/chat/completions: server error in stream: ${message}`);
+    }
+    if (chunk.usage) {
+      if (typeof chunk.usage.completion_tokens === "number") result.completionTokens = chunk.usage.completion_tokens;
+      if (typeof chunk.usage.prompt_tokens === "number") result.promptTokens = chunk.usage.prompt_tokens;
+    }
+    for (const choice of chunk.choices ?? []) {
+      const delta = choice.delta ?? {};
+      const reasoning = delta.reasoning_content ?? delta.reasoning ?? "";
+      const content = delta.content ?? "";
+      if (reasoning.length > 0 || content.length > 0) {
+        result.ttftMs ??= performance.now() - started;
+        result.textChunks += 1;
+        result.reasoning += reasoning;
+        result.content += content;
+        onText?.(reasoning + content);
+      }
+      if (choice.finish_reason) result.finishReason = choice.finish_reason;
+    }
+  }
+
+  private async send(method: "GET" | "POST", path: string, body?: string, signal?: AbortSignal) {
+    const url = `${this.base}${path}`;
+    let response;
+    try {
+      response = await request(url, { method, headers: this.headers(), body, dispatcher: this.agent, signal });
+    } catch (error) {
+      const reason = error instanceof Error ? error.message : String(error);
+      throw new Error(`${method} ${url} failed: ${reason} (is the server running at --url?)`, { cause: error });
+    }
+    if (response.statusCode !== 200) {
+      const text = await response.body.text();
+      throw new HttpError(response.statusCode, `${method} ${url} answered ${response.statusCode}: ${errorMessage(text)}`);
+    }
+    return response;
+  }
+
+  async close(): Promise<void> {
+    await this.agent.close();
+  }
+}
+
+function parseChunk(payload: string): StreamChunk {
+  try {
+    return JSON.parse(payload) as StreamChunk;
+  } catch {
+    throw new Error(`malformed stream chunk (not JSON): ${payload.slice(0, 200)}`);
+  }
+}
+
+function errorMessage(text: string): string {
+  try {
+    const parsed = JSON.parse(text) as { error?: { message?: string } | string; message?: string };
+    if (typeof parsed.error === "string") return parsed.error;
+    return parsed.error?.message ?? parsed.message ?? text.slice(0, 500);
+  } catch {
+    return text.slice(0, 500);
+  }
+}

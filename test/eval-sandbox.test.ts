@@ -1,0 +1,106 @@
+// The code sandbox against hostile programs: each must be stopped, cut off or denied, and leave nothing
+// running. Needs root (CI runs as root), like `a2d eval` on livecodebench_v6.
+import { execFile } from "node:child_process";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { promisify } from "node:util";
+import { createServer, type AddressInfo, type Server } from "node:net";
+import { randomBytes } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+import { runSandboxed } from "../eval/sandbox.js";
+
+const PYTHON = "/usr/bin/python3";
+
+function processesOfNobody(): number {
+  let count = 0;
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+    try {
+      if (/^Uid:\s+65534\b/m.test(readFileSync(`/proc/${pid}/status`, "utf8"))) count += 1;
+    } catch {
+      // exited while listing
+    }
+  }
+  return count;
+}
+
+function py(source: string, limits = {}) {
+  return runSandboxed({ files: { "main.py": source }, argv: [PYTHON, "main.py"], limits });
+}
+
+describe("sandbox", () => {
+  // Other software may run as nobody too; the sandbox must add nothing that outlives a run.
+  const baseline = processesOfNobody();
+  let server: Server;
+  let port: number;
+  beforeAll(async () => {
+    server = createServer((socket) => {
+      socket.on("error", () => undefined); // the client hangs up after reading
+      socket.end("hello\n");
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    port = (server.address() as AddressInfo).port;
+  });
+  afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+  it("runs a program with stdin, stdout and a writable cwd", async () => {
+    const result = await runSandboxed({
+      files: { "main.py": "import os\nopen('scratch.txt','w').write(input())\nprint(open('scratch.txt').read()[::-1], os.getuid())" },
+      argv: [PYTHON, "main.py"],
+      stdin: "abc\n",
+    });
+    expect(result).toMatchObject({ exitCode: 0, timedOut: false, stdout: "cba 65534\n" });
+  });
+
+  it("kills an infinite loop at the wall-clock limit, children included", async () => {
+    const result = await py("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nwhile True: pass", {
+      timeoutMs: 1500,
+    });
+    expect(result.timedOut).toBe(true);
+    expect(result.wallMs).toBeLessThan(5000);
+    expect(processesOfNobody()).toBeLessThanOrEqual(baseline);
+  });
+
+  it("denies the network, while the same program reaches the server outside the sandbox", async () => {
+    const program = `import socket\ntry:\n    print(socket.create_connection(("127.0.0.1", ${port}), timeout=2).recv(5).decode())\nexcept OSError as e:\n    print("denied", e.errno)`;
+    const outside = await promisify(execFile)(PYTHON, ["-c", program], { encoding: "utf8" });
+    expect(outside.stdout.trim()).toBe("hello");
+    const inside = await py(program);
+    expect(inside.stdout).toMatch(/^denied \d+/);
+  });
+
+  it("contains a fork bomb to its process limit and leaves no process behind", async () => {
+    const counter = await py(
+      "import os, time\nn = 0\ntry:\n    for _ in range(1000):\n        if os.fork() == 0:\n            time.sleep(30); os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)",
+      { maxProcesses: 8, timeoutMs: 5000 },
+    );
+    expect(counter.exitCode).toBe(0);
+    expect(Number(counter.stdout)).toBeLessThan(8);
+    const bomb = await py("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", {
+      maxProcesses: 8,
+      timeoutMs: 1500,
+    });
+    expect(bomb.timedOut).toBe(true);
+    expect(processesOfNobody()).toBeLessThanOrEqual(baseline);
+  });
+
+  it("cannot write outside its temp dir", async () => {
+    const tag = randomBytes(6).toString("hex");
+    const targets = [`/tmp/a2d-escape-${tag}`, `/var/tmp/a2d-escape-${tag}`, `/dev/shm/a2d-escape-${tag}`, `${process.cwd()}/a2d-escape-${tag}`];
+    const program = `import json\nout = {}\nfor p in ${JSON.stringify(targets)}:\n    try:\n        open(p, "w").write("x"); out[p] = "written"\n    except OSError as e:\n        out[p] = e.errno\nprint(json.dumps(out))`;
+    const result = await py(program);
+    const outcome = JSON.parse(result.stdout) as Record<string, unknown>;
+    for (const target of targets) {
+      expect(outcome[target]).not.toBe("written");
+      expect(existsSync(target)).toBe(false);
+    }
+  });
+
+  it("caps memory and output", async () => {
+    const memory = await py("x = bytearray(1 << 30)\nprint('allocated')", { memoryBytes: 256 * 1024 ** 2 });
+    expect(memory.stdout).not.toContain("allocated");
+    expect(memory.stderr).toContain("MemoryError");
+    const flood = await py("while True: print('y' * 1000)", { maxOutputBytes: 1024 ** 2 });
+    expect(flood.outputExceeded).toBe(true);
+    expect(flood.stdout.length).toBeLessThanOrEqual(1024 ** 2);
+  });
+});
