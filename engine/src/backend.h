@@ -79,14 +79,22 @@ class Backend {
 
   const ModelConfig& config() const { return config_; }
 
+  // Positions the KV cache can hold (prompt + completion + one window); forward throws beyond it.
+  int64_t max_context() const { return max_context_; }
+
  protected:
-  explicit Backend(const ModelConfig& config) : config_(config) {}
+  Backend(const ModelConfig& config, int64_t max_context) : config_(config), max_context_(max_context) {}
 
  private:
   ModelConfig config_;
+  int64_t max_context_;
   std::vector<float> host_logits_;  // default step: [logit_rows, vocab]
   std::vector<float> host_anchor_;  // default step: the kept anchor row, [vocab]
 };
+
+// The KV cache capacity for `requested` tokens (0: the default of engine/types.ts,
+// min(max_position_embeddings, 32768 + 4096)). Throws when requested exceeds max_position_embeddings.
+int64_t resolve_max_context(const ModelConfig& config, int64_t requested);
 
 std::unique_ptr<Backend> make_cpu_backend(const Model& model, const BackendOptions& options);
 #ifdef A2D_CUDA

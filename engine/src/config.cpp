@@ -1,0 +1,320 @@
+#include "config.h"
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+
+namespace a2d {
+
+namespace {
+
+using nlohmann::json;
+
+// Reads typed fields of one JSON object and remembers which were read, so that every field the
+// engine does not understand can be rejected by name (docs/model-format.md).
+class Fields {
+ public:
+  Fields(const json& object, std::string file, std::string prefix)
+      : object_(object), file_(std::move(file)), prefix_(std::move(prefix)) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw std::runtime_error(file_ + ": field '" + prefix_ + key + "' " + what);
+  }
+
+  bool has(const std::string& key) const {
+    return object_.contains(key) && !object_.at(key).is_null();
+  }
+
+  const json& raw(const std::string& key) {
+    used_.insert(key);
+    return object_.at(key);
+  }
+
+  void ignore(const std::string& key) { used_.insert(key); }
+
+  int64_t integer(const std::string& key, int64_t lo, int64_t hi) {
+    if (!has(key)) fail(key, "is missing (required by a2d; see docs/model-format.md)");
+    return integer_or(key, lo, hi, 0);
+  }
+
+  int64_t integer_or(const std::string& key, int64_t lo, int64_t hi, int64_t fallback) {
+    used_.insert(key);
+    if (!has(key)) return fallback;
+    const json& v = object_.at(key);
+    if (!v.is_number_integer()) fail(key, "must be an integer");
+    const int64_t x = v.get<int64_t>();
+    if (x < lo || x > hi) {
+      fail(key, "= " + std::to_string(x) + " is out of range [" + std::to_string(lo) + ", " +
+                    std::to_string(hi) + "]");
+    }
+    return x;
+  }
+
+  double number(const std::string& key, double lo, double hi) {
+    if (!has(key)) fail(key, "is missing (required by a2d; see docs/model-format.md)");
+    return number_or(key, lo, hi, 0.0);
+  }
+
+  double number_or(const std::string& key, double lo, double hi, double fallback) {
+    used_.insert(key);
+    if (!has(key)) return fallback;
+    const json& v = object_.at(key);
+    if (!v.is_number()) fail(key, "must be a number");
+    const double x = v.get<double>();
+    if (!(x >= lo && x <= hi)) {
+      fail(key, "= " + v.dump() + " is out of range [" + json(lo).dump() + ", " + json(hi).dump() + "]");
+    }
+    return x;
+  }
+
+  bool boolean_or(const std::string& key, bool fallback) {
+    used_.insert(key);
+    if (!has(key)) return fallback;
+    if (!object_.at(key).is_boolean()) fail(key, "must be true or false");
+    return object_.at(key).get<bool>();
+  }
+
+  std::string string_or(const std::string& key, const std::string& fallback) {
+    used_.insert(key);
+    if (!has(key)) return fallback;
+    if (!object_.at(key).is_string()) fail(key, "must be a string");
+    return object_.at(key).get<std::string>();
+  }
+
+  std::string string(const std::string& key) {
+    if (!has(key)) fail(key, "is missing (required by a2d; see docs/model-format.md)");
+    return string_or(key, "");
+  }
+
+  // Every key not read or ignored is a field the engine would silently mis-handle.
+  void reject_unknown(const std::string& fix) const {
+    for (auto it = object_.begin(); it != object_.end(); ++it) {
+      if (used_.count(it.key()) == 0) fail(it.key(), "is not supported by the a2d engine; " + fix);
+    }
+  }
+
+ private:
+  const json& object_;
+  std::string file_;
+  std::string prefix_;
+  std::set<std::string> used_;
+};
+
+struct ArchitectureSwitches {
+  const char* architecture;
+  const char* model_type;
+  bool qk_norm;
+};
+
+constexpr ArchitectureSwitches kArchitectures[] = {
+    {"LlamaForCausalLM", "llama", false},
+    {"Qwen2ForCausalLM", "qwen2", false},
+    {"Qwen3ForCausalLM", "qwen3", true},
+};
+
+// HF bookkeeping that does not change the forward pass.
+const char* const kMetadataFields[] = {
+    "_name_or_path",       "bos_token_id",      "eos_token_id",        "pad_token_id",
+    "dtype",               "torch_dtype",       "transformers_version", "use_cache",
+    "initializer_range",   "attention_dropout", "chunk_size_feed_forward", "is_encoder_decoder",
+    "id2label",            "label2id",          "output_attentions",   "output_hidden_states",
+    "problem_type",        "return_dict",       "max_window_layers",   "sliding_window",
+};
+
+void read_rope(Fields& fields, ModelConfig& config) {
+  auto reject_scaling = [&](const std::string& key, const std::string& type) {
+    fields.fail(key, "asks for RoPE scaling '" + type +
+                         "', which a2d does not implement; use a model with plain RoPE");
+  };
+  config.rope_theta = fields.number_or("rope_theta", 1.0, 1e12, 10000.0);
+  if (fields.has("rope_scaling")) {
+    const json& scaling = fields.raw("rope_scaling");
+    const std::string type = scaling.is_object() ? scaling.value("rope_type", scaling.value("type", "?")) : "?";
+    if (type != "default") reject_scaling("rope_scaling", type);
+  } else {
+    fields.ignore("rope_scaling");
+  }
+  if (fields.has("rope_parameters")) {
+    const json& params = fields.raw("rope_parameters");
+    if (!params.is_object()) fields.fail("rope_parameters", "must be an object");
+    Fields rope(params, "config.json", "rope_parameters.");
+    const std::string type = rope.string_or("rope_type", "default");
+    if (type != "default") reject_scaling("rope_parameters.rope_type", type);
+    config.rope_theta = rope.number_or("rope_theta", 1.0, 1e12, config.rope_theta);
+    rope.reject_unknown("plain RoPE takes only rope_type and rope_theta");
+  } else {
+    fields.ignore("rope_parameters");
+  }
+}
+
+void read_a2d_section(const json& section, const std::string& file, ModelConfig& config) {
+  if (!section.is_object()) {
+    throw std::runtime_error(file + ": field 'a2d' must be an object (docs/model-format.md)");
+  }
+  Fields a2d(section, file, "a2d.");
+  config.format_version = static_cast<int>(a2d.integer("format_version", 0, 1 << 30));
+  if (config.format_version != 1) {
+    a2d.fail("format_version", "= " + std::to_string(config.format_version) +
+                                   " is not supported; re-export the model with this a2d version");
+  }
+  config.mask_token_id = static_cast<int32_t>(a2d.integer("mask_token_id", 0, config.vocab_size - 1));
+  config.mask_token = a2d.string_or("mask_token", "");
+  config.decoding.block_size = static_cast<int>(a2d.integer("block_size", 1, 64));
+  config.shift_logits = a2d.boolean_or("shift_logits", true);
+  config.trained = a2d.boolean_or("trained", false);
+  if (!a2d.has("eos_token_ids") || !a2d.raw("eos_token_ids").is_array()) {
+    a2d.fail("eos_token_ids", "must be an array of token ids");
+  }
+  for (const auto& id : a2d.raw("eos_token_ids")) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= config.vocab_size) {
+      a2d.fail("eos_token_ids", "holds " + id.dump() + ", not a token id below vocab_size");
+    }
+    config.decoding.eos_token_ids.push_back(id.get<int32_t>());
+  }
+  if (a2d.has("decoding")) {
+    const json& decoding = a2d.raw("decoding");
+    if (!decoding.is_object()) a2d.fail("decoding", "must be an object");
+    Fields d(decoding, file, "a2d.decoding.");
+    DecodeParams& p = config.decoding;
+    p.threshold = d.number_or("threshold", 0.0, 1.0, p.threshold);
+    p.min_per_step = static_cast<int>(d.integer_or("min_per_step", 1, p.block_size, p.min_per_step));
+    p.steps = static_cast<int>(d.integer_or("steps", 0, p.block_size, p.steps));
+    p.temperature = d.number_or("temperature", 0.0, 2.0, p.temperature);
+    p.top_p = d.number_or("top_p", 0.0, 1.0, p.top_p);
+    if (p.top_p <= 0.0) d.fail("top_p", "must be in (0, 1]");
+    const std::string remasking = d.string_or("remasking", "low_confidence");
+    if (remasking == "low_confidence") {
+      p.remasking = Remasking::low_confidence;
+    } else if (remasking == "random") {
+      p.remasking = Remasking::random;
+    } else {
+      d.fail("remasking", "= '" + remasking + "'; use 'low_confidence' or 'random'");
+    }
+    const std::string commit = d.string_or("commit", "fused");
+    if (commit == "fused") {
+      p.commit = CommitPolicy::fused;
+    } else if (commit == "separate") {
+      p.commit = CommitPolicy::separate;
+    } else {
+      d.fail("commit", "= '" + commit + "'; use 'fused' or 'separate'");
+    }
+    d.reject_unknown("see docs/decoding.md for the decoding parameters");
+  } else {
+    a2d.ignore("decoding");
+  }
+  a2d.reject_unknown("see docs/model-format.md for the a2d section");
+}
+
+}  // namespace
+
+ModelConfig read_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw std::runtime_error(path + ": cannot open the model config; the model folder must hold "
+                                    "config.json (docs/model-format.md)");
+  }
+  json root;
+  try {
+    root = json::parse(in);
+  } catch (const json::exception& e) {
+    throw std::runtime_error(path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!root.is_object()) throw std::runtime_error(path + ": must hold a JSON object");
+
+  Fields fields(root, path, "");
+  ModelConfig config;
+
+  if (!fields.has("architectures") || !fields.raw("architectures").is_array() ||
+      fields.raw("architectures").empty() || !fields.raw("architectures")[0].is_string()) {
+    fields.fail("architectures", "must be a non-empty array of names, e.g. [\"LlamaForCausalLM\"]");
+  }
+  config.architecture = fields.raw("architectures")[0].get<std::string>();
+  const ArchitectureSwitches* arch = nullptr;
+  for (const auto& a : kArchitectures) {
+    if (config.architecture == a.architecture) arch = &a;
+  }
+  if (arch == nullptr) {
+    fields.fail("architectures", "names '" + config.architecture +
+                                     "', which a2d does not support; supported: LlamaForCausalLM, "
+                                     "Qwen2ForCausalLM, Qwen3ForCausalLM");
+  }
+  config.model_type = fields.string("model_type");
+  if (config.model_type != arch->model_type) {
+    fields.fail("model_type", "= '" + config.model_type + "' does not match architecture " +
+                                  config.architecture + " (expected '" + arch->model_type + "')");
+  }
+
+  constexpr int64_t kMaxDim = 1 << 20;
+  config.hidden_size = static_cast<int>(fields.integer("hidden_size", 1, kMaxDim));
+  config.intermediate_size = static_cast<int>(fields.integer("intermediate_size", 1, kMaxDim));
+  config.num_layers = static_cast<int>(fields.integer("num_hidden_layers", 1, 1024));
+  config.num_heads = static_cast<int>(fields.integer("num_attention_heads", 1, 1024));
+  config.num_kv_heads =
+      static_cast<int>(fields.integer_or("num_key_value_heads", 1, config.num_heads, config.num_heads));
+  if (config.num_heads % config.num_kv_heads != 0) {
+    fields.fail("num_key_value_heads", "= " + std::to_string(config.num_kv_heads) +
+                                           " must divide num_attention_heads = " +
+                                           std::to_string(config.num_heads));
+  }
+  if (config.hidden_size % config.num_heads != 0 && !fields.has("head_dim")) {
+    fields.fail("head_dim", "is missing and hidden_size is not a multiple of num_attention_heads");
+  }
+  config.head_dim = static_cast<int>(
+      fields.integer_or("head_dim", 2, 4096, config.hidden_size / config.num_heads));
+  if (config.head_dim % 2 != 0) fields.fail("head_dim", "must be even (RoPE rotates halves)");
+  config.vocab_size = static_cast<int>(fields.integer("vocab_size", 1, 1 << 24));
+  config.max_position_embeddings =
+      static_cast<int>(fields.integer("max_position_embeddings", 1, 1 << 24));
+  config.rms_norm_eps = fields.number("rms_norm_eps", 0.0, 1.0);
+  config.tie_word_embeddings = fields.boolean_or("tie_word_embeddings", false);
+  const bool attention_bias = fields.boolean_or("attention_bias", false);
+  config.qkv_bias = config.model_type == "qwen2" || attention_bias;
+  config.o_bias = config.model_type != "qwen2" && attention_bias;
+  config.qk_norm = arch->qk_norm;
+
+  const std::string act = fields.string_or("hidden_act", "silu");
+  if (act != "silu") fields.fail("hidden_act", "= '" + act + "'; a2d implements 'silu' only");
+  if (fields.boolean_or("mlp_bias", false)) fields.fail("mlp_bias", "= true is not supported (no MLP biases)");
+  if (fields.integer_or("pretraining_tp", 1, 1, 1) != 1) fields.fail("pretraining_tp", "must be 1");
+  if (fields.boolean_or("use_sliding_window", false)) {
+    fields.fail("use_sliding_window", "= true is not supported; a2d uses full attention in every layer");
+  }
+  if (fields.has("layer_types")) {
+    for (const auto& t : fields.raw("layer_types")) {
+      if (t != "full_attention") {
+        fields.fail("layer_types", "holds " + t.dump() + "; a2d uses full attention in every layer");
+      }
+    }
+  } else {
+    fields.ignore("layer_types");
+  }
+  read_rope(fields, config);
+  for (const char* key : kMetadataFields) fields.ignore(key);
+
+  if (!fields.has("a2d")) {
+    throw std::runtime_error(path + ": has no 'a2d' section, so it is not an a2d model; make one "
+                                    "with `python -m a2d_convert init --base HF_DIR --out DIR`");
+  }
+  read_a2d_section(fields.raw("a2d"), path, config);
+  fields.reject_unknown("remove it if it is metadata, or use a model whose config a2d supports "
+                        "(docs/model-format.md)");
+  return config;
+}
+
+void validate_decode_params(const DecodeParams& p, const ModelConfig& config) {
+  auto bad = [](const std::string& what) { throw std::runtime_error("invalid decoding parameter: " + what); };
+  if (p.block_size < 1 || p.block_size > 64) bad("block_size must be in 1..64");
+  if (!(p.threshold >= 0.0 && p.threshold <= 1.0)) bad("threshold must be in [0, 1]");
+  if (p.min_per_step < 1 || p.min_per_step > p.block_size) bad("min_per_step must be in 1..block_size");
+  if (p.steps < 0 || p.steps > p.block_size) bad("steps must be in 0..block_size");
+  if (!(p.temperature >= 0.0 && p.temperature <= 2.0)) bad("temperature must be in [0, 2]");
+  if (!(p.top_p > 0.0 && p.top_p <= 1.0)) bad("top_p must be in (0, 1]");
+  if (p.max_tokens < 0) bad("max_tokens must be >= 0");
+  for (int32_t id : p.eos_token_ids) {
+    if (id < 0 || id >= config.vocab_size) bad("eos_token_ids holds " + std::to_string(id) + ", outside the vocabulary");
+  }
+}
+
+}  // namespace a2d

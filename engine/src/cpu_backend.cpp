@@ -1,0 +1,134 @@
+// The CPU backend: the reference precision of docs/model-format.md (weights as stored, converted to
+// fp32 in the inner loops; fp32 activations and KV cache), spread over a small thread pool.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "backend.h"
+#include "cpu_kernels.h"
+
+namespace a2d {
+
+namespace {
+
+struct LayerVectors {
+  std::vector<float> input_norm, post_norm, q_norm, k_norm, q_bias, k_bias, v_bias, o_bias;
+};
+
+const float* data_or_null(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const Model& model, const BackendOptions& options)
+      : Backend(model.config, resolve_max_context(model.config, options.max_context)),
+        weights_(model.weights),
+        pool_(options.threads > 0 ? options.threads
+                                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {
+    for (const LayerWeights& L : weights_.layers) {
+      layers_.push_back({cpu::to_fp32(L.input_norm), cpu::to_fp32(L.post_norm), cpu::to_fp32(L.q_norm),
+                         cpu::to_fp32(L.k_norm), cpu::to_fp32(L.q_bias), cpu::to_fp32(L.k_bias),
+                         cpu::to_fp32(L.v_bias), cpu::to_fp32(L.o_bias)});
+    }
+    final_norm_ = cpu::to_fp32(weights_.final_norm);
+    k_cache_.resize(layers_.size());
+    v_cache_.resize(layers_.size());
+  }
+
+  int64_t cached_len() const override { return cached_; }
+  void reset_cache() override { cached_ = 0; }
+
+  void forward(const ForwardArgs& args, float* logits) override {
+    const ModelConfig& c = config();
+    const int64_t n = cached_;
+    const int64_t C = static_cast<int64_t>(args.commit.size());
+    const int64_t T = C + static_cast<int64_t>(args.window.size());
+    if (n + T > max_context()) {
+      throw std::runtime_error("forward of " + std::to_string(T) + " tokens after " + std::to_string(n) +
+                               " cached exceeds the engine's context of " + std::to_string(max_context()));
+    }
+    const int64_t hidden = c.hidden_size, inter = c.intermediate_size, hd = c.head_dim;
+    const int64_t q_dim = c.num_heads * hd, kv_dim = c.num_kv_heads * hd;
+
+    std::vector<int32_t> ids(args.commit);
+    ids.insert(ids.end(), args.window.begin(), args.window.end());
+    for (int32_t id : ids) {
+      if (id < 0 || id >= c.vocab_size) {
+        throw std::runtime_error("token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                 std::to_string(c.vocab_size - 1) + ")");
+      }
+    }
+    x_.resize(T * hidden);
+    h_.resize(T * hidden);
+    q_.resize(T * q_dim);
+    attn_.resize(T * q_dim);
+    gate_.resize(T * inter);
+    up_.resize(T * inter);
+
+    cpu::embed(weights_.embed, ids.data(), T, x_.data());
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const LayerWeights& W = weights_.layers[l];
+      const LayerVectors& V = layers_[l];
+      // This forward's keys and values go straight into the cache at positions n..n+T-1; only the
+      // commit rows count as cached afterwards, the window's are overwritten by the next forward.
+      k_cache_[l].resize(std::max<size_t>(k_cache_[l].size(), (n + T) * kv_dim));
+      v_cache_[l].resize(std::max<size_t>(v_cache_[l].size(), (n + T) * kv_dim));
+      float* k = k_cache_[l].data() + n * kv_dim;
+      float* v = v_cache_[l].data() + n * kv_dim;
+
+      cpu::rmsnorm(x_.data(), T, hidden, V.input_norm.data(), c.rms_norm_eps, h_.data());
+      cpu::matmul(pool_, h_.data(), T, W.q, data_or_null(V.q_bias), q_.data());
+      cpu::matmul(pool_, h_.data(), T, W.k, data_or_null(V.k_bias), k);
+      cpu::matmul(pool_, h_.data(), T, W.v, data_or_null(V.v_bias), v);
+      if (c.qk_norm) {
+        cpu::rmsnorm(q_.data(), T * c.num_heads, hd, V.q_norm.data(), c.rms_norm_eps, q_.data());
+        cpu::rmsnorm(k, T * c.num_kv_heads, hd, V.k_norm.data(), c.rms_norm_eps, k);
+      }
+      cpu::rope(q_.data(), T, q_dim, c.num_heads, c.head_dim, n, c.rope_theta);
+      cpu::rope(k, T, kv_dim, c.num_kv_heads, c.head_dim, n, c.rope_theta);
+      cpu::attention(pool_, q_.data(), k_cache_[l].data(), v_cache_[l].data(), n, C, T, c.num_heads,
+                     c.num_kv_heads, c.head_dim, attn_.data());
+      cpu::matmul(pool_, attn_.data(), T, W.o, data_or_null(V.o_bias), h_.data());
+      cpu::add(x_.data(), h_.data(), T * hidden);
+
+      cpu::rmsnorm(x_.data(), T, hidden, V.post_norm.data(), c.rms_norm_eps, h_.data());
+      cpu::matmul(pool_, h_.data(), T, W.gate, nullptr, gate_.data());
+      cpu::matmul(pool_, h_.data(), T, W.up, nullptr, up_.data());
+      cpu::silu_mul(gate_.data(), up_.data(), T * inter);
+      cpu::matmul(pool_, gate_.data(), T, W.down, nullptr, h_.data());
+      cpu::add(x_.data(), h_.data(), T * hidden);
+    }
+
+    // Final norm and lm_head only on the rows the decoder asked for.
+    const int64_t R = static_cast<int64_t>(args.logit_rows.size());
+    h_.resize(std::max(R, T) * hidden);
+    for (int64_t i = 0; i < R; ++i) {
+      const int64_t row = args.logit_rows[i];
+      if (row < 0 || row >= T) {
+        throw std::runtime_error("logits row " + std::to_string(row) + " is outside the forward's " +
+                                 std::to_string(T) + " rows");
+      }
+      cpu::rmsnorm(x_.data() + row * hidden, 1, hidden, final_norm_.data(), c.rms_norm_eps,
+                   h_.data() + i * hidden);
+    }
+    cpu::matmul(pool_, h_.data(), R, weights_.lm_head, nullptr, logits);
+    cached_ = n + C;
+  }
+
+ private:
+  const ModelWeights& weights_;
+  ThreadPool pool_;
+  std::vector<LayerVectors> layers_;
+  std::vector<float> final_norm_;
+  std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer [positions, kv_heads * head_dim]
+  int64_t cached_ = 0;
+  std::vector<float> x_, h_, q_, attn_, gate_, up_;  // activations, reused across forwards
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const Model& model, const BackendOptions& options) {
+  return std::make_unique<CpuBackend>(model, options);
+}
+
+}  // namespace a2d

@@ -1,0 +1,260 @@
+#include "cpu_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+// Hot loops get an AVX2/FMA clone chosen at load time by the dynamic loader (ifunc); the default clone
+// keeps the addon running on any x86-64-v2 machine.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define A2D_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define A2D_HOT
+#endif
+
+namespace a2d::cpu {
+
+namespace {
+
+float bf16_to_float(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+float f16_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1f;
+  uint32_t mantissa = h & 0x3ff;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000 | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    do {
+      ++e;
+      mantissa <<= 1;
+    } while ((mantissa & 0x400) == 0);
+    bits = sign | ((112 - e) << 23) | ((mantissa & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// f16 is rare (weights are bf16), so a table lookup keeps its path simple and branch-free.
+const std::vector<float>& f16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t i = 0; i < 65536; ++i) t[i] = f16_to_float(static_cast<uint16_t>(i));
+    return t;
+  }();
+  return table;
+}
+
+A2D_HOT void bf16_row_to_float(const uint16_t* src, int64_t n, float* dst) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
+    std::memcpy(&dst[i], &bits, sizeof(float));
+  }
+}
+
+void row_to_float(const Tensor& t, int64_t row, float* dst) {
+  const int64_t n = t.cols();
+  switch (t.dtype) {
+    case DType::bf16:
+      bf16_row_to_float(static_cast<const uint16_t*>(t.data) + row * n, n, dst);
+      break;
+    case DType::f16: {
+      const uint16_t* src = static_cast<const uint16_t*>(t.data) + row * n;
+      const float* table = f16_table().data();
+      for (int64_t i = 0; i < n; ++i) dst[i] = table[src[i]];
+      break;
+    }
+    case DType::f32:
+      std::memcpy(dst, static_cast<const float*>(t.data) + row * n, n * sizeof(float));
+      break;
+  }
+}
+
+constexpr int kTileRows = 4;   // weight rows converted together and dotted against each x row
+constexpr int64_t kTileM = 32; // x rows per pass, so the x tile stays in L2
+
+// y[m, n0 + r] = dot(w[r], x[m]) for r < rows, m < M.
+A2D_HOT void dot_tile(const float* w, int rows, const float* x, int64_t M, int64_t K, float* y,
+                      int64_t ldy) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xm = x + m * K;
+    if (rows == kTileRows) {
+      const float *w0 = w, *w1 = w + K, *w2 = w + 2 * K, *w3 = w + 3 * K;
+      float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+      for (int64_t k = 0; k < K; ++k) {
+        s0 += w0[k] * xm[k];
+        s1 += w1[k] * xm[k];
+        s2 += w2[k] * xm[k];
+        s3 += w3[k] * xm[k];
+      }
+      y[m * ldy + 0] = s0;
+      y[m * ldy + 1] = s1;
+      y[m * ldy + 2] = s2;
+      y[m * ldy + 3] = s3;
+    } else {
+      for (int r = 0; r < rows; ++r) {
+        const float* wr = w + r * K;
+        float s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t k = 0; k < K; ++k) s += wr[k] * xm[k];
+        y[m * ldy + r] = s;
+      }
+    }
+  }
+}
+
+A2D_HOT float dot(const float* a, const float* b, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+A2D_HOT void axpy(float a, const float* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace
+
+float load_element(const Tensor& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::bf16:
+      return bf16_to_float(static_cast<const uint16_t*>(t.data)[i]);
+    case DType::f16:
+      return f16_to_float(static_cast<const uint16_t*>(t.data)[i]);
+    case DType::f32:
+      return static_cast<const float*>(t.data)[i];
+  }
+  return 0.0f;
+}
+
+std::vector<float> to_fp32(const Tensor& t) {
+  if (!t.present()) return {};
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  std::vector<float> out(n);
+  for (int64_t i = 0; i < n; ++i) out[i] = load_element(t, i);
+  return out;
+}
+
+void embed(const Tensor& table, const int32_t* ids, int64_t M, float* out) {
+  for (int64_t m = 0; m < M; ++m) row_to_float(table, ids[m], out + m * table.cols());
+}
+
+void matmul(ThreadPool& pool, const float* x, int64_t M, const Tensor& W, const float* bias, float* y) {
+  const int64_t N = W.rows(), K = W.cols();
+  if (M == 0 || N == 0) return;
+  // Enough chunks to balance the pool, each a multiple of the tile so tiles never straddle chunks.
+  const int64_t tiles = (N + kTileRows - 1) / kTileRows;
+  const int64_t chunks = std::min<int64_t>(tiles, pool.size() * 8);
+  const int64_t tiles_per_chunk = (tiles + chunks - 1) / chunks;
+  pool.parallel_for(chunks, [&](int64_t chunk) {
+    thread_local std::vector<float> wbuf;
+    wbuf.resize(kTileRows * K);
+    const int64_t n_begin = chunk * tiles_per_chunk * kTileRows;
+    const int64_t n_end = std::min(N, n_begin + tiles_per_chunk * kTileRows);
+    for (int64_t m0 = 0; m0 < M; m0 += kTileM) {
+      const int64_t mt = std::min(kTileM, M - m0);
+      for (int64_t n0 = n_begin; n0 < n_end; n0 += kTileRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kTileRows, n_end - n0));
+        for (int r = 0; r < rows; ++r) row_to_float(W, n0 + r, wbuf.data() + r * K);
+        dot_tile(wbuf.data(), rows, x + m0 * K, mt, K, y + m0 * N + n0, N);
+        if (bias != nullptr) {
+          for (int64_t m = m0; m < m0 + mt; ++m) {
+            for (int r = 0; r < rows; ++r) y[m * N + n0 + r] += bias[n0 + r];
+          }
+        }
+      }
+    }
+  });
+}
+
+void rmsnorm(const float* x, int64_t M, int64_t n, const float* w, double eps, float* y) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xm = x + m * n;
+    float* ym = y + m * n;
+    const float mean_square = dot(xm, xm, n) / static_cast<float>(n);
+    const float scale = 1.0f / std::sqrt(mean_square + static_cast<float>(eps));
+    for (int64_t i = 0; i < n; ++i) ym[i] = w[i] * (xm[i] * scale);
+  }
+}
+
+void rope(float* x, int64_t M, int64_t row_stride, int heads, int head_dim, int64_t first_position,
+          double theta) {
+  const int half = head_dim / 2;
+  std::vector<float> cos_table(half), sin_table(half);
+  for (int64_t m = 0; m < M; ++m) {
+    const double position = static_cast<double>(first_position + m);
+    for (int i = 0; i < half; ++i) {
+      // inv_freq and the angle in fp32, as the reference computes them.
+      const float inv_freq = 1.0f / static_cast<float>(std::pow(theta, (2.0 * i) / head_dim));
+      const float angle = static_cast<float>(position) * inv_freq;
+      cos_table[i] = std::cos(angle);
+      sin_table[i] = std::sin(angle);
+    }
+    for (int h = 0; h < heads; ++h) {
+      float* v = x + m * row_stride + static_cast<int64_t>(h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = a * cos_table[i] - b * sin_table[i];
+        v[i + half] = b * cos_table[i] + a * sin_table[i];
+      }
+    }
+  }
+}
+
+void attention(ThreadPool& pool, const float* q, const float* k_cache, const float* v_cache, int64_t n,
+               int64_t C, int64_t T, int heads, int kv_heads, int head_dim, float* out) {
+  const int64_t q_stride = static_cast<int64_t>(heads) * head_dim;
+  const int64_t kv_stride = static_cast<int64_t>(kv_heads) * head_dim;
+  const int group = heads / kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  pool.parallel_for(T * heads, [&](int64_t task) {
+    const int64_t r = task / heads;
+    const int h = static_cast<int>(task % heads);
+    const int64_t visible = r < C ? n + r + 1 : n + T;
+    const float* qh = q + r * q_stride + static_cast<int64_t>(h) * head_dim;
+    const int64_t kv_offset = static_cast<int64_t>(h / group) * head_dim;
+    thread_local std::vector<float> scores;
+    scores.resize(visible);
+    float max_score = -INFINITY;
+    for (int64_t p = 0; p < visible; ++p) {
+      scores[p] = dot(qh, k_cache + p * kv_stride + kv_offset, head_dim) * scale;
+      max_score = std::max(max_score, scores[p]);
+    }
+    float sum = 0.0f;
+    for (int64_t p = 0; p < visible; ++p) {
+      scores[p] = std::exp(scores[p] - max_score);
+      sum += scores[p];
+    }
+    float* o = out + r * q_stride + static_cast<int64_t>(h) * head_dim;
+    std::fill(o, o + head_dim, 0.0f);
+    for (int64_t p = 0; p < visible; ++p) axpy(scores[p] / sum, v_cache + p * kv_stride + kv_offset, o, head_dim);
+  });
+}
+
+void silu_mul(float* gate, const float* up, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void add(float* y, const float* x, int64_t count) {
+#pragma omp simd
+  for (int64_t i = 0; i < count; ++i) y[i] += x[i];
+}
+
+}  // namespace a2d::cpu

@@ -1,0 +1,145 @@
+#include "model.h"
+
+#include <map>
+#include <set>
+#include <stdexcept>
+
+namespace a2d {
+
+namespace {
+
+struct Located {
+  const TensorInfo* info;
+  const SafetensorsFile* file;
+};
+
+// Binds tensors by name, checking shape and dtype, and remembers which names were taken so the rest can
+// be reported as unexpected.
+class Binder {
+ public:
+  Binder(const Model& model) : config_path_(model.dir + "/config.json") {
+    for (const auto& file : model.files) {
+      for (const auto& [name, info] : file->tensors()) {
+        auto [it, inserted] = index_.emplace(name, Located{&info, file.get()});
+        if (!inserted) {
+          throw std::runtime_error(file->path() + ": tensor '" + name + "' also appears in " +
+                                   it->second.file->path() + "; keep one copy");
+        }
+      }
+    }
+  }
+
+  Tensor take(const std::string& name, std::vector<int64_t> shape, const std::string& field) {
+    auto it = index_.find(name);
+    if (it == index_.end()) {
+      throw std::runtime_error("missing tensor '" + name + "' in the weights of " + config_path_ +
+                               "'s model (expected by " + field + "); the weights do not match the config");
+    }
+    taken_.insert(name);
+    const TensorInfo& info = *it->second.info;
+    if (info.shape != shape) {
+      throw std::runtime_error(it->second.file->path() + ": tensor '" + name + "' has shape " +
+                               shape_text(info.shape) + " but " + config_path_ + " (" + field +
+                               ") implies " + shape_text(shape) + "; the weights do not match the config");
+    }
+    Tensor t;
+    t.dtype = info.dtype;
+    t.shape = info.shape;
+    t.data = it->second.file->data(info);
+    t.name = name;
+    return t;
+  }
+
+  // Tensors nobody asked for: a bias the config does not announce, a layer beyond num_hidden_layers.
+  void reject_untaken() const {
+    for (const auto& [name, located] : index_) {
+      if (taken_.count(name) != 0) continue;
+      // Older checkpoints store the RoPE frequencies; they follow from rope_theta.
+      const std::string inv_freq = "rotary_emb.inv_freq";
+      if (name.size() > inv_freq.size() &&
+          name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0) {
+        continue;
+      }
+      throw std::runtime_error(located.file->path() + ": unexpected tensor '" + name + "' for the model " +
+                               "described by " + config_path_ + " (check num_hidden_layers, " +
+                               "attention_bias, tie_word_embeddings and the architecture)");
+    }
+  }
+
+  static std::string shape_text(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+  }
+
+ private:
+  std::string config_path_;
+  std::map<std::string, Located> index_;
+  std::set<std::string> taken_;
+};
+
+int64_t count_elements(const Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  return t.present() ? n : 0;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& dir) {
+  auto model = std::make_unique<Model>();
+  model->dir = dir;
+  model->config = read_config(dir + "/config.json");
+  for (const auto& path : model_weight_files(dir)) {
+    model->files.push_back(std::make_unique<SafetensorsFile>(path));
+  }
+
+  const ModelConfig& c = model->config;
+  const int64_t hidden = c.hidden_size, inter = c.intermediate_size, hd = c.head_dim;
+  const int64_t q_dim = c.num_heads * hd, kv_dim = c.num_kv_heads * hd;
+  Binder bind(*model);
+  ModelWeights& w = model->weights;
+  w.embed = bind.take("model.embed_tokens.weight", {c.vocab_size, hidden}, "vocab_size, hidden_size");
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights L;
+    L.input_norm = bind.take(p + "input_layernorm.weight", {hidden}, "hidden_size");
+    L.q = bind.take(p + "self_attn.q_proj.weight", {q_dim, hidden}, "num_attention_heads, head_dim");
+    L.k = bind.take(p + "self_attn.k_proj.weight", {kv_dim, hidden}, "num_key_value_heads, head_dim");
+    L.v = bind.take(p + "self_attn.v_proj.weight", {kv_dim, hidden}, "num_key_value_heads, head_dim");
+    L.o = bind.take(p + "self_attn.o_proj.weight", {hidden, q_dim}, "num_attention_heads, head_dim");
+    if (c.qkv_bias) {
+      L.q_bias = bind.take(p + "self_attn.q_proj.bias", {q_dim}, "attention_bias");
+      L.k_bias = bind.take(p + "self_attn.k_proj.bias", {kv_dim}, "attention_bias");
+      L.v_bias = bind.take(p + "self_attn.v_proj.bias", {kv_dim}, "attention_bias");
+    }
+    if (c.o_bias) L.o_bias = bind.take(p + "self_attn.o_proj.bias", {hidden}, "attention_bias");
+    if (c.qk_norm) {
+      L.q_norm = bind.take(p + "self_attn.q_norm.weight", {hd}, "architecture (QK-norm)");
+      L.k_norm = bind.take(p + "self_attn.k_norm.weight", {hd}, "architecture (QK-norm)");
+    }
+    L.post_norm = bind.take(p + "post_attention_layernorm.weight", {hidden}, "hidden_size");
+    L.gate = bind.take(p + "mlp.gate_proj.weight", {inter, hidden}, "intermediate_size");
+    L.up = bind.take(p + "mlp.up_proj.weight", {inter, hidden}, "intermediate_size");
+    L.down = bind.take(p + "mlp.down_proj.weight", {hidden, inter}, "intermediate_size");
+    w.layers.push_back(std::move(L));
+  }
+  w.final_norm = bind.take("model.norm.weight", {hidden}, "hidden_size");
+  w.lm_head = c.tie_word_embeddings ? w.embed
+                                    : bind.take("lm_head.weight", {c.vocab_size, hidden},
+                                                "tie_word_embeddings = false, vocab_size");
+  bind.reject_untaken();
+
+  int64_t n = count_elements(w.embed) + count_elements(w.final_norm);
+  if (!c.tie_word_embeddings) n += count_elements(w.lm_head);
+  for (const auto& L : w.layers) {
+    for (const Tensor* t : {&L.input_norm, &L.q, &L.k, &L.v, &L.o, &L.q_bias, &L.k_bias, &L.v_bias,
+                            &L.o_bias, &L.q_norm, &L.k_norm, &L.post_norm, &L.gate, &L.up, &L.down}) {
+      n += count_elements(*t);
+    }
+  }
+  model->num_parameters = n;
+  return model;
+}
+
+}  // namespace a2d
