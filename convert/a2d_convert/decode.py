@@ -1,0 +1,225 @@
+"""The block-diffusion decode loop: docs/decoding.md, implemented once.
+
+`decode` drives any `ForwardFn` (the PyTorch reference model with its KV cache, or a fake logits
+function in tests) through blocks of `block_size` masked positions. Each denoising step picks a token
+and a confidence for every candidate position (greedy or temperature/top-p sampling, in float64), then
+reveals every candidate above `threshold` and at least `k` of them (the `min_per_step` floor and the
+linear top-k `steps` schedule), by priority (confidence, or a random draw with `remasking: random`).
+This is confidence-thresholded parallel decoding (Fast-dLLM, Wu et al. 2025, sec. 3.3) on top of
+block diffusion with a KV cache of committed blocks (Arriola et al. 2025, BD3-LM).
+
+Sums are sequential in increasing id order (numpy cumsum, not the pairwise np.sum), so that a plain
+C++ loop computes the same doubles.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .config import COMMIT, REMASKING, DecodingDefaults
+from .errors import A2DError
+from .rng import MASK64, SplitMix64
+
+# (commit_ids, window_ids, rows) -> fp32 logits [len(rows), vocab]; rows index commit ++ window. The
+# function owns the KV cache: after the call it holds the commit tokens too (the window is scratch).
+ForwardFn = Callable[[Sequence[int], Sequence[int], Sequence[int]], Any]
+
+
+@dataclass(frozen=True)
+class DecodeParams:
+    """Every parameter of docs/decoding.md "Parameters"; nothing is left to model defaults here."""
+
+    max_tokens: int
+    block_size: int = 4
+    threshold: float = 0.9
+    min_per_step: int = 1
+    steps: int = 0
+    temperature: float = 0.0
+    top_p: float = 1.0
+    remasking: str = "low_confidence"
+    commit: str = "fused"
+    seed: int = 0
+    eos_token_ids: tuple[int, ...] = ()
+
+    @staticmethod
+    def from_defaults(defaults: DecodingDefaults, *, block_size: int, max_tokens: int, eos_token_ids: Sequence[int], **overrides) -> "DecodeParams":
+        """The model's `a2d` defaults, with request overrides (None means: keep the default)."""
+        fields = {name: getattr(defaults, name) for name in DecodingDefaults.__dataclass_fields__}
+        fields.update(block_size=block_size, max_tokens=max_tokens, eos_token_ids=tuple(eos_token_ids))
+        fields.update({k: (tuple(v) if k == "eos_token_ids" else v) for k, v in overrides.items() if v is not None})
+        return DecodeParams(**fields)
+
+    def validate(self, where: str = "decode parameters") -> "DecodeParams":
+        """Range checks of docs/decoding.md "Parameters"; raises A2DError naming `where` and the field."""
+
+        def integer(value) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        def number(value) -> bool:
+            return (integer(value) or isinstance(value, float)) and math.isfinite(value)
+
+        checks = [
+            ("max_tokens", integer(self.max_tokens) and self.max_tokens >= 0, ">= 0"),
+            ("block_size", integer(self.block_size) and 1 <= self.block_size <= 64, "in 1..64"),
+            ("threshold", number(self.threshold) and 0 <= self.threshold <= 1, "in [0, 1]"),
+            ("min_per_step", integer(self.min_per_step) and 1 <= self.min_per_step <= self.block_size, f"in 1..block_size ({self.block_size})"),
+            ("steps", integer(self.steps) and 0 <= self.steps <= self.block_size, f"in 0..block_size ({self.block_size})"),
+            ("temperature", number(self.temperature) and 0 <= self.temperature <= 2, "in [0, 2]"),
+            ("top_p", number(self.top_p) and 0 < self.top_p <= 1, "in (0, 1]"),
+            ("remasking", self.remasking in REMASKING, f"one of {', '.join(REMASKING)}"),
+            ("commit", self.commit in COMMIT, f"one of {', '.join(COMMIT)}"),
+            ("seed", integer(self.seed) and 0 <= self.seed <= MASK64, "in 0..2^64-1"),
+            ("eos_token_ids", all(integer(t) and t >= 0 for t in self.eos_token_ids), "a list of token ids"),
+        ]
+        for name, ok, wanted in checks:
+            if not ok:
+                raise A2DError(f"{where}: {name} is {getattr(self, name)!r}, it must be {wanted}")
+        return self
+
+
+@dataclass
+class DecodeResult:
+    token_ids: list[int]
+    finish_reason: str  # "stop" | "length"
+    prompt_tokens: int
+    forward_passes: int
+    ms: float
+    trace: list[dict] | None = None
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.completion_tokens / self.forward_passes if self.forward_passes else 0.0
+
+
+def choose_token(row: np.ndarray, mask_token_id: int, temperature: float, top_p: float, rng: SplitMix64) -> tuple[int, float]:
+    """Step 1 of a denoising step for one candidate: (token, confidence) from its fp32 logits row."""
+    logits = np.asarray(row, dtype=np.float64).copy()
+    logits[mask_token_id] = -np.inf
+    top = logits.max()
+    if temperature == 0:
+        token = int(np.argmax(logits))  # first maximum: the lowest id on ties
+        return token, float(1.0 / np.cumsum(np.exp(logits - top))[-1])
+    weights = np.exp((logits - top) / temperature)
+    p = weights / np.cumsum(weights)[-1]
+    kept = np.arange(p.size)
+    if top_p < 1:
+        order = np.lexsort((kept, -p))  # p descending, then lower id first
+        reached = np.cumsum(p[order]) >= top_p
+        n = int(np.argmax(reached)) + 1 if reached.any() else p.size
+        kept = np.sort(order[:n])
+    running = np.cumsum(p[kept])
+    kept_sum = running[-1]
+    r = rng.uniform() * kept_sum
+    above = running > r
+    index = int(np.argmax(above)) if above.any() else kept.size - 1
+    token = int(kept[index])
+    return token, float(p[token] / kept_sum)
+
+
+def reveal_set(confidences: Sequence[float], priorities: Sequence[float], threshold: float, k: int) -> list[int]:
+    """Step 3: indices (into the candidate list) to reveal: all above threshold, topped up to k by priority."""
+    chosen = [i for i, c in enumerate(confidences) if c > threshold]
+    if len(chosen) < k:
+        rest = sorted((i for i in range(len(confidences)) if i not in chosen), key=lambda i: (-priorities[i], i))
+        chosen += rest[: k - len(chosen)]
+    return sorted(chosen)
+
+
+def decode(
+    forward: ForwardFn,
+    prompt_ids: Sequence[int],
+    params: DecodeParams,
+    *,
+    mask_token_id: int,
+    shift_logits: bool,
+    trace: bool = False,
+) -> DecodeResult:
+    """Generate a completion for `prompt_ids` (docs/decoding.md); `forward` starts with an empty cache."""
+    params.validate()
+    if not prompt_ids:
+        raise A2DError("the prompt is empty; it must hold at least one token")
+    started = time.perf_counter()
+    B, eos = params.block_size, set(params.eos_token_ids)
+    rng = SplitMix64(params.seed)
+    steps_log: list[dict] | None = [] if trace else None
+    completion: list[int] = []
+    forwards = 0
+    finish = "length"
+    pending = list(prompt_ids)  # tokens to commit with the next forward
+    anchor: np.ndarray | None = None  # logits row of the last committed token (shift_logits)
+
+    while len(completion) < params.max_tokens:
+        limit_len = min(B, params.max_tokens - len(completion))
+        block = [mask_token_id] * B
+        revealed = [False] * B
+        block_start = len(prompt_ids) + len(completion)
+        if params.commit == "separate" and pending:
+            anchor = _to_numpy(forward(pending, [], [len(pending) - 1]))[0]
+            forwards += 1
+            pending = []
+        step = 0
+        while True:
+            limit_eos = next((j for j in range(B) if revealed[j] and block[j] in eos), B)
+            relevant = min(limit_len, limit_eos)
+            candidates = [j for j in range(relevant) if not revealed[j]]
+            if not candidates:
+                break
+            C = len(pending)
+            window_rows = {j: C + j - 1 if shift_logits else C + j for j in candidates if not (shift_logits and j == 0)}
+            rows = ([C - 1] if shift_logits and C else []) + sorted(set(window_rows.values()))
+            logits = _to_numpy(forward(pending, block, rows))
+            row_of = {r: logits[i] for i, r in enumerate(rows)}
+            if shift_logits and C:
+                anchor = row_of[C - 1]
+            pending = []
+            forwards += 1
+
+            choices = [
+                choose_token(anchor if j not in window_rows else row_of[window_rows[j]], mask_token_id, params.temperature, params.top_p, rng)
+                for j in candidates
+            ]
+            confidences = [c for _, c in choices]
+            priorities = confidences if params.remasking == "low_confidence" else [rng.uniform() for _ in candidates]
+            k_steps = 0 if params.steps == 0 else math.ceil(len(candidates) / max(params.steps - step, 1))
+            k = min(len(candidates), max(params.min_per_step, k_steps))
+            picked = reveal_set(confidences, priorities, params.threshold, k)
+            for i in picked:
+                block[candidates[i]], revealed[candidates[i]] = choices[i][0], True
+            if steps_log is not None:
+                steps_log.append({
+                    "forward": forwards - 1,
+                    "block_start": block_start,
+                    "step": step,
+                    "candidates": candidates,
+                    "revealed": [[candidates[i], choices[i][0], confidences[i]] for i in picked],
+                })
+            step += 1
+
+        completion += block[:relevant]
+        if limit_eos < limit_len:
+            finish = "stop"
+            break
+        pending = block
+    return DecodeResult(
+        token_ids=completion,
+        finish_reason=finish,
+        prompt_tokens=len(prompt_ids),
+        forward_passes=forwards,
+        ms=(time.perf_counter() - started) * 1000.0,
+        trace=steps_log,
+    )
+
+
+def _to_numpy(logits) -> np.ndarray:
+    if hasattr(logits, "detach"):
+        logits = logits.detach().to("cpu").float().numpy()
+    return np.asarray(logits, dtype=np.float32)

@@ -1,0 +1,215 @@
+"""The Llama-family transformer in PyTorch: the reference every a2d backend is compared with.
+
+One small implementation covers llama, qwen2 (q/k/v biases) and qwen3 (per-head QK-norm), tied or
+untied embeddings and a `head_dim` that differs from hidden/heads (docs/model-format.md, "The math").
+Module names equal the HF tensor names, so a checkpoint's state dict loads as it is and training can
+save its own back in the same layout.
+
+The core `Transformer.forward(input_ids, position_ids, attn_mask, cache)` takes an explicit boolean
+attention mask, so the same code runs plain causal attention (parity with transformers), the
+block-causal mask of decoding (docs/decoding.md) and whatever layout training builds.
+`BlockForward` wraps it with a KV cache into the (commit, window) forward the decoder calls.
+Reference precision: weights upcast to fp32, all math in fp32.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import A2DSection, ModelConfig, load_config
+from .weights import load_checked
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        return self.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+
+def rope_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [b, T, head_dim] in the rotate-half layout; inv_freq and angles in fp32 as transformers does."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=position_ids.device).float() / head_dim))
+    angles = position_ids[..., None].float() * inv_freq
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [b, heads, T, head_dim]; cos/sin [b, T, head_dim]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos[:, None] + rotated * sin[:, None]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, attn_mask, past: tuple[torch.Tensor, torch.Tensor] | None):
+        """Returns the output and this call's (k, v) [b, kv_heads, T, head_dim] (k after RoPE)."""
+        b, T, _ = x.shape
+        q = self.q_proj(x).view(b, T, self.heads, self.head_dim)
+        k = self.k_proj(x).view(b, T, self.kv_heads, self.head_dim)
+        v = self.v_proj(x).view(b, T, self.kv_heads, self.head_dim).transpose(1, 2)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q.transpose(1, 2), cos, sin)
+        k = apply_rope(k.transpose(1, 2), cos, sin)
+        k_all, v_all = (k, v) if past is None else (torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2))
+        out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=attn_mask[:, None], enable_gqa=self.heads != self.kv_heads)
+        return self.o_proj(out.transpose(1, 2).reshape(b, T, -1)), (k, v)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, attn_mask, past):
+        attended, kv = self.self_attn(self.input_layernorm(x), cos, sin, attn_mask, past)
+        x = x + attended
+        return x + self.mlp(self.post_attention_layernorm(x)), kv
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class KVCache:
+    """Keys/values of committed tokens, per layer [b, kv_heads, length, head_dim]."""
+
+    def __init__(self, num_layers: int) -> None:
+        self.layers: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * num_layers
+        self.length = 0
+
+    def append(self, new: list[tuple[torch.Tensor, torch.Tensor]], count: int) -> None:
+        """Keep the first `count` positions of a forward's keys/values (its commit part)."""
+        if count == 0:
+            return
+        for i, (k, v) in enumerate(new):
+            k, v = k[:, :, :count], v[:, :, :count]
+            past = self.layers[i]
+            self.layers[i] = (k, v) if past is None else (torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2))
+        self.length += count
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = Backbone(cfg)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attn_mask: torch.Tensor,
+        cache: KVCache | None = None,
+        hidden_states_out: list[torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """input_ids/position_ids [b, T]; attn_mask bool [b, T, S] (True = may attend), S = cached + T.
+
+        Returns the final-normed hidden states [b, T, hidden] and each layer's (k, v) for the T tokens.
+        `hidden_states_out`, when given, receives the residual stream entering each layer and leaving the
+        last one (num_layers + 1 tensors), for golden files and debugging.
+        """
+        cfg = self.config
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = rope_cos_sin(position_ids, cfg.head_dim, cfg.rope_theta)
+        new_kv = []
+        for i, layer in enumerate(self.model.layers):
+            if hidden_states_out is not None:
+                hidden_states_out.append(x)
+            x, kv = layer(x, cos, sin, attn_mask, None if cache is None else cache.layers[i])
+            new_kv.append(kv)
+        if hidden_states_out is not None:
+            hidden_states_out.append(x)
+        return self.model.norm(x), new_kv
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight)
+
+
+def causal_mask(length: int, cached: int = 0, device=None) -> torch.Tensor:
+    """[length, cached + length]: token i attends to every cached token and to current tokens <= i."""
+    cols = torch.arange(cached + length, device=device)
+    return cols[None, :] <= cached + torch.arange(length, device=device)[:, None]
+
+
+def block_causal_mask(cached: int, commit: int, window: int, device=None) -> torch.Tensor:
+    """[commit + window, cached + commit + window] for one decoding forward (docs/decoding.md).
+
+    Commit rows are plain causal; window rows see every cached and committed position and the whole
+    window (bidirectional inside the current block).
+    """
+    mask = causal_mask(commit + window, cached, device)
+    mask[commit:, :] = True
+    return mask
+
+
+class BlockForward:
+    """The decoder's ForwardFn over a Transformer: (commit, window, rows) -> fp32 logits rows, with a KV cache."""
+
+    def __init__(self, model: Transformer) -> None:
+        self.model = model
+        self.cache = KVCache(model.config.num_layers)
+        self.device = next(model.parameters()).device
+
+    @torch.no_grad()
+    def __call__(self, commit_ids: Sequence[int], window_ids: Sequence[int], rows: Sequence[int]) -> torch.Tensor:
+        n, C, W = self.cache.length, len(commit_ids), len(window_ids)
+        ids = torch.tensor([list(commit_ids) + list(window_ids)], dtype=torch.long, device=self.device)
+        positions = torch.arange(n, n + C + W, device=self.device)[None]
+        mask = block_causal_mask(n, C, W, self.device)[None]
+        hidden, new_kv = self.model(ids, positions, mask, self.cache)
+        self.cache.append(new_kv, C)
+        return self.model.logits(hidden[0, list(rows)]).float()
+
+
+def load_transformer(model_dir: Path | str, device: str = "cpu") -> tuple[Transformer, ModelConfig, A2DSection | None]:
+    """A model folder (a2d or plain AR base) as an fp32 Transformer in eval mode, checked against its config."""
+    model_dir = Path(model_dir)
+    cfg, a2d, _ = load_config(model_dir)
+    state = load_checked(model_dir, cfg)
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    model.load_state_dict(state, strict=True, assign=True)
+    return model.to(device).eval(), cfg, a2d
