@@ -1,0 +1,185 @@
+"""`data`: filters drop planted benchmark/eval rows and say so; samples sit on the block grid."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from tokenizers import Tokenizer
+
+from a2d_convert.data import (
+    MANIFEST_FILE,
+    TRAIN_FILE,
+    DataConfig,
+    Source,
+    benchmark_pattern,
+    build_data,
+    load_rows,
+    parse_source_flag,
+    BENCHMARK_NAMES,
+)
+from a2d_convert.errors import A2DError
+from a2d_convert.lineage import sha256_file
+from a2d_convert.tiny import make_tiny_base
+
+BLOCKED_QUESTION = "A train leaves the station at noon travelling north at sixty miles per hour towards the old mill"
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return make_tiny_base(tmp_path_factory.mktemp("base") / "base")
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def clean_rows(n: int) -> list[dict]:
+    return [
+        {"id": f"ok{i}", "prompt": f"What is {i} plus {i}?", "response": f"{i} plus {i} is {2 * i}.", "source": "self-written"}
+        for i in range(n)
+    ]
+
+
+PLANTED = [
+    {"id": "gpqa", "prompt": "Which gas is noble?", "response": "Neon.", "source": "gpqa_diamond"},
+    {"id": "mmlu", "prompt": "Pick one.", "response": "(B)", "meta": {"dataset": "TIGER-Lab/MMLU-Pro"}},
+    {"id": "math500", "prompt": "Solve x+1=2.", "response": "x=1", "origin": "HuggingFaceH4/MATH-500"},
+    {"id": "aime", "prompt": "Find n.", "response": "n=7", "tags": ["aime24"]},
+    {"id": "lcb", "prompt": "Write code.", "response": "print(1)", "benchmark": "LiveCodeBench v6"},
+    {"id": "test-split", "prompt": "Hello there", "response": "Hi!", "split": "test"},
+    {"id": "val-split", "prompt": "Good day", "response": "Hello!", "subset": "validation"},
+    {"id": "ngram", "prompt": f"Tell me: {BLOCKED_QUESTION.lower()}?", "response": "Soon.", "source": "web"},
+]
+
+
+def test_benchmark_pattern_matches_names_not_lookalikes():
+    pattern = benchmark_pattern(BENCHMARK_NAMES)
+    for text in ("gpqa_diamond", "MMLU-Pro", "mmlu_pro", "math500", "Math 500", "aime24", "livecodebench/v6", "lcb_v6"):
+        assert pattern.search(text.lower()), text
+    for text in ("aimed at", "self-written", "mathematics 500 problems", "flcb", "mmlucky"):
+        assert not pattern.search(text.lower()), text
+
+
+def test_planted_benchmark_rows_are_dropped_and_recorded(base, tmp_path):
+    src = write_jsonl(tmp_path / "mix.jsonl", clean_rows(12) + PLANTED + [{"id": "aimed", "prompt": "Where is it aimed at?", "response": "North.", "note": "aimed at nothing"}])
+    blocklist = tmp_path / "questions.txt"
+    blocklist.write_text(BLOCKED_QUESTION + "\nshort one\n")
+    out = build_data([parse_source_flag(f"{src},name=mix,revision=r1,license=cc0")], base, tmp_path / "data", DataConfig(block_size=4, seq_len=64), [blocklist])
+    manifest = json.loads((out / MANIFEST_FILE).read_text())
+    (source,) = manifest["sources"]
+    assert source["rows_read"] == 21 and source["rows_kept"] == 13
+    assert source["dropped"] == {"benchmark_metadata": 5, "eval_split": 2, "ngram_overlap": 1}
+    dropped_ids = {d["id"]: d["filter"] for d in source["dropped_examples"]}
+    assert dropped_ids == {
+        "gpqa": "benchmark_metadata",
+        "mmlu": "benchmark_metadata",
+        "math500": "benchmark_metadata",
+        "aime": "benchmark_metadata",
+        "lcb": "benchmark_metadata",
+        "test-split": "eval_split",
+        "val-split": "eval_split",
+        "ngram": "ngram_overlap",
+    }
+    assert source["files"][0]["sha256"] == sha256_file(src)
+    assert manifest["filters"]["ngram_overlap"]["blocklist"][0]["sha256"] == sha256_file(blocklist)
+    assert manifest["filters"]["ngram_overlap"]["entries_ignored_short"] == 1
+    assert manifest["outputs"][TRAIN_FILE]["sha256"] == sha256_file(out / TRAIN_FILE)
+    tokenizer = Tokenizer.from_file(str(base / "tokenizer.json"))
+    arrays, _ = load_rows(out / TRAIN_FILE, block_size=4)
+    text = tokenizer.decode(arrays["input_ids"].ravel().tolist(), skip_special_tokens=False)
+    for planted in ("Neon", "n=7", "Soon.", "Hi!", "print(1)"):
+        assert planted not in text
+    assert "North." in text and "5 plus 5 is 10." in text
+
+
+def test_samples_start_their_response_on_a_block_boundary(base, tmp_path):
+    src = write_jsonl(tmp_path / "rows.jsonl", clean_rows(20))
+    out = build_data([Source(path=src, name="rows")], base, tmp_path / "data", DataConfig(block_size=4, seq_len=96))
+    arrays, meta = load_rows(out / TRAIN_FILE)
+    assert meta["block_size"] == "4" and arrays["input_ids"].shape[1] == 96
+    tokenizer = Tokenizer.from_file(str(base / "tokenizer.json"))
+    im_end = tokenizer.token_to_id("<|im_end|>")
+    assistant = tokenizer.encode("<|im_start|>assistant\n", add_special_tokens=False).ids
+    samples = 0
+    for ids, loss, seg in zip(arrays["input_ids"], arrays["loss_mask"], arrays["segment_ids"]):
+        for s in set(seg.tolist()) - {0}:
+            where = np.flatnonzero(seg == s)
+            start, end = where[0], where[-1] + 1
+            assert (where == np.arange(start, end)).all()  # contiguous
+            first_loss = start + np.flatnonzero(loss[start:end])[0]
+            assert first_loss % 4 == 0 and end % 4 == 0
+            assert ids[first_loss - len(assistant) : first_loss].tolist() == assistant  # prompt is loss-free
+            assert loss[start:first_loss].sum() == 0
+            last_real = first_loss + np.flatnonzero(ids[first_loss:end] == im_end)[0]
+            assert loss[first_loss:end].all()  # response, its end and the block-filling pads are targets
+            assert (ids[last_real:end] == im_end).all() or ids[last_real + 1] == tokenizer.encode("\n").ids[0]
+            samples += 1
+    assert samples == 20
+    assert (arrays["loss_mask"][arrays["segment_ids"] == 0] == 0).all()
+
+
+def test_text_parquet_and_declared_eval_split_sources(base, tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("The sun rises in the east.\n\nWater boils at one hundred degrees.")
+    table = pa.table({"question": ["What is 2 plus 2?", "Name a fox."], "answer": ["4", "The quick brown fox."], "split": ["train", "train"]})
+    pq.write_table(table, tmp_path / "qa.parquet")
+    write_jsonl(tmp_path / "held.jsonl", clean_rows(3))
+    sources = [
+        parse_source_flag(f"{tmp_path / 'docs'},text_unit=paragraph"),
+        parse_source_flag(f"{tmp_path / 'qa.parquet'}"),
+        parse_source_flag(f"{tmp_path / 'held.jsonl'},split=validation"),
+    ]
+    out = build_data(sources, base, tmp_path / "data", DataConfig(block_size=8, seq_len=64))
+    manifest = json.loads((out / MANIFEST_FILE).read_text())
+    by_name = {s["name"]: s for s in manifest["sources"]}
+    assert by_name["docs"]["samples"] == 2 and by_name["qa.parquet"]["samples"] == 2
+    assert by_name["held.jsonl"]["rows_kept"] == 0 and by_name["held.jsonl"]["dropped"] == {"eval_split": 3}
+    assert manifest["totals"][TRAIN_FILE]["samples"] == 4
+    arrays, _ = load_rows(out / TRAIN_FILE)
+    text_tokens = int(arrays["loss_mask"].sum())
+    assert text_tokens == manifest["totals"][TRAIN_FILE]["loss_tokens"] > 0
+
+
+def test_bad_input_is_named(base, tmp_path):
+    with pytest.raises(A2DError, match="does not exist"):
+        parse_source_flag(str(tmp_path / "missing.jsonl"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "a", "response": "b"}\nnot json\n')
+    with pytest.raises(A2DError, match=r"bad.jsonl:2"):
+        build_data([Source(path=bad, name="bad")], base, tmp_path / "d1", DataConfig())
+    with pytest.raises(A2DError, match="unknown source field"):
+        parse_source_flag(f"{bad},spilt=train")
+    with pytest.raises(A2DError, match="multiple of --block-size"):
+        build_data([Source(path=bad, name="bad")], base, tmp_path / "d2", DataConfig(block_size=4, seq_len=30))
+    with pytest.raises(A2DError, match="rebuild the data with --block-size 8"):
+        ok = write_jsonl(tmp_path / "ok.jsonl", clean_rows(2))
+        out = build_data([Source(path=ok, name="ok")], base, tmp_path / "d3", DataConfig(block_size=4, seq_len=32))
+        load_rows(out / TRAIN_FILE, block_size=8)
+
+
+def test_self_distillation_trains_on_the_bases_own_tokens(base, tmp_path):
+    prompts = write_jsonl(
+        tmp_path / "prompts.jsonl",
+        [{"prompt": "What is two plus two?"}, {"prompt": "Name a colour.", "response": "reference answer"}, {"prompt": "Hi", "source": "gpqa"}],
+    )
+    source = parse_source_flag(f"{prompts},kind=distill,base={base},max_new_tokens=6,batch_size=2,name=self")
+    out = build_data([source], base, tmp_path / "data", DataConfig(block_size=4, seq_len=64))
+    manifest = json.loads((out / MANIFEST_FILE).read_text())
+    (record,) = manifest["sources"]
+    generator = record["generator"]
+    assert generator["responses"] == 2 and generator["prompt_filter"]["dropped"] == {"benchmark_metadata": 1}
+    assert generator["base_files"]["model.safetensors"]["sha256"] == sha256_file(base / "model.safetensors")
+    rows = [json.loads(line) for line in (out / "distill" / "self.jsonl").read_text().splitlines()]
+    assert manifest["outputs"]["distill/self.jsonl"]["sha256"] == sha256_file(out / "distill" / "self.jsonl")
+    assert all(m["role"] != "assistant" for r in rows for m in r["messages"])  # the reference answer is not used
+    assert all(1 <= len(r["response_ids"]) <= 6 for r in rows)
+    arrays, _ = load_rows(out / TRAIN_FILE)
+    packed = arrays["input_ids"].ravel().tolist()
+    for r in rows:  # the exact generated tokens are the targets
+        want = r["prompt_ids"] + r["response_ids"]
+        assert any(packed[i : i + len(want)] == want for i in range(len(packed)))
+    assert record["samples"] == 2 and int(arrays["loss_mask"].sum()) >= sum(len(r["response_ids"]) for r in rows)
