@@ -78,7 +78,7 @@ class TinySpec:
     bpe_vocab: int = 320  # target size of the trained BPE vocabulary (bytes + merges + specials)
     vocab_multiple: int = 64  # pad the embedding to a multiple of this, as MiniCPM does; 1: no padding
     init_std: float = 0.1
-    logit_scale: float = 4.0
+    logit_scale: float = 8.0
     rope_theta: float = 10000.0
     max_position_embeddings: int = 4096
     seed: int = 0
