@@ -3,7 +3,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 
-import { ByteFallbackDecoder, type Decoder, SequenceDecoder, Tokenizer } from "@huggingface/tokenizers";
+import { Tokenizer } from "@huggingface/tokenizers";
 
 import { ChatTemplate } from "./chat-template.js";
 
@@ -31,7 +31,7 @@ export class ModelTokenizer {
           "re-save it with a current `tokenizers`/transformers.",
       );
     }
-    if (tokenizer.decoder !== null) matchRustByteFallback(tokenizer.decoder);
+    if (tokenizer.decoder !== null) matchRustByteFallback(tokenizer.decoder as unknown as DecoderNode);
     const specialIds = new Set<number>();
     for (const [id, token] of tokenizer.get_added_tokens_decoder()) if (token.special) specialIds.add(id);
 
@@ -120,11 +120,11 @@ async function readChatTemplate(modelDir: string, config: Record<string, unknown
  * tokenizers.js decodes it leniently (one U+FFFD per bad subsequence). Outputs must match the Python side
  * character for character, so the byte-fallback steps get a decoder with the Rust rule.
  */
-function matchRustByteFallback(decoder: Decoder): void {
-  if (decoder instanceof SequenceDecoder) decoder.decoders.forEach(matchRustByteFallback);
-  if (!(decoder instanceof ByteFallbackDecoder)) return;
+function matchRustByteFallback(node: DecoderNode): void {
+  node.decoders?.forEach(matchRustByteFallback);
+  if (node.config?.type !== "ByteFallback") return;
   const strict = new TextDecoder("utf-8", { fatal: true });
-  decoder.text_decoder = {
+  node.text_decoder = {
     decode(bytes: Uint8Array): string {
       try {
         return strict.decode(bytes);
@@ -132,7 +132,14 @@ function matchRustByteFallback(decoder: Decoder): void {
         return "\uFFFD".repeat(bytes.length);
       }
     },
-  } as TextDecoder;
+  };
+}
+
+/** The parts of a tokenizers.js decoder used above (the package's type exports do not resolve under NodeNext). */
+interface DecoderNode {
+  config?: { type?: string };
+  decoders?: DecoderNode[];
+  text_decoder?: { decode(bytes: Uint8Array): string };
 }
 
 /** A special token in tokenizer_config.json is a string or an AddedToken object with `content`. */
