@@ -1,0 +1,98 @@
+// `a2d eval`: benchmark accuracy of any OpenAI-compatible endpoint on local benchmark files (docs/eval.md).
+import { existsSync } from "node:fs";
+
+import { InvalidArgumentError, type Command } from "commander";
+
+import { BENCHMARK_NAMES, isBenchmarkName, type BenchmarkName } from "../../eval/normalize.js";
+import { formatReport } from "../../eval/report.js";
+import { runEval } from "../../eval/run-eval.js";
+
+export function positiveInt(value: string): number {
+  const number = Number(value);
+  if (!Number.isInteger(number) || number < 1) throw new InvalidArgumentError("expected a whole number >= 1");
+  return number;
+}
+
+export function nonNegativeNumber(value: string): number {
+  const number = Number(value);
+  if (!Number.isFinite(number) || number < 0) throw new InvalidArgumentError("expected a number >= 0");
+  return number;
+}
+
+function benchmarkList(value: string): BenchmarkName[] {
+  const names = value.split(",").map((name) => name.trim()).filter(Boolean);
+  const unknown = names.filter((name) => !isBenchmarkName(name));
+  if (unknown.length > 0 || names.length === 0) {
+    throw new InvalidArgumentError(`unknown benchmark ${unknown.join(", ")}; choose from ${BENCHMARK_NAMES.join(", ")}`);
+  }
+  return names as BenchmarkName[];
+}
+
+interface EvalFlags {
+  url: string;
+  data: string;
+  bench?: BenchmarkName[];
+  limit?: number;
+  concurrency: number;
+  maxTokens: number;
+  temperature?: number;
+  topP?: number;
+  seed?: number;
+  model?: string;
+  apiKey?: string;
+  json?: boolean;
+  cache?: string;
+  details?: string;
+  python: string;
+  graderPython?: string;
+  codeTimeout: number;
+  progress: boolean;
+}
+
+export function register(program: Command): void {
+  program
+    .command("eval")
+    .description("Score an OpenAI-compatible endpoint on GPQA-Diamond, MATH-500, LiveCodeBench v6 and MMLU-Pro from local files")
+    .requiredOption("--url <url>", "server base URL, e.g. http://127.0.0.1:8000")
+    .requiredOption("--data <dir>", "folder with gpqa_diamond.csv, math_500.jsonl, livecodebench_v6.jsonl, mmlu_pro.jsonl|.parquet")
+    .option("--bench <list>", `comma-separated subset of ${BENCHMARK_NAMES.join(",")} (default: every file found)`, benchmarkList)
+    .option("--limit <n>", "first N items of each benchmark", positiveInt)
+    .option("--concurrency <n>", "requests in flight", positiveInt, 8)
+    .option("--max-tokens <n>", "max_tokens per request (reasoning included)", positiveInt, 32768)
+    .option("--temperature <t>", "sampling temperature (default: the server's)", nonNegativeNumber)
+    .option("--top-p <p>", "nucleus sampling mass (default: the server's)", nonNegativeNumber)
+    .option("--seed <n>", "request seed", (value) => Math.trunc(nonNegativeNumber(value)))
+    .option("--model <id>", "model id to request (default: the first one /v1/models lists)")
+    .option("--api-key <key>", "bearer token, if the server wants one")
+    .option("--json", "print only the report as JSON on stdout")
+    .option("--cache <file>", "response cache (JSON lines): a re-run resumes an interrupted one")
+    .option("--details <file>", "write every item's grade as JSON lines")
+    .option("--python <path>", "interpreter for model-written code, run as nobody in the sandbox", "/usr/bin/python3")
+    .option("--grader-python <path>", "Python with math-verify (default: the project's .venv)")
+    .option("--code-timeout <seconds>", "time limit per LiveCodeBench test", nonNegativeNumber, 6)
+    .option("--no-progress", "no progress bar")
+    .action(async (flags: EvalFlags) => {
+      if (!existsSync(flags.python)) throw new Error(`--python ${flags.python} does not exist; pass an interpreter path every user can run`);
+      const run = await runEval({
+        url: flags.url,
+        dataDir: flags.data,
+        benchmarks: flags.bench,
+        limit: flags.limit,
+        concurrency: flags.concurrency,
+        maxTokens: flags.maxTokens,
+        temperature: flags.temperature,
+        topP: flags.topP,
+        seed: flags.seed,
+        model: flags.model,
+        apiKey: flags.apiKey ?? process.env.OPENAI_API_KEY,
+        cacheFile: flags.cache,
+        detailsFile: flags.details,
+        codePython: flags.python,
+        graderPython: flags.graderPython,
+        codeLimits: { timeoutMs: flags.codeTimeout * 1000 },
+        progress: flags.progress && process.stderr.isTTY === true,
+        log: (line) => process.stderr.write(`${line}\n`),
+      });
+      process.stdout.write(flags.json ? `${JSON.stringify(run.report)}\n` : formatReport(run.report, run.model));
+    });
+}
