@@ -415,38 +415,29 @@ def load_blocklist(paths: list[Path], n: int, min_words: int) -> Blocklist:
 
 
 class ChatTokenizer:
-    """The model folder's tokenizer.json and chat template (docs/model-format.md: chat prompts are
-    rendered by the template and encoded without adding special tokens)."""
+    """The model folder's tokenizer and chat template, through the reference's prompt codec (chat
+    prompts are rendered by the template and encoded without adding special tokens), plus the EOS ids
+    and the rendering of whole conversations that training needs."""
 
     def __init__(self, folder: Path):
-        from tokenizers import Tokenizer
+        from .prompts import load_prompt_codec
 
-        path = folder / "tokenizer.json"
-        if not path.is_file():
-            raise A2DError(f"{path}: not found; --tokenizer must be a model folder with tokenizer.json")
         self.folder = folder
-        self.tokenizer = Tokenizer.from_file(str(path))
+        self.codec = load_prompt_codec(folder)
+        self.tokenizer = self.codec.tokenizer
+        self.has_template = self.codec.chat_template is not None
         config = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
-        template = config.get("chat_template")
-        if (folder / "chat_template.jinja").is_file():
-            template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
-        self.template = self._compile(template) if isinstance(template, str) else None
-        self.special = {k: self._text(config.get(k)) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
+        self.pad_token = self.codec.special_tokens.get("pad_token")
         self.eos_ids = self._eos_ids(folder, config)
 
-    @staticmethod
-    def _text(token: Any) -> str | None:
-        return token.get("content") if isinstance(token, dict) else token
-
     def _eos_ids(self, folder: Path, config: dict) -> list[int]:
-        ids: list[int] = []
         a2d = read_json(folder / "config.json").get("a2d") if (folder / "config.json").is_file() else None
         if isinstance(a2d, dict) and a2d.get("eos_token_ids"):
             return list(a2d["eos_token_ids"])
-        if self.special["eos_token"] is not None:
-            eos = self.tokenizer.token_to_id(self.special["eos_token"])
-            if eos is not None:
-                ids.append(eos)
+        ids: list[int] = []
+        eos_text = self.codec.special_tokens.get("eos_token")
+        if eos_text is not None and self.tokenizer.token_to_id(eos_text) is not None:
+            ids.append(self.tokenizer.token_to_id(eos_text))
         generation = folder / "generation_config.json"
         if generation.is_file():
             value = read_json(generation).get("eos_token_id")
@@ -457,30 +448,25 @@ class ChatTokenizer:
             raise A2DError(f"{folder}: no EOS token in tokenizer_config.json or generation_config.json")
         return ids
 
-    def _compile(self, template: str):
-        from jinja2.exceptions import TemplateError
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        def raise_exception(message):
-            raise TemplateError(message)
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-        env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
-        env.globals["raise_exception"] = raise_exception
-        env.globals["strftime_now"] = lambda fmt: time.strftime(fmt)
-        return env.from_string(template)
-
     def render(self, messages: list[dict[str, str]], add_generation_prompt: bool, enable_thinking: str) -> str:
+        from .prompts import _compile
+
+        if not self.has_template:
+            raise A2DError(f"{self.folder}: the tokenizer has no chat template, so chat rows cannot be rendered")
         extra = {} if not enable_thinking else {"enable_thinking": enable_thinking == "true"}
-        return self.template.render(
-            messages=messages, add_generation_prompt=add_generation_prompt, **self.special, **extra
+        return _compile(self.codec.chat_template).render(
+            messages=messages,
+            tools=None,
+            documents=None,
+            add_generation_prompt=add_generation_prompt,
+            **{**self.codec.special_tokens, **extra},
         )
 
     def encode(self, text: str, add_special_tokens: bool):
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self.codec.decode(ids)
 
 
 @dataclass
@@ -493,8 +479,6 @@ class Sample:
 
 def chat_sample(tok: ChatTokenizer, messages: list[dict[str, str]], enable_thinking: str) -> Sample | None:
     """Loss on every assistant turn: the characters the turn adds after its generation prompt."""
-    if tok.template is None:
-        raise A2DError(f"{tok.folder}: the tokenizer has no chat template, so chat rows cannot be rendered")
     full = tok.render(messages, add_generation_prompt=False, enable_thinking=enable_thinking)
     spans = []
     for i, message in enumerate(messages):
@@ -621,14 +605,12 @@ def distill(source: Source, tok: ChatTokenizer, out_dir: Path, keep: "RowFilter"
                 messages = [{"role": "user", "content": example.text}]
             if source.system and messages[0]["role"] != "system":
                 messages = [{"role": "system", "content": source.system}, *messages]
-            if tok.template is None:
-                raise A2DError(f"{tok.folder}: the tokenizer has no chat template; distillation renders prompts with it")
             text = tok.render(messages, add_generation_prompt=True, enable_thinking=source.enable_thinking)
             prompts.append((Example(messages=messages, metadata=example.metadata), tok.encode(text, False).ids))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype).to(device).eval()
-    pad_id = tok.tokenizer.token_to_id(tok.special["pad_token"]) if tok.special["pad_token"] else tok.eos_ids[0]
+    pad_id = tok.tokenizer.token_to_id(tok.pad_token) if tok.pad_token else tok.eos_ids[0]
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i][1]))  # similar lengths batch well
     results: dict[int, list[int]] = {}
     unfinished = 0
