@@ -5,6 +5,10 @@ import { Command } from "commander";
 
 import { register as registerGenerate } from "./commands/generate.js";
 import { register as registerServe } from "./commands/serve.js";
+import { register as registerPack } from "./commands/pack.js";
+import { register as registerVerify } from "./commands/verify.js";
+import { register as registerEval } from "./commands/eval.js";
+import { register as registerBenchServe } from "./commands/bench-serve.js";
 
 const program = new Command();
 program
@@ -15,6 +19,10 @@ program
 
 registerGenerate(program);
 registerServe(program);
+registerPack(program);
+registerVerify(program);
+registerEval(program);
+registerBenchServe(program);
 
 program.parseAsync(process.argv).catch((error: unknown) => {
   process.stderr.write(`a2d: ${error instanceof Error ? error.message : String(error)}\n`);
