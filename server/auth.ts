@@ -1,0 +1,22 @@
+// Optional API key: every /v1 route wants `Authorization: Bearer <key>`; /health stays open so that
+// load balancers and readiness probes need no secret.
+import { timingSafeEqual } from "node:crypto";
+
+import type { App } from "./app.js";
+import { ApiError } from "./errors.js";
+
+export function requireApiKey(app: App, apiKey: string): void {
+  const expected = Buffer.from(apiKey);
+  app.addHook("onRequest", async (request) => {
+    if (!request.url.startsWith("/v1")) return;
+    const header = request.headers.authorization ?? "";
+    const match = /^Bearer\s+(.+)$/i.exec(header);
+    if (match === null) {
+      throw new ApiError("invalid_api_key", "Missing API key: send it as 'Authorization: Bearer <key>'.");
+    }
+    const given = Buffer.from(match[1]!.trim());
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+      throw new ApiError("invalid_api_key", "Incorrect API key provided.");
+    }
+  });
+}

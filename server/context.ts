@@ -1,0 +1,52 @@
+// What the routes share: the model (absent while it loads), its tokenizer, the admission queue, and the
+// set of running generations that a shutdown may have to cancel.
+import type { FastifyBaseLogger } from "fastify";
+
+import type { Engine } from "../engine/types.js";
+import { ApiError } from "./errors.js";
+import { GenerationQueue } from "./queue.js";
+import type { ModelTokenizer } from "./tokenizer.js";
+
+export interface LoadedModel {
+  engine: Engine;
+  tokenizer: ModelTokenizer;
+}
+
+export type ServerState = "loading" | "ready" | "draining";
+
+export class ServerContext {
+  state: ServerState = "loading";
+  model: LoadedModel | null = null;
+  readonly queue: GenerationQueue;
+  /** Aborting these cancels every running or waiting generation (used at the end of a drain). */
+  readonly inflight = new Set<AbortController>();
+  readonly created = Math.floor(Date.now() / 1000);
+
+  constructor(
+    /** The id clients see in /v1/models and in every response. */
+    readonly modelId: string,
+    readonly apiKey: string | null,
+    maxWaiting: number,
+    readonly log: FastifyBaseLogger,
+  ) {
+    this.queue = new GenerationQueue(maxWaiting);
+  }
+
+  ready(model: LoadedModel): void {
+    this.model = model;
+    this.state = "ready";
+  }
+
+  /** The model for a generation admitted earlier: a drain lets those run to the end. */
+  loadedModel(): LoadedModel {
+    if (this.model === null) throw new ApiError("model_loading", "The model is still loading; retry when GET /health answers 200.");
+    return this.model;
+  }
+
+  /** The model, or the reason no new generation can start now. */
+  requireModel(): LoadedModel {
+    if (this.state === "draining") throw new ApiError("shutting_down", "The server is shutting down; retry on another instance.");
+    if (this.model === null) throw new ApiError("model_loading", "The model is still loading; retry when GET /health answers 200.");
+    return this.model;
+  }
+}

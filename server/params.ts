@@ -1,0 +1,68 @@
+// From a validated request body to the engine's DecodeParams: OpenAI fields a2d does not implement are
+// refused by name, a2d's own decoding fields override the model's defaults, and the token budget is
+// checked against the context the engine was loaded with.
+import type { DecodeParams, ModelInfo } from "../engine/types.js";
+import { ApiError } from "./errors.js";
+import type { SamplingRequest } from "./schemas.js";
+
+export interface Resolved {
+  params: DecodeParams;
+  stops: string[];
+}
+
+export function resolveParams(body: SamplingRequest, info: ModelInfo, promptTokens: number, maxTokensField: number | null | undefined, maxTokensName: string): Resolved {
+  if (body.n != null && body.n !== 1) {
+    throw new ApiError("unsupported_value", "Only n=1 is supported: ask for more completions with more requests.", "n");
+  }
+  if (body.logprobs != null && body.logprobs !== false && body.logprobs !== 0) {
+    throw new ApiError("unsupported_parameter", "logprobs are not available from the block-diffusion decoder.", "logprobs");
+  }
+  for (const name of ["presence_penalty", "frequency_penalty"] as const) {
+    const value = body[name];
+    if (value != null && value !== 0) throw new ApiError("unsupported_value", `${name} is not supported; leave it at 0.`, name);
+  }
+
+  const blockSize = body.block_size ?? info.decoding.blockSize;
+  if (body.min_per_step !== undefined && body.min_per_step > blockSize) {
+    throw new ApiError("invalid_value", `min_per_step (${body.min_per_step}) must not exceed the block size (${blockSize}).`, "min_per_step");
+  }
+  if (body.steps !== undefined && body.steps > blockSize) {
+    throw new ApiError("invalid_value", `steps (${body.steps}) must not exceed the block size (${blockSize}).`, "steps");
+  }
+
+  if (promptTokens === 0) throw new ApiError("invalid_value", "The prompt must hold at least one token.", null);
+  const room = info.maxContext - promptTokens;
+  if (room <= 0) {
+    throw new ApiError(
+      "context_length_exceeded",
+      `This model's maximum context length is ${info.maxContext} tokens; the prompt alone has ${promptTokens}. Shorten the prompt.`,
+      "messages",
+    );
+  }
+  const maxTokens = maxTokensField ?? room;
+  if (maxTokens > room) {
+    throw new ApiError(
+      "context_length_exceeded",
+      `This model's maximum context length is ${info.maxContext} tokens. However, you requested ${promptTokens + maxTokens} tokens ` +
+        `(${promptTokens} in the prompt, ${maxTokens} for the completion). Lower ${maxTokensName} or shorten the prompt.`,
+      maxTokensName,
+    );
+  }
+
+  const stop = body.stop;
+  const stops = stop == null ? [] : typeof stop === "string" ? [stop] : stop;
+  if (stops.some((text) => text.length === 0)) throw new ApiError("invalid_value", "Stop strings must not be empty.", "stop");
+
+  const params: DecodeParams = { maxTokens, blockSize };
+  if (body.temperature != null) params.temperature = body.temperature;
+  if (body.top_p != null) params.topP = body.top_p;
+  if (body.threshold !== undefined) params.threshold = body.threshold;
+  // A request's smaller block would otherwise inherit a per-step minimum or schedule larger than itself.
+  params.minPerStep = body.min_per_step ?? Math.min(info.decoding.minPerStep, blockSize);
+  params.steps = body.steps ?? Math.min(info.decoding.steps, blockSize);
+  if (body.remasking !== undefined) params.remasking = body.remasking as DecodeParams["remasking"];
+  if (body.commit !== undefined) params.commit = body.commit as DecodeParams["commit"];
+  // Signed 64-bit seeds map onto a2d's unsigned RNG seed by their two's complement bits.
+  if (body.seed != null) params.seed = BigInt.asUintN(64, BigInt(body.seed));
+  return { params, stops };
+}

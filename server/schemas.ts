@@ -1,0 +1,90 @@
+// Request bodies as TypeBox schemas, checked by fastify at the edge. Unknown fields are ignored, as
+// OpenAI's API does; types and ranges are enforced (no type coercion: "0.5" is not a number). Limits
+// that depend on the loaded model (context length, block size) are checked in params.ts.
+import { type Static, Type } from "@fastify/type-provider-typebox";
+
+const TextPart = Type.Object({ type: Type.String(), text: Type.Optional(Type.String()) });
+
+const Message = Type.Object({
+  // "tool" and "function" turns need tool calling, which a2d does not do.
+  role: Type.Enum(["system", "developer", "user", "assistant"]),
+  content: Type.Optional(
+    Type.Union([Type.String(), Type.Null(), Type.Array(TextPart)], {
+      description: "a string or an array of content parts",
+    }),
+  ),
+  name: Type.Optional(Type.String()),
+  reasoning_content: Type.Optional(Type.Union([Type.String(), Type.Null()], { description: "a string" })),
+});
+export type ChatMessage = Static<typeof Message>;
+
+const Stop = Type.Optional(
+  Type.Union([Type.String(), Type.Array(Type.String(), { maxItems: 16 }), Type.Null()], {
+    description: "a string or an array of at most 16 strings",
+  }),
+);
+
+/** Sampling and a2d's decoding parameters, shared by both generation endpoints. */
+const Sampling = {
+  model: Type.Optional(Type.String()),
+  max_tokens: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], { description: "a positive integer" })),
+  temperature: Type.Optional(Type.Union([Type.Number({ minimum: 0, maximum: 2 }), Type.Null()], { description: "a number in [0, 2]" })),
+  top_p: Type.Optional(Type.Union([Type.Number({ exclusiveMinimum: 0, maximum: 1 }), Type.Null()], { description: "a number in (0, 1]" })),
+  // OpenAI seeds are signed 64-bit; a2d's RNG takes the same 64 bits unsigned (two's complement).
+  seed: Type.Optional(
+    Type.Union([Type.Integer({ minimum: -9223372036854775808, maximum: 18446744073709551615 }), Type.Null()], {
+      description: "an integer in [-2^63, 2^64)",
+    }),
+  ),
+  n: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], { description: "an integer" })),
+  stop: Stop,
+  stream: Type.Optional(Type.Union([Type.Boolean(), Type.Null()], { description: "a boolean" })),
+  stream_options: Type.Optional(
+    Type.Union([Type.Object({ include_usage: Type.Optional(Type.Boolean()) }), Type.Null()], {
+      description: "an object {include_usage: boolean}",
+    }),
+  ),
+  logprobs: Type.Optional(Type.Union([Type.Boolean(), Type.Integer({ minimum: 0 }), Type.Null()], { description: "a boolean" })),
+  presence_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: "a number in [-2, 2]" })),
+  frequency_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: "a number in [-2, 2]" })),
+  // a2d extensions (docs/decoding.md, "Parameters"); absent means the model's default.
+  block_size: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
+  threshold: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
+  min_per_step: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
+  steps: Type.Optional(Type.Integer({ minimum: 0, maximum: 64 })),
+  remasking: Type.Optional(Type.Enum(["low_confidence", "random"])),
+  commit: Type.Optional(Type.Enum(["fused", "separate"])),
+};
+
+export const ChatBody = Type.Object({
+  ...Sampling,
+  messages: Type.Array(Message, { minItems: 1 }),
+  max_completion_tokens: Type.Optional(
+    Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], { description: "a positive integer" }),
+  ),
+  chat_template_kwargs: Type.Optional(
+    Type.Union([Type.Object({ enable_thinking: Type.Optional(Type.Boolean()) }), Type.Null()], {
+      description: "an object {enable_thinking: boolean}",
+    }),
+  ),
+});
+export type ChatRequest = Static<typeof ChatBody>;
+
+export const CompletionBody = Type.Object({
+  ...Sampling,
+  prompt: Type.Union(
+    [
+      Type.String(),
+      Type.Array(Type.String(), { minItems: 1 }),
+      Type.Array(Type.Integer({ minimum: 0 }), { minItems: 1 }),
+      Type.Array(Type.Array(Type.Integer({ minimum: 0 }), { minItems: 1 }), { minItems: 1 }),
+    ],
+    { description: "a string, an array of strings, an array of token ids or an array of token id arrays" },
+  ),
+  echo: Type.Optional(Type.Union([Type.Boolean(), Type.Null()], { description: "a boolean" })),
+  suffix: Type.Optional(Type.Union([Type.String(), Type.Null()], { description: "a string" })),
+  best_of: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], { description: "an integer" })),
+});
+export type CompletionRequest = Static<typeof CompletionBody>;
+
+export type SamplingRequest = Pick<ChatRequest, keyof typeof Sampling>;
