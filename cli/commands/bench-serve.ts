@@ -1,0 +1,58 @@
+// `a2d bench-serve`: tokens/s and time to first token of any OpenAI-compatible endpoint (docs/eval.md).
+import { readFileSync } from "node:fs";
+
+import type { Command } from "commander";
+
+import { DEFAULT_PROMPT, benchServe, formatBenchServe } from "../../eval/bench-serve.js";
+import { nonNegativeNumber, positiveInt } from "./eval.js";
+
+interface BenchServeFlags {
+  url: string;
+  promptFile?: string;
+  maxTokens: number;
+  concurrency: number;
+  model?: string;
+  apiKey?: string;
+  temperature?: number;
+  json?: boolean;
+}
+
+function readPrompt(file: string): string {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (error) {
+    throw new Error(`--prompt-file ${file}: ${(error as Error).message}`);
+  }
+  if (text.trim() === "") throw new Error(`--prompt-file ${file} is empty; put the user message in it`);
+  return text;
+}
+
+export function register(program: Command): void {
+  program
+    .command("bench-serve")
+    .description("Measure single-stream and concurrent tokens/s and time to first token of an OpenAI-compatible server")
+    .requiredOption("--url <url>", "server base URL, e.g. http://127.0.0.1:8000")
+    .option("--prompt-file <file>", "user message to send (default: a prompt asking for a long story)")
+    .option("--max-tokens <n>", "max_tokens of each generation", positiveInt, 1024)
+    .option("--concurrency <n>", "streams at once in the concurrent phase (1: skip it)", positiveInt, 4)
+    .option("--model <id>", "model id to request (default: the first one /v1/models lists)")
+    .option("--api-key <key>", "bearer token, if the server wants one")
+    .option("--temperature <t>", "sampling temperature (default: the server's)", nonNegativeNumber)
+    .option("--json", "print the measurements as JSON")
+    .action(async (flags: BenchServeFlags) => {
+      const result = await benchServe(
+        {
+          url: flags.url,
+          model: flags.model,
+          apiKey: flags.apiKey ?? process.env.OPENAI_API_KEY,
+          prompt: flags.promptFile ? readPrompt(flags.promptFile) : DEFAULT_PROMPT,
+          maxTokens: flags.maxTokens,
+          concurrency: flags.concurrency,
+          temperature: flags.temperature,
+        },
+        (line) => process.stderr.write(`${line}\n`),
+      );
+      process.stdout.write(flags.json ? `${JSON.stringify(result)}\n` : formatBenchServe(result));
+    });
+}
