@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import tiny, init_model
+from . import generate, golden, init_model, tiny
 from .errors import A2DError
 
-COMMANDS = [tiny, init_model]
+COMMANDS = [tiny, init_model, generate, golden]
 
 
 def main(argv: list[str] | None = None) -> int:
