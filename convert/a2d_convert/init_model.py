@@ -87,11 +87,6 @@ def check_mask_encoding(tokenizer_json: dict, mask_token: str, mask_id: int, pat
 
 
 def init_model(base: Path, out: Path, block_size: int = 4, shift_logits: bool = True, mask_token: str = "<|mask|>", force: bool = False) -> Path:
-    import torch
-    from safetensors.torch import save_file
-
-    from .weights import check_tensors, read_tensors
-
     if not 1 <= block_size <= MAX_BLOCK_SIZE:
         raise A2DError(f"--block-size {block_size} must be in 1..{MAX_BLOCK_SIZE}")
     cfg, a2d, raw = load_config(base)
@@ -111,6 +106,12 @@ def init_model(base: Path, out: Path, block_size: int = 4, shift_logits: bool = 
             "the tokenizer does not belong to these weights"
         )
     eos_ids = eos_token_ids(base, raw, tok_config, ids)
+
+    # torch only now: a bad config or tokenizer is reported without paying for its import.
+    import torch
+    from safetensors.torch import save_file
+
+    from .weights import check_tensors, read_tensors
 
     tensors = read_tensors(base)
     if cfg.tie_word_embeddings and "lm_head.weight" in tensors:
