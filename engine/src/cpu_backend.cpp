@@ -50,6 +50,12 @@ class CpuBackend final : public Backend {
     const int64_t hidden = c.hidden_size, inter = c.intermediate_size, hd = c.head_dim;
     const int64_t q_dim = c.num_heads * hd, kv_dim = c.num_kv_heads * hd;
 
+    for (int32_t row : args.logit_rows) {
+      if (row < 0 || row >= T) {
+        throw std::runtime_error("logits row " + std::to_string(row) + " is outside the forward's " +
+                                 std::to_string(T) + " rows");
+      }
+    }
     std::vector<int32_t> ids(args.commit);
     ids.insert(ids.end(), args.window.begin(), args.window.end());
     for (int32_t id : ids) {
@@ -104,10 +110,6 @@ class CpuBackend final : public Backend {
     h_.resize(std::max(R, T) * hidden);
     for (int64_t i = 0; i < R; ++i) {
       const int64_t row = args.logit_rows[i];
-      if (row < 0 || row >= T) {
-        throw std::runtime_error("logits row " + std::to_string(row) + " is outside the forward's " +
-                                 std::to_string(T) + " rows");
-      }
       cpu::rmsnorm(x_.data() + row * hidden, 1, hidden, final_norm_.data(), c.rms_norm_eps,
                    h_.data() + i * hidden);
     }

@@ -80,6 +80,8 @@ void row_to_float(const Tensor& t, int64_t row, float* dst) {
     case DType::f32:
       std::memcpy(dst, static_cast<const float*>(t.data) + row * n, n * sizeof(float));
       break;
+    case DType::i32:  // rejected at load
+      break;
   }
 }
 
@@ -139,6 +141,8 @@ float load_element(const Tensor& t, int64_t i) {
       return f16_to_float(static_cast<const uint16_t*>(t.data)[i]);
     case DType::f32:
       return static_cast<const float*>(t.data)[i];
+    case DType::i32:  // rejected at load
+      break;
   }
   return 0.0f;
 }

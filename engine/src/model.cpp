@@ -42,6 +42,10 @@ class Binder {
                                shape_text(info.shape) + " but " + config_path_ + " (" + field +
                                ") implies " + shape_text(shape) + "; the weights do not match the config");
     }
+    if (info.dtype == DType::i32) {
+      throw std::runtime_error(it->second.file->path() + ": tensor '" + name + "' has dtype " +
+                               dtype_name(info.dtype) + "; weights must be BF16, F16 or F32");
+    }
     Tensor t;
     t.dtype = info.dtype;
     t.shape = info.shape;

@@ -33,9 +33,10 @@ DType parse_dtype(const std::string& path, const std::string& tensor, const std:
   if (name == "BF16") return DType::bf16;
   if (name == "F16") return DType::f16;
   if (name == "F32") return DType::f32;
+  if (name == "I32") return DType::i32;
   fail(path, "tensor '" + tensor + "' has dtype " + name +
-                 "; a2d reads BF16, F16 and F32 only (convert the weights, e.g. with the a2d_convert "
-                 "package)");
+                 "; a2d reads BF16, F16 and F32 weights only (convert the weights, e.g. with the "
+                 "a2d_convert package)");
 }
 
 }  // namespace
@@ -46,6 +47,7 @@ size_t dtype_size(DType dtype) {
     case DType::f16:
       return 2;
     case DType::f32:
+    case DType::i32:
       return 4;
   }
   return 0;
@@ -59,6 +61,8 @@ const char* dtype_name(DType dtype) {
       return "F16";
     case DType::f32:
       return "F32";
+    case DType::i32:
+      return "I32";
   }
   return "?";
 }

@@ -10,7 +10,8 @@
 
 namespace a2d {
 
-enum class DType { bf16, f16, f32 };
+// Weights are bf16/f16/f32; i32 is read for integer side tensors (token ids in golden files).
+enum class DType { bf16, f16, f32, i32 };
 
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);

@@ -1,0 +1,152 @@
+#include <doctest/doctest.h>
+
+#include "config.h"
+#include "model.h"
+#include "test_util.h"
+
+using namespace a2d;
+using namespace a2d::test;
+
+namespace {
+
+// Writes `config` next to valid tiny weights and loads the folder.
+std::unique_ptr<Model> load_with(const std::string& name, const TinyShape& shape, const nlohmann::json& config) {
+  const std::string dir = write_tiny_model(name, shape, 3);
+  write_file(dir + "/config.json", config.dump());
+  return load_model(dir);
+}
+
+}  // namespace
+
+TEST_CASE("config: a tiny llama loads with the documented defaults") {
+  TinyShape shape;
+  nlohmann::json config = tiny_config(shape);
+  config.erase("num_key_value_heads");
+  config.erase("head_dim");
+  shape.kv_heads = shape.heads;
+  auto model = load_with("cfg-defaults", shape, config);
+  const ModelConfig& c = model->config;
+  CHECK(c.num_kv_heads == c.num_heads);
+  CHECK(c.head_dim == c.hidden_size / c.num_heads);
+  CHECK(c.mask_token_id == shape.vocab - 1);
+  CHECK(c.decoding.block_size == 4);
+  CHECK(c.decoding.eos_token_ids == std::vector<int32_t>{2});
+  CHECK(!c.qkv_bias);
+  CHECK(!c.qk_norm);
+  CHECK(model->num_parameters > 0);
+}
+
+TEST_CASE("config: architecture switches follow docs/model-format.md") {
+  TinyShape qwen2;
+  qwen2.qkv_bias = true;
+  auto m2 = load_with("cfg-qwen2", qwen2, tiny_config(qwen2));
+  CHECK(m2->config.qkv_bias);
+  CHECK(!m2->config.o_bias);
+  CHECK(m2->weights.layers[0].q_bias.present());
+
+  TinyShape qwen3;
+  qwen3.qk_norm = true;
+  auto m3 = load_with("cfg-qwen3", qwen3, tiny_config(qwen3));
+  CHECK(m3->config.qk_norm);
+  CHECK(m3->weights.layers[1].k_norm.present());
+
+  TinyShape tied;
+  tied.tied = true;
+  auto mt = load_with("cfg-tied", tied, tiny_config(tied));
+  CHECK(mt->weights.lm_head.data == mt->weights.embed.data);
+}
+
+TEST_CASE("config: rope_theta is read from rope_parameters as transformers 5 writes it") {
+  TinyShape shape;
+  nlohmann::json config = tiny_config(shape);
+  config.erase("rope_theta");
+  config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e6}};
+  CHECK(load_with("cfg-rope", shape, config)->config.rope_theta == 5e6);
+}
+
+TEST_CASE("config: unsupported configs are rejected naming the file, the field and the fix") {
+  TinyShape shape;
+  auto rejects = [&](const char* name, auto edit, const char* reason) {
+    nlohmann::json config = tiny_config(shape);
+    edit(config);
+    const std::string dir = write_tiny_model(name, shape, 3);
+    write_file(dir + "/config.json", config.dump());
+    CHECK_THROWS_WITH(load_model(dir), doctest::Contains(reason));
+    CHECK_THROWS_WITH(load_model(dir), doctest::Contains((dir + "/config.json").c_str()));
+  };
+  rejects("cfg-arch", [](nlohmann::json& c) { c["architectures"] = {"GPT2LMHeadModel"}; },
+          "field 'architectures' names 'GPT2LMHeadModel', which a2d does not support; supported: LlamaForCausalLM");
+  rejects("cfg-type", [](nlohmann::json& c) { c["model_type"] = "qwen2"; }, "does not match architecture");
+  rejects("cfg-unknown", [](nlohmann::json& c) { c["scale_emb"] = 12; },
+          "field 'scale_emb' is not supported by the a2d engine");
+  rejects("cfg-scaling", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}}; },
+          "RoPE scaling 'yarn'");
+  rejects("cfg-act", [](nlohmann::json& c) { c["hidden_act"] = "gelu"; }, "field 'hidden_act' = 'gelu'");
+  rejects("cfg-no-a2d", [](nlohmann::json& c) { c.erase("a2d"); }, "python -m a2d_convert init");
+  rejects("cfg-version", [](nlohmann::json& c) { c["a2d"]["format_version"] = 2; },
+          "re-export the model with this a2d version");
+  rejects("cfg-mask", [](nlohmann::json& c) { c["a2d"]["mask_token_id"] = 1000; },
+          "field 'a2d.mask_token_id' = 1000 is out of range");
+  rejects("cfg-block", [](nlohmann::json& c) { c["a2d"]["block_size"] = 65; }, "'a2d.block_size' = 65");
+  rejects("cfg-remask", [](nlohmann::json& c) { c["a2d"]["decoding"]["remasking"] = "sometimes"; },
+          "a2d.decoding.remasking");
+  rejects("cfg-missing", [](nlohmann::json& c) { c.erase("hidden_size"); }, "'hidden_size' is missing");
+  rejects("cfg-kv", [](nlohmann::json& c) { c["num_key_value_heads"] = 3; }, "must divide num_attention_heads");
+}
+
+TEST_CASE("config: not JSON, or no file at all") {
+  const std::string dir = scratch_dir("cfg-bad-json");
+  CHECK_THROWS_WITH(read_config(dir + "/config.json"), doctest::Contains("must hold config.json"));
+  write_file(dir + "/config.json", "{\"architectures\": [");
+  CHECK_THROWS_WITH(read_config(dir + "/config.json"), doctest::Contains("not valid JSON"));
+}
+
+TEST_CASE("config: weights that disagree with the config name the tensor and the field") {
+  TinyShape shape;
+  nlohmann::json wider = tiny_config(shape);
+  wider["intermediate_size"] = shape.intermediate * 2;
+  CHECK_THROWS_WITH(load_with("cfg-shape", shape, wider),
+                    doctest::Contains("tensor 'model.layers.0.mlp.gate_proj.weight' has shape [24, 16] but"));
+
+  nlohmann::json deeper = tiny_config(shape);
+  deeper["num_hidden_layers"] = 3;
+  CHECK_THROWS_WITH(load_with("cfg-layers", shape, deeper),
+                    doctest::Contains("missing tensor 'model.layers.2.input_layernorm.weight'"));
+
+  nlohmann::json shallower = tiny_config(shape);
+  shallower["num_hidden_layers"] = 1;
+  CHECK_THROWS_WITH(load_with("cfg-extra", shape, shallower),
+                    doctest::Contains("unexpected tensor 'model.layers.1."));
+
+  TinyShape biased;
+  biased.qkv_bias = true;
+  nlohmann::json as_llama = tiny_config(biased);
+  as_llama["architectures"] = {"LlamaForCausalLM"};
+  as_llama["model_type"] = "llama";
+  CHECK_THROWS_WITH(load_with("cfg-bias", biased, as_llama),
+                    doctest::Contains("unexpected tensor 'model.layers.0.self_attn.k_proj.bias'"));
+
+  nlohmann::json tied = tiny_config(shape);
+  tied["tie_word_embeddings"] = true;
+  CHECK_THROWS_WITH(load_with("cfg-tie", shape, tied), doctest::Contains("unexpected tensor 'lm_head.weight'"));
+}
+
+TEST_CASE("config: decoding parameters are range-checked by name") {
+  ModelConfig config;
+  config.vocab_size = 10;
+  DecodeParams p;
+  CHECK_NOTHROW(validate_decode_params(p, config));
+  auto rejects = [&](auto edit, const char* reason) {
+    DecodeParams q;
+    edit(q);
+    CHECK_THROWS_WITH(validate_decode_params(q, config), doctest::Contains(reason));
+  };
+  rejects([](DecodeParams& q) { q.block_size = 0; }, "block_size");
+  rejects([](DecodeParams& q) { q.threshold = 1.5; }, "threshold");
+  rejects([](DecodeParams& q) { q.min_per_step = 5; }, "min_per_step");
+  rejects([](DecodeParams& q) { q.steps = 9; }, "steps");
+  rejects([](DecodeParams& q) { q.temperature = -1; }, "temperature");
+  rejects([](DecodeParams& q) { q.top_p = 0; }, "top_p");
+  rejects([](DecodeParams& q) { q.max_tokens = -1; }, "max_tokens");
+  rejects([](DecodeParams& q) { q.eos_token_ids = {10}; }, "eos_token_ids");
+}

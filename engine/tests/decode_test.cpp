@@ -1,0 +1,361 @@
+// Model-free tests of the CPU backend and the decode loop on tiny random models written by the test.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend.h"
+#include "cpu_kernels.h"
+#include "decode.h"
+#include "model.h"
+#include "test_util.h"
+
+using namespace a2d;
+using namespace a2d::test;
+
+namespace {
+
+// A plain, single-threaded, double-precision forward over the whole sequence with the block-causal
+// mask written out, to check the optimised backend against.
+std::vector<double> naive_logits(const Model& model, const std::vector<int32_t>& tokens, int64_t commit_rows) {
+  const ModelConfig& c = model.config;
+  const int64_t T = static_cast<int64_t>(tokens.size()), H = c.hidden_size, hd = c.head_dim;
+  auto w = [](const Tensor& t, int64_t i) { return static_cast<double>(cpu::load_element(t, i)); };
+  auto matvec = [&](const Tensor& W, const Tensor& bias, const std::vector<double>& x) {
+    std::vector<double> y(W.rows(), 0.0);
+    for (int64_t n = 0; n < W.rows(); ++n) {
+      for (int64_t k = 0; k < W.cols(); ++k) y[n] += w(W, n * W.cols() + k) * x[k];
+      if (bias.present()) y[n] += w(bias, n);
+    }
+    return y;
+  };
+  auto norm = [&](const double* x, int64_t n, const Tensor& weight, double* out) {
+    double ms = 0;
+    for (int64_t i = 0; i < n; ++i) ms += x[i] * x[i];
+    const double s = 1.0 / std::sqrt(ms / n + c.rms_norm_eps);
+    for (int64_t i = 0; i < n; ++i) out[i] = w(weight, i) * x[i] * s;
+  };
+  auto rope = [&](double* v, int64_t pos) {
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const double angle = pos / std::pow(c.rope_theta, 2.0 * i / hd);
+      const double a = v[i], b = v[i + hd / 2];
+      v[i] = a * std::cos(angle) - b * std::sin(angle);
+      v[i + hd / 2] = b * std::cos(angle) + a * std::sin(angle);
+    }
+  };
+  std::vector<std::vector<double>> x(T, std::vector<double>(H));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < H; ++i) x[t][i] = w(model.weights.embed, tokens[t] * H + i);
+  }
+  for (const LayerWeights& L : model.weights.layers) {
+    std::vector<std::vector<double>> q(T), k(T), v(T);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> h(H);
+      norm(x[t].data(), H, L.input_norm, h.data());
+      q[t] = matvec(L.q, L.q_bias, h);
+      k[t] = matvec(L.k, L.k_bias, h);
+      v[t] = matvec(L.v, L.v_bias, h);
+      for (int64_t head = 0; head < c.num_heads; ++head) {
+        if (c.qk_norm) norm(&q[t][head * hd], hd, L.q_norm, &q[t][head * hd]);
+        rope(&q[t][head * hd], t);
+      }
+      for (int64_t head = 0; head < c.num_kv_heads; ++head) {
+        if (c.qk_norm) norm(&k[t][head * hd], hd, L.k_norm, &k[t][head * hd]);
+        rope(&k[t][head * hd], t);
+      }
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> attn(c.num_heads * hd, 0.0);
+      const int64_t visible = t < commit_rows ? t + 1 : T;
+      for (int64_t head = 0; head < c.num_heads; ++head) {
+        const int64_t kvh = head / (c.num_heads / c.num_kv_heads);
+        std::vector<double> p(visible);
+        double max_s = -1e300, sum = 0;
+        for (int64_t s = 0; s < visible; ++s) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i) d += q[t][head * hd + i] * k[s][kvh * hd + i];
+          p[s] = d / std::sqrt(static_cast<double>(hd));
+          max_s = std::max(max_s, p[s]);
+        }
+        for (auto& e : p) sum += (e = std::exp(e - max_s));
+        for (int64_t s = 0; s < visible; ++s) {
+          for (int64_t i = 0; i < hd; ++i) attn[head * hd + i] += p[s] / sum * v[s][kvh * hd + i];
+        }
+      }
+      const auto o = matvec(L.o, L.o_bias, attn);
+      for (int64_t i = 0; i < H; ++i) x[t][i] += o[i];
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> h(H);
+      norm(x[t].data(), H, L.post_norm, h.data());
+      auto g = matvec(L.gate, Tensor{}, h);
+      const auto u = matvec(L.up, Tensor{}, h);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      const auto d = matvec(L.down, Tensor{}, g);
+      for (int64_t i = 0; i < H; ++i) x[t][i] += d[i];
+    }
+  }
+  std::vector<double> logits;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> h(H);
+    norm(x[t].data(), H, model.weights.final_norm, h.data());
+    const auto row = matvec(model.weights.lm_head, Tensor{}, h);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  return logits;
+}
+
+std::vector<float> forward_all(Backend& b, const std::vector<int32_t>& commit, const std::vector<int32_t>& window) {
+  ForwardArgs args;
+  args.commit = commit;
+  args.window = window;
+  for (int32_t r = 0; r < static_cast<int32_t>(commit.size() + window.size()); ++r) args.logit_rows.push_back(r);
+  std::vector<float> logits(args.logit_rows.size() * b.config().vocab_size);
+  b.forward(args, logits.data());
+  return logits;
+}
+
+template <typename A, typename B>
+double max_rel_error(const A& got, const B& want, size_t offset = 0) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - static_cast<double>(want[offset + i])));
+    scale = std::max(scale, std::abs(static_cast<double>(want[offset + i])));
+  }
+  return diff / scale;
+}
+
+const std::vector<int32_t> kPrompt = {5, 17, 3, 22, 9, 30, 11};
+
+DecodeParams greedy(int64_t max_tokens) {
+  DecodeParams p;
+  p.max_tokens = max_tokens;
+  p.block_size = 4;
+  p.eos_token_ids = {};
+  p.trace = true;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("cpu forward matches a plain double-precision forward for every architecture switch") {
+  struct Case {
+    const char* name;
+    TinyShape shape;
+  };
+  TinyShape llama, tied, qwen2, qwen3, mha;
+  tied.tied = true;
+  qwen2.qkv_bias = true;
+  qwen3.qk_norm = true;
+  mha.kv_heads = mha.heads;
+  for (const Case& k : {Case{"llama", llama}, Case{"tied", tied}, Case{"qwen2", qwen2}, Case{"qwen3", qwen3},
+                        Case{"mha", mha}}) {
+    CAPTURE(k.name);
+    auto model = load_model(write_tiny_model(std::string("fwd-") + k.name, k.shape, 11));
+    BackendOptions options;
+    options.threads = 2;
+    auto backend = make_cpu_backend(*model, options);
+    const std::vector<int32_t> window = {38, 39, 4, 39};
+    const auto got = forward_all(*backend, kPrompt, window);
+    std::vector<int32_t> all = kPrompt;
+    all.insert(all.end(), window.begin(), window.end());
+    CHECK(max_rel_error(got, naive_logits(*model, all, static_cast<int64_t>(kPrompt.size()))) < 1e-5);
+  }
+}
+
+TEST_CASE("cpu forward: the KV cache gives the same logits as one long forward") {
+  auto model = load_model(write_tiny_model("fwd-cache", TinyShape{}, 12));
+  auto backend = make_cpu_backend(*model, BackendOptions{2, 0});
+  const int64_t V = model->config.vocab_size;
+  const std::vector<int32_t> window = {39, 7, 39, 39};
+  const auto whole = forward_all(*backend, kPrompt, window);
+
+  backend->reset_cache();
+  forward_all(*backend, {kPrompt.begin(), kPrompt.begin() + 3}, {});
+  CHECK(backend->cached_len() == 3);
+  const auto split = forward_all(*backend, {kPrompt.begin() + 3, kPrompt.end()}, window);
+  CHECK(max_rel_error(split, whole, 3 * V) < 1e-6);
+
+  backend->reset_cache();
+  forward_all(*backend, kPrompt, {});
+  const auto window_only = forward_all(*backend, {}, window);
+  CHECK(backend->cached_len() == static_cast<int64_t>(kPrompt.size()));
+  CHECK(max_rel_error(window_only, whole, kPrompt.size() * V) < 1e-6);
+}
+
+TEST_CASE("cpu forward: commit rows are causal, the window is bidirectional") {
+  auto model = load_model(write_tiny_model("fwd-mask", TinyShape{}, 13));
+  auto backend = make_cpu_backend(*model, BackendOptions{2, 0});
+  const int64_t V = model->config.vocab_size, P = static_cast<int64_t>(kPrompt.size());
+  const auto a = forward_all(*backend, kPrompt, {39, 39, 39, 39});
+  backend->reset_cache();
+  const auto b = forward_all(*backend, kPrompt, {39, 39, 39, 8});
+  CHECK(std::equal(a.begin(), a.begin() + P * V, b.begin()));
+  // Window row 0 sees window position 3.
+  CHECK(!std::equal(a.begin() + P * V, a.begin() + (P + 1) * V, b.begin() + P * V));
+}
+
+TEST_CASE("cpu forward: the thread count does not change a single bit") {
+  auto model = load_model(write_tiny_model("fwd-threads", TinyShape{}, 14));
+  auto one = make_cpu_backend(*model, BackendOptions{1, 0});
+  auto three = make_cpu_backend(*model, BackendOptions{3, 0});
+  CHECK(forward_all(*one, kPrompt, {39, 39, 39, 39}) == forward_all(*three, kPrompt, {39, 39, 39, 39}));
+}
+
+TEST_CASE("decode: fused and separate commits give the same tokens, separate costs one forward per block") {
+  auto model = load_model(write_tiny_model("dec-commit", TinyShape{}, 21));
+  auto backend = make_cpu_backend(*model, BackendOptions{2, 0});
+  DecodeParams p = greedy(16);
+  const GenerateResult fused = generate(*backend, kPrompt, p, nullptr, nullptr);
+  p.commit = CommitPolicy::separate;
+  const GenerateResult separate = generate(*backend, kPrompt, p, nullptr, nullptr);
+  CHECK(fused.tokens.size() == 16);
+  CHECK(fused.finish_reason == FinishReason::length);
+  CHECK(separate.tokens == fused.tokens);
+  CHECK(separate.forward_passes == fused.forward_passes + 4);
+  CHECK(fused.forward_passes == static_cast<int64_t>(fused.trace.size()));
+  CHECK(fused.trace.front().forward == 0);
+  CHECK(fused.trace.front().block_start == static_cast<int64_t>(kPrompt.size()));
+  CHECK(fused.trace.back().forward == fused.forward_passes - 1);
+  CHECK(separate.trace.front().forward == 1);
+  for (size_t i = 0; i < fused.trace.size(); ++i) {
+    CHECK(fused.trace[i].candidates == separate.trace[i].candidates);
+    CHECK(!fused.trace[i].revealed.empty());
+  }
+}
+
+TEST_CASE("decode: min_per_step, steps schedule and threshold shape every step") {
+  auto model = load_model(write_tiny_model("dec-rule", TinyShape{}, 22));
+  auto backend = make_cpu_backend(*model, BackendOptions{2, 0});
+  DecodeParams p = greedy(12);
+  p.threshold = 1.0;
+  p.steps = 2;
+  GenerateResult r = generate(*backend, kPrompt, p, nullptr, nullptr);
+  REQUIRE(r.trace.size() == 6);  // 3 blocks x 2 steps
+  for (const TraceStep& s : r.trace) CHECK(s.revealed.size() == 2);
+
+  p.steps = 0;
+  p.min_per_step = 4;
+  r = generate(*backend, kPrompt, p, nullptr, nullptr);
+  CHECK(r.forward_passes == 3);  // every block in one step
+
+  p.min_per_step = 1;
+  p.threshold = 0.0;  // every candidate passes
+  r = generate(*backend, kPrompt, p, nullptr, nullptr);
+  CHECK(r.forward_passes == 3);
+}
+
+TEST_CASE("decode: max_tokens, EOS and block sizes end generation as docs/decoding.md says") {
+  auto model = load_model(write_tiny_model("dec-end", TinyShape{}, 23));
+  auto backend = make_cpu_backend(*model, BackendOptions{2, 0});
+  DecodeParams p = greedy(0);
+  GenerateResult r = generate(*backend, kPrompt, p, nullptr, nullptr);
+  CHECK(r.tokens.empty());
+  CHECK(r.forward_passes == 0);
+  CHECK(r.finish_reason == FinishReason::length);
+
+  p.max_tokens = 10;
+  const GenerateResult reference = generate(*backend, kPrompt, p, nullptr, nullptr);
+  CHECK(reference.tokens.size() == 10);
+  CHECK(reference.trace.back().block_start == static_cast<int64_t>(kPrompt.size()) + 8);
+  for (const TraceStep& s : reference.trace) {
+    if (s.block_start == static_cast<int64_t>(kPrompt.size()) + 8) CHECK(s.candidates.back() <= 1);
+  }
+
+  // The 6th token becomes EOS. Blocks before the one that reveals it are unchanged; inside that block
+  // the positions after a revealed EOS stop being candidates, which may change the other reveals.
+  const int32_t eos = reference.tokens[5];
+  const size_t first = std::find(reference.tokens.begin(), reference.tokens.end(), eos) - reference.tokens.begin();
+  p.eos_token_ids = {eos};
+  r = generate(*backend, kPrompt, p, nullptr, nullptr);
+  CHECK(r.finish_reason == FinishReason::stop);
+  CHECK(r.tokens.size() <= first);
+  CHECK(std::find(r.tokens.begin(), r.tokens.end(), eos) == r.tokens.end());
+  const size_t same = first / 4 * 4;
+  REQUIRE(r.tokens.size() >= same);
+  CHECK(std::equal(r.tokens.begin(), r.tokens.begin() + same, reference.tokens.begin()));
+
+  p.eos_token_ids = {};
+  for (int block : {1, 2, 8}) {
+    p.block_size = block;
+    r = generate(*backend, kPrompt, p, nullptr, nullptr);
+    CHECK(r.tokens.size() == 10);
+    for (const TraceStep& s : r.trace) CHECK(s.candidates.size() <= static_cast<size_t>(block));
+  }
+}
+
+TEST_CASE("decode: the seed fixes sampled tokens; temperature 0 ignores it") {
+  auto model = load_model(write_tiny_model("dec-seed", TinyShape{}, 24));
+  auto backend = make_cpu_backend(*model, BackendOptions{2, 0});
+  DecodeParams p = greedy(24);
+  p.temperature = 1.5;
+  p.top_p = 0.95;
+  p.remasking = Remasking::random;
+  p.seed = 99;
+  const auto a = generate(*backend, kPrompt, p, nullptr, nullptr).tokens;
+  CHECK(generate(*backend, kPrompt, p, nullptr, nullptr).tokens == a);
+  p.seed = 100;
+  CHECK(generate(*backend, kPrompt, p, nullptr, nullptr).tokens != a);
+  p.temperature = 0.0;
+  p.remasking = Remasking::low_confidence;
+  const auto g = generate(*backend, kPrompt, p, nullptr, nullptr).tokens;
+  p.seed = 5;
+  CHECK(generate(*backend, kPrompt, p, nullptr, nullptr).tokens == g);
+}
+
+TEST_CASE("decode: unshifted logits predict each position from its own row") {
+  TinyShape shape;
+  shape.shift_logits = false;
+  auto model = load_model(write_tiny_model("dec-noshift", shape, 25));
+  auto backend = make_cpu_backend(*model, BackendOptions{2, 0});
+  DecodeParams p = greedy(8);
+  const GenerateResult fused = generate(*backend, kPrompt, p, nullptr, nullptr);
+  p.commit = CommitPolicy::separate;
+  CHECK(generate(*backend, kPrompt, p, nullptr, nullptr).tokens == fused.tokens);
+  // The first step of the first block equals an argmax over the window rows of one forward.
+  backend->reset_cache();
+  const auto logits = forward_all(*backend, kPrompt, {39, 39, 39, 39});
+  const int64_t V = model->config.vocab_size;
+  for (const Revealed& r : fused.trace.front().revealed) {
+    const float* row = logits.data() + (kPrompt.size() + r.j) * V;
+    CHECK(r.token == std::max_element(row, row + V - 1) - row);  // mask (V-1) excluded
+  }
+}
+
+TEST_CASE("decode: cancellation stops between steps; streaming reports each block") {
+  auto model = load_model(write_tiny_model("dec-cancel", TinyShape{}, 26));
+  auto backend = make_cpu_backend(*model, BackendOptions{2, 0});
+  std::atomic<bool> cancel{true};
+  GenerateResult r = generate(*backend, kPrompt, greedy(12), nullptr, &cancel);
+  CHECK(r.finish_reason == FinishReason::cancelled);
+  CHECK(r.forward_passes == 0);
+
+  cancel = false;
+  std::vector<std::vector<int32_t>> blocks;
+  r = generate(*backend, kPrompt, greedy(12),
+               [&](const std::vector<int32_t>& tokens, int64_t) {
+                 blocks.push_back(tokens);
+                 cancel = true;
+               },
+               &cancel);
+  CHECK(r.finish_reason == FinishReason::cancelled);
+  REQUIRE(blocks.size() == 1);
+  CHECK(r.tokens == blocks[0]);
+}
+
+TEST_CASE("decode: bad requests are errors, not crashes") {
+  auto model = load_model(write_tiny_model("dec-bad", TinyShape{}, 27));
+  auto backend = make_cpu_backend(*model, BackendOptions{1, 32});
+  CHECK_THROWS_WITH(generate(*backend, {}, greedy(4), nullptr, nullptr), doctest::Contains("at least one token"));
+  CHECK_THROWS_WITH(generate(*backend, {1, 40}, greedy(4), nullptr, nullptr),
+                    doctest::Contains("prompt token id 40 is outside the vocabulary"));
+  CHECK_THROWS_WITH(generate(*backend, kPrompt, greedy(30), nullptr, nullptr),
+                    doctest::Contains("lower max_tokens or load the model with a larger maxContext"));
+  CHECK_THROWS_WITH(make_cpu_backend(*model, BackendOptions{1, 100000}),
+                    doctest::Contains("exceeds the model's max_position_embeddings"));
+  ForwardArgs args;
+  args.commit = {1, 2};
+  args.logit_rows = {2};
+  std::vector<float> out(40);
+  CHECK_THROWS_WITH(backend->forward(args, out.data()), doctest::Contains("logits row 2 is outside"));
+}
