@@ -43,6 +43,8 @@ export interface EvalOptions {
   codeLimits?: Partial<SandboxLimits>;
   progress: boolean;
   log: (line: string) => void;
+  /** First retry delay for transient failures; doubles per attempt. */
+  retryDelayMs?: number;
 }
 
 export interface ItemResult {
@@ -92,7 +94,12 @@ export function findDataFiles(dataDir: string, wanted?: BenchmarkName[]): Map<Be
 const RETRYABLE_ATTEMPTS = 4;
 
 /** One response: from the cache, or requested with retries for transient failures (5xx, 429, network). */
-async function respond(client: ChatClient, chat: ChatRequest, cache: ResponseCache | null): Promise<CachedResponse & { cached: boolean }> {
+async function respond(
+  client: ChatClient,
+  chat: ChatRequest,
+  cache: ResponseCache | null,
+  retryDelayMs: number,
+): Promise<CachedResponse & { cached: boolean }> {
   const key = cacheKey(chat);
   const hit = cache?.get(key);
   if (hit) return { ...hit, cached: true };
@@ -110,7 +117,7 @@ async function respond(client: ChatClient, chat: ChatRequest, cache: ResponseCac
     } catch (error) {
       const permanent = error instanceof HttpError && error.status < 500 && error.status !== 429;
       if (permanent || attempt >= RETRYABLE_ATTEMPTS) throw error;
-      await new Promise((resolve) => setTimeout(resolve, 1000 * 2 ** attempt));
+      await new Promise((resolve) => setTimeout(resolve, retryDelayMs * 2 ** (attempt - 1)));
     }
   }
 }
@@ -166,7 +173,7 @@ export async function runEval(options: EvalOptions): Promise<EvalRun> {
       };
       let response: CachedResponse & { cached: boolean };
       try {
-        response = await respond(client, chat, cache);
+        response = await respond(client, chat, cache, options.retryDelayMs ?? 2000);
       } catch (error) {
         if (!(error instanceof HttpError && error.status < 500)) throw error;
         // The server refused this one request (e.g. a prompt over its context): score it wrong, go on.
