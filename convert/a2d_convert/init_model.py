@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .config import A2DSection, DecodingDefaults, load_config, read_json, write_json
 from .errors import A2DError
-from .tiny import prepare_out_dir
+from .tiny import check_out_dir, prepare_out_dir
 
 MAX_BLOCK_SIZE = 64
 
@@ -94,6 +94,7 @@ def init_model(base: Path, out: Path, block_size: int = 4, shift_logits: bool = 
         raise A2DError(f"{base / 'config.json'}: already an a2d model (it has an 'a2d' section); pass the AR base as --base")
     if out.resolve() == base.resolve() or base.resolve().is_relative_to(out.resolve()):
         raise A2DError(f"--out {out} would overwrite the base {base}; choose another --out")
+    check_out_dir(out, force)
     tokenizer_json = read_json(base / "tokenizer.json")
     tok_config = read_json(base / "tokenizer_config.json")
     ids = token_ids_of(tokenizer_json)

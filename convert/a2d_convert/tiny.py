@@ -256,15 +256,20 @@ def make_tiny_base(out: Path, spec: TinySpec = TinySpec(), force: bool = False) 
     return out
 
 
-def prepare_out_dir(out: Path, force: bool) -> None:
-    """Create `out`; a non-empty one is refused unless `force` (then it is emptied)."""
+def check_out_dir(out: Path, force: bool) -> None:
+    """Refuse a non-folder `out`, and a non-empty one unless `force`."""
     if out.exists() and not out.is_dir():
         raise A2DError(f"{out}: exists and is not a folder; choose another --out")
-    if out.is_dir() and any(out.iterdir()):
-        if not force:
-            raise A2DError(f"{out}: folder is not empty; choose an empty --out or pass --force to overwrite it")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise A2DError(f"{out}: folder is not empty; choose an empty --out or pass --force to overwrite it")
+
+
+def prepare_out_dir(out: Path, force: bool) -> None:
+    """Create `out` empty (a non-empty one only with `force`)."""
+    check_out_dir(out, force)
+    if out.is_dir():
         shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True)
 
 
 def add_parser(subparsers) -> None:
