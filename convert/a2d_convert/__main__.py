@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import generate, golden, init_model, tiny
+from . import data, generate, golden, import_base, init_model, tiny, train
 from .errors import A2DError
 
-COMMANDS = [tiny, init_model, generate, golden]
+COMMANDS = [tiny, init_model, generate, golden, import_base, data, train]
 
 
 def main(argv: list[str] | None = None) -> int:

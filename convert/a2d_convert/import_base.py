@@ -24,9 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 from tqdm import tqdm
 
 from . import lineage as lin
@@ -59,6 +56,8 @@ def weight_files(folder: Path) -> list[Path]:
 
 
 def all_bf16(files: list[Path]) -> bool:
+    from safetensors import safe_open
+
     for path in files:
         with safe_open(path, "pt") as f:
             for name in f.keys():
@@ -82,6 +81,10 @@ def import_hf_folder(source: Path, out: Path) -> dict[str, Any]:
         if index.is_file():
             shutil.copyfile(index, out / index.name)
     else:
+        import torch
+        from safetensors import safe_open
+        from safetensors.torch import save_file
+
         tensors = {}
         for path in tqdm(files, desc="round to bf16", unit="file"):
             with safe_open(path, "pt") as f:
@@ -296,7 +299,8 @@ def gguf_tokenizer(reader, path: Path):
     return tokenizer, {k: v for k, v in tokenizer_config.items() if v is not None}
 
 
-def gguf_tensors(reader, path: Path, config: dict[str, Any]) -> dict[str, torch.Tensor]:
+def gguf_tensors(reader, path: Path, config: dict[str, Any]) -> dict[str, "torch.Tensor"]:
+    import torch
     from gguf import dequantize
 
     permute = config["model_type"] == "llama"
@@ -319,6 +323,7 @@ def gguf_tensors(reader, path: Path, config: dict[str, Any]) -> dict[str, torch.
 
 def import_gguf(source: Path, out: Path, tokenizer_dir: Path | None) -> dict[str, Any]:
     from gguf import GGUFReader
+    from safetensors.torch import save_file
 
     try:
         reader = GGUFReader(source)

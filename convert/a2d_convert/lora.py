@@ -1,0 +1,134 @@
+"""LoRA for the reference Transformer, and the bit-exact merge that defines shipped LoRA weights.
+
+Adapters (Hu et al. 2021, LoRA: W x + (alpha / r) B A x, with B initialised to zero so training starts
+from the base) are attached to the projection `nn.Linear`s as extra parameters `lora_A` [r, in] and
+`lora_B` [out, r] plus a forward hook, so module and tensor names stay the HF names and FSDP shards
+the adapters together with their layer. Optionally the RMSNorm weights and the mask token's
+embedding row train too (a few kilobytes): the mask row starts at the mean embedding `init` wrote and
+is the one embedding the base never learned.
+
+`merge_lora` is what `export` and `rebuild` both call, so the shipped weights are a pure function of
+(base bf16 weight, bf16 A, bf16 B, scale) that every IEEE-754 machine computes bit for bit: the
+product is summed over the rank in float64 one outer product at a time with separate multiply and
+add ops (no BLAS, whose blocking order varies, and no fused multiply-add), then rounded once to fp32
+and to bf16 (round to nearest even).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+MASK_EMBEDDING = "model.embed_tokens.mask_embedding"
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    rank: int = 16
+    alpha: float = 32.0  # scale = alpha / rank
+    targets: tuple[str, ...] = TARGETS
+    train_norms: bool = True
+    train_mask_embedding: bool = True
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+
+def _lora_hook(module: nn.Linear, inputs, output):
+    if not module.lora_enabled:
+        return output
+    x = inputs[0]
+    return output + module.lora_scale * F.linear(F.linear(x, module.lora_A), module.lora_B)
+
+
+def _mask_embedding_hook(module: nn.Embedding, inputs, output):
+    if not module.lora_enabled:
+        return output
+    is_mask = (inputs[0] == module.mask_token_id)[..., None]
+    return torch.where(is_mask, module.mask_embedding.to(output.dtype), output)
+
+
+def attach(model: nn.Module, config: LoraConfig, mask_token_id: int, generator: torch.Generator | None = None) -> None:
+    """Freeze the model and add trainable adapters (and norms / the mask row when configured)."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for name, module in model.named_modules():
+        leaf = name.rsplit(".", 1)[-1]
+        if isinstance(module, nn.Linear) and leaf in config.targets and ".layers." in f".{name}":
+            out_features, in_features = module.weight.shape
+            a = torch.empty(config.rank, in_features, device=module.weight.device)
+            # kaiming-uniform like nn.Linear's own init, so A x has unit scale; B = 0 keeps W unchanged.
+            bound = 1.0 / math.sqrt(in_features)
+            a.uniform_(-bound, bound, generator=generator)
+            module.lora_A = nn.Parameter(a)
+            module.lora_B = nn.Parameter(torch.zeros(out_features, config.rank, device=module.weight.device))
+            module.lora_scale = config.scale
+            module.lora_enabled = True
+            module.register_forward_hook(_lora_hook)
+        elif config.train_norms and name.endswith(("layernorm", "norm")) and hasattr(module, "weight"):
+            module.weight.requires_grad_(True)
+    if config.train_mask_embedding:
+        embed = model.model.embed_tokens
+        embed.mask_embedding = nn.Parameter(embed.weight[mask_token_id].detach().clone().float())
+        embed.mask_token_id = mask_token_id
+        embed.lora_enabled = True
+        embed.register_forward_hook(_mask_embedding_hook)
+
+
+def set_enabled(model: nn.Module, enabled: bool) -> None:
+    """Switch every adapter off to run the frozen base (the KL teacher) through the same modules."""
+    for module in model.modules():
+        if hasattr(module, "lora_enabled"):
+            module.lora_enabled = enabled
+
+
+def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p for name, p in model.named_parameters() if p.requires_grad}
+
+
+def round_to_bf16(x: torch.Tensor) -> torch.Tensor:
+    """float64 -> fp32 -> bf16, both steps round to nearest even; the bf16 step on the integer bits so
+    no library version can change it."""
+    bits = x.to(torch.float32).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+    signed = torch.where(rounded >= 0x8000, rounded - 0x10000, rounded)  # int16 holds the same 16 bits
+    return signed.to(torch.int16).view(torch.bfloat16)
+
+
+def merge_lora(weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scale: float) -> torch.Tensor:
+    """bf16(W + scale * B @ A), bit-reproducible (see the module docstring). A and B must be bf16."""
+    if lora_a.dtype != torch.bfloat16 or lora_b.dtype != torch.bfloat16:
+        raise ValueError("merge_lora takes the bf16 factors that are shipped")
+    a = lora_a.to(torch.float64)
+    b = lora_b.to(torch.float64)
+    product = torch.zeros(weight.shape, dtype=torch.float64)
+    for k in range(a.shape[0]):
+        product.add_(torch.mul(b[:, k, None], a[None, k, :]))  # exact: each is a product of bf16 values
+    scaled = torch.mul(product, torch.tensor(scale, dtype=torch.float64))
+    return round_to_bf16(torch.add(weight.to(torch.float64), scaled))
+
+
+def merged_state(base: dict[str, torch.Tensor], adapters: dict[str, torch.Tensor], scale: float, mask_token_id: int) -> dict[str, torch.Tensor]:
+    """The shipped bf16 weights: base tensors with adapters merged, trained norms and the mask row set."""
+    out = dict(base)
+    for name, tensor in adapters.items():
+        if name.endswith(".lora_A"):
+            weight_name = name[: -len(".lora_A")] + ".weight"
+            out[weight_name] = merge_lora(base[weight_name], tensor, adapters[name[: -len("lora_A")] + "lora_B"], scale)
+        elif name.endswith(".lora_B"):
+            continue
+        elif name == MASK_EMBEDDING:
+            embed = base["model.embed_tokens.weight"].clone()
+            embed[mask_token_id] = round_to_bf16(tensor.to(torch.float64))
+            out["model.embed_tokens.weight"] = embed
+        elif name in base:
+            out[name] = round_to_bf16(tensor.to(torch.float64))
+        else:
+            raise KeyError(f"adapter tensor {name!r} matches no base tensor")
+    return out

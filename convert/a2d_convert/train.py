@@ -1,0 +1,133 @@
+"""`train`: turn an AR base into a block-diffusion model (docs/decoding.md is what it learns to do).
+
+Objective — the block-diffusion NELBO of Arriola et al. 2025 (BD3-LM, arXiv:2503.09573, Sec. 3):
+
+    L_BD(x) = - sum_b  E_{t ~ U[0,1]}  E_{x_t^b ~ q(.|x^b, t)}  [ alpha'_t / (1 - alpha_t) ] log p(x^b | x_t^b, x^{<b})
+
+with the linear schedule alpha_t = 1 - t, i.e. a 1/t weight on the cross-entropy of every masked token
+of block b, where each token of the block is masked independently with probability t. t is drawn per
+block from the clipped range [t_min, t_max] (BD3-LM's clipped schedules lower the gradient variance);
+`--loss-weighting none` drops the 1/t weight (plain masked-token cross-entropy, as Fast-dLLM v2 / SDAR).
+
+Layout of one packed row of L tokens (L a multiple of the block size B), one forward of 3L positions:
+    [ clean x (L) | noisy copy 1 (L) | noisy copy 2 (L) ]
+- clean: plain causal attention inside its sample (segment) — the keys/values decoding commits;
+- noisy copy c: position i of block k attends to every clean position of its sample before the block
+  (j < kB) and bidirectionally to its own block in copy c — exactly the window rule of decoding;
+- the copies use complementary masks (Fast-dLLM v2, SDAR): copy 2 masks exactly what copy 1 keeps,
+  so every target token is learned once per step; copy 2's weight is 1/(1-t);
+- prediction of masked position p: with `shift_logits` (the AR shift, default) from the hidden state
+  at p-1 — the *clean* stream's for the first position of a block (decoding's anchor row) and the
+  noisy copy's for the others; without it from the noisy copy at p.
+Samples are packed with position ids restarting at 0 and never attend across samples; the data
+builder aligned each response start to a block boundary, as decoding starts its first block right
+after the prompt. Loss only where the data's loss mask says (responses of chat samples).
+Optional terms: `--kl-weight` adds KL(p_base || p_model) on the masked targets against the frozen AR
+base reading the clean prefix (with LoRA the base is the same modules with adapters off);
+`--ar-weight` adds the plain next-token loss on the clean stream. The loss is normalised by the number
+of target positions of the whole global batch, so one process and N FSDP processes compute the same
+gradient, and masks are drawn from (seed, step, row slot), so a run resumes exactly.
+
+Engineering: bf16 autocast on GPU (fp32 master weights), activation checkpointing per layer, logits only
+at target rows in checkpointed chunks (large vocabularies), fused AdamW on CUDA, no host sync per step
+except at log points. Many GPUs: `torchrun --nproc-per-node N -m a2d_convert train ...` shards every
+layer with FSDP2 (`fully_shard`); checkpoints are torch.distributed.checkpoint folders (resharded on
+load) plus consolidated safetensors weights for `export`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from .errors import A2DError
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of a run; stored in checkpoint.json and the lineage."""
+
+    base: str = ""  # AR base folder (init runs first) or an a2d folder made by `init`
+    data: str = ""  # folder written by `data`
+    out: str = ""
+    block_size: int = 4  # must equal the data's; used for `init` when the base is plain AR
+    shift_logits: bool = True  # for `init`; an a2d base keeps its own
+    max_steps: int = 1000
+    batch_rows: int = 8  # packed rows per optimizer step, over all processes
+    micro_batch_rows: int = 1  # rows per process per forward (batch_rows / (world * this) = accumulation)
+    lr: float = 5e-5
+    min_lr_ratio: float = 0.1  # cosine decay to lr * this
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # 0: off
+    t_min: float = 0.2  # mask rate range per block (clipped schedule)
+    t_max: float = 0.8
+    loss_weighting: str = "elbo"  # elbo (1/t) | none
+    complementary: bool = True  # second noisy copy with the complementary mask
+    kl_weight: float = 0.0
+    ar_weight: float = 0.0
+    lora_rank: int = 0  # 0: full fine-tune
+    lora_alpha: float = 0.0  # 0: 2 * rank
+    lora_train_norms: bool = True
+    lora_train_mask_embedding: bool = True
+    precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp32
+    activation_checkpointing: bool = True
+    logits_chunk: int = 4096  # target rows per lm_head chunk
+    seed: int = 0
+    log_every: int = 10
+    eval_every: int = 0  # 0: only at the end (when heldout data exists)
+    save_every: int = 0  # 0: only at the end
+    keep_checkpoints: int = 3
+    time_limit_min: float = 0.0  # 0: none; otherwise stop (and save) once exceeded
+    threads: int = 0  # CPU torch threads; 0: torch's default
+
+
+# --------------------------------------------------------------------------------------------- command
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "train",
+        help="train the block-diffusion objective (one process, or many under torchrun with FSDP2)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    defaults = TrainConfig()
+    p.add_argument("--base", required=True, help="AR base folder (from `import`) or an a2d folder from `init`")
+    p.add_argument("--data", required=True, help="folder written by `data`")
+    p.add_argument("--out", required=True, help="run folder: init/, checkpoints/, train_log.jsonl")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/latest.json")
+    for f in TrainConfig.__dataclass_fields__.values():
+        if f.name in ("base", "data", "out"):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        default = getattr(defaults, f.name)
+        if isinstance(default, bool):
+            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default)
+        else:
+            p.add_argument(flag, dest=f.name, type=type(default), default=default)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    values = {name: getattr(args, name) for name in TrainConfig.__dataclass_fields__}
+    config = TrainConfig(**values)
+    check_config(config)
+    from .trainer import train
+
+    train(config, resume=args.resume)
+    return 0
+
+
+def check_config(config: TrainConfig) -> None:
+    if not 0.0 < config.t_min <= config.t_max < 1.0 and not (config.loss_weighting == "none" and 0 <= config.t_min <= config.t_max <= 1):
+        raise A2DError(f"--t-min {config.t_min} / --t-max {config.t_max}: need 0 < t_min <= t_max < 1 for the 1/t weights")
+    if config.loss_weighting not in ("elbo", "none"):
+        raise A2DError(f"--loss-weighting {config.loss_weighting!r}: use elbo or none")
+    if config.precision not in ("auto", "bf16", "fp32"):
+        raise A2DError(f"--precision {config.precision!r}: use auto, bf16 or fp32")
+    for name in ("max_steps", "batch_rows", "micro_batch_rows", "log_every", "block_size", "logits_chunk"):
+        if getattr(config, name) < 1:
+            raise A2DError(f"--{name.replace('_', '-')} must be at least 1")

@@ -1,0 +1,465 @@
+"""The training loop behind `train`: one process, or N under torchrun with FSDP2; checkpoints, resume,
+logs and lineage. The objective itself is objective.py; the design is in train.py's docstring."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from . import lineage as lin
+from . import lora as lora_mod
+from .config import load_config, read_json, write_json
+from .data import HELDOUT_FILE, MANIFEST_FILE, TRAIN_FILE, load_rows
+from .errors import A2DError
+from .objective import Batch, Objective, RowSchedule
+from .train import TrainConfig
+
+CHECKPOINTS = "checkpoints"
+LATEST = "latest.json"
+LOG_FILE = "train_log.jsonl"
+WEIGHTS = "model.safetensors"
+ADAPTER = "adapter.safetensors"
+
+
+# --------------------------------------------------------------------------------------------- setup
+
+
+@dataclass
+class Runtime:
+    rank: int
+    world: int
+    device: torch.device
+    distributed: bool
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def setup_runtime(config: TrainConfig) -> Runtime:
+    """One process, or one of N under torchrun (WORLD_SIZE > 1): NCCL on GPUs, gloo on CPUs."""
+    import torch.distributed as dist
+
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    cuda = torch.cuda.is_available()
+    if world > 1:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+        if cuda:
+            torch.cuda.set_device(device)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
+        return Runtime(dist.get_rank(), dist.get_world_size(), device, True)
+    return Runtime(0, 1, torch.device("cuda") if cuda else torch.device("cpu"), False)
+
+
+def barrier(rt: Runtime) -> None:
+    if rt.distributed:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def all_reduce_sum(rt: Runtime, tensor: torch.Tensor) -> torch.Tensor:
+    if rt.distributed:
+        import torch.distributed as dist
+
+        dist.all_reduce(tensor)
+    return tensor
+
+
+def use_bf16(config: TrainConfig, device: torch.device) -> bool:
+    if config.precision == "auto":
+        return device.type == "cuda"
+    return config.precision == "bf16"
+
+
+def autocast(config: TrainConfig, device: torch.device):
+    if use_bf16(config, device):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return torch.autocast(device.type, enabled=False)
+
+
+def checkpoint_layers(model: nn.Module) -> None:
+    """Recompute each decoder layer in backward instead of storing its activations. The instance's
+    forward is replaced (not wrapped in a new module), so parameter names stay the HF names."""
+    from torch.utils.checkpoint import checkpoint
+
+    for layer in model.model.layers:
+        inner = layer.forward
+
+        def forward(*args, _inner=inner, **kwargs):
+            return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
+
+        layer.forward = forward
+
+
+def prepare_init(config: TrainConfig, rt: Runtime) -> Path:
+    """The a2d starting point: the base itself when it has an `a2d` section, else `init` of it in OUT/init."""
+    from .init_model import init_model
+
+    base = Path(config.base)
+    _, a2d, _ = load_config(base)
+    if a2d is not None:
+        return base
+    init_dir = Path(config.out) / "init"
+    if rt.main:
+        if (init_dir / lin.LINEAGE_FILE).is_file():
+            recorded = lin.read_lineage(init_dir)["stages"][-1]
+            if recorded.get("inputs", {}).get("model.safetensors", {}).get("sha256") != lin.sha256_file(base / WEIGHTS):
+                raise A2DError(f"{init_dir} was made from another base than {base}; use a new --out")
+        else:
+            previous = lin.read_lineage_or_root(base)
+            init_model(base, init_dir, config.block_size, config.shift_logits, force=True)
+            inputs = {
+                name: {**rec, "from_previous": bool(previous["stages"])} for name, rec in lin.hash_folder(base).items()
+            }
+            stage = lin.make_stage(
+                "init",
+                config={"block_size": config.block_size, "shift_logits": config.shift_logits, "base": str(base.resolve())},
+                inputs=inputs,
+                outputs=lin.hash_folder(init_dir),
+            )
+            lin.write_lineage(init_dir, lin.append_stage(previous, stage))
+    barrier(rt)
+    return init_dir
+
+
+def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
+    """(objective, trainable params, a2d section); FSDP2-sharded when distributed."""
+    from .model import load_transformer
+
+    model, _, a2d = load_transformer(init_dir)
+    if a2d is None:
+        raise A2DError(f"{init_dir}/config.json: no a2d section; pass an AR base or a folder made by `init`")
+    model.train()
+    teacher = None
+    if config.lora_rank > 0:
+        alpha = config.lora_alpha or 2.0 * config.lora_rank
+        lora_config = lora_mod.LoraConfig(
+            rank=config.lora_rank,
+            alpha=alpha,
+            train_norms=config.lora_train_norms,
+            train_mask_embedding=config.lora_train_mask_embedding,
+        )
+        lora_mod.attach(model, lora_config, a2d.mask_token_id, torch.Generator().manual_seed(config.seed))
+    elif config.kl_weight > 0:
+        teacher, _, _ = load_transformer(init_dir)
+        teacher.requires_grad_(False)
+        if use_bf16(config, rt.device):
+            teacher = teacher.to(torch.bfloat16)
+    if config.activation_checkpointing:
+        checkpoint_layers(model)
+    model.to(rt.device)
+    if teacher is not None:
+        teacher.to(rt.device)
+    objective = Objective(model, config, teacher)
+    if rt.distributed:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        bf16 = use_bf16(config, rt.device)
+        layer_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32)
+        root_policy = MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32, cast_forward_inputs=False
+        )
+        for layer in model.model.layers:
+            fully_shard(layer, mp_policy=layer_policy)
+        fully_shard(objective, mp_policy=root_policy)
+        if teacher is not None:
+            for layer in teacher.model.layers:
+                fully_shard(layer)
+    trainable = [p for p in objective.parameters() if p.requires_grad]
+    return objective, trainable, a2d
+
+
+def make_optimizer(config: TrainConfig, params: list[nn.Parameter], device: torch.device) -> torch.optim.Optimizer:
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    extra = {"fused": True} if device.type == "cuda" else {}
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=config.lr, betas=(config.beta1, config.beta2), **extra)
+
+
+def lr_at(config: TrainConfig, step: int) -> float:
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    span = max(config.max_steps - config.warmup_steps, 1)
+    progress = min((step - config.warmup_steps) / span, 1.0)
+    floor = config.lr * config.min_lr_ratio
+    return floor + (config.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def to_device(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
+    def move(a: np.ndarray, dtype) -> torch.Tensor:
+        t = torch.from_numpy(np.ascontiguousarray(a)).to(dtype)
+        if device.type == "cuda":
+            t = t.pin_memory().to(device, non_blocking=True)
+        return t
+
+    return {
+        "input_ids": move(batch.input_ids, torch.long),
+        "position_ids": move(batch.position_ids, torch.long),
+        "segment_ids": move(batch.segment_ids, torch.long),
+        "pred_index": move(batch.pred_index, torch.long),
+        "targets": move(batch.targets, torch.long),
+        "weights": move(batch.weights, torch.float32),
+        "teacher_index": move(batch.teacher_index, torch.long),
+        "ar_index": move(batch.ar_index, torch.long),
+        "ar_targets": move(batch.ar_targets, torch.long),
+    }
+
+
+def micro_slots(config: TrainConfig, rt: Runtime, micro: int) -> list[int]:
+    first = (micro * rt.world + rt.rank) * config.micro_batch_rows
+    return list(range(first, first + config.micro_batch_rows))
+
+
+def accumulation_steps(config: TrainConfig, rt: Runtime) -> int:
+    per_pass = rt.world * config.micro_batch_rows
+    if config.batch_rows % per_pass:
+        raise A2DError(
+            f"--batch-rows {config.batch_rows} must be a multiple of processes ({rt.world}) x --micro-batch-rows "
+            f"({config.micro_batch_rows})"
+        )
+    return config.batch_rows // per_pass
+
+
+# --------------------------------------------------------------------------------------------- checkpoints
+
+
+def state_options(config: TrainConfig, full: bool = False):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=full, cpu_offload=full, ignore_frozen_params=config.lora_rank > 0)
+
+
+def save_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime, step: int, progress: dict[str, Any], init_dir: Path, data_inputs: dict) -> Path:
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+    folder = Path(config.out) / CHECKPOINTS / f"step_{step:06d}"
+    if rt.main and folder.exists():
+        shutil.rmtree(folder)
+    barrier(rt)
+    model_state, optim_state = get_state_dict(objective, optimizer, options=state_options(config))
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(folder / "state"), no_dist=not rt.distributed)
+    full = get_model_state_dict(objective, options=state_options(config, full=True))
+    if rt.main:
+        tensors = {name.removeprefix("model."): t.detach() for name, t in full.items()}
+        if config.lora_rank > 0:
+            weights_file = folder / ADAPTER
+            save_file({k: v.float().contiguous() for k, v in tensors.items()}, str(weights_file), metadata={"format": "pt"})
+        else:
+            weights_file = folder / WEIGHTS
+            save_file({k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}, str(weights_file), metadata={"format": "pt"})
+        record = {
+            "step": step,
+            "mode": "lora" if config.lora_rank > 0 else "full",
+            "init": str(init_dir.resolve()),
+            "weights": weights_file.name,
+            "config": asdict(config),
+            "world_size": rt.world,
+            "progress": progress,
+        }
+        if config.lora_rank > 0:
+            record["lora"] = {"rank": config.lora_rank, "alpha": config.lora_alpha or 2.0 * config.lora_rank}
+        write_json(folder / "checkpoint.json", record)
+        previous = lin.read_lineage_or_root(init_dir)
+        init_files = {
+            f"init/{name}": {**rec, "from_previous": bool(previous["stages"])} for name, rec in lin.hash_folder(init_dir).items()
+        }
+        outputs = {name: rec for name, rec in lin.hash_folder(folder).items() if not name.startswith("state/")}
+        stage = lin.make_stage(
+            "train", config={**asdict(config), "world_size": rt.world, "steps_done": step}, inputs={**init_files, **data_inputs}, outputs=outputs
+        )
+        lin.write_lineage(folder, lin.append_stage(previous, stage))
+        write_json(Path(config.out) / LATEST, {"step": step, "path": f"{CHECKPOINTS}/{folder.name}"})
+        prune_checkpoints(Path(config.out) / CHECKPOINTS, config.keep_checkpoints)
+    barrier(rt)
+    return folder
+
+
+def prune_checkpoints(folder: Path, keep: int) -> None:
+    if keep <= 0:
+        return
+    for old in sorted(folder.glob("step_*"))[:-keep]:
+        shutil.rmtree(old)
+
+
+def load_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime) -> tuple[int, dict[str, Any]]:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    latest = Path(config.out) / LATEST
+    if not latest.is_file():
+        raise A2DError(f"--resume: {latest} not found; no checkpoint to resume from in {config.out}")
+    pointer = read_json(latest)
+    folder = Path(config.out) / pointer["path"]
+    record = read_json(folder / "checkpoint.json")
+    saved = record["config"]
+    for key in ("base", "data", "block_size", "lora_rank", "complementary", "shift_logits"):
+        if saved.get(key) != getattr(config, key):
+            raise A2DError(f"--resume: {folder} was trained with {key}={saved.get(key)!r}, this run has {getattr(config, key)!r}")
+    model_state, optim_state = get_state_dict(objective, optimizer, options=state_options(config))
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=str(folder / "state"), no_dist=not rt.distributed)
+    set_state_dict(objective, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=state_options(config))
+    return int(record["step"]), record.get("progress", {})
+
+
+# --------------------------------------------------------------------------------------------- the loop
+
+
+def evaluate(objective, arrays: dict[str, np.ndarray], config: TrainConfig, rt: Runtime, mask_token_id: int, max_rows: int = 64) -> float:
+    """Mean masked-token CE on held-out rows with fixed masks (the same ones every time it runs)."""
+    rows = min(arrays["input_ids"].shape[0], max_rows)
+    schedule = RowSchedule(arrays, replace(config, batch_rows=rows, seed=config.seed + 7919), mask_token_id)
+    sums = torch.zeros(2, device=rt.device)
+    with torch.no_grad():
+        for first in range(rt.rank * config.micro_batch_rows, rows, rt.world * config.micro_batch_rows):
+            batch = schedule.batch(0, list(range(first, min(first + config.micro_batch_rows, rows))))
+            with autocast(config, rt.device):
+                _, stats = objective(**to_device(batch, rt.device))
+            sums[0] += stats[0]
+            sums[1] += batch.pred_index.size
+    totals = all_reduce_sum(rt, sums).tolist()
+    return totals[0] / max(totals[1], 1.0)
+
+
+def train(config: TrainConfig, resume: bool = False) -> Path:
+    """Runs the training; returns the folder of the last checkpoint."""
+    rt = setup_runtime(config)
+    out = Path(config.out)
+    if rt.main:
+        out.mkdir(parents=True, exist_ok=True)
+        if not resume and (out / LATEST).exists():
+            raise A2DError(f"{out} already holds a run ({LATEST}); pass --resume to continue it or choose a new --out")
+    barrier(rt)
+    torch.manual_seed(config.seed)
+    data_dir = Path(config.data)
+    arrays, meta = load_rows(data_dir / TRAIN_FILE, config.block_size)
+    init_dir = prepare_init(config, rt)
+    objective, trainable, a2d = build_model(config, init_dir, rt)
+    if a2d.block_size != config.block_size:
+        raise A2DError(f"{init_dir}/config.json: a2d.block_size is {a2d.block_size}, --block-size is {config.block_size}; make them equal")
+    config = replace(config, shift_logits=a2d.shift_logits)
+    objective.config = config
+    schedule = RowSchedule(arrays, config, a2d.mask_token_id)
+    heldout = load_rows(data_dir / HELDOUT_FILE, config.block_size)[0] if (data_dir / HELDOUT_FILE).is_file() else None
+    accum = accumulation_steps(config, rt)
+    optimizer = make_optimizer(config, trainable, rt.device)
+    data_inputs = {
+        f"data/{name}": lin.file_record(data_dir / name) for name in (TRAIN_FILE, MANIFEST_FILE, HELDOUT_FILE) if (data_dir / name).is_file()
+    }
+    step, progress = 0, {"tokens": 0, "elapsed_s": 0.0}
+    if resume and (out / LATEST).is_file():
+        step, progress = load_checkpoint(objective, optimizer, config, rt)
+    copies = 3 if config.complementary else 2
+    seq_len = int(meta["seq_len"])
+    tokens_per_step = config.batch_rows * seq_len
+    log_path = out / LOG_FILE
+    if rt.main:
+        write_json(out / "train_config.json", {**asdict(config), "world_size": rt.world, "init": str(init_dir)})
+        n_params = sum(p.numel() for p in objective.parameters())
+        n_train = sum(p.numel() for p in trainable)
+        print(json.dumps({"event": "start", "step": step, "params": n_params, "trainable": n_train, "world_size": rt.world, "device": str(rt.device), "rows": schedule.rows, "seq_len": seq_len, "accumulation": accum}), flush=True)
+
+    started = time.perf_counter() - progress.get("elapsed_s", 0.0)
+    window_start, window_tokens, window_steps = time.perf_counter(), 0, 0
+    stats_sum = torch.zeros(3, device=rt.device)
+    counts = np.zeros(2)  # targets, ar targets (host: known without a device sync)
+    loss_sum = torch.zeros((), device=rt.device)
+    last_folder = None
+    bar = tqdm(total=config.max_steps, initial=step, desc="train", unit="step", disable=not rt.main, dynamic_ncols=True)
+    if rt.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(rt.device)
+    stop = False
+    while step < config.max_steps and not stop:
+        lr = lr_at(config, step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        normaliser = max(schedule.global_eligible(step), 1) * (copies - 1 if config.loss_weighting == "elbo" else 1)
+        for micro in range(accum):
+            batch = schedule.batch(step, micro_slots(config, rt, micro))
+            tensors = to_device(batch, rt.device)
+            if rt.distributed:
+                objective.set_requires_gradient_sync(micro == accum - 1)
+            with autocast(config, rt.device):
+                loss, stats = objective(**tensors)
+            # FSDP averages gradients over processes; scaling by world makes the result sum / normaliser.
+            (loss * (rt.world / normaliser)).backward()
+            stats_sum += stats.detach()
+            loss_sum += loss.detach() / normaliser
+            counts += (batch.pred_index.size, batch.ar_index.size)
+        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, config.grad_clip if config.grad_clip > 0 else float("inf"))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        window_tokens += tokens_per_step
+        window_steps += 1
+        progress["tokens"] = progress.get("tokens", 0) + tokens_per_step
+        bar.update(1)
+        is_last = step == config.max_steps
+        if step % config.log_every == 0 or is_last:
+            reduced = all_reduce_sum(rt, torch.cat([stats_sum, loss_sum[None], torch.tensor(counts, device=rt.device, dtype=torch.float32)]))
+            values = reduced.tolist()  # the one host sync per log interval
+            now = time.perf_counter()
+            if hasattr(grad_norm, "full_tensor"):
+                grad_norm = grad_norm.full_tensor()
+            record = {
+                "step": step,
+                "loss": values[3] / window_steps,
+                "ce": values[0] / max(values[4], 1.0),
+                "lr": lr,
+                "grad_norm": float(grad_norm),
+                "tokens": progress["tokens"],
+                "tokens_per_s": window_tokens / (now - window_start),
+                "elapsed_s": now - started,
+            }
+            if config.kl_weight > 0:
+                record["kl"] = values[1] / max(values[4], 1.0)
+            if config.ar_weight > 0:
+                record["ar_ce"] = values[2] / max(values[5], 1.0)
+            if rt.device.type == "cuda":
+                record["peak_mem_gb"] = torch.cuda.max_memory_allocated(rt.device) / 2**30
+            stats_sum.zero_()
+            loss_sum.zero_()
+            counts[:] = 0
+            window_start, window_tokens, window_steps = now, 0, 0
+            if heldout is not None and config.eval_every and step % config.eval_every == 0:
+                record["eval_ce"] = evaluate(objective, heldout, config, rt, a2d.mask_token_id)
+            if config.time_limit_min > 0:
+                over = torch.tensor(float(now - started > config.time_limit_min * 60), device=rt.device)
+                stop = bool(all_reduce_sum(rt, over).item() > 0)
+                record["time_limit_reached"] = stop
+            if rt.main:
+                with open(log_path, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+                bar.set_postfix(loss=f"{record['loss']:.3f}", ce=f"{record['ce']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+        progress["elapsed_s"] = time.perf_counter() - started
+        if (config.save_every and step % config.save_every == 0) or step == config.max_steps or stop:
+            if heldout is not None and (step == config.max_steps or stop):
+                progress["eval_ce"] = evaluate(objective, heldout, config, rt, a2d.mask_token_id)
+            last_folder = save_checkpoint(objective, optimizer, config, rt, step, dict(progress), init_dir, data_inputs)
+    bar.close()
+    if last_folder is None:
+        last_folder = Path(config.out) / read_json(Path(config.out) / LATEST)["path"]
+    if rt.main:
+        print(json.dumps({"event": "done", "step": step, "checkpoint": str(last_folder), **{k: v for k, v in progress.items()}}), flush=True)
+    return last_folder
+
+
