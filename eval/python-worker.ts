@@ -13,6 +13,11 @@ interface Pending {
   reject: (error: Error) => void;
 }
 
+/** The worker process is gone: every later grade would fail too. */
+export class GraderExited extends Error {
+  override name = "GraderExited";
+}
+
 export interface MathGrade {
   correct: boolean;
   extracted: string | null;
@@ -21,7 +26,7 @@ export interface MathGrade {
 export class PythonWorker {
   private readonly pending: Pending[] = [];
   private stderr = "";
-  private exited: Error | null = null;
+  private exited: GraderExited | null = null;
 
   private constructor(private readonly child: ChildProcessWithoutNullStreams) {
     createInterface({ input: child.stdout }).on("line", (line) => {
@@ -37,7 +42,7 @@ export class PythonWorker {
       this.stderr = (this.stderr + chunk.toString("utf8")).slice(-4000);
     });
     child.on("exit", (code, signal) => {
-      this.exited = new Error(
+      this.exited = new GraderExited(
         `the Python grader (eval/grader_worker.py) exited (${signal ?? `code ${code}`}): ${this.stderr.trim().slice(-1000)}`,
       );
       for (const waiter of this.pending.splice(0)) waiter.reject(this.exited);

@@ -16,7 +16,7 @@ import { runCodeTests } from "./code-tests.js";
 import { finalAnswer } from "./extract.js";
 import { BENCHMARK_NAMES, buildReport, type BenchmarkName, type EvalReport } from "./normalize.js";
 import { Semaphore, forEachPooled } from "./pool.js";
-import { PythonWorker } from "./python-worker.js";
+import { GraderExited, PythonWorker } from "./python-worker.js";
 import { checkSandbox, type SandboxLimits } from "./sandbox.js";
 
 export interface EvalOptions {
@@ -56,7 +56,7 @@ export interface ItemResult {
   finishReason: string | null;
   completionTokens: number | null;
   cached: boolean;
-  /** Set when the server refused the request (a 4xx); the item is scored wrong. */
+  /** Why the item was scored wrong without a verdict: "request refused: …" (a 4xx) or "grading failed: …". */
   error?: string;
 }
 
@@ -157,12 +157,20 @@ export async function runEval(options: EvalOptions): Promise<EvalRun> {
       runCode: (code: string, tests: Parameters<typeof runCodeTests>[1], funcName: string | null) =>
         codeSlots.run(() => runCodeTests(code, tests, funcName, { python: options.codePython, limits: options.codeLimits })),
     };
-    const results: ItemResult[] = [];
+    const results: ItemResult[] = new Array(jobs.length);
     const grading: Promise<void>[] = [];
     let correct = 0;
+    let graderDown: GraderExited | null = null;
+    const record = (index: number, result: ItemResult): void => {
+      results[index] = result;
+      if (result.correct) correct += 1;
+      bar?.increment(1, { correct });
+    };
     bar?.start(jobs.length, 0, { correct });
 
-    await forEachPooled(jobs, options.concurrency, async ({ benchmark, item }) => {
+    await forEachPooled([...jobs.keys()], options.concurrency, async (index) => {
+      if (graderDown) throw graderDown;
+      const { benchmark, item } = jobs[index]!;
       const chat: ChatRequest = {
         model,
         messages: item.messages,
@@ -171,45 +179,48 @@ export async function runEval(options: EvalOptions): Promise<EvalRun> {
         ...(options.topP === undefined ? {} : { topP: options.topP }),
         ...(options.seed === undefined ? {} : { seed: options.seed }),
       };
+      const base = { benchmark, id: item.id };
       let response: CachedResponse & { cached: boolean };
       try {
         response = await respond(client, chat, cache, options.retryDelayMs ?? 2000);
       } catch (error) {
         if (!(error instanceof HttpError && error.status < 500)) throw error;
         // The server refused this one request (e.g. a prompt over its context): score it wrong, go on.
-        const refused = { correct: false, extracted: null, finishReason: null, completionTokens: null, cached: false, error: error.message };
-        results.push({ benchmark, id: item.id, ...refused });
-        bar?.increment(1, { correct });
+        const refused = { correct: false, extracted: null, finishReason: null, completionTokens: null, cached: false };
+        record(index, { ...base, ...refused, error: `request refused: ${error.message}` });
         return;
       }
+      const served = { finishReason: response.finishReason, completionTokens: response.completionTokens, cached: response.cached };
       // Grading (sandboxed code in particular) runs beside the next requests instead of holding a slot.
+      // One item that cannot be graded (a malformed test case, a gold answer math-verify cannot parse)
+      // is scored wrong and reported; a grader that died stops the run.
       grading.push(
-        BENCHMARKS[benchmark].grade(item, finalAnswer(response.content), context).then((grade: Grade) => {
-          if (grade.correct) correct += 1;
-          results.push({
-            benchmark,
-            id: item.id,
-            ...grade,
-            finishReason: response.finishReason,
-            completionTokens: response.completionTokens,
-            cached: response.cached,
-          });
-          bar?.increment(1, { correct });
-        }),
+        BENCHMARKS[benchmark]
+          .grade(item, finalAnswer(response.content), context)
+          .then((grade: Grade) => record(index, { ...base, ...grade, ...served }))
+          .catch((error: unknown) => {
+            if (error instanceof GraderExited) {
+              graderDown = error;
+              return;
+            }
+            const message = error instanceof Error ? error.message : String(error);
+            record(index, { ...base, correct: false, extracted: null, ...served, error: `grading failed: ${message}` });
+          }),
       );
     }).catch(async (error: unknown) => {
-      await Promise.allSettled(grading);
+      await Promise.all(grading);
       const resume = cache ? `; finished responses are in ${cache.file}, re-run the same command to resume` : "; pass --cache FILE to make runs resumable";
       throw new Error(`${error instanceof Error ? error.message : String(error)}${resume}`, { cause: error });
     });
     await Promise.all(grading);
+    if (graderDown) throw graderDown;
     await cache?.flush();
     bar?.stop();
 
-    const order = new Map(jobs.map((job, index) => [`${job.benchmark}\u0000${job.item.id}`, index]));
-    results.sort((a, b) => order.get(`${a.benchmark}\u0000${a.id}`)! - order.get(`${b.benchmark}\u0000${b.id}`)!);
-    const refused = results.filter((result) => result.error !== undefined);
-    if (refused.length > 0) options.log(`warning: the server refused ${refused.length} request(s), scored wrong; first: ${refused[0]!.error}`);
+    for (const stage of ["request refused", "grading failed"]) {
+      const failed = results.filter((result) => result.error?.startsWith(stage));
+      if (failed.length > 0) options.log(`warning: ${stage} for ${failed.length} item(s), scored wrong; first: ${failed[0]!.error}`);
+    }
     if (options.detailsFile) await writeFile(options.detailsFile, results.map((result) => JSON.stringify(result)).join("\n") + "\n");
 
     const counts: Partial<Record<BenchmarkName, { correct: number; total: number }>> = {};

@@ -2,7 +2,7 @@
 // answers a model would give (right for some items, wrong for others, with reasoning in
 // `reasoning_content` that must be ignored), so the scores are known exactly. The run against the real
 // `a2d serve` is test/eval-e2e.test.ts.
-import { appendFileSync, mkdtempSync, readFileSync } from "node:fs";
+import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -135,13 +135,20 @@ describe("a2d eval runner", () => {
     expect(readFileSync(cache, "utf8").trim().split("\n").length).toBe(7);
   });
 
-  it("scores a refused request wrong and says so, and names the cache when the server is gone", async () => {
+  it("scores refused and ungradable items wrong and says so, and names the cache when the server is gone", async () => {
     refuse = "hexagon";
     const logs: string[] = [];
     const run = await runEval(options({ benchmarks: ["mmlu_pro"], log: (line) => logs.push(line) }));
     refuse = null;
     expect(run.report.benchmarks.mmlu_pro).toMatchObject({ n: 3, accuracy: 2 / 3 });
-    expect(logs.some((line) => /the server refused 1 request\(s\), scored wrong; first: .*prompt too long/.test(line))).toBe(true);
+    expect(logs.some((line) => /request refused for 1 item\(s\), scored wrong; first: request refused: .*prompt too long/.test(line))).toBe(true);
+
+    const data = mkdtempSync(join(tmpdir(), "a2d-eval-data-"));
+    writeFileSync(join(data, "math_500.jsonl"), `${JSON.stringify({ problem: "What is 1?", answer: "" })}\n${readFileSync(join(FIXTURES, "math_500.jsonl"), "utf8")}`);
+    const gradingLogs: string[] = [];
+    const graded = await runEval(options({ dataDir: data, log: (line) => gradingLogs.push(line) }));
+    expect(graded.report.benchmarks.math_500).toMatchObject({ n: 5, accuracy: 3 / 5 });
+    expect(gradingLogs).toContain("warning: grading failed for 1 item(s), scored wrong; first: grading failed: grader: ValueError: math-verify cannot parse the gold answer ''");
 
     const dead = createServer();
     await new Promise<void>((resolve) => dead.listen(0, "127.0.0.1", resolve));

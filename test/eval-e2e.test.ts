@@ -1,0 +1,110 @@
+// `a2d eval` and `a2d bench-serve`, run as the built CLI, against a real `a2d serve` (CPU engine) on a
+// tiny random model: every fixture benchmark end to end, the --json shape, resumption from the cache,
+// and throughput numbers read from the server's usage.
+import { execFile, execFileSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+import { BENCHMARK_NAMES } from "../eval/normalize.js";
+import { CLI, ROOT, ensureBuilt, makeTinyModel, startServer, type ServerProcess } from "./server-harness.js";
+
+const run = promisify(execFile);
+const work = mkdtempSync(join(tmpdir(), "a2d-eval-e2e-"));
+let server: ServerProcess;
+let url: string;
+
+/** ensureBuilt() watches cli/, server/ and engine/; the CLI also runs eval/ from dist/. */
+function ensureEvalBuilt(): void {
+  ensureBuilt();
+  const built = statSync(CLI).mtimeMs;
+  const newest = Math.max(...readdirSync(join(ROOT, "eval"), { recursive: true, encoding: "utf8" })
+    .filter((name) => name.endsWith(".ts"))
+    .map((name) => statSync(join(ROOT, "eval", name)).mtimeMs));
+  if (newest > built) execFileSync("npm", ["run", "build:ts"], { cwd: ROOT, stdio: "pipe" });
+}
+
+async function cli(args: string[]): Promise<{ stdout: string; stderr: string; ms: number }> {
+  const started = performance.now();
+  const { stdout, stderr } = await run(process.execPath, [CLI, ...args], { cwd: ROOT, maxBuffer: 16 * 1024 ** 2 });
+  return { stdout, stderr, ms: performance.now() - started };
+}
+
+beforeAll(async () => {
+  ensureEvalBuilt();
+  const model = makeTinyModel(join(work, "tiny"), ["--seed", "5", "--layers", "2", "--hidden", "64"]);
+  server = startServer(model, ["--model-name", "tiny-a2d"]);
+  url = await server.url();
+  await server.waitForLog("ready");
+});
+
+afterAll(async () => {
+  expect(await server?.stop()).toBe(0);
+  rmSync(work, { recursive: true, force: true });
+});
+
+describe("a2d eval against a2d serve", () => {
+  const cache = join(work, "responses.jsonl");
+  const args = () => ["eval", "--url", url, "--data", join(ROOT, "eval", "fixtures"), "--max-tokens", "48", "--concurrency", "2", "--temperature", "0", "--cache", cache];
+
+  it("scores all four fixture benchmarks and prints the report as JSON", async () => {
+    const { stdout, stderr } = await cli([...args(), "--json", "--details", join(work, "details.jsonl")]);
+    const report = JSON.parse(stdout) as { benchmarks: Record<string, { accuracy: number; normalized: number; n: number }>; mean: number };
+    expect(Object.keys(report)).toEqual(["benchmarks", "mean"]);
+    expect(Object.keys(report.benchmarks)).toEqual([...BENCHMARK_NAMES]);
+    expect(Object.fromEntries(Object.entries(report.benchmarks).map(([name, score]) => [name, score.n]))).toEqual({
+      gpqa_diamond: 3,
+      math_500: 4,
+      livecodebench_v6: 3,
+      mmlu_pro: 3,
+    });
+    for (const score of Object.values(report.benchmarks)) {
+      expect(Object.keys(score).sort()).toEqual(["accuracy", "n", "normalized"]);
+      expect(score.accuracy).toBeGreaterThanOrEqual(0);
+      expect(score.accuracy).toBeLessThanOrEqual(1);
+      expect(score.normalized).toBeGreaterThanOrEqual(0);
+      expect(score.normalized).toBeLessThanOrEqual(100);
+    }
+    const normalized = Object.values(report.benchmarks).map((score) => score.normalized);
+    expect(report.mean).toBeCloseTo(normalized.reduce((a, b) => a + b, 0) / normalized.length, 10);
+    expect(stderr).toContain("model tiny-a2d at");
+    const details = readFileSync(join(work, "details.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line));
+    expect(details.length).toBe(13);
+    // The untrained model runs to the token limit or stops early; either way the server said which.
+    for (const item of details) {
+      expect(["stop", "length"]).toContain(item.finishReason);
+      expect(item.completionTokens).toBeGreaterThan(0);
+      expect(item.completionTokens).toBeLessThanOrEqual(48);
+    }
+  });
+
+  it("resumes from the cache: the same command again sends no request and prints the same report", async () => {
+    const first = await cli([...args(), "--json"]);
+    const lines = readFileSync(cache, "utf8").trim().split("\n").length;
+    const again = await cli([...args(), "--json"]);
+    expect(again.stdout).toBe(first.stdout);
+    expect(again.stderr).toContain(`cache ${cache}: 13 responses`);
+    expect(readFileSync(cache, "utf8").trim().split("\n").length).toBe(lines);
+    const text = await cli(args());
+    expect(text.stdout).toMatch(/^model: tiny-a2d\nbenchmark +n +accuracy +normalized\ngpqa_diamond +3 +\d+\.\d% +\d+\.\d\n/);
+    expect(text.stdout).toMatch(/mean normalized: \d+\.\d\n$/);
+  });
+});
+
+describe("a2d bench-serve against a2d serve", () => {
+  it("reports single-stream and concurrent tokens/s and TTFT from the server's usage", async () => {
+    const { stdout } = await cli(["bench-serve", "--url", url, "--max-tokens", "64", "--concurrency", "2", "--temperature", "0", "--json"]);
+    const result = JSON.parse(stdout);
+    expect(result.model).toBe("tiny-a2d");
+    expect(result.single.countedFrom).toBe("usage");
+    expect(result.single.completionTokens).toBeGreaterThan(0);
+    expect(result.single.completionTokens).toBeLessThanOrEqual(64);
+    expect(result.single.tokensPerSecond).toBeCloseTo(result.single.completionTokens / (result.single.totalMs / 1000), 6);
+    expect(result.single.ttftMs).toBeGreaterThan(0);
+    expect(result.single.ttftMs).toBeLessThanOrEqual(result.single.totalMs);
+    expect(result.concurrent.streams).toBe(2);
+    expect(result.concurrent.completionTokens).toBeGreaterThan(0);
+  });
+});
