@@ -8,6 +8,7 @@ import math
 import os
 import shutil
 import time
+import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,10 @@ def setup_runtime(config: TrainConfig) -> Runtime:
 
     if config.threads > 0:
         torch.set_num_threads(config.threads)
+    # The reference layer returns its (k, v) as views; nothing here writes to them in place.
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+    # One process saves and loads checkpoints without a process group, which DCP warns about.
+    warnings.filterwarnings("ignore", message=r"torch.distributed is disabled, unavailable or uninitialized")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     cuda = torch.cuda.is_available()
     if world > 1:

@@ -1,0 +1,148 @@
+"""The training objective sees exactly what decoding sees, the tiny run learns, and it resumes exactly."""
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from a2d_convert.data import DataConfig, Source, TRAIN_FILE, build_data, load_rows
+from a2d_convert.init_model import init_model
+from a2d_convert.model import BlockForward, load_transformer
+from a2d_convert.objective import RowSchedule, training_attention_mask
+from a2d_convert.tiny import TinySpec, make_tiny_base
+from a2d_convert.train import TrainConfig
+from a2d_convert.trainer import LOG_FILE, train
+
+
+def arithmetic_rows(n: int, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        a, b = (int(v) for v in rng.integers(0, 20, 2))
+        rows.append({"prompt": f"What is {a} plus {b}?", "response": f"{a} plus {b} is {a + b}."})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    base = make_tiny_base(root / "base", TinySpec(layers=2, hidden=64, heads=4, kv_heads=2))
+    rows = root / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in arithmetic_rows(96)))
+    data = build_data([Source(path=rows, name="arith")], base, root / "data", DataConfig(block_size=4, seq_len=96))
+    return root, base, data
+
+
+def tiny_config(root: Path, base: Path, data: Path, name: str, **overrides) -> TrainConfig:
+    config = TrainConfig(
+        base=str(base), data=str(data), out=str(root / name), block_size=4, max_steps=40, batch_rows=4,
+        micro_batch_rows=2, lr=3e-3, warmup_steps=5, log_every=5, threads=1, activation_checkpointing=False,
+    )
+    return replace(config, **overrides)
+
+
+@pytest.mark.parametrize("shift_logits", [True, False])
+def test_training_layout_reproduces_decoding_forwards(workspace, tmp_path, shift_logits):
+    """Every noisy block's hidden states (and the anchor row) equal the decoder's (commit, window) forward."""
+    root, base, data = workspace
+    model_dir = init_model(base, tmp_path / "init", block_size=4, shift_logits=shift_logits)
+    model, _, a2d = load_transformer(model_dir)
+    arrays, _ = load_rows(data / TRAIN_FILE, 4)
+    config = TrainConfig(block_size=4, batch_rows=2, shift_logits=shift_logits)
+    schedule = RowSchedule(arrays, config, a2d.mask_token_id)
+    row_with_two = next(r for r in range(schedule.rows) if len(set(arrays["segment_ids"][r].tolist()) - {0}) >= 2)
+    schedule.row_of = lambda step, slot: row_with_two
+    batch = schedule.batch(0, [0])
+    L = arrays["input_ids"].shape[1]
+    seg = torch.from_numpy(batch.segment_ids)
+    with torch.no_grad():
+        hidden, _ = model(torch.from_numpy(batch.input_ids), torch.from_numpy(batch.position_ids), training_attention_mask(seg, 4, 3))
+        logits = model.logits(hidden[0])
+    ids = batch.input_ids[0]
+    checked = 0
+    for s in sorted(set(batch.segment_ids[0].tolist()) - {0}):
+        where = np.flatnonzero(batch.segment_ids[0] == s)
+        start, end = int(where[0]), int(where[-1]) + 1
+        for block_start in range(start - start % 4 + 4 if start % 4 else start, end, 4):
+            if block_start - start < 1:
+                continue
+            for copy in (1, 2):
+                window = ids[copy * L + block_start : copy * L + block_start + 4].tolist()
+                forward = BlockForward(model)
+                commit = ids[start:block_start].tolist()
+                rows = list(range(len(commit) + 4))
+                want = forward(commit, window, rows)
+                got_clean = logits[block_start - 1]
+                got_window = logits[copy * L + block_start : copy * L + block_start + 4]
+                torch.testing.assert_close(got_clean, want[len(commit) - 1], rtol=1e-4, atol=1e-4)
+                torch.testing.assert_close(got_window, want[len(commit) :], rtol=1e-4, atol=1e-4)
+                checked += 1
+    assert checked >= 4
+    # Each target is predicted by the row decoding would use: the anchor (clean p-1) for a block's first
+    # position with the shift, the noisy row p-1 inside the block, or the noisy row p without the shift.
+    for pred, target in zip(batch.pred_index, batch.targets):
+        r, col = divmod(int(pred), 3 * L)
+        copy, p = divmod(col, L)
+        target_pos = p + 1 if shift_logits else p
+        if shift_logits and copy == 0:
+            assert target_pos % 4 == 0
+        else:
+            assert copy in (1, 2) and (target_pos // 4 == p // 4)
+            assert ids[copy * L + target_pos] == a2d.mask_token_id  # only masked positions are targets
+        assert ids[target_pos] == target
+
+
+def test_complementary_masks_cover_every_target_once(workspace):
+    _, _, data = workspace
+    arrays, _ = load_rows(data / TRAIN_FILE, 4)
+    schedule = RowSchedule(arrays, TrainConfig(block_size=4, batch_rows=2), mask_token_id=10_000)
+    batch = schedule.batch(3, [0, 1])
+    positions = {int(i) + 1 for i in batch.teacher_index}  # (row, position) flattened, one per target
+    assert len(batch.targets) == batch.eligible == len(positions)
+    again = schedule.batch(3, [0, 1])  # masks depend only on (seed, step, slot): resumable and world-size free
+    assert np.array_equal(again.input_ids, batch.input_ids) and np.array_equal(again.weights, batch.weights)
+    assert (batch.weights >= 1.0 / 0.8 - 1e-6).all() and (batch.weights <= 1.0 / 0.2 + 1e-6).all()
+
+
+def test_tiny_base_trains_40_steps_and_its_loss_falls(workspace):
+    root, base, data = workspace
+    folder = train(tiny_config(root, base, data, "run"))
+    log = [json.loads(line) for line in (root / "run" / LOG_FILE).read_text().splitlines()]
+    assert [r["step"] for r in log] == list(range(5, 45, 5))
+    first, last = log[0]["ce"], np.mean([r["ce"] for r in log[-2:]])
+    assert last < 0.5 * first, [r["ce"] for r in log]
+    weights = load_file(folder / "model.safetensors")
+    init_weights = load_file(root / "run" / "init" / "model.safetensors")
+    assert set(weights) == set(init_weights)
+    assert not torch.equal(weights["model.layers.0.mlp.up_proj.weight"], init_weights["model.layers.0.mlp.up_proj.weight"])
+    lineage = json.loads((folder / "lineage.json").read_text())
+    assert [s["stage"] for s in lineage["stages"]] == ["init", "train"]
+    assert lineage["stages"][-1]["outputs"]["model.safetensors"]["bytes"] == (folder / "model.safetensors").stat().st_size
+
+
+def test_resume_continues_exactly(workspace):
+    root, base, data = workspace
+    config = tiny_config(root, base, data, "straight", max_steps=6, save_every=3, log_every=3)
+    straight = load_file(train(config) / "model.safetensors")
+    out = root / "straight"
+    shutil.rmtree(out / "checkpoints" / "step_000006")
+    (out / "latest.json").write_text(json.dumps({"step": 3, "path": "checkpoints/step_000003"}))
+    resumed = load_file(train(config, resume=True) / "model.safetensors")
+    for name in straight:
+        assert torch.equal(straight[name], resumed[name]), name
+
+
+def test_lora_run_trains_only_adapters_with_kl(workspace):
+    root, base, data = workspace
+    folder = train(tiny_config(root, base, data, "lora", max_steps=10, lora_rank=4, kl_weight=0.5, lr=1e-2))
+    adapter = load_file(folder / "adapter.safetensors")
+    assert "model.layers.0.self_attn.q_proj.lora_A" in adapter and "model.embed_tokens.mask_embedding" in adapter
+    assert not any(k.endswith("proj.weight") for k in adapter)
+    assert adapter["model.layers.1.mlp.down_proj.lora_B"].abs().sum() > 0  # B left its zero init
+    log = [json.loads(line) for line in (root / "lora" / LOG_FILE).read_text().splitlines()]
+    assert all(r["kl"] >= 0 for r in log)
