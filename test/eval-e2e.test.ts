@@ -26,6 +26,11 @@ function ensureEvalBuilt(): void {
   if (newest > built) execFileSync("npm", ["run", "build:ts"], { cwd: ROOT, stdio: "pipe" });
 }
 
+/** Chat requests the server has logged so far. */
+function chatRequests(): number {
+  return server.logs.filter((line) => line.msg === "incoming request" && (line.req as { url?: string } | undefined)?.url === "/v1/chat/completions").length;
+}
+
 async function cli(args: string[]): Promise<{ stdout: string; stderr: string; ms: number }> {
   const started = performance.now();
   const { stdout, stderr } = await run(process.execPath, [CLI, ...args], { cwd: ROOT, maxBuffer: 16 * 1024 ** 2 });
@@ -47,10 +52,12 @@ afterAll(async () => {
 
 describe("a2d eval against a2d serve", () => {
   const cache = join(work, "responses.jsonl");
+  let firstReport = "";
   const args = () => ["eval", "--url", url, "--data", join(ROOT, "eval", "fixtures"), "--max-tokens", "48", "--concurrency", "2", "--temperature", "0", "--cache", cache];
 
   it("scores all four fixture benchmarks and prints the report as JSON", async () => {
     const { stdout, stderr } = await cli([...args(), "--json", "--details", join(work, "details.jsonl")]);
+    firstReport = stdout;
     const report = JSON.parse(stdout) as { benchmarks: Record<string, { accuracy: number; normalized: number; n: number }>; mean: number };
     expect(Object.keys(report)).toEqual(["benchmarks", "mean"]);
     expect(Object.keys(report.benchmarks)).toEqual([...BENCHMARK_NAMES]);
@@ -81,13 +88,15 @@ describe("a2d eval against a2d serve", () => {
   });
 
   it("resumes from the cache: the same command again sends no request and prints the same report", async () => {
-    const first = await cli([...args(), "--json"]);
-    const lines = readFileSync(cache, "utf8").trim().split("\n").length;
+    expect(readFileSync(cache, "utf8").trim().split("\n").length).toBe(13);
+    const before = chatRequests();
+    expect(before).toBeGreaterThanOrEqual(13);
     const again = await cli([...args(), "--json"]);
-    expect(again.stdout).toBe(first.stdout);
+    expect(chatRequests()).toBe(before);
+    expect(again.stdout).toBe(firstReport);
     expect(again.stderr).toContain(`cache ${cache}: 13 responses`);
-    expect(readFileSync(cache, "utf8").trim().split("\n").length).toBe(lines);
-    const text = await cli(args());
+    expect(readFileSync(cache, "utf8").trim().split("\n").length).toBe(13);
+    const text = await cli([...args(), "--bench", "gpqa_diamond,mmlu_pro"]);
     expect(text.stdout).toMatch(/^model: tiny-a2d\nbenchmark +n +accuracy +normalized\ngpqa_diamond +3 +\d+\.\d% +\d+\.\d\n/);
     expect(text.stdout).toMatch(/mean normalized: \d+\.\d\n$/);
   });
