@@ -1,0 +1,219 @@
+// The CUDA engine's standalone harness: a C interface over DeviceModel that bench/cuda_check.py drives
+// through ctypes on the GPU machine. Python builds random weights with PyTorch, hands their device
+// pointers (or host copies) to the engine, compares every forward with a PyTorch fp32 reference on the
+// same weights, and times graph replays for each row count and KV length. Errors come back as text.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "model.cuh"
+#include "model.h"
+
+using namespace a2d::cuda;
+
+namespace {
+
+void set_error(char* error, int size, const char* message) {
+  if (error != nullptr && size > 0) {
+    std::strncpy(error, message, size - 1);
+    error[size - 1] = '\0';
+  }
+}
+
+template <typename F>
+int guarded(char* error, int size, F&& body) {
+  try {
+    body();
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error, size, e.what());
+    return -1;
+  }
+}
+
+// Deterministic pseudo-random bf16 in [-1, 1): long-context timings must not run on zeros.
+__global__ void fill_random_kernel(bf16* data, int64_t count, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * uint64_t(i + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    data[i] = __float2bfloat16(float(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
+  }
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+extern "C" {
+
+struct BenchShape {
+  int hidden, intermediate, layers, heads, kv_heads, head_dim, vocab, max_context, mask_token_id;
+  int tied, qkv_bias, o_bias, qk_norm;
+  double rms_eps, rope_theta;
+};
+
+void* a2d_bench_create(const BenchShape* b, int graphs, int pdl, char* error, int size) {
+  DeviceModel* model = nullptr;
+  guarded(error, size, [&] {
+    ModelShape s;
+    s.hidden = b->hidden;
+    s.intermediate = b->intermediate;
+    s.layers = b->layers;
+    s.heads = b->heads;
+    s.kv_heads = b->kv_heads;
+    s.head_dim = b->head_dim;
+    s.vocab = b->vocab;
+    s.max_context = b->max_context;
+    s.mask_token_id = b->mask_token_id;
+    s.tied_embeddings = b->tied;
+    s.qkv_bias = b->qkv_bias;
+    s.o_bias = b->o_bias;
+    s.qk_norm = b->qk_norm;
+    s.rms_eps = static_cast<float>(b->rms_eps);
+    s.rope_theta = b->rope_theta;
+    ModelOptions options;
+    options.graphs = graphs;
+    options.pdl = pdl;
+    model = new DeviceModel(s, options);
+  });
+  return model;
+}
+
+void a2d_bench_destroy(void* handle) { delete static_cast<DeviceModel*>(handle); }
+
+int a2d_bench_upload(void* handle, int name, int layer, const void* data, int type, int on_device, char* error,
+                     int size) {
+  return guarded(error, size, [&] {
+    static_cast<DeviceModel*>(handle)->upload(static_cast<WeightName>(name), layer,
+                                              WeightSource{data, static_cast<SourceType>(type), on_device != 0});
+  });
+}
+
+// times: context_s, upload_s, capture_s, weight_bytes
+int a2d_bench_finish(void* handle, double* times, char* error, int size) {
+  return guarded(error, size, [&] {
+    DeviceModel* model = static_cast<DeviceModel*>(handle);
+    model->finish_upload();
+    const StartupTimes& t = model->startup();
+    times[0] = t.context_s;
+    times[1] = t.upload_s;
+    times[2] = t.capture_s;
+    times[3] = static_cast<double>(t.weight_bytes);
+  });
+}
+
+int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, char* error, int size) {
+  return guarded(error, size, [&] {
+    ModelOptions options;
+    options.graphs = graphs;
+    options.pdl = pdl;
+    options.kernels = static_cast<unsigned>(kernels);
+    static_cast<DeviceModel*>(handle)->reconfigure(options);
+  });
+}
+
+int a2d_bench_forward(void* handle, int cached, int commit, const int* tokens, int rows, const int* logit_rows,
+                      int logit_count, float* logits, int* choice_tokens, float* choice_confidence, char* error,
+                      int size) {
+  return guarded(error, size, [&] {
+    DeviceModel* model = static_cast<DeviceModel*>(handle);
+    ForwardInputs in;
+    in.cached = cached;
+    in.commit = commit;
+    in.tokens = tokens;
+    in.rows = rows;
+    in.logit_rows = logit_rows;
+    in.logit_count = logit_count;
+    in.write_logits = logits != nullptr;
+    model->forward(in);
+    std::vector<TokenChoice> choices(logit_count);
+    if (logit_count > 0) model->copy_choices(choices.data(), logit_count);
+    if (logits != nullptr && logit_count > 0) model->copy_logits(logits, logit_count);
+    model->synchronize();
+    for (int i = 0; i < logit_count; ++i) {
+      choice_tokens[i] = choices[i].token;
+      choice_confidence[i] = choices[i].confidence;
+    }
+  });
+}
+
+int a2d_bench_fill_kv(void* handle, unsigned long long seed, char* error, int size) {
+  return guarded(error, size, [&] {
+    DeviceModel* model = static_cast<DeviceModel*>(handle);
+    fill_random_kernel<<<2048, 256, 0, model->stream()>>>(model->kv_storage(), model->kv_storage_elements(), seed);
+    A2D_CUDA_CHECK_LAUNCH();
+    model->synchronize();
+  });
+}
+
+// One forward per iteration as the decode loop runs it (state upload, graph replay, choices back).
+// device_ms: CUDA events around the forward; step_ms: host wall time including the copy back.
+int a2d_bench_time(void* handle, int cached, int commit, int rows, int logit_count, int iterations,
+                   double* device_ms, double* step_ms, char* error, int size) {
+  return guarded(error, size, [&] {
+    DeviceModel* model = static_cast<DeviceModel*>(handle);
+    std::vector<int32_t> tokens(rows), logit_rows(logit_count);
+    for (int i = 0; i < rows; ++i) tokens[i] = (i * 7919 + 13) % model->shape().vocab;
+    for (int i = 0; i < logit_count; ++i) logit_rows[i] = rows - logit_count + i;
+    ForwardInputs in;
+    in.cached = cached;
+    in.commit = commit;
+    in.tokens = tokens.data();
+    in.rows = rows;
+    in.logit_rows = logit_rows.data();
+    in.logit_count = logit_count;
+    std::vector<TokenChoice> choices(std::max(1, logit_count));
+    cudaEvent_t start, stop;
+    A2D_CUDA_CHECK(cudaEventCreate(&start));
+    A2D_CUDA_CHECK(cudaEventCreate(&stop));
+    std::vector<double> device, wall;
+    for (int it = -3; it < iterations; ++it) {
+      const double t0 = now_s();
+      A2D_CUDA_CHECK(cudaEventRecord(start, model->stream()));
+      model->forward(in);
+      A2D_CUDA_CHECK(cudaEventRecord(stop, model->stream()));
+      if (logit_count > 0) model->copy_choices(choices.data(), logit_count);
+      model->synchronize();
+      const double t1 = now_s();
+      float ms = 0;
+      A2D_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (it >= 0) {
+        device.push_back(ms);
+        wall.push_back((t1 - t0) * 1e3);
+      }
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    *device_ms = median(device);
+    *step_ms = median(wall);
+  });
+}
+
+// The engine's real load path for a model folder: load_model (mmap + checks), then the CUDA backend
+// (context, KV cache, upload, graph capture, warm-up). seconds: load_model_s, backend_s.
+int a2d_bench_load_folder(const char* dir, double* seconds, char* error, int size) {
+  return guarded(error, size, [&] {
+    const double t0 = now_s();
+    std::unique_ptr<a2d::Model> model = a2d::load_model(dir);
+    const double t1 = now_s();
+    std::unique_ptr<a2d::Backend> backend = a2d::make_cuda_backend(*model, a2d::BackendOptions{});
+    const double t2 = now_s();
+    seconds[0] = t1 - t0;
+    seconds[1] = t2 - t1;
+  });
+}
+
+}  // extern "C"

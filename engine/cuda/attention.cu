@@ -1,0 +1,364 @@
+#include "attention.cuh"
+
+namespace a2d::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kTileKeys = 64;
+constexpr int kRowsPerBlock = 16 * kWarps;
+constexpr int kSmemPad = 8;  // bf16 per smem row: breaks the 8-way bank conflict of ldmatrix on 2^k rows
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Keys per split and the number of splits that hold keys; the combine kernel recomputes the same.
+struct SplitPlan {
+  int chunk;
+  int active;
+};
+__device__ __forceinline__ SplitPlan plan_splits(int kv_total, int max_splits) {
+  int chunk = (kv_total + max_splits - 1) / max_splits;
+  chunk = max(kTileKeys, (chunk + kTileKeys - 1) / kTileKeys * kTileKeys);
+  return {chunk, (kv_total + chunk - 1) / chunk};
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* global, bool valid) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  // src-size 0 zero-fills: keys past the slice read as zeros, never as stale cache contents.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(global), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+template <int kDim>
+constexpr int smem_bytes() {
+  return 2 /*stages*/ * 2 /*K, V*/ * kTileKeys * (kDim + kSmemPad) * 2;
+}
+
+// One warp's share of the block: query rows [row0, row0 + 16) against `kKeys` keys of each tile
+// starting at key offset `key_offset` within the tile. kParts warps share a row tile and split its keys.
+template <int kDim, int kParts>
+__device__ void attention_rows(const AttentionParams& p, bf16* smem, int kv_head, int split, int row0,
+                               int key_part, int key_begin, int key_end, int rows_valid, int group) {
+  constexpr int kKeys = kTileKeys / kParts;
+  constexpr int kStride = kDim + kSmemPad;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int c = lane % 4;
+  const StepState& st = *p.state;
+  const int kv_total = st.cached + st.rows;
+
+  // The two query rows of this lane and the last key position each may see.
+  int limit[2];
+  const bf16* q_row[2];
+  for (int h = 0; h < 2; ++h) {
+    const int r = row0 + g + 8 * h;
+    const bool valid = r < rows_valid;
+    const int t = valid ? r / group : 0;
+    limit[h] = !valid ? -1 : (t < st.commit ? st.cached + t : kv_total - 1);
+    q_row[h] = p.q + (static_cast<size_t>(t) * p.num_heads + kv_head * group + (valid ? r % group : 0)) * kDim;
+  }
+  uint32_t qa[kDim / 16][4];
+#pragma unroll
+  for (int s = 0; s < kDim / 16; ++s) {
+    for (int h = 0; h < 2; ++h) {
+      const bool valid = limit[h] >= 0;
+      const uint32_t* q32 = reinterpret_cast<const uint32_t*>(q_row[h] + 16 * s + 2 * c);
+      qa[s][h] = valid ? q32[0] : 0u;
+      qa[s][h + 2] = valid ? q32[4] : 0u;
+    }
+  }
+
+  float o[kDim / 8][4];
+#pragma unroll
+  for (int n = 0; n < kDim / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};
+  const float scale = p.scale * kLog2e;
+
+  const size_t head_offset = static_cast<size_t>(kv_head) * p.max_context * kDim;
+  const bf16* k_head = p.k_cache + head_offset;
+  const bf16* v_head = p.v_cache + head_offset;
+  auto load_tile = [&](int tile, int stage) {
+    bf16* ks = smem + stage * 2 * kTileKeys * kStride;
+    bf16* vs = ks + kTileKeys * kStride;
+    constexpr int kChunks = kTileKeys * kDim / 8;
+    for (int e = threadIdx.x; e < kChunks; e += kWarps * 32) {
+      const int key = e / (kDim / 8);
+      const int col = (e % (kDim / 8)) * 8;
+      const int position = key_begin + tile * kTileKeys + key;
+      const bool valid = position < key_end;
+      const size_t offset = static_cast<size_t>(valid ? position : 0) * kDim + col;
+      cp_async16(ks + key * kStride + col, k_head + offset, valid);
+      cp_async16(vs + key * kStride + col, v_head + offset, valid);
+    }
+    asm volatile("cp.async.commit_group;");
+  };
+
+  const int tiles = (key_end - key_begin + kTileKeys - 1) / kTileKeys;
+  load_tile(0, 0);
+  for (int tile = 0; tile < tiles; ++tile) {
+    if (tile + 1 < tiles) {
+      load_tile(tile + 1, (tile + 1) % 2);
+      asm volatile("cp.async.wait_group 1;" ::: "memory");
+    } else {
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
+    }
+    __syncthreads();
+    const bf16* ks = smem + (tile % 2) * 2 * kTileKeys * kStride + key_part * kKeys * kStride;
+    const bf16* vs = smem + (tile % 2) * 2 * kTileKeys * kStride + kTileKeys * kStride + key_part * kKeys * kStride;
+    const int key0 = key_begin + tile * kTileKeys + key_part * kKeys;
+
+    // S = Q K^T for this warp's keys.
+    float s[kKeys / 8][4];
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+      for (int d = 0; d < kDim / 32; ++d) {
+        uint32_t b[4];
+        ldmatrix_x4(b, ks + (n * 8 + lane % 8) * kStride + 32 * d + 8 * (lane / 8));
+        mma_bf16_16816(s[n], qa[2 * d][0], qa[2 * d][1], qa[2 * d][2], qa[2 * d][3], b[0], b[1]);
+        mma_bf16_16816(s[n], qa[2 * d + 1][0], qa[2 * d + 1][1], qa[2 * d + 1][2], qa[2 * d + 1][3], b[2], b[3]);
+      }
+    }
+    // Online softmax in log2 units.
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const int key = key0 + n * 8 + 2 * c + (e % 2);
+        const float v = (key <= limit[h] && key < key_end) ? s[n][e] * scale : -INFINITY;
+        s[n][e] = v;
+        tile_max[h] = fmaxf(tile_max[h], v);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+      const float m_new = fmaxf(m[h], tile_max[h]);
+      // A row with no visible key so far keeps m = -inf; use 0 as the reference so exp2 gives 0, not NaN.
+      const float reference = m_new == -INFINITY ? 0.f : m_new;
+      alpha[h] = exp2f(m[h] - reference);
+      m[h] = m_new;
+      l[h] *= alpha[h];
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n) {
+        s[n][2 * h] = exp2f(s[n][2 * h] - reference);
+        s[n][2 * h + 1] = exp2f(s[n][2 * h + 1] - reference);
+        l[h] += s[n][2 * h] + s[n][2 * h + 1];
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kDim / 8; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+    // O += P V: the S accumulators of two key n-tiles are exactly the A fragment of one k-step.
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const uint32_t a0 = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+      const uint32_t a1 = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      const uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      const uint32_t a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dn = 0; dn < kDim / 16; ++dn) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vs + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * kStride + 16 * dn + 8 * (lane / 16));
+        mma_bf16_16816(o[2 * dn], a0, a1, a2, a3, b[0], b[1]);
+        mma_bf16_16816(o[2 * dn + 1], a0, a1, a2, a3, b[2], b[3]);
+      }
+    }
+    __syncthreads();
+  }
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+
+  // Merge the key parts of this row tile through shared memory (the tile buffers are free now).
+  if constexpr (kParts > 1) {
+    float* merge_o = reinterpret_cast<float*>(smem);  // [kWarps][16][kDim]
+    float2* merge_ml = reinterpret_cast<float2*>(merge_o + kWarps * 16 * kDim);  // [kWarps][16]
+    const int warp = threadIdx.x / 32;
+    float* mine = merge_o + warp * 16 * kDim;
+#pragma unroll
+    for (int n = 0; n < kDim / 8; ++n) {
+      *reinterpret_cast<float2*>(mine + g * kDim + n * 8 + 2 * c) = make_float2(o[n][0], o[n][1]);
+      *reinterpret_cast<float2*>(mine + (g + 8) * kDim + n * 8 + 2 * c) = make_float2(o[n][2], o[n][3]);
+    }
+    if (c == 0) {
+      merge_ml[warp * 16 + g] = make_float2(m[0], l[0]);
+      merge_ml[warp * 16 + g + 8] = make_float2(m[1], l[1]);
+    }
+    __syncthreads();
+    if (key_part != 0) return;
+    for (int part = 1; part < kParts; ++part) {
+      const int other = warp + part * (kWarps / kParts);
+      const float* theirs = merge_o + other * 16 * kDim;
+      for (int h = 0; h < 2; ++h) {
+        const float2 ml = merge_ml[other * 16 + g + 8 * h];
+        const float m_new = fmaxf(m[h], ml.x);
+        const float reference = m_new == -INFINITY ? 0.f : m_new;
+        const float a = exp2f(m[h] - reference), b = exp2f(ml.x - reference);
+        m[h] = m_new;
+        l[h] = l[h] * a + ml.y * b;
+#pragma unroll
+        for (int n = 0; n < kDim / 8; ++n) {
+          const float2 ov = *reinterpret_cast<const float2*>(theirs + (g + 8 * h) * kDim + n * 8 + 2 * c);
+          o[n][2 * h] = o[n][2 * h] * a + ov.x * b;
+          o[n][2 * h + 1] = o[n][2 * h + 1] * a + ov.y * b;
+        }
+      }
+    }
+  }
+
+  for (int h = 0; h < 2; ++h) {
+    const int r = row0 + g + 8 * h;
+    if (r >= rows_valid) continue;
+    const size_t slot = (static_cast<size_t>(split) * p.num_kv_heads + kv_head) * p.row_capacity + r;
+    float* out = p.partial_o + slot * kDim;
+#pragma unroll
+    for (int n = 0; n < kDim / 8; ++n) {
+      *reinterpret_cast<float2*>(out + n * 8 + 2 * c) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+    }
+    if (c == 0) p.partial_ml[slot] = make_float2(m[h], l[h]);
+  }
+}
+
+template <int kDim>
+__global__ void __launch_bounds__(kWarps * 32) attention_kernel(const AttentionParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* smem = reinterpret_cast<bf16*>(smem_raw);
+  wait_for_previous_grid();
+  const StepState& st = *p.state;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int rows_valid = st.rows * group;
+  const int row_block = blockIdx.z * kRowsPerBlock;
+  if (row_block >= rows_valid) return;
+  const int kv_total = st.cached + st.rows;
+  const SplitPlan plan = plan_splits(kv_total, p.max_splits);
+  const int split = blockIdx.x;
+  if (split >= plan.active) return;
+  const int key_begin = split * plan.chunk;
+  const int key_end = min(key_begin + plan.chunk, kv_total);
+  const int kv_head = blockIdx.y;
+  const int warp = threadIdx.x / 32;
+
+  // Few query rows: the idle warps take a share of each tile's keys instead.
+  const int row_tiles = min(kWarps, (rows_valid - row_block + 15) / 16);
+  if (row_tiles == 1) {
+    attention_rows<kDim, 4>(p, smem, kv_head, split, row_block, warp, key_begin, key_end, rows_valid, group);
+  } else if (row_tiles == 2) {
+    attention_rows<kDim, 2>(p, smem, kv_head, split, row_block + 16 * (warp % 2), warp / 2, key_begin, key_end,
+                            rows_valid, group);
+  } else {
+    attention_rows<kDim, 1>(p, smem, kv_head, split, row_block + 16 * warp, 0, key_begin, key_end, rows_valid,
+                            group);
+  }
+}
+
+template <int kDim>
+__global__ void __launch_bounds__(kWarps * 32) combine_kernel(const AttentionParams p) {
+  wait_for_previous_grid();
+  const StepState& st = *p.state;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int item = blockIdx.x * kWarps + threadIdx.x / 32;
+  const int kv_head = item / p.row_capacity;
+  const int r = item % p.row_capacity;
+  if (kv_head >= p.num_kv_heads || r >= st.rows * group) return;
+  const int lane = threadIdx.x % 32;
+  const SplitPlan plan = plan_splits(st.cached + st.rows, p.max_splits);
+
+  float m_max = -INFINITY;
+  for (int s = lane; s < plan.active; s += 32) {
+    m_max = fmaxf(m_max, p.partial_ml[(static_cast<size_t>(s) * p.num_kv_heads + kv_head) * p.row_capacity + r].x);
+  }
+  for (int offset = 16; offset > 0; offset /= 2) m_max = fmaxf(m_max, __shfl_xor_sync(0xffffffffu, m_max, offset));
+
+  constexpr int kPerLane = kDim / 32;
+  float acc[kPerLane] = {};
+  float total = 0.f;
+  for (int s = 0; s < plan.active; ++s) {
+    const size_t slot = (static_cast<size_t>(s) * p.num_kv_heads + kv_head) * p.row_capacity + r;
+    const float2 ml = p.partial_ml[slot];
+    if (ml.x == -INFINITY) continue;  // a slice with no key this row may see
+    const float w = exp2f(ml.x - m_max);
+    total += w * ml.y;
+    const float* o = p.partial_o + slot * kDim + lane * kPerLane;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) acc[i] += w * o[i];
+  }
+  const int t = r / group;
+  const int head = kv_head * group + r % group;
+  bf16* out = p.out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim;
+  const float inv = 1.f / total;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int d = lane * kPerLane + i;
+    if (d < p.head_dim) out[d] = __float2bfloat16(acc[i] * inv);
+  }
+}
+
+template <int kDim>
+void launch_attention(const AttentionParams& p, int max_rows, cudaStream_t stream, bool pdl) {
+  constexpr int smem = smem_bytes<kDim>();
+  static bool configured = false;
+  if (!configured) {
+    A2D_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    configured = true;
+  }
+  const int group = p.num_heads / p.num_kv_heads;
+  const dim3 grid(p.max_splits, p.num_kv_heads, ceil_div(max_rows * group, kRowsPerBlock));
+  launch(attention_kernel<kDim>, grid, dim3(kWarps * 32), smem, stream, pdl, p);
+}
+
+}  // namespace
+
+int attention_max_splits(int max_rows, int num_heads, int num_kv_heads, int sm_count) {
+  const int row_blocks = ceil_div(max_rows * (num_heads / num_kv_heads), kRowsPerBlock);
+  const int splits = 2 * sm_count / (num_kv_heads * row_blocks);
+  return splits < 1 ? 1 : (splits > 256 ? 256 : splits);
+}
+
+void attention(const AttentionParams& p, int max_rows, cudaStream_t stream, bool pdl) {
+  if (p.row_capacity < max_rows * (p.num_heads / p.num_kv_heads)) throw std::runtime_error("attention: row capacity");
+  switch (p.head_dim_padded) {
+    case 32: return launch_attention<32>(p, max_rows, stream, pdl);
+    case 64: return launch_attention<64>(p, max_rows, stream, pdl);
+    case 128: return launch_attention<128>(p, max_rows, stream, pdl);
+    default:
+      throw std::runtime_error("the CUDA backend supports head_dim up to 128, got " + std::to_string(p.head_dim));
+  }
+}
+
+void attention_combine(const AttentionParams& p, int max_rows, cudaStream_t stream, bool pdl) {
+  const int items = p.num_kv_heads * p.row_capacity;
+  const dim3 grid(ceil_div(items, kWarps));
+  switch (p.head_dim_padded) {
+    case 32: return launch(combine_kernel<32>, grid, dim3(kWarps * 32), 0, stream, pdl, p);
+    case 64: return launch(combine_kernel<64>, grid, dim3(kWarps * 32), 0, stream, pdl, p);
+    case 128: return launch(combine_kernel<128>, grid, dim3(kWarps * 32), 0, stream, pdl, p);
+    default:
+      throw std::runtime_error("the CUDA backend supports head_dim up to 128, got " + std::to_string(p.head_dim));
+  }
+  (void)max_rows;
+}
+
+}  // namespace a2d::cuda

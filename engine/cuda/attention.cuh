@@ -1,0 +1,40 @@
+// Attention of the forward's rows over the KV cache (which already holds this forward's own k and v),
+// split over the KV length (flash-decoding): each block handles one KV head, one slice of keys and up to
+// 64 query rows, and leaves an unnormalised partial; `attention_combine` merges the slices.
+//
+// Query rows are (token, q head of the KV head's group) pairs, so grouped-query attention shares each
+// K/V tile across the whole group. The mask is the block-causal rule of docs/decoding.md: commit row t
+// sees keys at positions <= cached + t, window rows see every key of this forward. The split count is
+// fixed when a graph is captured; the slice length follows the KV length read from device memory.
+#pragma once
+
+#include "common.cuh"
+#include "step_state.cuh"
+
+namespace a2d::cuda {
+
+struct AttentionParams {
+  const bf16* q;  // [rows][num_heads * head_dim_padded], roped
+  const bf16* k_cache;  // [num_kv_heads][max_context][head_dim_padded] of this layer
+  const bf16* v_cache;
+  int max_context;
+  int num_heads;
+  int num_kv_heads;
+  int head_dim;
+  int head_dim_padded;  // 32, 64 or 128
+  float scale;          // 1 / sqrt(head_dim)
+  const StepState* state;
+  int max_splits;    // grid x
+  int row_capacity;  // max rows * group size: stride of the partials
+  float* partial_o;   // [max_splits][num_kv_heads][row_capacity][head_dim_padded]
+  float2* partial_ml;  // [max_splits][num_kv_heads][row_capacity]: (running max in log2 units, sum)
+  bf16* out;           // combine: [rows][num_heads * head_dim]
+};
+
+// Split count that gives about two blocks per SM when the KV is long.
+int attention_max_splits(int max_rows, int num_heads, int num_kv_heads, int sm_count);
+
+void attention(const AttentionParams& params, int max_rows, cudaStream_t stream, bool pdl);
+void attention_combine(const AttentionParams& params, int max_rows, cudaStream_t stream, bool pdl);
+
+}  // namespace a2d::cuda

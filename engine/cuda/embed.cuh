@@ -1,0 +1,19 @@
+// Embedding gather: the first residual rows, in fp32, and their sums of squares for layer 0's RMSNorm.
+#pragma once
+
+#include "common.cuh"
+#include "step_state.cuh"
+
+namespace a2d::cuda {
+
+struct EmbedParams {
+  const bf16* table;  // [vocab][hidden]
+  int hidden;
+  const StepState* state;  // tokens and row count
+  float* residual;         // [rows][hidden]
+  float* ssq_out;          // [1][kMaxRows]: one part, the whole row
+};
+
+void embed(const EmbedParams& params, int max_rows, cudaStream_t stream, bool pdl);
+
+}  // namespace a2d::cuda

@@ -1,0 +1,65 @@
+// Small-M GEMM: out[m, n] = sum_k x[m, k] * W[n, k] for m <= 64 rows against a bf16 weight streamed
+// once from memory. The work is bound by the weight bytes, so the kernel is shaped around one goal:
+// every weight byte is read with a 16-byte load, with many loads in flight. Tensor cores (mma.sync
+// m16n8k16) do the arithmetic with the weight as the 16-row A operand and the activations as B
+// ("swap AB"), so 1..8 token rows cost the same instruction count as 8.
+//
+// Fusions (template flags): the input may be the fp32 residual stream normalised on the fly (RMSNorm:
+// the producer left per-tile partial sums of squares, so no separate norm kernel runs), and the
+// epilogue may store bf16, apply SiLU(gate) * up, add into the residual (writing the next norm's
+// partial sums of squares), or write logits with per-tile argmax / softmax partials.
+#pragma once
+
+#include "common.cuh"
+#include "step_state.cuh"
+
+namespace a2d::cuda {
+
+enum class GemmInput { bf16_rows, rmsnorm_residual };
+enum class GemmEpilogue { store_bf16, silu_mul, residual_add, logits };
+
+// Rows of the weight processed by one block; each block's 8 warps split K.
+constexpr int kGemmTileRows = 16;
+constexpr int kGemmWarps = 8;
+
+// Per-tile partials of the logits epilogue: max logit, sum of exp(logit - max), argmax.
+struct ArgmaxPartial {
+  float max;
+  float sum;
+  int index;
+};
+
+struct GemmParams {
+  const bf16* weight;  // [n_rows][k] row-major
+  int n_rows;          // rows of `weight` (the silu_mul layout: ceil(inter / 8) tiles of 8 gate + 8 up rows)
+  int n_out;           // valid output columns: n_rows, or `inter` for silu_mul
+  int k;               // multiple of 8
+  const bf16* bias;    // optional [n_rows]
+  const StepState* state;  // row count: state->rows, or state->logit_count for the logits epilogue
+
+  // Input rows: bf16 [rows][x_stride], or for rmsnorm_residual the fp32 residual [rows][x_stride]
+  // normalised by norm_weight with the sum of squares from ssq_in[part][row] summed over ssq_in_parts.
+  const bf16* x;
+  const float* residual_in;
+  int x_stride;
+  const float* ssq_in;
+  int ssq_in_parts;
+  const bf16* norm_weight;
+  float norm_eps;
+  bool use_row_map;  // logits: token row t reads input row state->logit_rows[t]
+
+  // Outputs.
+  bf16* out;            // store_bf16 / silu_mul: [rows][out_stride]
+  int out_stride;
+  float* residual_out;  // residual_add: residual[rows][out_stride] += result
+  float* ssq_out;       // residual_add: [n_tiles][kMaxRows] sums of squares of the new residual rows
+  float* logits;        // logits: [rows][out_stride] when state->write_logits
+  ArgmaxPartial* argmax_out;  // logits: [n_tiles][kMaxRows]
+  int mask_token_id;          // logits: excluded from the argmax (its logit counts as -inf)
+};
+
+// `max_rows` (<= kMaxRows) fixes the tensor-core tile count; state->rows may be smaller at run time.
+void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int max_rows, cudaStream_t stream,
+          bool pdl);
+
+}  // namespace a2d::cuda

@@ -1,0 +1,470 @@
+#include "model.cuh"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "attention.cuh"
+#include "embed.cuh"
+#include "rope.cuh"
+
+namespace a2d::cuda {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+size_t source_size(SourceType type) { return type == SourceType::f32 ? 4 : 2; }
+
+constexpr int64_t kAlignElements = 128;  // 256 bytes: every weight starts 16-byte aligned for the loads
+int64_t aligned(int64_t elements) { return (elements + kAlignElements - 1) / kAlignElements * kAlignElements; }
+
+template <typename T>
+T* device_alloc(size_t count) {
+  void* pointer = nullptr;
+  A2D_CUDA_CHECK(cudaMalloc(&pointer, count * sizeof(T)));
+  A2D_CUDA_CHECK(cudaMemset(pointer, 0, count * sizeof(T)));
+  return static_cast<T*>(pointer);
+}
+
+}  // namespace
+
+DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) : shape_(shape), options_(options) {
+  const double started = now_s();
+  int device_count = 0;
+  const cudaError_t probe = cudaGetDeviceCount(&device_count);
+  if (probe != cudaSuccess || device_count == 0) {
+    const std::string why = probe == cudaSuccess ? "no GPU found"
+                            : probe == cudaErrorInsufficientDriver
+                                ? "no NVIDIA driver (libcuda.so.1) new enough for CUDA 13 was found"
+                                : cudaGetErrorString(probe);
+    throw std::runtime_error("no CUDA device is available (" + why + "); load the model with device 'cpu' instead");
+  }
+  cudaDeviceProp properties{};
+  A2D_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
+  if (properties.major < 9) {
+    throw std::runtime_error(std::string("the CUDA backend is built for compute capability 9.0 (H100/H200); ") +
+                             properties.name + " is " + std::to_string(properties.major) + "." +
+                             std::to_string(properties.minor));
+  }
+  std::strncpy(device_name_, properties.name, sizeof(device_name_) - 1);
+  sm_count_ = properties.multiProcessorCount;
+  A2D_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+
+  const ModelShape& s = shape_;
+  if (s.heads % s.kv_heads != 0) throw std::runtime_error("num_attention_heads must be a multiple of num_key_value_heads");
+  if (s.hidden % 8 != 0 || s.intermediate % 8 != 0 || (s.heads * s.head_dim) % 8 != 0) {
+    throw std::runtime_error("the CUDA backend needs hidden_size, intermediate_size and heads*head_dim to be multiples of 8");
+  }
+  head_dim_padded_ = s.head_dim <= 32 ? 32 : (s.head_dim <= 64 ? 64 : 128);
+  if (s.head_dim > 128) throw std::runtime_error("the CUDA backend supports head_dim up to 128, got " + std::to_string(s.head_dim));
+  qkv_rows_ = (s.heads + 2 * s.kv_heads) * s.head_dim;
+  gate_up_rows_ = ceil_div(s.intermediate, 8) * 16;
+  hidden_tiles_ = ceil_div(s.hidden, kGemmTileRows);
+  vocab_tiles_ = ceil_div(s.vocab, kGemmTileRows);
+  const int group = s.heads / s.kv_heads;
+  attention_row_capacity_ = kMaxRows * group;
+
+  // Weights.
+  const int64_t H = s.hidden;
+  int64_t total = aligned(int64_t(s.vocab) * H) * (s.tied_embeddings ? 1 : 2) + aligned(H);
+  const int64_t per_layer = aligned(int64_t(qkv_rows_) * H) + aligned(qkv_rows_) + aligned(H * s.heads * s.head_dim) +
+                            aligned(H) + aligned(int64_t(gate_up_rows_) * H) + aligned(H * s.intermediate) +
+                            2 * aligned(H) + 2 * aligned(s.head_dim);
+  total += per_layer * s.layers;
+  weight_arena_elements_ = total;
+  weight_arena_ = device_alloc<bf16>(total);
+  embed_ = allocate_weight(int64_t(s.vocab) * H);
+  lm_head_ = s.tied_embeddings ? embed_ : allocate_weight(int64_t(s.vocab) * H);
+  final_norm_ = allocate_weight(H);
+  layers_.resize(s.layers);
+  for (LayerWeights& L : layers_) {
+    L.qkv = allocate_weight(int64_t(qkv_rows_) * H);
+    L.qkv_bias = allocate_weight(qkv_rows_);
+    L.o = allocate_weight(H * s.heads * s.head_dim);
+    L.o_bias = allocate_weight(H);
+    L.gate_up = allocate_weight(int64_t(gate_up_rows_) * H);
+    L.down = allocate_weight(H * s.intermediate);
+    L.input_norm = allocate_weight(H);
+    L.post_norm = allocate_weight(H);
+    L.q_norm = allocate_weight(s.head_dim);
+    L.k_norm = allocate_weight(s.head_dim);
+  }
+  startup_.weight_bytes = weight_arena_elements_ * 2;
+
+  // KV cache and RoPE table for the whole context.
+  kv_elements_ = int64_t(2) * s.layers * s.kv_heads * s.max_context * head_dim_padded_;
+  kv_cache_ = device_alloc<bf16>(kv_elements_);
+  rope_table_ = device_alloc<float2>(size_t(s.max_context) * (s.head_dim / 2));
+  fill_rope_table(rope_table_, s.max_context, s.head_dim, s.rope_theta, stream_);
+
+  // Activations of one forward, sized for kMaxRows rows.
+  int max_splits = 1;
+  for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
+    attention_splits_[bucket] = attention_max_splits(bucket * 8, s.heads, s.kv_heads, sm_count_);
+    max_splits = std::max(max_splits, attention_splits_[bucket] * ceil_div(bucket * 8 * group, 64));
+  }
+  A2D_CUDA_CHECK(cudaMalloc(&state_, sizeof(StepState)));
+  A2D_CUDA_CHECK(cudaMallocHost(&state_host_, sizeof(StepState)));
+  std::memset(state_host_, 0, sizeof(StepState));
+  residual_ = device_alloc<float>(size_t(kMaxRows) * H);
+  ssq_attention_ = device_alloc<float>(size_t(hidden_tiles_) * kMaxRows);
+  ssq_layer_ = device_alloc<float>(size_t(hidden_tiles_) * kMaxRows);
+  qkv_out_ = device_alloc<bf16>(size_t(kMaxRows) * qkv_rows_);
+  q_roped_ = device_alloc<bf16>(size_t(kMaxRows) * s.heads * head_dim_padded_);
+  attention_out_ = device_alloc<bf16>(size_t(kMaxRows) * s.heads * s.head_dim);
+  mlp_act_ = device_alloc<bf16>(size_t(kMaxRows) * s.intermediate);
+  // Splits x KV heads x rows: the largest over the buckets, each bucket's grid covers rows up to its size.
+  size_t partial_slots = 0;
+  for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
+    partial_slots = std::max(partial_slots, size_t(attention_splits_[bucket]) * s.kv_heads * attention_row_capacity_);
+  }
+  attention_partial_o_ = device_alloc<float>(partial_slots * head_dim_padded_);
+  attention_partial_ml_ = device_alloc<float2>(partial_slots);
+  logits_ = device_alloc<float>(size_t(kMaxRows) * s.vocab);
+  anchor_logits_ = device_alloc<float>(s.vocab);
+  argmax_partials_ = device_alloc<ArgmaxPartial>(size_t(vocab_tiles_) * kMaxRows);
+  choices_ = device_alloc<TokenChoice>(kMaxRows);
+
+  for (int i = 0; i < 2; ++i) {
+    A2D_CUDA_CHECK(cudaMallocHost(&staging_host_[i], kStagingBytes));
+    A2D_CUDA_CHECK(cudaMalloc(&staging_device_[i], kStagingBytes));
+    A2D_CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_[i], cudaEventDisableTiming));
+  }
+  A2D_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  startup_.context_s = now_s() - started;
+}
+
+DeviceModel::~DeviceModel() {
+  // Errors are ignored here: a destructor must not throw, and the process may be tearing down the context.
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  for (cudaGraphExec_t graph : graphs_) {
+    if (graph != nullptr) cudaGraphExecDestroy(graph);
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (staging_host_[i] != nullptr) cudaFreeHost(staging_host_[i]);
+    if (staging_device_[i] != nullptr) cudaFree(staging_device_[i]);
+    if (staging_free_[i] != nullptr) cudaEventDestroy(staging_free_[i]);
+  }
+  for (void* pointer : {static_cast<void*>(weight_arena_), static_cast<void*>(kv_cache_),
+                        static_cast<void*>(rope_table_), static_cast<void*>(state_), static_cast<void*>(residual_),
+                        static_cast<void*>(ssq_attention_), static_cast<void*>(ssq_layer_),
+                        static_cast<void*>(qkv_out_), static_cast<void*>(q_roped_),
+                        static_cast<void*>(attention_out_), static_cast<void*>(mlp_act_),
+                        static_cast<void*>(attention_partial_o_), static_cast<void*>(attention_partial_ml_),
+                        static_cast<void*>(logits_), static_cast<void*>(anchor_logits_),
+                        static_cast<void*>(argmax_partials_), static_cast<void*>(choices_)}) {
+    if (pointer != nullptr) cudaFree(pointer);
+  }
+  if (state_host_ != nullptr) cudaFreeHost(state_host_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+bf16* DeviceModel::allocate_weight(int64_t elements) {
+  bf16* pointer = weight_arena_ + weight_arena_used_;
+  weight_arena_used_ += aligned(elements);
+  if (weight_arena_used_ > weight_arena_elements_) throw std::logic_error("weight arena overflow");
+  return pointer;
+}
+
+void DeviceModel::place(const WeightSource& source, int64_t rows, int64_t cols, bf16* destination,
+                        RowPlacement placement) {
+  if (upload_started_ < 0) upload_started_ = now_s();
+  if (source.on_device) {
+    convert_rows(source.data, source.type, rows, cols, destination, placement, stream_);
+    return;
+  }
+  // Host source: copy row chunks into pinned memory (the CPU copy of one chunk overlaps the DMA and the
+  // conversion of the previous one), then convert on the device.
+  const size_t row_bytes = size_t(cols) * source_size(source.type);
+  const int64_t chunk_rows = std::max<int64_t>(1, int64_t(kStagingBytes / row_bytes));
+  if (row_bytes > kStagingBytes) throw std::runtime_error("a weight row is larger than the staging buffer");
+  const char* bytes = static_cast<const char*>(source.data);
+  for (int64_t row = 0; row < rows; row += chunk_rows) {
+    const int64_t count = std::min(chunk_rows, rows - row);
+    const int slot = staging_next_;
+    staging_next_ = 1 - staging_next_;
+    A2D_CUDA_CHECK(cudaEventSynchronize(staging_free_[slot]));
+    std::memcpy(staging_host_[slot], bytes + size_t(row) * row_bytes, size_t(count) * row_bytes);
+    A2D_CUDA_CHECK(cudaMemcpyAsync(staging_device_[slot], staging_host_[slot], size_t(count) * row_bytes,
+                                   cudaMemcpyHostToDevice, stream_));
+    RowPlacement chunk = placement;
+    chunk.source_row0 = row;
+    // The kernel indexes the chunk from its first row; source_row0 shifts the placement.
+    convert_rows(staging_device_[slot], source.type, count, cols, destination, chunk, stream_);
+    A2D_CUDA_CHECK(cudaEventRecord(staging_free_[slot], stream_));
+  }
+}
+
+void DeviceModel::upload(WeightName name, int layer, const WeightSource& source) {
+  const ModelShape& s = shape_;
+  const int64_t H = s.hidden, D = s.head_dim;
+  const bool per_layer = name != WeightName::embed && name != WeightName::lm_head && name != WeightName::final_norm;
+  if (per_layer && (layer < 0 || layer >= s.layers)) throw std::runtime_error("upload: layer out of range");
+  LayerWeights* L = per_layer ? &layers_[layer] : nullptr;
+  switch (name) {
+    case WeightName::embed: return place(source, s.vocab, H, embed_, contiguous_rows(0));
+    case WeightName::lm_head:
+      if (s.tied_embeddings) throw std::runtime_error("upload: lm_head of a model with tied embeddings");
+      return place(source, s.vocab, H, lm_head_, contiguous_rows(0));
+    case WeightName::final_norm: return place(source, 1, H, final_norm_, contiguous_rows(0));
+    case WeightName::input_norm: return place(source, 1, H, L->input_norm, contiguous_rows(0));
+    case WeightName::post_norm: return place(source, 1, H, L->post_norm, contiguous_rows(0));
+    case WeightName::q: return place(source, s.heads * D, H, L->qkv, contiguous_rows(0));
+    case WeightName::k: return place(source, s.kv_heads * D, H, L->qkv, contiguous_rows(s.heads * D));
+    case WeightName::v: return place(source, s.kv_heads * D, H, L->qkv, contiguous_rows((s.heads + s.kv_heads) * D));
+    case WeightName::q_bias: return place(source, s.heads * D, 1, L->qkv_bias, contiguous_rows(0));
+    case WeightName::k_bias: return place(source, s.kv_heads * D, 1, L->qkv_bias, contiguous_rows(s.heads * D));
+    case WeightName::v_bias:
+      return place(source, s.kv_heads * D, 1, L->qkv_bias, contiguous_rows((s.heads + s.kv_heads) * D));
+    case WeightName::o: return place(source, H, s.heads * D, L->o, contiguous_rows(0));
+    case WeightName::o_bias: return place(source, H, 1, L->o_bias, contiguous_rows(0));
+    case WeightName::q_norm: return place(source, 1, D, L->q_norm, contiguous_rows(0));
+    case WeightName::k_norm: return place(source, 1, D, L->k_norm, contiguous_rows(0));
+    case WeightName::gate: return place(source, s.intermediate, H, L->gate_up, RowPlacement{8, 16, 0, 0});
+    case WeightName::up: return place(source, s.intermediate, H, L->gate_up, RowPlacement{8, 16, 8, 0});
+    case WeightName::down: return place(source, H, s.intermediate, L->down, contiguous_rows(0));
+  }
+}
+
+void DeviceModel::finish_upload() {
+  A2D_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  startup_.upload_s = upload_started_ < 0 ? 0 : now_s() - upload_started_;
+  for (int i = 0; i < 2; ++i) {
+    A2D_CUDA_CHECK(cudaFreeHost(staging_host_[i]));
+    A2D_CUDA_CHECK(cudaFree(staging_device_[i]));
+    staging_host_[i] = staging_device_[i] = nullptr;
+  }
+  capture_graphs();
+}
+
+void DeviceModel::reconfigure(const ModelOptions& options) {
+  synchronize();
+  destroy_graphs();
+  options_ = options;
+  capture_graphs();
+}
+
+void DeviceModel::capture_graphs() {
+  if (!options_.graphs) return;
+  const double started = now_s();
+  for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) capture_graph(bucket);
+  startup_.capture_s = now_s() - started;
+}
+
+void DeviceModel::destroy_graphs() {
+  for (cudaGraphExec_t& graph : graphs_) {
+    if (graph != nullptr) A2D_CUDA_CHECK(cudaGraphExecDestroy(graph));
+    graph = nullptr;
+  }
+}
+
+// The whole forward, top to bottom. Kernels read the row count and positions from state_, so one
+// enqueue (or one captured graph) serves every forward of up to max_rows rows.
+void DeviceModel::enqueue_forward(int max_rows) {
+  const ModelShape& s = shape_;
+  const int bucket = ceil_div(max_rows, 8);
+  const bool pdl = options_.pdl;
+  cudaStream_t st = stream_;
+  const int64_t kv_layer = int64_t(s.kv_heads) * s.max_context * head_dim_padded_;
+  bf16* k_cache = kv_cache_;
+  bf16* v_cache = kv_cache_ + kv_layer * s.layers;
+
+  const bool run_gemms = options_.kernels & kGemmKernels;
+  const bool run_attention = options_.kernels & kAttentionKernels;
+  const bool run_other = options_.kernels & kOtherKernels;
+
+  if (run_other) embed(EmbedParams{embed_, s.hidden, state_, residual_, ssq_layer_}, max_rows, st, false);
+  for (int l = 0; l < s.layers; ++l) {
+    const LayerWeights& L = layers_[l];
+
+    GemmParams qkv{};
+    qkv.weight = L.qkv;
+    qkv.n_rows = qkv.n_out = qkv_rows_;
+    qkv.k = s.hidden;
+    qkv.bias = s.qkv_bias ? L.qkv_bias : nullptr;
+    qkv.state = state_;
+    qkv.residual_in = residual_;
+    qkv.x_stride = s.hidden;
+    qkv.ssq_in = ssq_layer_;
+    qkv.ssq_in_parts = l == 0 ? 1 : hidden_tiles_;
+    qkv.norm_weight = L.input_norm;
+    qkv.norm_eps = s.rms_eps;
+    qkv.out = qkv_out_;
+    qkv.out_stride = qkv_rows_;
+    if (run_gemms) gemm(qkv, GemmInput::rmsnorm_residual, GemmEpilogue::store_bf16, max_rows, st, pdl);
+
+    RopeParams rp{};
+    rp.qkv = qkv_out_;
+    rp.num_heads = s.heads;
+    rp.num_kv_heads = s.kv_heads;
+    rp.head_dim = s.head_dim;
+    rp.head_dim_padded = head_dim_padded_;
+    rp.rope_table = rope_table_;
+    rp.q_norm = s.qk_norm ? L.q_norm : nullptr;
+    rp.k_norm = s.qk_norm ? L.k_norm : nullptr;
+    rp.norm_eps = s.rms_eps;
+    rp.state = state_;
+    rp.q_out = q_roped_;
+    rp.k_cache = k_cache + kv_layer * l;
+    rp.v_cache = v_cache + kv_layer * l;
+    rp.max_context = s.max_context;
+    if (run_attention) rope(rp, max_rows, st, pdl);
+
+    AttentionParams ap{};
+    ap.q = q_roped_;
+    ap.k_cache = rp.k_cache;
+    ap.v_cache = rp.v_cache;
+    ap.max_context = s.max_context;
+    ap.num_heads = s.heads;
+    ap.num_kv_heads = s.kv_heads;
+    ap.head_dim = s.head_dim;
+    ap.head_dim_padded = head_dim_padded_;
+    ap.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
+    ap.state = state_;
+    ap.max_splits = attention_splits_[bucket];
+    ap.row_capacity = attention_row_capacity_;
+    ap.partial_o = attention_partial_o_;
+    ap.partial_ml = attention_partial_ml_;
+    ap.out = attention_out_;
+    if (run_attention) {
+      attention(ap, max_rows, st, pdl);
+      attention_combine(ap, max_rows, st, pdl);
+    }
+
+    GemmParams o{};
+    o.weight = L.o;
+    o.n_rows = o.n_out = s.hidden;
+    o.k = s.heads * s.head_dim;
+    o.bias = s.o_bias ? L.o_bias : nullptr;
+    o.state = state_;
+    o.x = attention_out_;
+    o.x_stride = s.heads * s.head_dim;
+    o.residual_out = residual_;
+    o.out_stride = s.hidden;
+    o.ssq_out = ssq_attention_;
+    if (run_gemms) gemm(o, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, st, pdl);
+
+    GemmParams gate_up{};
+    gate_up.weight = L.gate_up;
+    gate_up.n_rows = gate_up_rows_;
+    gate_up.n_out = s.intermediate;
+    gate_up.k = s.hidden;
+    gate_up.state = state_;
+    gate_up.residual_in = residual_;
+    gate_up.x_stride = s.hidden;
+    gate_up.ssq_in = ssq_attention_;
+    gate_up.ssq_in_parts = hidden_tiles_;
+    gate_up.norm_weight = L.post_norm;
+    gate_up.norm_eps = s.rms_eps;
+    gate_up.out = mlp_act_;
+    gate_up.out_stride = s.intermediate;
+    if (run_gemms) gemm(gate_up, GemmInput::rmsnorm_residual, GemmEpilogue::silu_mul, max_rows, st, pdl);
+
+    GemmParams down{};
+    down.weight = L.down;
+    down.n_rows = down.n_out = s.hidden;
+    down.k = s.intermediate;
+    down.state = state_;
+    down.x = mlp_act_;
+    down.x_stride = s.intermediate;
+    down.residual_out = residual_;
+    down.out_stride = s.hidden;
+    down.ssq_out = ssq_layer_;
+    if (run_gemms) gemm(down, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, st, pdl);
+  }
+
+  GemmParams head{};
+  head.weight = lm_head_;
+  head.n_rows = head.n_out = s.vocab;
+  head.k = s.hidden;
+  head.state = state_;
+  head.residual_in = residual_;
+  head.x_stride = s.hidden;
+  head.ssq_in = ssq_layer_;
+  head.ssq_in_parts = s.layers == 0 ? 1 : hidden_tiles_;
+  head.norm_weight = final_norm_;
+  head.norm_eps = s.rms_eps;
+  head.use_row_map = true;
+  head.logits = logits_;
+  head.out_stride = s.vocab;
+  head.argmax_out = argmax_partials_;
+  head.mask_token_id = s.mask_token_id;
+  if (run_gemms) gemm(head, GemmInput::rmsnorm_residual, GemmEpilogue::logits, max_rows, st, pdl);
+  if (run_other) reveal_argmax(RevealParams{argmax_partials_, vocab_tiles_, state_, choices_}, max_rows, st, pdl);
+}
+
+void DeviceModel::capture_graph(int bucket) {
+  cudaGraph_t graph = nullptr;
+  A2D_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  try {
+    enqueue_forward(bucket * 8);
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    throw;
+  }
+  A2D_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  const cudaError_t instantiated = cudaGraphInstantiate(&graphs_[bucket], graph, 0);
+  cudaGraphDestroy(graph);
+  A2D_CUDA_CHECK(instantiated);
+}
+
+void DeviceModel::forward(const ForwardInputs& in) {
+  if (in.rows < 1 || in.rows > kMaxRows) throw std::runtime_error("forward: rows must be 1.." + std::to_string(kMaxRows));
+  if (in.commit < 0 || in.commit > in.rows) throw std::runtime_error("forward: commit rows out of range");
+  if (in.cached < 0 || int64_t(in.cached) + in.rows > shape_.max_context) {
+    throw std::runtime_error("forward: " + std::to_string(in.cached + in.rows) +
+                             " positions exceed the KV cache of " + std::to_string(shape_.max_context));
+  }
+  if (in.logit_count < 0 || in.logit_count > in.rows) throw std::runtime_error("forward: logit row count out of range");
+  for (int i = 0; i < in.rows; ++i) {
+    if (in.tokens[i] < 0 || in.tokens[i] >= shape_.vocab) throw std::runtime_error("forward: token id out of range");
+  }
+  // The previous forward's copy from the pinned state must be done before it is rewritten.
+  A2D_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  StepState& st = *state_host_;
+  st.cached = in.cached;
+  st.commit = in.commit;
+  st.rows = in.rows;
+  st.logit_count = in.logit_count;
+  st.write_logits = in.write_logits ? 1 : 0;
+  std::memcpy(st.tokens, in.tokens, sizeof(int32_t) * in.rows);
+  for (int i = 0; i < in.logit_count; ++i) {
+    if (in.logit_rows[i] < 0 || in.logit_rows[i] >= in.rows) throw std::runtime_error("forward: logit row out of range");
+    st.logit_rows[i] = in.logit_rows[i];
+  }
+  A2D_CUDA_CHECK(cudaMemcpyAsync(state_, state_host_, sizeof(StepState), cudaMemcpyHostToDevice, stream_));
+  const int bucket = ceil_div(in.rows, 8);
+  if (options_.graphs && graphs_[bucket] != nullptr) {
+    A2D_CUDA_CHECK(cudaGraphLaunch(graphs_[bucket], stream_));
+  } else {
+    enqueue_forward(bucket * 8);
+  }
+}
+
+void DeviceModel::copy_logits(float* host, int count) {
+  A2D_CUDA_CHECK(cudaMemcpyAsync(host, logits_, sizeof(float) * size_t(count) * shape_.vocab, cudaMemcpyDeviceToHost,
+                                 stream_));
+  synchronize();
+}
+
+void DeviceModel::copy_choices(TokenChoice* host, int count) {
+  A2D_CUDA_CHECK(cudaMemcpyAsync(host, choices_, sizeof(TokenChoice) * count, cudaMemcpyDeviceToHost, stream_));
+  synchronize();
+}
+
+void DeviceModel::keep_anchor(int index) {
+  A2D_CUDA_CHECK(cudaMemcpyAsync(anchor_logits_, logits_ + size_t(index) * shape_.vocab, sizeof(float) * shape_.vocab,
+                                 cudaMemcpyDeviceToDevice, stream_));
+}
+
+void DeviceModel::copy_anchor_logits(float* host) {
+  A2D_CUDA_CHECK(cudaMemcpyAsync(host, anchor_logits_, sizeof(float) * shape_.vocab, cudaMemcpyDeviceToHost, stream_));
+  synchronize();
+}
+
+void DeviceModel::synchronize() { A2D_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+}  // namespace a2d::cuda

@@ -1,0 +1,183 @@
+// The model on the GPU: bf16 weights in the kernels' layout, the KV cache for the whole context, the
+// activation buffers of one forward, and one CUDA graph per tensor-core row bucket (8, 16, ..., 64 rows)
+// replayed with the forward's inputs in device memory (StepState).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "common.cuh"
+#include "gemm.cuh"
+#include "reveal.cuh"
+#include "step_state.cuh"
+#include "weights.cuh"
+
+namespace a2d::cuda {
+
+struct ModelShape {
+  int hidden = 0;
+  int intermediate = 0;
+  int layers = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int vocab = 0;
+  float rms_eps = 1e-6f;
+  double rope_theta = 10000.0;
+  bool tied_embeddings = false;
+  bool qkv_bias = false;
+  bool o_bias = false;
+  bool qk_norm = false;
+  int mask_token_id = -1;
+  int max_context = 0;
+};
+
+enum class WeightName {
+  embed, lm_head, final_norm,
+  input_norm, post_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm, gate, up, down,
+};
+
+struct WeightSource {
+  const void* data;
+  SourceType type;
+  bool on_device;  // false: host memory (a mapped file), copied through pinned staging buffers
+};
+
+// Which kernels a forward runs. Anything but kAllKernels is for timing breakdowns in engine/bench:
+// the outputs of a partial forward are meaningless.
+enum KernelSet : unsigned { kGemmKernels = 1, kAttentionKernels = 2, kOtherKernels = 4, kAllKernels = 7 };
+
+struct ModelOptions {
+  bool graphs = true;  // replay captured graphs; false launches every kernel (debugging, comparisons)
+  bool pdl = true;     // programmatic dependent launch between consecutive kernels
+  unsigned kernels = kAllKernels;
+};
+
+// The inputs of one forward of at most kMaxRows rows (see StepState).
+struct ForwardInputs {
+  int cached = 0;
+  int commit = 0;
+  const int32_t* tokens = nullptr;  // commit tokens then window tokens
+  int rows = 0;
+  const int32_t* logit_rows = nullptr;
+  int logit_count = 0;
+  bool write_logits = false;
+};
+
+// Wall-clock phases of bringing the model up, for the cold-start figures.
+struct StartupTimes {
+  double context_s = 0;
+  double upload_s = 0;
+  double capture_s = 0;
+  int64_t weight_bytes = 0;
+};
+
+class DeviceModel {
+ public:
+  DeviceModel(const ModelShape& shape, const ModelOptions& options);
+  ~DeviceModel();
+  DeviceModel(const DeviceModel&) = delete;
+  DeviceModel& operator=(const DeviceModel&) = delete;
+
+  // Places one stored tensor (HF layout, shape implied by the name) into the kernels' layout.
+  void upload(WeightName name, int layer, const WeightSource& source);
+  // Waits for the uploads, releases the staging buffers and captures the graphs.
+  void finish_upload();
+  // Switches graphs / PDL / kernel set (benchmarks compare them on one set of weights).
+  void reconfigure(const ModelOptions& options);
+
+  // Enqueues one forward; results are read with the copy functions below (which synchronize).
+  void forward(const ForwardInputs& inputs);
+  void copy_logits(float* host, int count);
+  void copy_choices(TokenChoice* host, int count);
+  // Keeps logits row `index` of the last forward on the device (the next block's anchor row).
+  void keep_anchor(int index);
+  void copy_anchor_logits(float* host);
+  void synchronize();
+
+  const ModelShape& shape() const { return shape_; }
+  const StartupTimes& startup() const { return startup_; }
+  cudaStream_t stream() const { return stream_; }
+  // The KV cache as raw storage (benchmarks fill it with random data to time long contexts).
+  bf16* kv_storage() const { return kv_cache_; }
+  int64_t kv_storage_elements() const { return kv_elements_; }
+  const char* device_name() const { return device_name_; }
+
+ private:
+  struct LayerWeights {
+    bf16* qkv;  // [(heads + 2 kv_heads) * head_dim][hidden]
+    bf16* qkv_bias;
+    bf16* o;
+    bf16* o_bias;
+    bf16* gate_up;  // [ceil(inter / 8) * 16][hidden]: 8 gate rows, then the 8 up rows of the same outputs
+    bf16* down;
+    bf16* input_norm;
+    bf16* post_norm;
+    bf16* q_norm;
+    bf16* k_norm;
+  };
+
+  void enqueue_forward(int max_rows);
+  void capture_graphs();
+  void capture_graph(int bucket);
+  void destroy_graphs();
+  void place(const WeightSource& source, int64_t rows, int64_t cols, bf16* destination, RowPlacement placement);
+  bf16* allocate_weight(int64_t elements);
+
+  ModelShape shape_;
+  ModelOptions options_;
+  StartupTimes startup_;
+  char device_name_[256] = {};
+  int sm_count_ = 0;
+  cudaStream_t stream_ = nullptr;
+
+  // One allocation for all weights, carved in a fixed order.
+  bf16* weight_arena_ = nullptr;
+  int64_t weight_arena_elements_ = 0;
+  int64_t weight_arena_used_ = 0;
+  bf16* embed_ = nullptr;
+  bf16* lm_head_ = nullptr;
+  bf16* final_norm_ = nullptr;
+  std::vector<LayerWeights> layers_;
+
+  bf16* kv_cache_ = nullptr;  // K then V: [layers][kv_heads][max_context][head_dim_padded] each
+  int64_t kv_elements_ = 0;
+  float2* rope_table_ = nullptr;
+
+  int head_dim_padded_ = 0;
+  int qkv_rows_ = 0;
+  int gate_up_rows_ = 0;
+  int hidden_tiles_ = 0;
+  int vocab_tiles_ = 0;
+  int attention_row_capacity_ = 0;
+  int attention_splits_[kMaxRows / 8 + 1] = {};
+
+  StepState* state_ = nullptr;       // device
+  StepState* state_host_ = nullptr;  // pinned
+  float* residual_ = nullptr;
+  float* ssq_attention_ = nullptr;  // partial sums of squares after the attention residual
+  float* ssq_layer_ = nullptr;      // after the MLP residual (and the embedding)
+  bf16* qkv_out_ = nullptr;
+  bf16* q_roped_ = nullptr;
+  bf16* attention_out_ = nullptr;
+  bf16* mlp_act_ = nullptr;
+  float* attention_partial_o_ = nullptr;
+  float2* attention_partial_ml_ = nullptr;
+  float* logits_ = nullptr;
+  float* anchor_logits_ = nullptr;
+  ArgmaxPartial* argmax_partials_ = nullptr;
+  TokenChoice* choices_ = nullptr;
+
+  // Host-to-device staging: two pinned buffers and their device twins, alternated.
+  static constexpr size_t kStagingBytes = size_t(64) << 20;
+  std::array<void*, 2> staging_host_ = {};
+  std::array<void*, 2> staging_device_ = {};
+  std::array<cudaEvent_t, 2> staging_free_ = {};
+  int staging_next_ = 0;
+  double upload_started_ = -1;
+
+  std::array<cudaGraphExec_t, kMaxRows / 8 + 1> graphs_ = {};
+};
+
+}  // namespace a2d::cuda
