@@ -2,6 +2,8 @@
 // shape: {"error": {"message", "type", "param", "code"}}.
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 
+import { InvalidDecodeParamError } from "../engine/index.js";
+
 interface ErrorKind {
   status: number;
   type: string;
@@ -75,6 +77,10 @@ interface ValidationIssue {
  */
 export function toApiError(error: FastifyError | ApiError | Error, request: FastifyRequest): ApiError {
   if (error instanceof ApiError) return error;
+  // The engine re-checks every decoding parameter; a value that got past the schema is still the client's.
+  if (error instanceof InvalidDecodeParamError) {
+    return new ApiError("invalid_value", error.message, error.param.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`));
+  }
   const fastifyError = error as FastifyError;
   if (fastifyError.validation) return fromValidation(fastifyError.validation as unknown as ValidationIssue[]);
   switch (fastifyError.code) {

@@ -1,12 +1,45 @@
-// `a2d serve`: the OpenAI-compatible HTTP server over one loaded model.
-import type { Command } from "commander";
+// `a2d serve`: the OpenAI-compatible HTTP server over one model folder. Every path comes from the
+// arguments, none from the working directory, so any launcher (serve.sh, the packed folder's) can call it.
+import { type Command, InvalidArgumentError, Option } from "commander";
+
+import { integerIn } from "../parse.js";
 
 export function register(program: Command): void {
   program
     .command("serve")
-    .description("Serve a model through an OpenAI-compatible HTTP API")
+    .description("Serve a model through an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /health)")
     .requiredOption("--model <dir>", "model folder (docs/model-format.md)")
-    .action(() => {
-      throw new Error("serve is not wired to the engine yet");
+    .addOption(new Option("--device <device>", "compute backend").choices(["cpu", "cuda"]).default("cpu"))
+    .option("--port <port>", "TCP port (0: any free port)", integerIn("--port", 0, 65535), 8000)
+    .option("--host <host>", "address to listen on", "0.0.0.0")
+    .addOption(new Option("--api-key <key>", "require 'Authorization: Bearer <key>' on /v1 routes").env("A2D_API_KEY"))
+    .option("--model-name <id>", "model id shown in /v1/models (default: the folder's name)")
+    .option("--max-queue <n>", "requests that may wait behind the running one before 429", integerIn("--max-queue", 0, 1_000_000), 256)
+    .option("--shutdown-grace <seconds>", "on SIGTERM, how long running generations may finish before they are cancelled", seconds, 30)
+    .option("--threads <n>", "CPU worker threads (cpu device; default: all cores)", integerIn("--threads", 1, 1024))
+    .option("--max-context <tokens>", "longest prompt + completion (default: the engine's)", integerIn("--max-context", 1, 1 << 24))
+    .addOption(new Option("--log-level <level>", "pino log level").choices(["fatal", "error", "warn", "info", "debug", "trace"]).default("info").env("A2D_LOG_LEVEL"))
+    .action(async (opts) => {
+      // fastify, ajv and pino take a second to import; other commands should not pay for them.
+      const { serve } = await import("../../server/server.js");
+      await serve({
+        modelDir: opts.model,
+        device: opts.device,
+        host: opts.host,
+        port: opts.port,
+        apiKey: opts.apiKey && opts.apiKey !== "" ? opts.apiKey : null,
+        maxQueue: opts.maxQueue,
+        shutdownGraceS: opts.shutdownGrace,
+        modelName: opts.modelName,
+        threads: opts.threads,
+        maxContext: opts.maxContext,
+        logLevel: opts.logLevel,
+      });
     });
+}
+
+function seconds(value: string): number {
+  const parsed = Number(value);
+  if (!Number.isFinite(parsed) || parsed < 0) throw new InvalidArgumentError("expected a number of seconds >= 0");
+  return parsed;
 }

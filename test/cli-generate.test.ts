@@ -1,0 +1,97 @@
+// `a2d generate` (the built CLI, real addon) against `python -m a2d_convert generate` (the PyTorch
+// reference) on a tiny model made here and nowhere else: same token ids, same text, same counts.
+import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+import { CLI, ensureBuilt, makeTinyModel, PYTHON, ROOT } from "./server-harness.js";
+
+const run = promisify(execFile);
+const work = mkdtempSync(join(tmpdir(), "a2d-cli-generate-"));
+let model: string;
+
+beforeAll(() => {
+  ensureBuilt();
+  // A shape no other suite uses: 3 layers, 4:1 GQA, tied embeddings, QKV bias, seed 7.
+  model = makeTinyModel(join(work, "tiny"), [
+    "--seed", "7", "--layers", "3", "--hidden", "96", "--intermediate", "160", "--heads", "4", "--kv-heads", "1",
+    "--tie-embeddings", "--attention-bias",
+  ]);
+});
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+interface GenerateJson {
+  token_ids: number[];
+  text: string;
+  completion_tokens: number;
+  forward_passes: number;
+  tokens_per_forward: number;
+  ms: number;
+  finish_reason: string;
+  prompt_tokens: number;
+}
+
+async function both(flags: string[]): Promise<[GenerateJson, GenerateJson]> {
+  const args = ["generate", "--model", model, "--json", ...flags];
+  const [reference, ours] = await Promise.all([
+    run(PYTHON, ["-m", "a2d_convert", ...args], { cwd: ROOT }),
+    run(process.execPath, [CLI, ...args, "--threads", "1"], { cwd: work }),
+  ]);
+  return [JSON.parse(reference.stdout), JSON.parse(ours.stdout)];
+}
+
+const cases: Array<[string, string[]]> = [
+  ["greedy, model defaults", ["--prompt", "The quick brown fox", "--max-tokens", "40"]],
+  ["greedy, big blocks, low threshold, 2 per step, separate commits", ["--prompt", "What is two plus two?", "--max-tokens", "37", "--block-size", "8", "--threshold", "0.3", "--min-per-step", "2", "--commit", "separate"]],
+  ["sampled with a seed, top-p, random remasking", ["--prompt", "Once upon a time", "--max-tokens", "32", "--temperature", "0.9", "--top-p", "0.8", "--seed", "1234", "--remasking", "random"]],
+  ["chat, no thinking, step schedule", ["--prompt", "Hello! How are you?", "--chat", "--no-think", "--max-tokens", "24", "--steps", "2", "--threshold", "1"]],
+  ["chat with a 64-bit seed", ["--prompt", "def add(a, b):", "--chat", "--max-tokens", "24", "--temperature", "1.0", "--seed", "18446744073709551615"]],
+];
+
+describe("a2d generate against the PyTorch reference", () => {
+  it.each(cases)("%s", async (_name, flags) => {
+    const [reference, ours] = await both(flags);
+    expect(ours.token_ids).toEqual(reference.token_ids);
+    expect(ours.text).toBe(reference.text);
+    expect(ours.completion_tokens).toBe(reference.completion_tokens);
+    expect(ours.forward_passes).toBe(reference.forward_passes);
+    expect(ours.tokens_per_forward).toBeCloseTo(reference.tokens_per_forward, 12);
+    expect(ours.finish_reason).toBe(reference.finish_reason);
+    expect(ours.prompt_tokens).toBe(reference.prompt_tokens);
+    expect(Object.keys(ours)).toEqual(Object.keys(reference));
+    expect(ours.ms).toBeGreaterThan(0);
+  });
+});
+
+describe("a2d generate on bad input", () => {
+  async function fails(args: string[]): Promise<{ code: number; stderr: string }> {
+    try {
+      await run(process.execPath, [CLI, "generate", ...args], { cwd: work });
+    } catch (error) {
+      const failure = error as { code: number; stderr: string };
+      return { code: failure.code, stderr: failure.stderr };
+    }
+    throw new Error(`a2d generate ${args.join(" ")} succeeded`);
+  }
+
+  it("names the missing model folder's file", async () => {
+    const { code, stderr } = await fails(["--model", join(work, "missing"), "--prompt", "x"]);
+    expect(code).not.toBe(0);
+    expect(stderr).toContain(join(work, "missing"));
+  });
+
+  it("refuses --no-think without --chat, and out-of-range flags", async () => {
+    expect((await fails(["--model", model, "--prompt", "x", "--no-think"])).stderr).toContain("add --chat");
+    expect((await fails(["--model", model, "--prompt", "x", "--temperature", "3"])).stderr).toContain("--temperature must be in [0, 2]");
+    expect((await fails(["--model", model, "--prompt", "x", "--seed", "-1"])).stderr).toContain("--seed");
+    expect((await fails(["--model", model, "--prompt", "x", "--block-size", "0"])).stderr).toContain("--block-size");
+  });
+
+  it("refuses an empty prompt", async () => {
+    expect((await fails(["--model", model, "--prompt", ""])).stderr).toContain("--prompt encodes to no tokens");
+  });
+});
