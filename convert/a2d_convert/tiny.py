@@ -283,7 +283,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--heads", type=int, default=defaults.heads)
     p.add_argument("--kv-heads", type=int, default=defaults.kv_heads)
     p.add_argument("--head-dim", type=int, default=defaults.head_dim, help="0: hidden / heads")
-    p.add_argument("--tie-embeddings", action="store_true")
+    p.add_argument("--tie-embeddings", "--tied", action="store_true")
     p.add_argument("--attention-bias", action="store_true", help="llama/qwen3: q, k, v, o biases")
     p.add_argument("--bpe-vocab", type=int, default=defaults.bpe_vocab)
     p.add_argument("--vocab-multiple", type=int, default=defaults.vocab_multiple, help="1: no padding rows")
