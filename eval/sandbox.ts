@@ -95,6 +95,11 @@ export async function runSandboxed(run: SandboxRun): Promise<SandboxResult> {
 function spawnSandboxed(workdir: string, run: SandboxRun, limits: SandboxLimits): Promise<SandboxResult> {
   const cpuSeconds = Math.max(1, Math.ceil(limits.timeoutMs / 1000));
   const args = [
+    // If this process dies (Ctrl-C, a crash), unshare gets SIGKILL, and --kill-child takes the
+    // namespace with it: no sandboxed program outlives the run that started it.
+    "--pdeathsig",
+    "KILL",
+    "unshare",
     "--net",
     "--pid",
     "--fork",
@@ -119,7 +124,7 @@ function spawnSandboxed(workdir: string, run: SandboxRun, limits: SandboxLimits)
     const started = performance.now();
     // detached: the child leads a new process group, so one kill(-pid) reaches unshare and the
     // namespace's PID 1 even if the program is busy ignoring signals.
-    const child = spawn("unshare", args, { detached: true, stdio: ["pipe", "pipe", "pipe"] });
+    const child = spawn("setpriv", args, { detached: true, stdio: ["pipe", "pipe", "pipe"] });
     const stdout: Buffer[] = [];
     const stderr: Buffer[] = [];
     let outBytes = 0;
@@ -157,7 +162,7 @@ function spawnSandboxed(workdir: string, run: SandboxRun, limits: SandboxLimits)
     child.stdin.end(run.stdin ?? "");
     child.on("error", (error) => {
       clearTimeout(timer);
-      reject(new Error(`cannot start the sandbox (unshare): ${error.message}; util-linux must be installed`));
+      reject(new Error(`cannot start the sandbox (setpriv, unshare): ${error.message}; util-linux must be installed`));
     });
     child.on("close", (code, signal) => {
       clearTimeout(timer);
@@ -189,7 +194,7 @@ export async function checkSandbox(python: string): Promise<void> {
   if (result.exitCode !== 0 || result.stdout.trim() !== "ok") {
     throw new Error(
       `the code sandbox cannot run ${python} as nobody (exit ${result.exitCode}): ${result.stderr.trim().slice(0, 500)}; ` +
-        "pass --python with an interpreter that every user can execute (e.g. /usr/bin/python3)",
+        `pass --python with an interpreter that every user can execute (e.g. /usr/bin/python3), and keep the temp dir (${tmpdir()}) reachable by nobody`,
     );
   }
 }

@@ -1,30 +1,21 @@
 // `a2d eval` and `a2d bench-serve`, run as the built CLI, against a real `a2d serve` (CPU engine) on a
 // tiny random model: every fixture benchmark end to end, the --json shape, resumption from the cache,
 // and throughput numbers read from the server's usage.
-import { execFile, execFileSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { BENCHMARK_NAMES } from "../eval/normalize.js";
-import { CLI, ROOT, ensureBuilt, makeTinyModel, startServer, type ServerProcess } from "./server-harness.js";
+import { ensureEvalBuilt } from "./eval-build.js";
+import { CLI, ROOT, makeTinyModel, startServer, type ServerProcess } from "./server-harness.js";
 
 const run = promisify(execFile);
 const work = mkdtempSync(join(tmpdir(), "a2d-eval-e2e-"));
 let server: ServerProcess;
 let url: string;
-
-/** ensureBuilt() watches cli/, server/ and engine/; the CLI also runs eval/ from dist/. */
-function ensureEvalBuilt(): void {
-  ensureBuilt();
-  const built = statSync(CLI).mtimeMs;
-  const newest = Math.max(...readdirSync(join(ROOT, "eval"), { recursive: true, encoding: "utf8" })
-    .filter((name) => name.endsWith(".ts"))
-    .map((name) => statSync(join(ROOT, "eval", name)).mtimeMs));
-  if (newest > built) execFileSync("npm", ["run", "build:ts"], { cwd: ROOT, stdio: "pipe" });
-}
 
 /** Chat requests the server has logged so far. */
 function chatRequests(): number {

@@ -1,13 +1,17 @@
 // The code sandbox against hostile programs: each must be stopped, cut off or denied, and leave nothing
 // running. Needs root (CI runs as root), like `a2d eval` on livecodebench_v6.
-import { execFile } from "node:child_process";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { execFile, spawn } from "node:child_process";
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import { createServer, type AddressInfo, type Server } from "node:net";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { runSandboxed } from "../eval/sandbox.js";
+import { ensureEvalBuilt } from "./eval-build.js";
+import { ROOT } from "./server-harness.js";
 
 const PYTHON = "/usr/bin/python3";
 
@@ -81,6 +85,22 @@ describe("sandbox", () => {
     });
     expect(bomb.timedOut).toBe(true);
     expect(processesOfNobody()).toBeLessThanOrEqual(baseline);
+  });
+
+  it("leaves nothing running when the process that started it dies", async () => {
+    ensureEvalBuilt();
+    const script = `import { runSandboxed } from ${JSON.stringify(`${ROOT}/dist/eval/sandbox.js`)};
+runSandboxed({ files: { "main.py": "import os, time\\nos.fork()\\nprint('up', flush=True)\\ntime.sleep(300)" }, argv: ["${PYTHON}", "main.py"], limits: { timeoutMs: 300000 } });`;
+    // The dying parent cannot remove its temp dir; keep it in one this test removes.
+    const scratch = mkdtempSync(join(tmpdir(), "a2d-sandbox-parent-"));
+    chmodSync(scratch, 0o711); // nobody must be able to reach its workdir inside
+    const parent = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: "ignore", env: { ...process.env, TMPDIR: scratch } });
+    for (let waited = 0; processesOfNobody() < baseline + 2 && waited < 20_000; waited += 100) await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(processesOfNobody()).toBe(baseline + 2);
+    parent.kill("SIGKILL");
+    for (let waited = 0; processesOfNobody() > baseline && waited < 5_000; waited += 100) await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(processesOfNobody()).toBeLessThanOrEqual(baseline);
+    rmSync(scratch, { recursive: true, force: true });
   });
 
   it("cannot write outside its temp dir", async () => {
