@@ -48,5 +48,5 @@ run("cmake", [
   `-DA2D_TESTS=${tests ? "ON" : "OFF"}`,
 ]);
 const targets = cuda ? ["a2d_cuda"] : ["a2d_cpu"];
-if (tests) targets.push("a2d_tests");
+if (tests) targets.push("a2d_tests", "a2d_bench_cpu");
 run("cmake", ["--build", buildDir, "-j", jobs, "--target", ...targets]);

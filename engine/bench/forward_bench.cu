@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "decode.h"
 #include "model.cuh"
 #include "model.h"
 
@@ -213,6 +214,51 @@ int a2d_bench_load_folder(const char* dir, double* seconds, char* error, int siz
     const double t2 = now_s();
     seconds[0] = t1 - t0;
     seconds[1] = t2 - t1;
+  });
+}
+
+namespace {
+
+std::unique_ptr<a2d::Backend> make_backend(const a2d::Model& model, const char* device) {
+  a2d::BackendOptions options;
+  options.max_context = 8192;
+  if (std::string(device) == "cuda") return a2d::make_cuda_backend(model, options);
+  return a2d::make_cpu_backend(model, options);
+}
+
+}  // namespace
+
+// Parity of the two backends through the Backend interface (the chunking of long commits included):
+// one forward from an empty cache, logits of every row, row-major [n_commit + n_window][vocab].
+int a2d_bench_backend_logits(const char* dir, const char* device, const int* commit, int n_commit, const int* window,
+                             int n_window, float* logits, char* error, int size) {
+  return guarded(error, size, [&] {
+    std::unique_ptr<a2d::Model> model = a2d::load_model(dir);
+    std::unique_ptr<a2d::Backend> backend = make_backend(*model, device);
+    a2d::ForwardArgs args;
+    args.commit.assign(commit, commit + n_commit);
+    args.window.assign(window, window + n_window);
+    for (int r = 0; r < n_commit + n_window; ++r) args.logit_rows.push_back(r);
+    backend->forward(args, logits);
+  });
+}
+
+// A greedy generation with the model's default decoding and the given block size and threshold.
+int a2d_bench_backend_generate(const char* dir, const char* device, const int* prompt, int n_prompt, int max_tokens,
+                               int block_size, double threshold, int* tokens, int* n_tokens, long long* forwards,
+                               char* error, int size) {
+  return guarded(error, size, [&] {
+    std::unique_ptr<a2d::Model> model = a2d::load_model(dir);
+    std::unique_ptr<a2d::Backend> backend = make_backend(*model, device);
+    a2d::DecodeParams params = model->config.decoding;
+    params.max_tokens = max_tokens;
+    params.block_size = block_size;
+    params.threshold = threshold;
+    const a2d::GenerateResult result =
+        a2d::generate(*backend, std::vector<int32_t>(prompt, prompt + n_prompt), params, nullptr, nullptr);
+    *n_tokens = static_cast<int>(result.tokens.size());
+    std::copy(result.tokens.begin(), result.tokens.end(), tokens);
+    *forwards = result.forward_passes;
   });
 }
 

@@ -319,17 +319,22 @@ __global__ void __launch_bounds__(kWarps * 32) combine_kernel(const AttentionPar
 template <int kDim>
 void launch_attention(const AttentionParams& p, int max_rows, cudaStream_t stream, bool pdl) {
   constexpr int smem = smem_bytes<kDim>();
-  static bool configured = false;
-  if (!configured) {
-    A2D_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    configured = true;
-  }
   const int group = p.num_heads / p.num_kv_heads;
   const dim3 grid(p.max_splits, p.num_kv_heads, ceil_div(max_rows * group, kRowsPerBlock));
   launch(attention_kernel<kDim>, grid, dim3(kWarps * 32), smem, stream, pdl, p);
 }
 
 }  // namespace
+
+void attention_prepare() {
+  // Above 48 KiB of dynamic shared memory a kernel must opt in; done once, outside any graph capture.
+  A2D_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      smem_bytes<32>()));
+  A2D_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      smem_bytes<64>()));
+  A2D_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      smem_bytes<128>()));
+}
 
 int attention_max_splits(int max_rows, int num_heads, int num_kv_heads, int sm_count) {
   const int row_blocks = ceil_div(max_rows * (num_heads / num_kv_heads), kRowsPerBlock);

@@ -31,6 +31,9 @@ struct AttentionParams {
   bf16* out;           // combine: [rows][num_heads * head_dim]
 };
 
+// Sets the kernels' shared-memory limits; call once per process before the first launch.
+void attention_prepare();
+
 // Split count that gives about two blocks per SM when the KV is long.
 int attention_max_splits(int max_rows, int num_heads, int num_kv_heads, int sm_count);
 

@@ -51,6 +51,7 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   std::strncpy(device_name_, properties.name, sizeof(device_name_) - 1);
   sm_count_ = properties.multiProcessorCount;
   A2D_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  attention_prepare();
 
   const ModelShape& s = shape_;
   if (s.heads % s.kv_heads != 0) throw std::runtime_error("num_attention_heads must be a multiple of num_key_value_heads");

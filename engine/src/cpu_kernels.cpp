@@ -88,33 +88,42 @@ void row_to_float(const Tensor& t, int64_t row, float* dst) {
 constexpr int kTileRows = 4;   // weight rows converted together and dotted against each x row
 constexpr int64_t kTileM = 32; // x rows per pass, so the x tile stays in L2
 
-// y[m, n0 + r] = dot(w[r], x[m]) for r < rows, m < M.
+// y[m, r] = dot(w[r], x[m]) for r < rows, m < M. Full tiles are 2 x rows by 4 weight rows: eight
+// independent accumulators hide the FMA latency and each loaded vector feeds several FMAs.
 A2D_HOT void dot_tile(const float* w, int rows, const float* x, int64_t M, int64_t K, float* y,
                       int64_t ldy) {
-  for (int64_t m = 0; m < M; ++m) {
-    const float* xm = x + m * K;
-    if (rows == kTileRows) {
-      const float *w0 = w, *w1 = w + K, *w2 = w + 2 * K, *w3 = w + 3 * K;
-      float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
+  int64_t m = 0;
+  if (rows == kTileRows) {
+    const float *w0 = w, *w1 = w + K, *w2 = w + 2 * K, *w3 = w + 3 * K;
+    for (; m + 2 <= M; m += 2) {
+      const float* xa = x + m * K;
+      const float* xb = xa + K;
+      float a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+#pragma omp simd reduction(+ : a0, a1, a2, a3, b0, b1, b2, b3)
       for (int64_t k = 0; k < K; ++k) {
-        s0 += w0[k] * xm[k];
-        s1 += w1[k] * xm[k];
-        s2 += w2[k] * xm[k];
-        s3 += w3[k] * xm[k];
+        a0 += w0[k] * xa[k];
+        a1 += w1[k] * xa[k];
+        a2 += w2[k] * xa[k];
+        a3 += w3[k] * xa[k];
+        b0 += w0[k] * xb[k];
+        b1 += w1[k] * xb[k];
+        b2 += w2[k] * xb[k];
+        b3 += w3[k] * xb[k];
       }
-      y[m * ldy + 0] = s0;
-      y[m * ldy + 1] = s1;
-      y[m * ldy + 2] = s2;
-      y[m * ldy + 3] = s3;
-    } else {
-      for (int r = 0; r < rows; ++r) {
-        const float* wr = w + r * K;
-        float s = 0;
+      float* ya = y + m * ldy;
+      float* yb = ya + ldy;
+      ya[0] = a0, ya[1] = a1, ya[2] = a2, ya[3] = a3;
+      yb[0] = b0, yb[1] = b1, yb[2] = b2, yb[3] = b3;
+    }
+  }
+  for (; m < M; ++m) {
+    const float* xm = x + m * K;
+    for (int r = 0; r < rows; ++r) {
+      const float* wr = w + r * K;
+      float s = 0;
 #pragma omp simd reduction(+ : s)
-        for (int64_t k = 0; k < K; ++k) s += wr[k] * xm[k];
-        y[m * ldy + r] = s;
-      }
+      for (int64_t k = 0; k < K; ++k) s += wr[k] * xm[k];
+      y[m * ldy + r] = s;
     }
   }
 }
@@ -129,6 +138,17 @@ A2D_HOT float dot(const float* a, const float* b, int64_t n) {
 A2D_HOT void axpy(float a, const float* x, float* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// Waking the pool costs microseconds; below this many multiply-adds per task the loop runs inline.
+constexpr int64_t kMinWorkPerTask = 1 << 15;
+
+void parallel_or_inline(ThreadPool& pool, int64_t n, int64_t work, const std::function<void(int64_t)>& fn) {
+  if (work < 2 * kMinWorkPerTask) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  } else {
+    pool.parallel_for(n, fn);
+  }
 }
 
 }  // namespace
@@ -165,7 +185,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t M, const Tensor& W, const 
   if (M == 0 || N == 0) return;
   // Enough chunks to balance the pool, each a multiple of the tile so tiles never straddle chunks.
   const int64_t tiles = (N + kTileRows - 1) / kTileRows;
-  const int64_t chunks = std::min<int64_t>(tiles, pool.size() * 8);
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>({tiles, pool.size() * 8, M * N * K / kMinWorkPerTask}));
   const int64_t tiles_per_chunk = (tiles + chunks - 1) / chunks;
   pool.parallel_for(chunks, [&](int64_t chunk) {
     thread_local std::vector<float> wbuf;
@@ -228,7 +248,8 @@ void attention(ThreadPool& pool, const float* q, const float* k_cache, const flo
   const int64_t kv_stride = static_cast<int64_t>(kv_heads) * head_dim;
   const int group = heads / kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  pool.parallel_for(T * heads, [&](int64_t task) {
+  const int64_t work = T * heads * (n + T) * head_dim * 2;
+  parallel_or_inline(pool, T * heads, work, [&](int64_t task) {
     const int64_t r = task / heads;
     const int h = static_cast<int>(task % heads);
     const int64_t visible = r < C ? n + r + 1 : n + T;

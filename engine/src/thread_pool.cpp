@@ -15,32 +15,40 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_tasks() {
-  for (int64_t i = next_.fetch_add(1); i < n_; i = next_.fetch_add(1)) {
+void ThreadPool::run_tasks(uint32_t generation) {
+  for (;;) {
+    uint64_t cursor = cursor_.load(std::memory_order_acquire);
+    int64_t index;
+    do {
+      index = static_cast<int64_t>(cursor & 0xffffffffu);
+      if ((cursor >> 32) != generation || index >= n_) return;
+    } while (!cursor_.compare_exchange_weak(cursor, cursor + 1, std::memory_order_acq_rel));
     try {
-      (*fn_)(i);
+      (*fn_)(index);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!error_) error_ = std::current_exception();
-      next_.store(n_);  // skip the rest; the caller rethrows
+    }
+    // The last task to finish wakes the caller; the caller re-checks under the lock.
+    if (completed_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_.notify_one();
     }
   }
 }
 
 void ThreadPool::work_loop() {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
+    uint32_t generation;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      wake_.wait(lock, [&] { return stopping_ || (cursor_.load() >> 32) != seen; });
       if (stopping_) return;
-      seen = generation_;
+      generation = static_cast<uint32_t>(cursor_.load() >> 32);
+      seen = generation;
     }
-    run_tasks();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--busy_ == 0) done_.notify_one();
-    }
+    run_tasks(generation);
   }
 }
 
@@ -50,20 +58,21 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
+  uint32_t generation;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     fn_ = &fn;
-    n_ = n;
-    next_.store(0);
+    n_.store(n);
     error_ = nullptr;
-    busy_ = static_cast<int>(workers_.size());
-    ++generation_;
+    completed_.store(0);
+    generation = static_cast<uint32_t>(cursor_.load() >> 32) + 1;
+    cursor_.store(static_cast<uint64_t>(generation) << 32, std::memory_order_release);
   }
   wake_.notify_all();
-  run_tasks();
+  run_tasks(generation);
+  // Wait for tasks, not for workers: a worker that has not woken yet finds nothing left and sleeps.
   std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [&] { return busy_ == 0; });
-  fn_ = nullptr;
+  done_.wait(lock, [&] { return completed_.load(std::memory_order_acquire) == n_; });
   if (error_) std::rethrow_exception(error_);
 }
 

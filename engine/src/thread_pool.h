@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -27,18 +28,20 @@ class ThreadPool {
 
  private:
   void work_loop();
-  void run_tasks();
+  // Claims and runs tasks of `generation` until none is left.
+  void run_tasks(uint32_t generation);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;
   bool stopping_ = false;
-  int busy_ = 0;
   const std::function<void(int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0;
-  std::atomic<int64_t> next_{0};
+  std::atomic<int64_t> n_{0};
+  // High 32 bits: the generation (one per parallel_for); low 32 bits: the next task index. A worker
+  // that wakes late can only claim tasks of the generation it read, so it never runs a stale fn.
+  std::atomic<uint64_t> cursor_{0};
+  std::atomic<int64_t> completed_{0};
   std::exception_ptr error_;
 };
 

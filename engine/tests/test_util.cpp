@@ -77,7 +77,7 @@ nlohmann::json tiny_config(const TinyShape& s) {
       {"num_key_value_heads", s.kv_heads},
       {"head_dim", s.head_dim},
       {"hidden_act", "silu"},
-      {"max_position_embeddings", 256},
+      {"max_position_embeddings", s.max_positions},
       {"rms_norm_eps", 1e-6},
       {"rope_theta", 10000.0},
       {"tie_word_embeddings", s.tied},
@@ -98,7 +98,11 @@ nlohmann::json tiny_config(const TinyShape& s) {
 }
 
 std::string write_tiny_model(const std::string& name, const TinyShape& s, uint64_t seed) {
-  const std::string dir = scratch_dir(name);
+  return write_random_model(scratch_dir(name), s, seed);
+}
+
+std::string write_random_model(const std::string& dir, const TinyShape& s, uint64_t seed) {
+  fs::create_directories(dir);
   SplitMix64 rng(seed);
   auto random = [&](std::vector<int64_t> shape, float scale, float offset = 0.0f) {
     int64_t n = 1;
@@ -114,10 +118,10 @@ std::string write_tiny_model(const std::string& name, const TinyShape& s, uint64
     const std::string p = "model.layers." + std::to_string(i) + ".";
     t[p + "input_layernorm.weight"] = random({s.hidden}, 0.2f, 1.0f);
     t[p + "post_attention_layernorm.weight"] = random({s.hidden}, 0.2f, 1.0f);
-    t[p + "self_attn.q_proj.weight"] = random({q, s.hidden}, 0.5f);
-    t[p + "self_attn.k_proj.weight"] = random({kv, s.hidden}, 0.5f);
-    t[p + "self_attn.v_proj.weight"] = random({kv, s.hidden}, 0.5f);
-    t[p + "self_attn.o_proj.weight"] = random({s.hidden, q}, 0.5f);
+    t[p + "self_attn.q_proj.weight"] = random({q, s.hidden}, s.weight_scale);
+    t[p + "self_attn.k_proj.weight"] = random({kv, s.hidden}, s.weight_scale);
+    t[p + "self_attn.v_proj.weight"] = random({kv, s.hidden}, s.weight_scale);
+    t[p + "self_attn.o_proj.weight"] = random({s.hidden, q}, s.weight_scale);
     if (s.qkv_bias) {
       t[p + "self_attn.q_proj.bias"] = random({q}, 0.5f);
       t[p + "self_attn.k_proj.bias"] = random({kv}, 0.5f);
@@ -127,9 +131,9 @@ std::string write_tiny_model(const std::string& name, const TinyShape& s, uint64
       t[p + "self_attn.q_norm.weight"] = random({s.head_dim}, 0.2f, 1.0f);
       t[p + "self_attn.k_norm.weight"] = random({s.head_dim}, 0.2f, 1.0f);
     }
-    t[p + "mlp.gate_proj.weight"] = random({s.intermediate, s.hidden}, 0.5f);
-    t[p + "mlp.up_proj.weight"] = random({s.intermediate, s.hidden}, 0.5f);
-    t[p + "mlp.down_proj.weight"] = random({s.hidden, s.intermediate}, 0.5f);
+    t[p + "mlp.gate_proj.weight"] = random({s.intermediate, s.hidden}, s.weight_scale);
+    t[p + "mlp.up_proj.weight"] = random({s.intermediate, s.hidden}, s.weight_scale);
+    t[p + "mlp.down_proj.weight"] = random({s.hidden, s.intermediate}, s.weight_scale);
   }
   t["model.norm.weight"] = random({s.hidden}, 0.2f, 1.0f);
   if (!s.tied) t["lm_head.weight"] = random({s.vocab, s.hidden}, 1.0f);

@@ -35,12 +35,17 @@ struct TinyShape {
   bool qk_norm = false;   // written as qwen3 when set
   bool shift_logits = true;
   int block_size = 4;
+  int max_positions = 256;
+  float weight_scale = 0.5f;  // matrices are uniform in [-scale, scale]
 };
 
 // config.json of a tiny model of `shape` (mask token = vocab - 1, EOS = 2).
 nlohmann::json tiny_config(const TinyShape& shape);
 
-// A complete tiny model folder with random bf16 weights from `seed`.
+// A complete tiny model folder under scratch_dir(name) with random bf16 weights from `seed`.
 std::string write_tiny_model(const std::string& name, const TinyShape& shape, uint64_t seed);
+
+// The same in `dir` (created if needed; existing files are overwritten).
+std::string write_random_model(const std::string& dir, const TinyShape& shape, uint64_t seed);
 
 }  // namespace a2d::test
