@@ -7,8 +7,10 @@ import { register as registerGenerate } from "./commands/generate.js";
 import { register as registerServe } from "./commands/serve.js";
 import { register as registerPack } from "./commands/pack.js";
 import { register as registerVerify } from "./commands/verify.js";
+import { register as registerSimulateStartup } from "./commands/simulate-startup.js";
 import { register as registerEval } from "./commands/eval.js";
 import { register as registerBenchServe } from "./commands/bench-serve.js";
+import { register as registerBench } from "./commands/bench.js";
 
 const program = new Command();
 program
@@ -21,8 +23,10 @@ registerGenerate(program);
 registerServe(program);
 registerPack(program);
 registerVerify(program);
+registerSimulateStartup(program);
 registerEval(program);
 registerBenchServe(program);
+registerBench(program);
 
 program.parseAsync(process.argv).catch((error: unknown) => {
   process.stderr.write(`a2d: ${error instanceof Error ? error.message : String(error)}\n`);

@@ -148,6 +148,12 @@ async function copyCompiledApp(outDir: string): Promise<void> {
     }
   }
   await walk("");
+  // dist/eval finds its Python helpers at ../../eval (eval/paths.ts), and the CLI loads that module for
+  // every command, `serve` included; tsc does not copy .py files.
+  const evalDir = join(PROJECT_ROOT, "eval");
+  const helpers = existsSync(evalDir) ? (await readdir(evalDir)).filter((f) => f.endsWith(".py")) : [];
+  if (helpers.length > 0) await mkdir(join(outDir, "app", "eval"), { recursive: true });
+  for (const helper of helpers) await copyFile(join(evalDir, helper), join(outDir, "app", "eval", helper));
 }
 
 function sizeBreakdown(manifest: Manifest, plan: ModelPlan): SizeRow[] {

@@ -30,8 +30,10 @@ export interface SharedLibrary {
   path: string | null;
 }
 
-export async function sharedLibraries(binary: string): Promise<SharedLibrary[]> {
-  const result = await execa("ldd", [binary], { reject: false, env: { LC_ALL: "C" } });
+/** `libraryPath`: searched first, as LD_LIBRARY_PATH would be (the folder's runtime/lib). */
+export async function sharedLibraries(binary: string, libraryPath?: string): Promise<SharedLibrary[]> {
+  const env = libraryPath === undefined ? { LC_ALL: "C" } : { LC_ALL: "C", LD_LIBRARY_PATH: libraryPath };
+  const result = await execa("ldd", [binary], { reject: false, env });
   if (result.exitCode !== 0 && !/not a dynamic executable/.test(`${result.stdout}${result.stderr}`)) {
     throw new RuntimeError(`ldd ${binary} failed: ${result.stderr || result.stdout}`);
   }

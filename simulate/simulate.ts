@@ -1,0 +1,535 @@
+// `a2d simulate-startup`: runs a packed folder's own serve.sh as cold and as cut off as this machine allows,
+// names everything that would break a start on a fresh offline GPU machine, measures the phases it can
+// run here and predicts the GPU ones (docs/cold-start.md).
+import { execa } from "execa";
+import { existsSync } from "node:fs";
+import { copyFile, mkdir, mkdtemp, readdir, readFile, realpath, rm, stat, symlink } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { basename, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { listFolder, type Manifest, readManifest } from "../pack/manifest.js";
+import { formatBytes } from "../pack/progress.js";
+import { type FigureSource, type GpuName, loadFigures, type PhaseKind, predictGpuPhases } from "./figures.js";
+import type { InnerJob, InnerResult } from "./inner.js";
+import { evict, measureDiskRate, residentBytes } from "./page-cache.js";
+import { checkCudaCode, checkLibraries, checkManifest, type Problem, scanConfigs, scanServeScript } from "./static-checks.js";
+import { parseStrace, type StraceEvent, TRACED_SYSCALLS } from "./strace.js";
+
+const HERE = fileURLToPath(new URL(".", import.meta.url));
+const PROJECT_ROOT = fileURLToPath(new URL("../../", import.meta.url));
+
+export interface SimulateOptions {
+  folder: string;
+  budgetS?: number;
+  gpu?: GpuName;
+  figuresPath?: string;
+  /** Cold disk read rate to predict with instead of the one measured here, MB/s. */
+  diskRateMBps?: number;
+  /** Where a GPU exists: also start on it and time the first 200. */
+  gpuRun?: boolean;
+  log?: (line: string) => void;
+}
+
+export interface Phase {
+  name: string;
+  seconds: number;
+  kind: PhaseKind;
+  /** False for measured phases the GPU start replaces (the CPU backend's weights and first forward). */
+  counted: boolean;
+}
+
+export interface Isolation {
+  network_namespace: boolean;
+  empty_environment: true;
+  strace: boolean;
+  guard: boolean;
+  page_cache_evicted: boolean;
+  eviction: string;
+  weights_resident_after_eviction_bytes: number | null;
+}
+
+export interface GpuRun {
+  ready_s: number | null;
+  health: unknown;
+  problems: Problem[];
+}
+
+export interface SimulationReport {
+  verdict: "pass" | "fail";
+  folder: string;
+  budget_s: number;
+  gpu: GpuName;
+  folder_device: "cuda" | "cpu";
+  figures: string;
+  isolation: Isolation;
+  backend_run: "cpu" | "cuda";
+  measured_ready_s: number | null;
+  predicted_ready_s: number | null;
+  disk_read_MBps: number | null;
+  weights_bytes: number;
+  first_chat_s: number | null;
+  phases: Phase[];
+  problems: Problem[];
+  notes: string[];
+  gpu_run?: GpuRun;
+  server_log_tail: string;
+}
+
+/** What a fresh machine has: everything the host has on PATH except the runtimes the folder must carry. */
+const NOT_ON_A_BARE_MACHINE = /^(node|nodejs|npm|npx|corepack|yarn|pnpm|python[\d.]*(-config)?|pip[\d.]*|pydoc[\d.]*|conda|mamba)$/;
+const PATH_DIRS = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"];
+/** Programs any Linux box has, that serve.sh or the driver may run. */
+const BARE_PROGRAMS = new Set(
+  (
+    "bash sh dash env ldconfig ldconfig.real nvidia-smi cat cp mv rm mkdir rmdir ln ls dirname basename readlink " +
+    "realpath pwd date sleep mktemp tee uname id whoami printf echo true false test [ head tail cut tr wc sort uniq " +
+    "nproc stat touch chmod du df timeout nice nohup stdbuf grep egrep fgrep sed awk gawk mawk find xargs which getconf"
+  ).split(" "),
+);
+const COMPILER = /^(nvcc|ptxas|cicc|nvlink|fatbinary|cudafe\+\+|cc|gcc|g\+\+|c\+\+|cc1|cc1plus|collect2|as|ld|ld\.\w+|clang|clang\+\+|make|cmake|ninja|node-gyp|cargo|rustc|go)(-[\d.]+)?$/;
+
+function isLoopback(address: string): boolean {
+  return /^127\./.test(address) || address === "::1" || /^::ffff:127\./.test(address) || address === "0.0.0.0" || address === "::";
+}
+
+async function makeBarePath(dir: string): Promise<void> {
+  await mkdir(dir, { recursive: true });
+  const seen = new Set<string>();
+  for (const source of PATH_DIRS) {
+    let names: string[];
+    try {
+      names = await readdir(source);
+    } catch {
+      continue;
+    }
+    for (const name of names) {
+      if (seen.has(name) || NOT_ON_A_BARE_MACHINE.test(name)) continue;
+      seen.add(name);
+      await symlink(join(source, name), join(dir, name));
+    }
+  }
+}
+
+async function which(program: string): Promise<string | null> {
+  for (const dir of (process.env.PATH ?? "").split(":").concat(PATH_DIRS)) {
+    if (dir && existsSync(join(dir, program))) return join(dir, program);
+  }
+  return null;
+}
+
+interface RunOutcome {
+  inner: InnerResult | null;
+  innerError: string | null;
+  events: StraceEvent[];
+  guard: Array<Record<string, unknown>>;
+  log: string;
+}
+
+interface RunSetup {
+  folder: string;
+  sandbox: string;
+  device: "cpu" | "cuda";
+  deadlineS: number;
+  strace: string | null;
+  label: string;
+}
+
+async function runServe(setup: RunSetup): Promise<RunOutcome> {
+  const dir = join(setup.sandbox, setup.label);
+  const home = join(dir, "home");
+  const tmp = join(dir, "tmp");
+  const instrument = join(dir, "instrument");
+  for (const d of [home, tmp, instrument]) await mkdir(d, { recursive: true });
+  // A .mjs copy: the guard is ESM and must not depend on a package.json around it.
+  const guardFile = join(instrument, "guard.mjs");
+  await copyFile(join(HERE, "guard.js"), guardFile);
+  const guardReport = join(instrument, "guard.jsonl");
+  const straceLog = join(instrument, "strace.log");
+  const outputFile = join(instrument, "server.log");
+
+  const env = [
+    `HOME=${home}`,
+    `TMPDIR=${tmp}`,
+    `PATH=${join(setup.sandbox, "bin")}`,
+    `A2D_DEVICE=${setup.device}`,
+    `NODE_OPTIONS=--import=${guardFile}`,
+    `A2D_GUARD_REPORT=${guardReport}`,
+  ];
+  const serve = ["/usr/bin/env", "-i", ...env, "/bin/bash", join(setup.folder, "serve.sh")];
+  const command = setup.strace
+    ? [setup.strace, "-f", "--seccomp-bpf", "-ttt", "-qq", "-s", "512", "-e", `trace=${TRACED_SYSCALLS.join(",")}`, "-o", straceLog, ...serve]
+    : serve;
+  const job: InnerJob = { command, port: 8000, deadlineS: setup.deadlineS, outputFile };
+  const unshare = process.getuid?.() === 0 ? ["unshare", "--net", "--"] : ["unshare", "--map-root-user", "--net", "--"];
+  const result = await execa(unshare[0]!, [...unshare.slice(1), process.execPath, join(HERE, "inner.js"), JSON.stringify(job)], {
+    reject: false,
+    timeout: (setup.deadlineS + 60) * 1000,
+    all: true,
+  });
+  let inner: InnerResult | null = null;
+  let innerError: string | null = null;
+  try {
+    inner = JSON.parse(result.stdout.trim().split("\n").pop() ?? "") as InnerResult;
+  } catch {
+    innerError = `the namespace runner failed (exit ${result.exitCode}): ${(result.all ?? "").slice(-2000)}`;
+  }
+  const read = (file: string) => readFile(file, "utf8").catch(() => "");
+  const guard = (await read(guardReport))
+    .split("\n")
+    .filter(Boolean)
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+  return { inner, innerError, events: parseStrace(await read(straceLog)), guard, log: await read(outputFile) };
+}
+
+/** The program each traced pid (or thread) was running: its own last exec, else its parent's. */
+function programOf(events: StraceEvent[]): (pid: number, t: number) => string {
+  const parent = new Map<number, number>();
+  const execs = new Map<number, Array<{ t: number; path: string }>>();
+  for (const e of events) {
+    if (e.kind === "spawn") parent.set(e.child, e.pid);
+    if (e.kind === "exec" && e.ok) execs.set(e.pid, [...(execs.get(e.pid) ?? []), { t: e.t, path: e.path }]);
+  }
+  return (pid, t) => {
+    for (let p: number | undefined = pid, hops = 0; p !== undefined && hops < 64; p = parent.get(p), hops++) {
+      const last = (execs.get(p) ?? []).filter((x) => x.t <= t).pop();
+      if (last) return last.path;
+    }
+    return `pid ${pid}`;
+  };
+}
+
+interface Judged {
+  problems: Problem[];
+}
+
+function judgeRun(
+  outcome: RunOutcome,
+  folder: string,
+  sandbox: string,
+  label: string,
+  deadlineS: number,
+  missingFromManifest: Set<string>,
+): Judged {
+  const problems: Problem[] = [];
+  const add = (problem: Problem) => {
+    if (!problems.some((p) => p.cause === problem.cause && p.detail === problem.detail)) problems.push(problem);
+  };
+  const program = programOf(outcome.events);
+  const home = join(sandbox, label, "home");
+  const allowedWrite = [join(folder, "state"), join(sandbox, label, "tmp"), join(sandbox, label, "instrument"), "/dev", "/proc", "/sys"];
+  const inside = (path: string, dir: string) => path === dir || path.startsWith(`${dir}/`);
+  const absolute = (path: string) => (path.startsWith("/") ? path : resolve(folder, path));
+
+  for (const e of outcome.events) {
+    if (e.kind === "net" && (e.family === "AF_INET" || e.family === "AF_INET6")) {
+      if (!isLoopback(e.address) || e.port === 53) {
+        const what = e.port === 53 ? "a DNS query" : "a connection";
+        add({ cause: "network", detail: `${basename(program(e.pid, e.t))} made ${what} to ${e.address}:${e.port} (${e.call})` });
+      }
+    } else if (e.kind === "exec") {
+      const name = basename(e.path);
+      if (COMPILER.test(name) || /\/triton\//.test(e.path)) {
+        add({ cause: "compile", detail: `${e.path} ran at start (${e.argv.slice(0, 6).join(" ")}): a start must not compile anything` });
+      } else if (e.ok && !inside(e.path, folder) && !BARE_PROGRAMS.has(name) && !e.path.startsWith(join(sandbox, "bin") + "/env")) {
+        add({ cause: "host-path", detail: `runs ${e.path} from this machine (${e.argv.slice(0, 4).join(" ")}), which a fresh machine may not have` });
+      }
+    } else if ((e.kind === "open" && e.write) || e.kind === "modify") {
+      const path = absolute(e.path);
+      if (allowedWrite.some((dir) => inside(path, dir))) {
+        if (inside(path, join(folder, "state", "cuda-cache")) && e.kind === "open") {
+          add({ cause: "compile", detail: `the CUDA JIT cache was written (${path}): the driver compiled PTX at start` });
+        }
+        continue;
+      }
+      if (/\/\.nv\/ComputeCache\b/.test(path) || /\/\.triton\//.test(path)) {
+        add({ cause: "compile", detail: `a JIT compile cache was written at ${path}` });
+      } else {
+        const where = inside(path, home) ? "HOME" : inside(path, folder) ? "the folder (only state/ may change)" : "the host";
+        add({
+          cause: "write-outside",
+          detail: `${basename(program(e.pid, e.t))} ${e.ok ? "wrote" : "tried to write"} ${path} in ${where}`,
+        });
+      }
+    } else if (e.kind === "open" && !e.ok && e.errno === "ENOENT") {
+      const rel = absolute(e.path).slice(folder.length + 1);
+      if (inside(absolute(e.path), folder) && missingFromManifest.has(rel)) {
+        add({ cause: "missing-file", detail: `the start needs ${rel} (opened by ${basename(program(e.pid, e.t))}), which is missing` });
+      }
+    }
+  }
+  for (const g of outcome.guard) {
+    if (g.kind === "network") {
+      const frame = String(g.stack ?? "").split("\n").find((l) => l.includes("/")) ?? "";
+      add({ cause: "network", detail: `the server called ${String(g.api)} to ${String(g.target)} (Node guard)${frame ? ` at ${frame.trim()}` : ""}` });
+    }
+  }
+  for (const line of outcome.log.split("\n")) {
+    const missingPackage = /Cannot find (?:package|module) '([^']+)'/.exec(line);
+    if (missingPackage) add({ cause: "missing-module", detail: `the server cannot import ${missingPackage[1]}: ${line.trim().slice(0, 300)}` });
+    const notFound = /line (\d+): ([^:]+): (?:command not found|No such file or directory)/.exec(line);
+    if (notFound) add({ cause: "host-path", detail: `serve.sh line ${notFound[1]} runs ${notFound[2]}, which this (bare) machine does not have` });
+    const serveMissing = /^serve\.sh: (.+ is missing: .*)$/.exec(line.trim());
+    if (serveMissing) add({ cause: "missing-file", detail: serveMissing[1]! });
+  }
+  const inner = outcome.inner;
+  if (!inner) {
+    add({ cause: "isolation", detail: outcome.innerError ?? "the namespace runner gave no result" });
+    return { problems };
+  }
+  if (!inner.loopbackUp) add({ cause: "isolation", detail: "could not bring loopback up in the network namespace (`ip link set lo up`)" });
+  const logLines = outcome.log.trim().split("\n");
+  // The first error line names the cause; a stack trace's last lines only say where Node gave up.
+  const firstError =
+    logLines.find((l) => /^\s*\w*Error( \[\w+\])?: |"level":(50|60)|^serve\.sh: (?!starting)/.test(l)) ??
+    logLines.find((l) => /Error/.test(l));
+  const tail = (firstError ?? logLines.slice(-3).join(" | ")).trim().slice(0, 600);
+  if (inner.readyT === null) {
+    if (inner.exited) {
+      add({ cause: "start-failed", detail: `serve.sh exited (code ${inner.exited.code ?? inner.exited.signal}) before /health turned 200: ${tail}` });
+    } else if (inner.timedOut) {
+      add({ cause: "over-budget", detail: `/health did not turn 200 within ${deadlineS} s (${label} backend): ${tail}` });
+    }
+  } else if (inner.chat && (inner.chat.status !== 200 || !chatAnswered(inner.chat.body))) {
+    add({ cause: "start-failed", detail: `ready, but the first chat request failed (HTTP ${inner.chat.status}): ${JSON.stringify(inner.chat.body).slice(0, 300)}` });
+  }
+  return { problems };
+}
+
+function chatAnswered(body: unknown): boolean {
+  const choice = (body as { choices?: Array<{ message?: { content?: unknown } }> } | null)?.choices?.[0];
+  return typeof choice?.message?.content === "string";
+}
+
+interface Milestone {
+  name: string;
+  t: number;
+}
+
+function milestones(events: StraceEvent[], inner: InnerResult, folder: string): Milestone[] {
+  const node = join(folder, "runtime", "bin", "node");
+  const serverExec = events.find((e) => e.kind === "exec" && e.path === node && e.argv.some((a) => a.endsWith("app/dist/cli/main.js")));
+  const list: Milestone[] = [{ name: "shell", t: inner.launchT }];
+  if (!serverExec) return list;
+  list.push({ name: "node start", t: serverExec.t });
+  const after = events.filter((e) => e.t >= serverExec.t);
+  const firstOpen = (test: (path: string) => boolean) => after.find((e) => e.kind === "open" && test(e.path))?.t;
+  const found: Array<[string, number | undefined]> = [
+    ["server modules", firstOpen((p) => p.startsWith(join(folder, "app") + "/"))],
+    ["listening (503)", after.find((e) => e.kind === "listen")?.t],
+    ["tokenizer + template", firstOpen((p) => p === join(folder, "model", "tokenizer.json"))],
+    ["addon load", firstOpen((p) => p.startsWith(join(folder, "engine") + "/") && p.endsWith(".node"))],
+    [WEIGHTS_PHASE, firstOpen((p) => p.startsWith(join(folder, "model") + "/") && p.endsWith(".safetensors"))],
+  ];
+  for (const [name, t] of found) if (t !== undefined) list.push({ name, t });
+  return list.sort((a, b) => a.t - b.t);
+}
+
+const WEIGHTS_PHASE = "weights + first forward (CPU)";
+
+const round3 = (x: number) => Math.round(x * 1000) / 1000;
+
+function measuredPhases(marks: Milestone[], endT: number, countWeights: boolean): Phase[] {
+  return marks.map((mark, i) => ({
+    name: mark.name,
+    seconds: round3(Math.max(0, (marks[i + 1]?.t ?? endT) - mark.t)),
+    kind: "measured" as const,
+    counted: countWeights || mark.name !== WEIGHTS_PHASE,
+  }));
+}
+
+async function weightFiles(folder: string, manifest: Manifest | null): Promise<Array<{ path: string; size: number }>> {
+  const files = manifest?.files ?? (await listFolder(folder)).files;
+  return files.filter((f) => /^model\/[^/]+\.safetensors$/.test(f.path)).map((f) => ({ path: join(folder, f.path), size: f.size }));
+}
+
+async function numLayers(folder: string): Promise<number> {
+  try {
+    const config = JSON.parse(await readFile(join(folder, "model", "config.json"), "utf8")) as { num_hidden_layers?: number };
+    return config.num_hidden_layers ?? 1;
+  } catch {
+    return 1;
+  }
+}
+
+async function hasNvidiaGpu(): Promise<boolean> {
+  return existsSync("/dev/nvidiactl") || existsSync("/proc/driver/nvidia/version");
+}
+
+export async function simulateStartup(options: SimulateOptions): Promise<SimulationReport> {
+  const log = options.log ?? (() => {});
+  const folder = await realpath(resolve(options.folder)).catch(() => {
+    throw new Error(`${options.folder} does not exist; pass the folder made by \`a2d pack\``);
+  });
+  if (!(await stat(folder)).isDirectory()) throw new Error(`${folder} is not a folder`);
+  const budgetS = options.budgetS ?? 300;
+  const gpu = options.gpu ?? "h100";
+  const figuresPath = options.figuresPath ?? join(PROJECT_ROOT, "bench", "NOTES.md");
+  const problems: Problem[] = [];
+  const notes: string[] = [];
+
+  let manifest: Manifest | null = null;
+  try {
+    manifest = await readManifest(folder);
+  } catch {
+    // checkManifest reports it
+  }
+  const folderDevice = manifest?.device ?? (existsSync(join(folder, "engine", "a2d_cuda.node")) ? "cuda" : "cpu");
+
+  log("static checks: MANIFEST, serve.sh, configs, shared libraries");
+  const manifestCheck = await checkManifest(folder);
+  problems.push(...manifestCheck.problems, ...(await scanServeScript(folder)), ...(await scanConfigs(folder)));
+  const engineDir = join(folder, "engine");
+  const addons = existsSync(engineDir) ? (await readdir(engineDir)).filter((f) => f.endsWith(".node")).map((f) => `engine/${f}`) : [];
+  const binaries = ["runtime/bin/node", ...addons].filter((b) => existsSync(join(folder, b)));
+  problems.push(...(await checkLibraries(folder, binaries)));
+  if (addons.includes("engine/a2d_cuda.node")) {
+    const cuda = await checkCudaCode(folder, "engine/a2d_cuda.node");
+    notes.push(cuda.summary);
+    problems.push(...cuda.problems);
+  }
+
+  const weights = await weightFiles(folder, manifest);
+  const weightBytes = weights.reduce((sum, w) => sum + w.size, 0);
+  const layers = await numLayers(folder);
+  const existingWeights = weights.filter((w) => existsSync(w.path)).sort((a, b) => b.size - a.size);
+
+  let diskRate: number | null = options.diskRateMBps ?? null;
+  if (diskRate === null && existingWeights[0] && existingWeights[0].size >= 64 << 20) {
+    log(`measuring the cold read rate on ${basename(existingWeights[0].path)}`);
+    const rate = await measureDiskRate(existingWeights[0].path);
+    diskRate = rate.MBps;
+    notes.push(`cold read: ${formatBytes(rate.sampleBytes)} in ${rate.seconds.toFixed(2)} s = ${rate.MBps.toFixed(0)} MB/s (on a VM the host may cache the disk: an upper bound)`);
+  } else if (diskRate === null) {
+    notes.push("weights under 64 MiB: cold read rate not measured, 100 MB/s assumed for the prediction");
+  }
+
+  const strace = await which("strace");
+  if (!strace) problems.push({ cause: "isolation", detail: "strace is not installed: network, compile and write checks of child processes are off (apt-get install strace)" });
+  if (!(await which("unshare")) || !(await which("ip"))) {
+    problems.push({ cause: "isolation", detail: "unshare or ip is missing (util-linux, iproute2): cannot run in a fresh network namespace" });
+  }
+
+  const sandbox = await mkdtemp(join(tmpdir(), "a2d-simulate-"));
+  try {
+    await makeBarePath(join(sandbox, "bin"));
+    const { files } = await listFolder(folder);
+    log(`evicting ${files.length} files from the page cache`);
+    const eviction = await evict(files.map((f) => join(folder, f.path)));
+    const resident = existingWeights[0] ? await residentBytes(existingWeights[0].path) : null;
+    const evicted = resident === null ? true : resident <= (existingWeights[0]?.size ?? 0) * 0.01 + 65536;
+    if (!evicted) notes.push(`page cache: ${formatBytes(resident ?? 0)} of the weights stayed resident after eviction`);
+
+    log(`starting serve.sh (cpu) in a fresh network namespace, budget ${budgetS} s`);
+    const cpu = await runServe({ folder, sandbox, device: "cpu", deadlineS: budgetS, strace, label: "cpu" });
+    problems.push(...judgeRun(cpu, folder, sandbox, "cpu", budgetS, new Set(manifestCheck.missing)).problems);
+
+    const isolation: Isolation = {
+      network_namespace: cpu.inner?.loopbackUp ?? false,
+      empty_environment: true,
+      strace: strace !== null,
+      guard: cpu.guard.some((g) => g.kind === "preload"),
+      page_cache_evicted: evicted,
+      eviction,
+      weights_resident_after_eviction_bytes: resident,
+    };
+    if (cpu.inner && cpu.inner.readyT !== null && !isolation.guard) {
+      problems.push({ cause: "isolation", detail: "the Node guard did not load (NODE_OPTIONS is cleared or overridden on the way to node)" });
+    }
+
+    const inner = cpu.inner;
+    const measuredReady = inner?.readyT != null ? round3(inner.readyT - inner.launchT) : null;
+    const marks = inner ? milestones(cpu.events, inner, folder) : [];
+    const predictGpu = folderDevice === "cuda";
+    const phases = inner ? measuredPhases(marks, inner.readyT ?? inner.exited?.t ?? inner.launchT, !predictGpu) : [];
+
+    let figures: FigureSource | null = null;
+    let predictedReady: number | null = null;
+    if (measuredReady !== null) {
+      if (predictGpu) {
+        figures = await loadFigures(figuresPath, gpu);
+        const rate = diskRate ?? 100;
+        phases.push({ name: `weights read (cold, ${formatBytes(weightBytes)} at ${rate.toFixed(0)} MB/s)`, seconds: round3(weightBytes / 1e6 / rate), kind: diskRate === null ? "estimate" : "measured", counted: true });
+        for (const p of predictGpuPhases(figures, gpu, weightBytes, layers)) phases.push({ ...p, seconds: round3(p.seconds), counted: true });
+        predictedReady = round3(phases.filter((p) => p.counted).reduce((sum, p) => sum + p.seconds, 0));
+      } else {
+        predictedReady = measuredReady;
+        notes.push("a CPU-only folder: the measured CPU start is the prediction");
+      }
+      if (predictedReady > budgetS) {
+        problems.push({ cause: "over-budget", detail: `predicted ready in ${predictedReady.toFixed(1)} s on ${gpu}, over the ${budgetS} s budget` });
+      }
+    }
+    if (inner?.chat) notes.push(`first chat request after ready: HTTP ${inner.chat.status} in ${inner.chat.seconds.toFixed(2)} s`);
+
+    let gpuRun: GpuRun | undefined;
+    if (options.gpuRun) {
+      if (!(await hasNvidiaGpu())) {
+        problems.push({ cause: "isolation", detail: "--gpu-run: no NVIDIA GPU on this machine (/dev/nvidiactl missing)" });
+      } else {
+        await evict(files.map((f) => join(folder, f.path)));
+        log("starting serve.sh (cuda) for real on this GPU");
+        const run = await runServe({ folder, sandbox, device: "cuda", deadlineS: budgetS, strace, label: "cuda" });
+        const judged = judgeRun(run, folder, sandbox, "cuda", budgetS, new Set(manifestCheck.missing)).problems;
+        problems.push(...judged);
+        gpuRun = {
+          ready_s: run.inner?.readyT != null ? run.inner.readyT - run.inner.launchT : null,
+          health: run.inner?.health ?? null,
+          problems: judged,
+        };
+      }
+    }
+
+    const unique = problems.filter((p, i) => problems.findIndex((q) => q.cause === p.cause && q.detail === p.detail) === i);
+    return {
+      verdict: unique.length === 0 && measuredReady !== null ? "pass" : "fail",
+      folder,
+      budget_s: budgetS,
+      gpu,
+      folder_device: folderDevice,
+      figures: figures?.description ?? (predictGpu ? "not used (the start failed)" : "not used (CPU folder)"),
+      isolation,
+      backend_run: "cpu",
+      measured_ready_s: measuredReady,
+      predicted_ready_s: predictedReady,
+      disk_read_MBps: diskRate,
+      weights_bytes: weightBytes,
+      first_chat_s: inner?.chat?.seconds ?? null,
+      phases,
+      problems: unique,
+      notes,
+      ...(gpuRun ? { gpu_run: gpuRun } : {}),
+      server_log_tail: cpu.log.trim().split("\n").slice(-15).join("\n"),
+    };
+  } finally {
+    await rm(sandbox, { recursive: true, force: true });
+  }
+}
+
+export function formatReport(report: SimulationReport): string {
+  const yes = (b: boolean) => (b ? "yes" : "NO");
+  const lines = [
+    `a2d simulate-startup ${report.folder}`,
+    `  folder device ${report.folder_device}, target ${report.gpu}, budget ${report.budget_s} s, weights ${formatBytes(report.weights_bytes)}`,
+    `  isolation: network namespace ${yes(report.isolation.network_namespace)} | env -i yes | strace ${yes(report.isolation.strace)} | ` +
+      `node guard ${yes(report.isolation.guard)} | page cache evicted ${yes(report.isolation.page_cache_evicted)} (${report.isolation.eviction})`,
+    `  run here: CPU backend (no GPU); GPU phases from ${report.figures}`,
+    "",
+    `  ${"phase".padEnd(52)} ${"seconds".padStart(8)}  kind`,
+  ];
+  for (const phase of report.phases) {
+    const note = phase.counted ? "" : "  (not counted: the GPU phases replace it)";
+    lines.push(`  ${phase.name.padEnd(52)} ${phase.seconds.toFixed(2).padStart(8)}  ${phase.kind}${note}`);
+  }
+  const fmt = (s: number | null) => (s === null ? "n/a" : `${s.toFixed(2)} s`);
+  lines.push("");
+  lines.push(`  measured ready here (CPU):  ${fmt(report.measured_ready_s)}`);
+  lines.push(`  predicted ready on ${report.gpu}:    ${fmt(report.predicted_ready_s)} of ${report.budget_s} s`);
+  if (report.gpu_run) lines.push(`  measured ready on this GPU: ${fmt(report.gpu_run.ready_s)}`);
+  for (const note of report.notes) lines.push(`  note: ${note}`);
+  lines.push("");
+  if (report.problems.length === 0) lines.push("  problems: none");
+  for (const problem of report.problems) lines.push(`  PROBLEM [${problem.cause}] ${problem.detail}`);
+  lines.push("", `  verdict: ${report.verdict.toUpperCase()}`);
+  return lines.join("\n");
+}
