@@ -1,0 +1,549 @@
+"""Checks and times the a2d CUDA engine on a GPU machine, in one run (bench/NOTES.md records each run).
+
+    python3 bench/cuda_check.py --lib build/cuda-bench/liba2d_cuda_bench.so --out $OUT [--peers DIR]
+
+1. device ceilings: device-to-device copy bandwidth through PyTorch (bytes read + written);
+2. the engine's forward on tiny random models of every supported switch (GQA, head_dim 16..128, QKV/O
+   bias, QK-norm, tied embeddings, bf16/f16/f32 and host/device weight sources, KV lengths that split
+   attention) against a PyTorch fp32 forward on the same weights, logits relative error per row;
+3. the Backend interface on tiny model folders: CUDA vs CPU backend logits, and greedy generations
+   token for token;
+4. the MiniCPM5-2B shape on random bf16 weights: upload from host memory, the same fp32 check at
+   KV 1000, then ms per forward for rows 1/4/8/16/32 at KV 1k/8k/32k for three launch variants, a
+   GEMM-only and an attention-only breakdown, and the weight-stream floor;
+5. the PyTorch peers (graph_baseline.py) side by side, then the engine's real load path (load_model +
+   CUDA backend) on a 2B-shape folder written to local disk.
+Prints a short table last; full logs and summary.json go to --out.
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+import torch
+import torch.nn.functional as F
+
+WEIGHT_NAMES = ["embed", "lm_head", "final_norm", "input_norm", "post_norm", "q", "k", "v", "o", "q_bias",
+                "k_bias", "v_bias", "o_bias", "q_norm", "k_norm", "gate", "up", "down"]
+SOURCE_TYPES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
+REL_TOL = 1e-2
+STARTED = time.time()
+
+
+class Shape(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int) for n in ("hidden intermediate layers heads kv_heads head_dim vocab max_context "
+                                            "mask_token_id tied qkv_bias o_bias qk_norm").split()] + \
+               [("rms_eps", ctypes.c_double), ("rope_theta", ctypes.c_double)]
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+class Lib:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.a2d_bench_create.restype = ctypes.c_void_p
+        self.lib.a2d_bench_destroy.argtypes = [ctypes.c_void_p]
+
+    def call(self, name, *args):
+        error = ctypes.create_string_buffer(2048)
+        rc = getattr(self.lib, name)(*args, error, 2048)
+        if rc != 0:
+            raise RuntimeError(f"{name}: {error.value.decode()}")
+
+
+class Engine:
+    """A DeviceModel through the harness's C interface."""
+
+    def __init__(self, lib, cfg, graphs=True, pdl=True):
+        self.lib, self.cfg = lib, cfg
+        shape = Shape(cfg["hidden"], cfg["inter"], cfg["layers"], cfg["heads"], cfg["kv_heads"], cfg["head_dim"],
+                      cfg["vocab"], cfg["max_context"], cfg["mask"], int(cfg["tied"]), int(cfg["qkv_bias"]),
+                      int(cfg["o_bias"]), int(cfg["qk_norm"]), cfg["eps"], cfg["theta"])
+        error = ctypes.create_string_buffer(2048)
+        self.handle = lib.lib.a2d_bench_create(ctypes.byref(shape), int(graphs), int(pdl), error, 2048)
+        if not self.handle:
+            raise RuntimeError("a2d_bench_create: " + error.value.decode())
+        self.handle = ctypes.c_void_p(self.handle)
+        self.keep = []
+
+    def upload(self, weights, dtypes=None, on_host=False):
+        dtypes = dtypes or {}
+        for (name, layer), tensor in weights.items():
+            t = tensor.to(dtypes.get(name, tensor.dtype)).contiguous()
+            if on_host:
+                t = t.cpu()
+            self.keep.append(t)
+            self.lib.call("a2d_bench_upload", self.handle, WEIGHT_NAMES.index(name), layer, ctypes.c_void_p(t.data_ptr()),
+                          SOURCE_TYPES[t.dtype], int(not on_host))
+        times = (ctypes.c_double * 4)()
+        self.lib.call("a2d_bench_finish", self.handle, times)
+        self.keep.clear()
+        return {"context_s": times[0], "upload_s": times[1], "capture_s": times[2], "weight_bytes": times[3]}
+
+    def forward(self, cached, commit, tokens, logit_rows, want_logits=True):
+        rows, n = len(tokens), len(logit_rows)
+        tok = (ctypes.c_int * rows)(*tokens)
+        lr = (ctypes.c_int * max(n, 1))(*logit_rows)
+        logits = torch.empty(max(n, 1), self.cfg["vocab"], dtype=torch.float32)
+        ct = (ctypes.c_int * max(n, 1))()
+        cc = (ctypes.c_float * max(n, 1))()
+        self.lib.call("a2d_bench_forward", self.handle, cached, commit, tok, rows, lr, n,
+                      ctypes.c_void_p(logits.data_ptr()) if want_logits else None, ct, cc)
+        return logits[:n], list(ct)[:n], list(cc)[:n]
+
+    def prefill(self, tokens):
+        for start in range(0, len(tokens), 64):
+            chunk = tokens[start:start + 64]
+            self.forward(start, len(chunk), chunk, [], want_logits=False)
+
+    def time(self, cached, commit, rows, logit_count, iterations=20):
+        device, step = ctypes.c_double(), ctypes.c_double()
+        self.lib.call("a2d_bench_time", self.handle, cached, commit, rows, logit_count, iterations,
+                      ctypes.byref(device), ctypes.byref(step))
+        return device.value, step.value
+
+    def reconfigure(self, graphs, pdl, kernels=7):
+        self.lib.call("a2d_bench_reconfigure", self.handle, int(graphs), int(pdl), kernels)
+
+    def fill_kv(self, seed=1):
+        self.lib.call("a2d_bench_fill_kv", self.handle, ctypes.c_ulonglong(seed))
+
+    def close(self):
+        self.lib.lib.a2d_bench_destroy(self.handle)
+
+
+# ---------------------------------------------------------------- random models and the fp32 reference
+
+def make_weights(cfg, seed, lm_scale=1.0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    H, I, D, V = cfg["hidden"], cfg["inter"], cfg["head_dim"], cfg["vocab"]
+    nq, nkv = cfg["heads"] * D, cfg["kv_heads"] * D
+
+    def w(*shape, std=0.02):
+        return (torch.randn(*shape, generator=g, device="cuda") * std).to(torch.bfloat16)
+
+    def norm(n):
+        return (1.0 + 0.1 * torch.randn(n, generator=g, device="cuda")).to(torch.bfloat16)
+
+    W = {("embed", 0): w(V, H), ("final_norm", 0): norm(H)}
+    if not cfg["tied"]:
+        W[("lm_head", 0)] = w(V, H, std=0.02 * lm_scale)
+    for l in range(cfg["layers"]):
+        W.update({("input_norm", l): norm(H), ("post_norm", l): norm(H), ("q", l): w(nq, H), ("k", l): w(nkv, H),
+                  ("v", l): w(nkv, H), ("o", l): w(H, nq), ("gate", l): w(I, H), ("up", l): w(I, H),
+                  ("down", l): w(H, I)})
+        if cfg["qkv_bias"]:
+            W.update({("q_bias", l): w(nq, std=0.1), ("k_bias", l): w(nkv, std=0.1), ("v_bias", l): w(nkv, std=0.1)})
+        if cfg["o_bias"]:
+            W[("o_bias", l)] = w(H, std=0.1)
+        if cfg["qk_norm"]:
+            W.update({("q_norm", l): norm(D), ("k_norm", l): norm(D)})
+    return W
+
+
+def reference_logits(W, cfg, tokens, n_causal, rows):
+    """fp32 forward of the whole sequence: rows < n_causal are causal, later rows (the window) see all."""
+    f = lambda name, l=0: W[(name, l)].float()
+    T, D, nh, nkv = len(tokens), cfg["head_dim"], cfg["heads"], cfg["kv_heads"]
+    eps = cfg["eps"]
+    ids = torch.tensor(tokens, device="cuda")
+    x = f("embed")[ids]
+    pos = torch.arange(T, device="cuda")
+    allowed = (pos[None, :] <= pos[:, None]) | (pos[:, None] >= n_causal)
+    inv = 1.0 / (cfg["theta"] ** (torch.arange(0, D, 2, device="cuda", dtype=torch.int64).float() / D))
+    angle = pos.float()[:, None] * inv[None, :]
+    cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
+
+    def rms(v, weight):
+        return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+    def rope(v):
+        half = v.shape[-1] // 2
+        rotated = torch.cat([-v[..., half:], v[..., :half]], -1)
+        return v * cos[:, None, :] + rotated * sin[:, None, :]
+
+    for l in range(cfg["layers"]):
+        h = rms(x, f("input_norm", l))
+        q, k, v = h @ f("q", l).T, h @ f("k", l).T, h @ f("v", l).T
+        if cfg["qkv_bias"]:
+            q, k, v = q + f("q_bias", l), k + f("k_bias", l), v + f("v_bias", l)
+        q, k, v = q.view(T, nh, D), k.view(T, nkv, D), v.view(T, nkv, D)
+        if cfg["qk_norm"]:
+            q, k = rms(q, f("q_norm", l)), rms(k, f("k_norm", l))
+        q, k = rope(q), rope(k)
+        k, v = k.repeat_interleave(nh // nkv, 1), v.repeat_interleave(nh // nkv, 1)
+        scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(D)
+        scores = scores.masked_fill(~allowed[None], float("-inf"))
+        a = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(T, nh * D)
+        x = x + a @ f("o", l).T + (f("o_bias", l) if cfg["o_bias"] else 0)
+        h = rms(x, f("post_norm", l))
+        x = x + (F.silu(h @ f("gate", l).T) * (h @ f("up", l).T)) @ f("down", l).T
+    head = f("embed") if cfg["tied"] else f("lm_head")
+    return rms(x[rows], f("final_norm")) @ head.T
+
+
+def rel_errors(got, want):
+    return ((got - want).norm(dim=-1) / want.norm(dim=-1)).tolist()
+
+
+def greedy(logits, mask):
+    l = logits.double().clone()
+    l[:, mask] = float("-inf")
+    p = l.softmax(-1)
+    conf, token = p.max(-1)
+    return token.tolist(), conf.tolist()
+
+
+def check_case(engine, W, cfg, prefix, commit, window, gen):
+    """One forward after a prefix of `prefix` cached tokens; returns (max rel err, argmax agreement, conf diff)."""
+    V = cfg["vocab"]
+    toks = torch.randint(0, V, (prefix + commit + window,), generator=gen).tolist()
+    for j in range(window):  # a block in progress: some positions still masked
+        if j % 2 == 0:
+            toks[prefix + commit + j] = cfg["mask"]
+    engine.prefill(toks[:prefix])
+    rows = list(range(commit + window))
+    logits, tokens, conf = engine.forward(prefix, commit, toks[prefix:], rows)
+    want = reference_logits(W, cfg, toks, prefix + commit, [prefix + r for r in rows])
+    errs = rel_errors(logits.cuda(), want)
+    want_tok, want_conf = greedy(want, cfg["mask"])
+    agree = sum(a == b for a, b in zip(tokens, want_tok)) / len(rows)
+    conf_diff = max(abs(a - b) for a, b in zip(conf, want_conf))
+    # The device argmax/confidence must match the engine's own logits exactly up to fp32 rounding.
+    own_tok, own_conf = greedy(logits, cfg["mask"])
+    self_agree = sum(a == b for a, b in zip(tokens, own_tok)) / len(rows)
+    self_conf = max(abs(a - b) for a, b in zip(conf, own_conf))
+    return max(errs), agree, conf_diff, self_agree, self_conf
+
+
+def tiny_configs():
+    base = dict(layers=2, eps=1e-6, theta=10000.0, tied=False, qkv_bias=False, o_bias=False, qk_norm=False,
+                max_context=8192)
+    return {
+        "llama_gqa4_d32": dict(base, hidden=256, inter=688, heads=8, kv_heads=2, head_dim=32, vocab=1000),
+        "qwen2_bias_d32": dict(base, hidden=128, inter=256, heads=4, kv_heads=2, head_dim=32, vocab=515, qkv_bias=True),
+        "qwen3_qknorm_tied_d64": dict(base, hidden=128, inter=384, heads=4, kv_heads=2, head_dim=64, vocab=700,
+                                      qk_norm=True, tied=True),
+        "llama_mha_d16_obias": dict(base, hidden=64, inter=160, heads=4, kv_heads=4, head_dim=16, vocab=300,
+                                    o_bias=True, theta=5e6),
+        "minicpm_like_d128": dict(base, layers=3, hidden=512, inter=1024, heads=16, kv_heads=2, head_dim=128,
+                                  vocab=4096, theta=5e6),
+    }
+
+
+def section_tiny(lib, out):
+    results = {}
+    cases = [(0, 5, 4), (37, 4, 4), (200, 0, 8), (100, 60, 4), (1000, 4, 4), (3000, 1, 16), (5000, 8, 32)]
+    for i, (name, cfg) in enumerate(tiny_configs().items()):
+        cfg["mask"] = cfg["vocab"] - 1
+        W = make_weights(cfg, seed=100 + i, lm_scale=10.0)
+        # Exercise every source path: host staging, f16 and f32 conversion.
+        dtypes, on_host = {}, False
+        if name == "qwen2_bias_d32":
+            dtypes = {"q": torch.float16, "k": torch.float16, "v": torch.float16, "input_norm": torch.float32,
+                      "post_norm": torch.float32, "final_norm": torch.float32}
+        if name == "llama_gqa4_d32":
+            on_host = True
+        W = {key: t.to(dtypes.get(key[0], t.dtype)).to(torch.bfloat16) if key[0] in dtypes else t
+             for key, t in W.items()}  # the reference sees the values the engine receives
+        engine = Engine(lib, cfg)
+        engine.upload(W, dtypes, on_host)
+        gen = torch.Generator().manual_seed(7 + i)
+        rows = []
+        for prefix, commit, window in cases:
+            err, agree, conf_diff, self_agree, self_conf = check_case(engine, W, cfg, prefix, commit, window, gen)
+            rows.append(dict(prefix=prefix, commit=commit, window=window, rel_err=err, argmax_agree=agree,
+                             conf_diff=conf_diff, device_argmax_vs_own_logits=self_agree, device_conf_vs_own=self_conf))
+            log(f"  tiny {name:24s} P={prefix:5d} C={commit:2d} W={window:2d}: rel_err {err:.2e}  argmax agree "
+                f"{agree:.2f}  conf diff {conf_diff:.1e}  device argmax vs own logits {self_agree:.2f} ({self_conf:.1e})")
+        engine.close()
+        results[name] = rows
+    return results
+
+
+# ---------------------------------------------------------------- model folders (Backend interface)
+
+def write_folder(path, cfg, W, block_size=4):
+    from safetensors.torch import save_file
+    os.makedirs(path, exist_ok=True)
+    arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[cfg.get("type", "llama")]
+    config = {
+        "architectures": [arch], "model_type": cfg.get("type", "llama"), "hidden_size": cfg["hidden"],
+        "intermediate_size": cfg["inter"], "num_hidden_layers": cfg["layers"], "num_attention_heads": cfg["heads"],
+        "num_key_value_heads": cfg["kv_heads"], "head_dim": cfg["head_dim"], "vocab_size": cfg["vocab"],
+        "rms_norm_eps": cfg["eps"], "rope_theta": cfg["theta"], "max_position_embeddings": cfg.get("max_pos", 8192),
+        "tie_word_embeddings": cfg["tied"], "attention_bias": cfg["o_bias"], "hidden_act": "silu",
+        "torch_dtype": "bfloat16",
+        "a2d": {"format_version": 1, "mask_token_id": cfg["mask"], "mask_token": "<|mask|>", "block_size": block_size,
+                "shift_logits": True, "eos_token_ids": [cfg["vocab"] - 2], "trained": False,
+                "decoding": {"threshold": 0.9, "min_per_step": 1, "steps": 0, "temperature": 0.0, "top_p": 1.0,
+                             "remasking": "low_confidence", "commit": "fused"}},
+    }
+    hf = {"embed": "model.embed_tokens.weight", "lm_head": "lm_head.weight", "final_norm": "model.norm.weight"}
+    per_layer = {"input_norm": "input_layernorm.weight", "post_norm": "post_attention_layernorm.weight",
+                 "q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight", "v": "self_attn.v_proj.weight",
+                 "o": "self_attn.o_proj.weight", "gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight",
+                 "down": "mlp.down_proj.weight", "q_bias": "self_attn.q_proj.bias", "k_bias": "self_attn.k_proj.bias",
+                 "v_bias": "self_attn.v_proj.bias", "o_bias": "self_attn.o_proj.bias",
+                 "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight"}
+    tensors = {}
+    for (name, l), t in W.items():
+        key = hf[name] if name in hf else f"model.layers.{l}.{per_layer[name]}"
+        tensors[key] = t.contiguous().cpu()
+    save_file(tensors, os.path.join(path, "model.safetensors"))
+    with open(os.path.join(path, "config.json"), "w") as fh:
+        json.dump(config, fh, indent=1)
+
+
+def section_backend(lib, workdir):
+    results = {}
+    folders = {
+        "llama_gqa4": dict(type="llama", layers=2, hidden=256, inter=512, heads=8, kv_heads=2, head_dim=32, vocab=600,
+                           eps=1e-6, theta=10000.0, tied=False, qkv_bias=False, o_bias=False, qk_norm=False),
+        "qwen3_qknorm": dict(type="qwen3", layers=2, hidden=128, inter=384, heads=4, kv_heads=2, head_dim=64,
+                             vocab=500, eps=1e-6, theta=1e6, tied=True, qkv_bias=False, o_bias=False, qk_norm=True),
+        "qwen2_bias": dict(type="qwen2", layers=2, hidden=128, inter=256, heads=4, kv_heads=2, head_dim=32,
+                           vocab=515, eps=1e-6, theta=1e6, tied=False, qkv_bias=True, o_bias=False, qk_norm=False),
+    }
+    for i, (name, cfg) in enumerate(folders.items()):
+        cfg["mask"] = cfg["vocab"] - 1
+        W = make_weights(cfg, seed=300 + i, lm_scale=25.0)
+        path = os.path.join(workdir, name)
+        write_folder(path, cfg, W)
+        gen = torch.Generator().manual_seed(11 + i)
+        # Logits through forward(): a 150-token commit (three chunks on the GPU) plus a window.
+        commit = torch.randint(0, cfg["vocab"] - 2, (150,), generator=gen).tolist()
+        window = [cfg["mask"], 5, cfg["mask"], cfg["mask"]]
+        n = len(commit) + len(window)
+        out = {}
+        for device in ("cpu", "cuda"):
+            logits = torch.empty(n, cfg["vocab"], dtype=torch.float32)
+            lib.call("a2d_bench_backend_logits", path.encode(), device.encode(), (ctypes.c_int * len(commit))(*commit),
+                     len(commit), (ctypes.c_int * len(window))(*window), len(window), ctypes.c_void_p(logits.data_ptr()))
+            out[device] = logits
+        err = max(rel_errors(out["cuda"], out["cpu"]))
+        # Greedy generations, token for token.
+        same, agree_tokens, total_tokens, forwards = 0, 0, 0, {}
+        prompts = [torch.randint(0, cfg["vocab"] - 2, (int(torch.randint(3, 40, (1,), generator=gen)),),
+                                 generator=gen).tolist() for _ in range(12)]
+        for p_i, prompt in enumerate(prompts):
+            seqs = {}
+            for device in ("cpu", "cuda"):
+                toks = (ctypes.c_int * 256)()
+                count, nfe = ctypes.c_int(), ctypes.c_longlong()
+                lib.call("a2d_bench_backend_generate", path.encode(), device.encode(),
+                         (ctypes.c_int * len(prompt))(*prompt), len(prompt), 48, 4, ctypes.c_double(0.9), toks,
+                         ctypes.byref(count), ctypes.byref(nfe))
+                seqs[device] = list(toks)[:count.value]
+                forwards[device] = forwards.get(device, 0) + nfe.value
+            a, b = seqs["cpu"], seqs["cuda"]
+            same += a == b
+            prefix = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            agree_tokens += prefix
+            total_tokens += len(a)
+        results[name] = dict(logits_rel_err=err, identical_generations=f"{same}/{len(prompts)}",
+                             tokens_before_first_divergence=f"{agree_tokens}/{total_tokens}", forwards=forwards)
+        log(f"  backend {name:14s}: cuda vs cpu logits rel_err {err:.2e}; greedy generations identical {same}/"
+            f"{len(prompts)}, tokens before first divergence {agree_tokens}/{total_tokens}; forwards {forwards}")
+    return results
+
+
+# ---------------------------------------------------------------- the 2B shape
+
+MINICPM = dict(layers=42, hidden=2048, inter=6144, heads=16, kv_heads=2, head_dim=128, vocab=130560, eps=1e-6,
+               theta=5e6, tied=False, qkv_bias=False, o_bias=False, qk_norm=False, max_context=32768 + 4096,
+               mask=130560 - 1)
+
+
+def stream_bytes(cfg):
+    H, I, D = cfg["hidden"], cfg["inter"], cfg["head_dim"]
+    per_layer = (cfg["heads"] + 2 * cfg["kv_heads"]) * D * H + H * cfg["heads"] * D + 2 * I * H + H * I
+    return 2 * (cfg["layers"] * per_layer + cfg["vocab"] * H)
+
+
+def copy_bandwidth():
+    n = 1 << 30  # 2 GiB of bf16 each way
+    a = torch.empty(n, dtype=torch.bfloat16, device="cuda").normal_()
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(10):
+        s, e = torch.cuda.Event(True), torch.cuda.Event(True)
+        s.record(); b.copy_(a); e.record(); torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * 2 * n / (times[len(times) // 2] * 1e-3) / 1e12
+
+
+def section_2b(lib, out, summary):
+    cfg = dict(MINICPM)
+    W = make_weights(cfg, seed=2026)
+    torch.cuda.synchronize()
+    host_start = time.time()
+    host = {k: t.cpu() for k, t in W.items()}
+    log(f"  2B weights to host memory in {time.time() - host_start:.1f} s")
+    engine = Engine(lib, cfg)
+    t0 = time.time()
+    startup = engine.upload(host, on_host=True)
+    startup["wall_upload_and_capture_s"] = time.time() - t0
+    startup["upload_GBps"] = startup["weight_bytes"] / startup["upload_s"] / 1e9
+    del host
+    summary["startup_2b_from_host_memory"] = startup
+    log(f"  2B upload from host: {startup}")
+
+    gen = torch.Generator().manual_seed(5)
+    err, agree, conf_diff, self_agree, self_conf = check_case(engine, W, cfg, 1000, 4, 4, gen)
+    summary["check_2b"] = dict(prefix=1000, commit=4, window=4, rel_err=err, argmax_agree=agree, conf_diff=conf_diff,
+                               device_argmax_vs_own_logits=self_agree, device_conf_vs_own=self_conf)
+    log(f"  2B P=1000 C=4 W=4: rel_err {err:.2e} argmax agree {agree:.2f} conf diff {conf_diff:.1e} "
+        f"device argmax vs own {self_agree:.2f} ({self_conf:.1e})")
+
+    engine.fill_kv()
+    floor_bytes = stream_bytes(cfg)
+    bw = summary["copy_TBps"]
+    floor_ms = floor_bytes / (bw * 1e12) * 1e3
+    summary["stream_bytes"] = floor_bytes
+    summary["floor_ms"] = floor_ms
+    timings = []
+    variants = [("graph+pdl", True, True), ("graph", True, False), ("eager+pdl", False, True)]
+    for label, graphs, pdl in variants:
+        engine.reconfigure(graphs, pdl)
+        for rows in (1, 4, 8, 16, 32):
+            for kv in (1024, 8192, 32768):
+                device_ms, step_ms = engine.time(kv, 0, rows, rows, iterations=20 if graphs else 8)
+                timings.append(dict(variant=label, rows=rows, kv=kv, device_ms=device_ms, step_ms=step_ms,
+                                    ratio=device_ms / floor_ms))
+                log(f"  {label:10s} rows {rows:2d} kv {kv:5d}: {device_ms:.3f} ms/forward (step {step_ms:.3f} ms), "
+                    f"{device_ms / floor_ms:.2f}x floor")
+    for label, kernels in (("gemm-only", 1), ("attention-only", 2)):
+        engine.reconfigure(True, True, kernels)
+        for rows in (4, 8, 32):
+            for kv in (1024, 32768):
+                device_ms, step_ms = engine.time(kv, 0, rows, rows, iterations=20)
+                timings.append(dict(variant=label, rows=rows, kv=kv, device_ms=device_ms, step_ms=step_ms,
+                                    ratio=device_ms / floor_ms))
+                log(f"  {label:14s} rows {rows:2d} kv {kv:5d}: {device_ms:.3f} ms")
+    engine.reconfigure(True, True)
+    summary["timings_2b"] = timings
+    engine.close()
+    return W
+
+
+def section_peers(peers_dir, out, summary):
+    script = os.path.join(peers_dir, "graph_baseline.py")
+    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300)
+    text = proc.stdout + proc.stderr
+    with open(os.path.join(out, "peers.log"), "w") as fh:
+        fh.write(text)
+    summary["peers"] = proc.stdout.strip().splitlines()
+    log("  " + "\n  ".join(summary["peers"]))
+
+
+def section_load_folder(lib, W, workdir, summary):
+    cfg = dict(MINICPM)
+    path = os.path.join(workdir, "minicpm5-2b-shape")
+    t0 = time.time()
+    write_folder(path, dict(cfg, max_pos=65536), W)
+    log(f"  wrote the 2B folder in {time.time() - t0:.1f} s")
+    # A fresh process: the CUDA context is created by the load itself, as in a server start.
+    code = ("import ctypes,sys,time,json;t=time.time();l=ctypes.CDLL(sys.argv[1]);s=(ctypes.c_double*2)();"
+            "e=ctypes.create_string_buffer(2048);rc=l.a2d_bench_load_folder(sys.argv[2].encode(),s,e,2048);"
+            "print(json.dumps(dict(rc=rc,error=e.value.decode(),load_model_s=s[0],backend_s=s[1],"
+            "process_s=time.time()-t)))")
+    proc = subprocess.run([sys.executable, "-c", code, lib.lib._name, path], capture_output=True, text=True, timeout=240)
+    result = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else {"stderr": proc.stderr}
+    summary["load_folder_2b"] = result
+    log(f"  real load path (fresh process): {result}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lib", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--peers", default=None)
+    parser.add_argument("--workdir", default="/tmp/a2d-cuda-check")
+    parser.add_argument("--skip", default="", help="comma-separated sections to skip: tiny,backend,2b,peers,load")
+    parser.add_argument("--deadline", type=float, default=1e9, help="start no section after this many seconds")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.workdir, exist_ok=True)
+    skip = set(filter(None, args.skip.split(",")))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    lib = Lib(args.lib)
+    summary = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    failures = []
+
+    def section(name, fn, *a):
+        if name in skip:
+            return None
+        if time.time() - STARTED > args.deadline:
+            log(f"== {name}: skipped, past the {args.deadline:.0f} s deadline")
+            return None
+        log(f"== {name} ({time.time() - STARTED:.0f} s)")
+        try:
+            return fn(*a)
+        except Exception:
+            failures.append(name)
+            log(traceback.format_exc())
+            return None
+
+    summary["copy_TBps"] = copy_bandwidth()
+    log(f"copy bandwidth: {summary['copy_TBps']:.2f} TB/s")
+    summary["tiny"] = section("tiny", section_tiny, lib, args.out)
+    summary["backend"] = section("backend", section_backend, lib, args.workdir)
+    W = section("2b", section_2b, lib, args.out, summary)
+    if args.peers:
+        section("peers", section_peers, args.peers, args.out, summary)
+    if W is not None:
+        section("load", section_load_folder, lib, W, args.workdir, summary)
+    summary["failures"] = failures
+    with open(os.path.join(args.out, "summary.json"), "w") as fh:
+        json.dump(summary, fh, indent=1)
+
+    # The short table.
+    log("\n==== summary ====")
+    log(f"gpu {summary['gpu']}, copy {summary['copy_TBps']:.2f} TB/s, failures: {failures or 'none'}")
+    if summary.get("tiny"):
+        worst = max(r["rel_err"] for rows in summary["tiny"].values() for r in rows)
+        log(f"tiny forwards: worst rel err {worst:.2e} ({'PASS' if worst <= REL_TOL else 'FAIL'} at {REL_TOL})")
+    for name, r in (summary.get("backend") or {}).items():
+        log(f"backend {name}: logits {r['logits_rel_err']:.2e}, identical {r['identical_generations']}, "
+            f"agree {r['tokens_before_first_divergence']}")
+    if "check_2b" in summary:
+        c = summary["check_2b"]
+        log(f"2B check: rel err {c['rel_err']:.2e} ({'PASS' if c['rel_err'] <= REL_TOL else 'FAIL'}), argmax agree "
+            f"{c['argmax_agree']:.2f}")
+    if "floor_ms" in summary:
+        log(f"floor {summary['stream_bytes'] / 1e9:.2f} GB / {summary['copy_TBps']:.2f} TB/s = {summary['floor_ms']:.3f} ms")
+        log("variant          rows   kv1k   kv8k  kv32k  (ms/forward; x floor at kv1k)")
+        table = {}
+        for t in summary["timings_2b"]:
+            table.setdefault((t["variant"], t["rows"]), {})[t["kv"]] = t["device_ms"]
+        for (variant, rows), by_kv in table.items():
+            cells = " ".join(f"{by_kv.get(kv, float('nan')):6.3f}" for kv in (1024, 8192, 32768))
+            log(f"{variant:15s} {rows:4d} {cells}  {by_kv.get(1024, float('nan')) / summary['floor_ms']:.2f}x")
+    if "startup_2b_from_host_memory" in summary:
+        s = summary["startup_2b_from_host_memory"]
+        log(f"startup (host memory source): context {s['context_s']:.2f} s, upload {s['upload_s']:.2f} s "
+            f"({s['upload_GBps']:.1f} GB/s), capture {s['capture_s']:.3f} s")
+    if "load_folder_2b" in summary:
+        log(f"real load path: {summary['load_folder_2b']}")
+    if summary.get("peers"):
+        log("peers: " + " | ".join(summary["peers"]))
+    log(f"total {time.time() - STARTED:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
