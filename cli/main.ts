@@ -11,7 +11,6 @@ import { register as registerSimulateStartup } from "./commands/simulate-startup
 import { register as registerEval } from "./commands/eval.js";
 import { register as registerBenchServe } from "./commands/bench-serve.js";
 import { register as registerBench } from "./commands/bench.js";
-import { register as registerBench } from "./commands/bench.js";
 
 const program = new Command();
 program
@@ -27,7 +26,6 @@ registerVerify(program);
 registerSimulateStartup(program);
 registerEval(program);
 registerBenchServe(program);
-registerBench(program);
 registerBench(program);
 
 program.parseAsync(process.argv).catch((error: unknown) => {
