@@ -16,6 +16,8 @@ export interface BenchServeOptions {
   maxTokens: number;
   concurrency: number;
   temperature?: number;
+  /** Extra request body fields (e.g. vLLM's `ignore_eos`, a2d's `threshold`). */
+  extraBody?: Record<string, unknown>;
 }
 
 export interface StreamStats {
@@ -74,6 +76,7 @@ export async function benchServe(options: BenchServeOptions, log: (line: string)
       messages: [{ role: "user" as const, content: options.prompt }],
       maxTokens: options.maxTokens,
       ...(options.temperature === undefined ? {} : { temperature: options.temperature }),
+      ...(options.extraBody === undefined ? {} : { extra: options.extraBody }),
     };
     // A short request first, so one-time costs (lazy allocation, graph capture, JIT) stay out of the numbers.
     log(`warming up ${model} at ${client.base}`);

@@ -19,7 +19,7 @@ interface CacheLine extends CachedResponse {
 }
 
 export function cacheKey(chat: ChatRequest): string {
-  const identity = [chat.model, chat.messages, chat.maxTokens, chat.temperature ?? null, chat.topP ?? null, chat.seed ?? null];
+  const identity = [chat.model, chat.messages, chat.maxTokens, chat.temperature ?? null, chat.topP ?? null, chat.seed ?? null, chat.extra ?? null];
   return createHash("sha256").update(JSON.stringify(identity)).digest("hex");
 }
 

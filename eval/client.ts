@@ -17,6 +17,8 @@ export interface ChatRequest {
   temperature?: number;
   topP?: number;
   seed?: number;
+  /** Extra body fields for server-specific options (a2d's `threshold`, vLLM's `ignore_eos`, …). */
+  extra?: Record<string, unknown>;
 }
 
 export interface ChatResult {
@@ -99,14 +101,16 @@ export class ChatClient {
   /** One streamed chat completion; `onText` sees every text delta as it arrives. */
   async chat(chat: ChatRequest, onText?: (text: string) => void, signal?: AbortSignal): Promise<ChatResult> {
     const body = {
+      ...chat.extra,
       model: chat.model,
       messages: chat.messages,
       max_tokens: chat.maxTokens,
-      stream: true,
-      stream_options: { include_usage: true },
       ...(chat.temperature === undefined ? {} : { temperature: chat.temperature }),
       ...(chat.topP === undefined ? {} : { top_p: chat.topP }),
       ...(chat.seed === undefined ? {} : { seed: chat.seed }),
+      // Streaming is how both commands read responses and usage; no extra field may turn it off.
+      stream: true,
+      stream_options: { include_usage: true },
     };
     const started = performance.now();
     const response = await this.send("POST", "/chat/completions", JSON.stringify(body), signal);

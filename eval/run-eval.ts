@@ -31,6 +31,8 @@ export interface EvalOptions {
   temperature?: number;
   topP?: number;
   seed?: number;
+  /** Extra request body fields (--extra-body). */
+  extraBody?: Record<string, unknown>;
   /** Served model id; default: the first one GET /v1/models lists. */
   model?: string;
   apiKey?: string;
@@ -178,6 +180,7 @@ export async function runEval(options: EvalOptions): Promise<EvalRun> {
         ...(options.temperature === undefined ? {} : { temperature: options.temperature }),
         ...(options.topP === undefined ? {} : { topP: options.topP }),
         ...(options.seed === undefined ? {} : { seed: options.seed }),
+        ...(options.extraBody === undefined ? {} : { extra: options.extraBody }),
       };
       const base = { benchmark, id: item.id };
       let response: CachedResponse & { cached: boolean };

@@ -16,6 +16,7 @@ describe("bench-serve", () => {
   let url: string;
   let withUsage = true;
   const maxTokensSeen: number[] = [];
+  const bodies: Record<string, unknown>[] = [];
 
   beforeAll(async () => {
     server = createServer((req, res) => {
@@ -28,6 +29,7 @@ describe("bench-serve", () => {
       req.on("end", async () => {
         const request = JSON.parse(body) as { max_tokens: number };
         maxTokensSeen.push(request.max_tokens);
+        bodies.push(request);
         const count = Math.min(TOKENS, request.max_tokens);
         res.writeHead(200, { "content-type": "text/event-stream" });
         const send = (value: unknown) => res.write(`data: ${JSON.stringify(value)}\n\n`);
@@ -68,10 +70,16 @@ describe("bench-serve", () => {
     expect(formatBenchServe(result)).toMatch(/single stream: 40 tokens in \d+\.\d\d s = \d+\.\d tok\/s, TTFT \d+ ms, finish stop\n3 concurrent streams: 120 tokens/);
   });
 
-  it("falls back to counting text chunks when the server reports no usage, and says so", async () => {
+  it("passes extra body fields, and counts text chunks when the server reports no usage, saying so", async () => {
     withUsage = false;
-    const result = await benchServe({ url, prompt: "go", maxTokens: 25, concurrency: 1 });
+    bodies.length = 0;
+    const result = await benchServe({ url, prompt: "go", maxTokens: 25, concurrency: 1, extraBody: { ignore_eos: true, stream: false } });
     withUsage = true;
+    // Server-specific fields pass through; nothing may turn streaming off.
+    expect(bodies.map((body) => [body.ignore_eos, body.stream])).toEqual([
+      [true, true],
+      [true, true],
+    ]);
     expect(result.single).toMatchObject({ completionTokens: 25, countedFrom: "chunks", finishReason: "length" });
     expect(result.concurrent).toBeNull();
     expect(formatBenchServe(result)).toContain("no usage from the server: text chunks counted as tokens");

@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import type { Command } from "commander";
 
 import { DEFAULT_PROMPT, benchServe, formatBenchServe } from "../../eval/bench-serve.js";
-import { nonNegativeNumber, positiveInt } from "./eval.js";
+import { jsonObject, nonNegativeNumber, positiveInt } from "./eval.js";
 
 interface BenchServeFlags {
   url: string;
@@ -14,6 +14,7 @@ interface BenchServeFlags {
   model?: string;
   apiKey?: string;
   temperature?: number;
+  extraBody?: Record<string, unknown>;
   json?: boolean;
 }
 
@@ -39,6 +40,7 @@ export function register(program: Command): void {
     .option("--model <id>", "model id to request (default: the first one /v1/models lists)")
     .option("--api-key <key>", "bearer token, if the server wants one")
     .option("--temperature <t>", "sampling temperature (default: the server's)", nonNegativeNumber)
+    .option("--extra-body <json>", `JSON object merged into every request, e.g. '{"ignore_eos": true}' for vLLM`, jsonObject)
     .option("--json", "print the measurements as JSON")
     .action(async (flags: BenchServeFlags) => {
       const result = await benchServe(
@@ -50,6 +52,7 @@ export function register(program: Command): void {
           maxTokens: flags.maxTokens,
           concurrency: flags.concurrency,
           temperature: flags.temperature,
+          extraBody: flags.extraBody,
         },
         (line) => process.stderr.write(`${line}\n`),
       );

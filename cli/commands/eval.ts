@@ -19,6 +19,18 @@ export function nonNegativeNumber(value: string): number {
   return number;
 }
 
+/** --extra-body: a JSON object merged into every request body. */
+export function jsonObject(value: string): Record<string, unknown> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch {
+    throw new InvalidArgumentError(`expected a JSON object, e.g. '{"ignore_eos": true}'`);
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new InvalidArgumentError("expected a JSON object");
+  return parsed as Record<string, unknown>;
+}
+
 function benchmarkList(value: string): BenchmarkName[] {
   const names = value.split(",").map((name) => name.trim()).filter(Boolean);
   const unknown = names.filter((name) => !isBenchmarkName(name));
@@ -38,6 +50,7 @@ interface EvalFlags {
   temperature?: number;
   topP?: number;
   seed?: number;
+  extraBody?: Record<string, unknown>;
   model?: string;
   apiKey?: string;
   json?: boolean;
@@ -62,6 +75,7 @@ export function register(program: Command): void {
     .option("--temperature <t>", "sampling temperature (default: the server's)", nonNegativeNumber)
     .option("--top-p <p>", "nucleus sampling mass (default: the server's)", nonNegativeNumber)
     .option("--seed <n>", "request seed", (value) => Math.trunc(nonNegativeNumber(value)))
+    .option("--extra-body <json>", "JSON object merged into every request (server-specific options)", jsonObject)
     .option("--model <id>", "model id to request (default: the first one /v1/models lists)")
     .option("--api-key <key>", "bearer token, if the server wants one")
     .option("--json", "print only the report as JSON on stdout")
@@ -83,6 +97,7 @@ export function register(program: Command): void {
         temperature: flags.temperature,
         topP: flags.topP,
         seed: flags.seed,
+        extraBody: flags.extraBody,
         model: flags.model,
         apiKey: flags.apiKey ?? process.env.OPENAI_API_KEY,
         cacheFile: flags.cache,
