@@ -100,3 +100,38 @@ def test_cli_process(llama_model, tmp_path):
     )
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert missing.stderr == f"error: {tmp_path / 'nope'}: model folder not found; pass a folder made by `python -m a2d_convert init`\n"
+
+
+def truncate_weights(folder):
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[: len(data) // 3])
+
+
+def set_architecture(folder):
+    config = json.loads((folder / "config.json").read_text())
+    config.update(architectures=["MistralForCausalLM"], model_type="mistral")
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def shrink_layers(folder):
+    config = json.loads((folder / "config.json").read_text())
+    config["intermediate_size"] += 8
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize(
+    ("edit", "file", "message"),
+    [
+        (lambda f: (f / "tokenizer.json").unlink(), "tokenizer.json", "file not found; copy the base model's tokenizer.json"),
+        (truncate_weights, "model.safetensors", "not a readable safetensors file"),
+        (set_architecture, "config.json", "architecture 'MistralForCausalLM' is not supported"),
+        (shrink_layers, "", "the config implies"),
+    ],
+)
+def test_broken_model_folder_exits_2(capsys, llama_model, tmp_path, edit, file, message):
+    folder = tmp_path / "m"
+    shutil.copytree(llama_model, folder)
+    edit(folder)
+    assert main(["generate", "--model", str(folder), "--prompt", "Hi", "--max-tokens", "4"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"error: {folder / file}") and message in err and err.count("\n") == 1
