@@ -34,6 +34,8 @@ export function buildApp(ctx: ServerContext, logger: FastifyBaseLogger): App {
     },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
+  // Bodies are JSON only; a text/plain body would otherwise reach the schema as a string.
+  app.removeContentTypeParser("text/plain");
   app.setErrorHandler((error, request, reply) => sendError(reply, toApiError(error as Error, request)));
   app.setNotFoundHandler((request, reply) =>
     sendError(reply, new ApiError("not_found", `Unknown route: ${request.method} ${request.url.split("?")[0]}.`)),

@@ -54,6 +54,8 @@ const Sampling = {
   steps: Type.Optional(Type.Integer({ minimum: 0, maximum: 64 })),
   remasking: Type.Optional(Type.Enum(["low_confidence", "random"])),
   commit: Type.Optional(Type.Enum(["fused", "separate"])),
+  // As in vLLM: generate max_tokens whatever the model says, for throughput measurements.
+  ignore_eos: Type.Optional(Type.Boolean()),
 };
 
 export const ChatBody = Type.Object({

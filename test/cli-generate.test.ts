@@ -35,15 +35,6 @@ interface GenerateJson {
   prompt_tokens: number;
 }
 
-async function both(flags: string[]): Promise<[GenerateJson, GenerateJson]> {
-  const args = ["generate", "--model", model, "--json", ...flags];
-  const [reference, ours] = await Promise.all([
-    run(PYTHON, ["-m", "a2d_convert", ...args], { cwd: ROOT }),
-    run(process.execPath, [CLI, ...args, "--threads", "1"], { cwd: work }),
-  ]);
-  return [JSON.parse(reference.stdout), JSON.parse(ours.stdout)];
-}
-
 const cases: Array<[string, string[]]> = [
   ["greedy, model defaults", ["--prompt", "The quick brown fox", "--max-tokens", "40"]],
   ["greedy, big blocks, low threshold, 2 per step, separate commits", ["--prompt", "What is two plus two?", "--max-tokens", "37", "--block-size", "8", "--threshold", "0.3", "--min-per-step", "2", "--commit", "separate"]],
@@ -52,9 +43,25 @@ const cases: Array<[string, string[]]> = [
   ["chat with a 64-bit seed", ["--prompt", "def add(a, b):", "--chat", "--max-tokens", "24", "--temperature", "1.0", "--seed", "18446744073709551615"]],
 ];
 
+/** The reference CLI's own entry point, called once per case in one process: torch is imported once. */
+async function referenceRuns(): Promise<GenerateJson[]> {
+  const argvs = cases.map(([, flags]) => JSON.stringify(["generate", "--model", model, "--json", ...flags]));
+  const script = "import json, sys\nfrom a2d_convert.__main__ import main\nfor argv in sys.argv[1:]:\n    assert main(json.loads(argv)) == 0\n";
+  const { stdout } = await run(PYTHON, ["-c", script, ...argvs], { cwd: ROOT });
+  return stdout.trim().split("\n").map((line) => JSON.parse(line) as GenerateJson);
+}
+
 describe("a2d generate against the PyTorch reference", () => {
-  it.each(cases)("%s", async (_name, flags) => {
-    const [reference, ours] = await both(flags);
+  let references: GenerateJson[];
+  beforeAll(async () => {
+    references = await referenceRuns();
+    expect(references).toHaveLength(cases.length);
+  });
+
+  it.each(cases.map((c, index) => [...c, index] as const))("%s", async (_name, flags, index) => {
+    const reference = references[index]!;
+    const { stdout } = await run(process.execPath, [CLI, "generate", "--model", model, "--json", ...flags, "--threads", "1"], { cwd: work });
+    const ours = JSON.parse(stdout) as GenerateJson;
     expect(ours.token_ids).toEqual(reference.token_ids);
     expect(ours.text).toBe(reference.text);
     expect(ours.completion_tokens).toBe(reference.completion_tokens);

@@ -1,0 +1,238 @@
+// Bad input: every case is answered with a 4xx in OpenAI's error shape over a real socket, and the
+// server still serves afterwards. Routing details (health body, models, 404s, auth header forms) go
+// through inject() on the same app built in-process around the real engine.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+import { loadEngine } from "../engine/index.js";
+import { type App, buildApp } from "../server/app.js";
+import { ServerContext } from "../server/context.js";
+import { ModelTokenizer } from "../server/tokenizer.js";
+import { makeTinyModel, type ServerProcess, startServer } from "./server-harness.js";
+
+const work = mkdtempSync(join(tmpdir(), "a2d-server-errors-"));
+let model: string;
+let server: ServerProcess;
+let url: string;
+
+beforeAll(async () => {
+  model = makeTinyModel(join(work, "tiny"), ["--seed", "5"]);
+  server = startServer(model, ["--max-context", "512"]);
+  url = await server.url();
+  await server.waitForLog("ready");
+});
+
+afterAll(async () => {
+  expect(await server?.stop()).toBe(0);
+  rmSync(work, { recursive: true, force: true });
+});
+
+const user = [{ role: "user", content: "hi" }];
+const long = "word ".repeat(2000);
+
+interface BadCase {
+  name: string;
+  path?: string;
+  method?: string;
+  body: unknown;
+  /** Raw body text instead of JSON.stringify(body). */
+  raw?: string;
+  contentType?: string;
+  status?: number;
+  code?: string;
+  param?: string | null;
+}
+
+const cases: BadCase[] = [
+  { name: "invalid JSON", raw: '{"messages": [', body: null, code: "invalid_json" },
+  { name: "empty JSON body", raw: "", body: null, code: "invalid_json" },
+  { name: "body is an array", body: [1, 2], code: "invalid_type" },
+  { name: "messages missing", body: { model: "x" }, code: "missing_required_parameter", param: "messages" },
+  { name: "messages empty", body: { messages: [] }, code: "invalid_value", param: "messages" },
+  { name: "messages not an array", body: { messages: "hi" }, code: "invalid_type", param: "messages" },
+  { name: "message without role", body: { messages: [{ content: "hi" }] }, code: "missing_required_parameter", param: "messages[0].role" },
+  { name: "tool role", body: { messages: [{ role: "tool", content: "x" }] }, code: "invalid_value", param: "messages[0].role" },
+  { name: "role is a number", body: { messages: [{ role: 3, content: "x" }] }, param: "messages[0].role" },
+  { name: "content is a number", body: { messages: [{ role: "user", content: 42 }] }, code: "invalid_type", param: "messages[0].content" },
+  { name: "content missing", body: { messages: [{ role: "user" }] }, code: "missing_required_parameter", param: "messages[0].content" },
+  { name: "content null", body: { messages: [{ role: "user", content: null }] }, code: "missing_required_parameter", param: "messages[0].content" },
+  {
+    name: "image content part",
+    body: { messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "http://x" } }] }] },
+    code: "unsupported_content",
+    param: "messages[0].content[0].type",
+  },
+  { name: "text part without text", body: { messages: [{ role: "user", content: [{ type: "text" }] }] }, param: "messages[0].content[0].text" },
+  { name: "content parts not objects", body: { messages: [{ role: "user", content: [1] }] }, code: "invalid_type", param: "messages[0].content" },
+  { name: "temperature as a string", body: { messages: user, temperature: "0.5" }, code: "invalid_type", param: "temperature" },
+  { name: "temperature above 2", body: { messages: user, temperature: 3 }, param: "temperature" },
+  { name: "negative temperature", body: { messages: user, temperature: -1 }, param: "temperature" },
+  { name: "top_p 0", body: { messages: user, top_p: 0 }, param: "top_p" },
+  { name: "top_p above 1", body: { messages: user, top_p: 1.5 }, param: "top_p" },
+  { name: "max_tokens 0", body: { messages: user, max_tokens: 0 }, param: "max_tokens" },
+  { name: "max_tokens fractional", body: { messages: user, max_tokens: 1.5 }, param: "max_tokens" },
+  { name: "max_tokens as a string", body: { messages: user, max_tokens: "10" }, param: "max_tokens" },
+  { name: "max_tokens past the context", body: { messages: user, max_tokens: 100000 }, code: "context_length_exceeded", param: "max_tokens" },
+  { name: "max_completion_tokens past the context", body: { messages: user, max_completion_tokens: 600 }, code: "context_length_exceeded", param: "max_completion_tokens" },
+  { name: "prompt longer than the context", body: { messages: [{ role: "user", content: long }] }, code: "context_length_exceeded" },
+  { name: "n = 2", body: { messages: user, n: 2 }, code: "unsupported_value", param: "n" },
+  { name: "stream not a boolean", body: { messages: user, stream: "yes" }, param: "stream" },
+  { name: "stop a number", body: { messages: user, stop: 5 }, code: "invalid_type", param: "stop" },
+  { name: "empty stop string", body: { messages: user, stop: [""] }, code: "invalid_value", param: "stop" },
+  { name: "17 stop strings", body: { messages: user, stop: Array.from({ length: 17 }, (_, i) => `s${i}`) }, param: "stop" },
+  { name: "fractional seed", body: { messages: user, seed: 1.5 }, param: "seed" },
+  { name: "seed a string", body: { messages: user, seed: "abc" }, param: "seed" },
+  { name: "logprobs", body: { messages: user, logprobs: true }, code: "unsupported_parameter", param: "logprobs" },
+  { name: "presence_penalty", body: { messages: user, presence_penalty: 1 }, code: "unsupported_value", param: "presence_penalty" },
+  { name: "enable_thinking not a boolean", body: { messages: user, chat_template_kwargs: { enable_thinking: "no" } }, param: "chat_template_kwargs" },
+  { name: "stream_options a string", body: { messages: user, stream_options: "x" }, param: "stream_options" },
+  { name: "block_size 0", body: { messages: user, block_size: 0 }, param: "block_size" },
+  { name: "block_size 65", body: { messages: user, block_size: 65 }, param: "block_size" },
+  { name: "threshold 2", body: { messages: user, threshold: 2 }, param: "threshold" },
+  { name: "min_per_step above the block", body: { messages: user, block_size: 4, min_per_step: 5 }, param: "min_per_step" },
+  { name: "unknown remasking", body: { messages: user, remasking: "sometimes" }, code: "invalid_value", param: "remasking" },
+  { name: "text/plain body", raw: "hello", contentType: "text/plain", body: null, status: 415, code: "unsupported_media_type" },
+  { name: "completions: prompt missing", path: "/v1/completions", body: { max_tokens: 4 }, code: "missing_required_parameter", param: "prompt" },
+  { name: "completions: empty prompt list", path: "/v1/completions", body: { prompt: [] }, param: "prompt" },
+  { name: "completions: token id past the vocabulary", path: "/v1/completions", body: { prompt: [1, 2, 999999] }, code: "invalid_value", param: "prompt" },
+  { name: "completions: two prompts", path: "/v1/completions", body: { prompt: ["a", "b"] }, code: "unsupported_value", param: "prompt" },
+  { name: "completions: echo", path: "/v1/completions", body: { prompt: "a", echo: true }, code: "unsupported_parameter", param: "echo" },
+  { name: "completions: empty prompt", path: "/v1/completions", body: { prompt: "" }, code: "invalid_value" },
+  { name: "unknown route", path: "/v1/embeddings", body: { input: "x" }, status: 404, code: "not_found" },
+  { name: "wrong method", path: "/v1/chat/completions", method: "GET", body: undefined, status: 404, code: "not_found" },
+  { name: "unknown model id", path: "/v1/models/gpt-4", method: "GET", body: undefined, status: 404, code: "model_not_found" },
+];
+
+describe("bad input over a real socket", () => {
+  it(`answers all ${cases.length} bad requests with a 4xx OpenAI error and keeps serving`, async () => {
+    expect(cases.length).toBeGreaterThanOrEqual(30);
+    for (const bad of cases) {
+      const method = bad.method ?? "POST";
+      const response = await fetch(`${url}${bad.path ?? "/v1/chat/completions"}`, {
+        method,
+        headers: method === "GET" ? {} : { "content-type": bad.contentType ?? "application/json" },
+        ...(method === "GET" ? {} : { body: bad.raw ?? JSON.stringify(bad.body) }),
+      });
+      const body = (await response.json()) as { error: { message: unknown; type: unknown; param: unknown; code: unknown } };
+      const where = `${bad.name}: ${JSON.stringify(body)}`;
+      expect(response.status, where).toBe(bad.status ?? 400);
+      expect(Object.keys(body), where).toEqual(["error"]);
+      expect(typeof body.error.message, where).toBe("string");
+      expect((body.error.message as string).length, where).toBeGreaterThan(10);
+      expect(typeof body.error.type, where).toBe("string");
+      expect(typeof body.error.code, where).toBe("string");
+      expect(body.error.param === null || typeof body.error.param === "string", where).toBe(true);
+      if (bad.code) expect(body.error.code, where).toBe(bad.code);
+      if (bad.param !== undefined) expect(body.error.param, where).toBe(bad.param);
+    }
+    // Still up, and still generating.
+    const ok = await fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ messages: user, max_tokens: 8, temperature: 0 }),
+    });
+    expect(ok.status).toBe(200);
+    const result = (await ok.json()) as { choices: Array<{ finish_reason: string }> };
+    expect(["stop", "length"]).toContain(result.choices[0]!.finish_reason);
+  });
+});
+
+describe("routing details through inject()", () => {
+  let app: App;
+  let ctx: ServerContext;
+
+  beforeAll(async () => {
+    const log = pino({ level: "silent" });
+    ctx = new ServerContext("tiny", "sekrit", 4, log);
+    app = buildApp(ctx, log);
+    await app.ready();
+  });
+  afterAll(async () => {
+    await app.close();
+    await ctx.model?.engine.close();
+  });
+
+  it("answers 503 while loading, then 200 with the decoding method and parameters", async () => {
+    const loading = await app.inject({ method: "GET", url: "/health" });
+    expect(loading.statusCode).toBe(503);
+    expect(loading.json().error.code).toBe("model_loading");
+    const chat = await app.inject({ method: "POST", url: "/v1/chat/completions", headers: { authorization: "Bearer sekrit" }, payload: { messages: user } });
+    expect(chat.statusCode).toBe(503);
+
+    ctx.ready({ engine: await loadEngine({ modelDir: model, device: "cpu", threads: 1 }), tokenizer: await ModelTokenizer.load(model) });
+    const health = await app.inject({ method: "GET", url: "/health" });
+    expect(health.statusCode).toBe(200);
+    const body = health.json();
+    expect(body.decoding.method).toBe("block_diffusion");
+    expect(body.decoding.block_size).toBe(4);
+    expect(body.decoding.threshold).toBe(0.9);
+    expect(body.decoding.min_tokens_per_step).toBe(1);
+    expect(body.decoding.steps).toBe(0);
+    expect(body.forward_passes).toBe(0);
+
+    const done = await app.inject({
+      method: "POST",
+      url: "/v1/completions",
+      headers: { authorization: "Bearer sekrit" },
+      payload: { prompt: "Hello", max_tokens: 8, temperature: 0 },
+    });
+    expect(done.statusCode).toBe(200);
+    const after = (await app.inject({ method: "GET", url: "/health" })).json();
+    expect(after.forward_passes).toBeGreaterThan(0);
+  });
+
+  it("checks the API key on /v1 only, in its Bearer forms", async () => {
+    const models = (authorization?: string) =>
+      app.inject({ method: "GET", url: "/v1/models", headers: authorization === undefined ? {} : { authorization } });
+    for (const bad of [undefined, "sekrit", "Bearer wrong", "Bearer sekrit2", "Basic c2Vrcml0"]) {
+      const response = await models(bad);
+      expect(response.statusCode, String(bad)).toBe(401);
+      expect(response.json().error.code).toBe("invalid_api_key");
+      expect(response.json().error.type).toBe("invalid_request_error");
+    }
+    expect((await models("Bearer sekrit")).statusCode).toBe(200);
+    expect((await models("bearer   sekrit")).statusCode).toBe(200);
+    expect((await app.inject({ method: "GET", url: "/health" })).statusCode).toBe(200);
+  });
+
+  it("describes the model in /v1/models and /v1/models/:id", async () => {
+    const headers = { authorization: "Bearer sekrit" };
+    const list = (await app.inject({ method: "GET", url: "/v1/models", headers })).json();
+    expect(list.object).toBe("list");
+    expect(list.data).toEqual([{ id: "tiny", object: "model", created: ctx.created, owned_by: "a2d" }]);
+    expect((await app.inject({ method: "GET", url: "/v1/models/tiny", headers })).json().id).toBe("tiny");
+  });
+
+  it("ignores unknown fields and takes text parts, developer messages and enable_thinking", async () => {
+    const response = await app.inject({
+      method: "POST",
+      url: "/v1/chat/completions",
+      headers: { authorization: "Bearer sekrit" },
+      payload: {
+        model: "anything",
+        messages: [
+          { role: "developer", content: "Be brief." },
+          { role: "user", content: [{ type: "text", text: "Hi" }, { type: "text", text: "there" }], name: "me" },
+        ],
+        max_completion_tokens: 6,
+        temperature: 0.7,
+        top_p: 0.9,
+        seed: -1,
+        chat_template_kwargs: { enable_thinking: false },
+        user: "someone",
+        frequency_penalty: 0,
+        parallel_tool_calls: false,
+      },
+    });
+    expect(response.statusCode).toBe(200);
+    const body = response.json();
+    expect(body.model).toBe("tiny");
+    expect(body.usage.completion_tokens).toBeLessThanOrEqual(6);
+    // enable_thinking=false pre-fills an empty think block: the completion is all answer.
+    expect(body.choices[0].message.reasoning_content).toBeUndefined();
+  });
+});

@@ -1,0 +1,178 @@
+// The server's life around its requests, on real processes and sockets: /health while loading, the API
+// key, the bounded queue, a client that disconnects mid-stream, and SIGTERM drains.
+import { execFileSync } from "node:child_process";
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+import { makeTinyModel, type ServerProcess, startServer } from "./server-harness.js";
+
+const work = mkdtempSync(join(tmpdir(), "a2d-server-life-"));
+let model: string;
+const servers: ServerProcess[] = [];
+
+/** Big enough that a long generation takes seconds on one thread, small enough to build in one. */
+beforeAll(() => {
+  model = makeTinyModel(join(work, "slow"), ["--seed", "21", "--layers", "4", "--hidden", "256", "--intermediate", "768", "--heads", "4", "--kv-heads", "2"]);
+});
+
+afterAll(async () => {
+  for (const server of servers) await server.stop();
+  rmSync(work, { recursive: true, force: true });
+});
+
+function serve(args: string[] = [], env: NodeJS.ProcessEnv = {}, dir = model): ServerProcess {
+  const server = startServer(dir, args, env);
+  servers.push(server);
+  return server;
+}
+
+/** A long generation: threshold 1 reveals exactly one token per forward, and no EOS ends it early. */
+const LONG = { prompt: "Once upon a time", max_tokens: 3000, temperature: 0, threshold: 1, ignore_eos: true, stream: true };
+
+/** Starts a streaming completion and resolves once its first text chunk has arrived. */
+async function startStream(url: string, body: object, headers: Record<string, string> = {}) {
+  const controller = new AbortController();
+  const response = await fetch(`${url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body: JSON.stringify(body),
+    signal: controller.signal,
+  });
+  expect(response.status).toBe(200);
+  const reader = response.body!.getReader();
+  const decoder = new TextDecoder();
+  let received = "";
+  while (!/"text":"[^"]/.test(received)) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    received += decoder.decode(value, { stream: true });
+  }
+  /** Reads the rest of the stream. */
+  const rest = async () => {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return received;
+      received += decoder.decode(value, { stream: true });
+    }
+  };
+  return { controller, rest };
+}
+
+describe("a2d serve lifecycle", () => {
+  it("answers /health 503 while the model loads and 200 once it can serve", async () => {
+    // tokenizer.json as a named pipe: loading blocks on it until the test writes the real file in.
+    const dir = join(work, "fifo-model");
+    cpSync(model, dir, { recursive: true });
+    const tokenizer = readFileSync(join(dir, "tokenizer.json"));
+    rmSync(join(dir, "tokenizer.json"));
+    execFileSync("mkfifo", [join(dir, "tokenizer.json")]);
+    const server = serve([], {}, dir);
+    const url = await server.url();
+
+    const loading = await fetch(`${url}/health`);
+    expect(loading.status).toBe(503);
+    expect(((await loading.json()) as { error: { code: string } }).error.code).toBe("model_loading");
+    const early = await fetch(`${url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ prompt: "hi", max_tokens: 2 }),
+    });
+    expect(early.status).toBe(503);
+
+    writeFileSync(join(dir, "tokenizer.json"), tokenizer);
+    await server.waitForLog("ready");
+    const ready = await fetch(`${url}/health`);
+    expect(ready.status).toBe(200);
+    expect(((await ready.json()) as { decoding: { method: string } }).decoding.method).toBe("block_diffusion");
+    expect(await server.stop()).toBe(0);
+  });
+
+  describe("with an API key and no room to wait", () => {
+    let server: ServerProcess;
+    let url: string;
+    const auth = { authorization: "Bearer k-123" };
+
+    beforeAll(async () => {
+      server = serve(["--max-queue", "0"], { A2D_API_KEY: "k-123" });
+      url = await server.url();
+      await server.waitForLog("ready");
+    });
+
+    it("wants the key on /v1 (401 in OpenAI's shape) but not on /health", async () => {
+      const wrong = new OpenAI({ baseURL: `${url}/v1`, apiKey: "nope", maxRetries: 0 });
+      const error = await wrong.models.list().catch((caught: unknown) => caught);
+      expect(error).toBeInstanceOf(OpenAI.AuthenticationError);
+      expect((error as InstanceType<typeof OpenAI.AuthenticationError>).code).toBe("invalid_api_key");
+      const right = new OpenAI({ baseURL: `${url}/v1`, apiKey: "k-123", maxRetries: 0 });
+      expect((await right.models.list()).data).toHaveLength(1);
+      expect((await fetch(`${url}/health`)).status).toBe(200);
+    });
+
+    it("refuses past the queue bound with 429 and Retry-After", async () => {
+      const running = await startStream(url, LONG, auth);
+      const refused = await fetch(`${url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...auth },
+        body: JSON.stringify({ prompt: "x", max_tokens: 2 }),
+      });
+      expect(refused.status).toBe(429);
+      expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+      expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("rate_limit_exceeded");
+      running.controller.abort();
+    });
+
+    it("cancels the generation of a client that disconnects, so the next request starts promptly", async () => {
+      const logsBefore = server.logs.length;
+      const running = await startStream(url, LONG, auth);
+      running.controller.abort();
+      const started = performance.now();
+      const next = await fetch(`${url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...auth },
+        body: JSON.stringify({ prompt: "Hello", max_tokens: 8, temperature: 0 }),
+      });
+      expect(next.status).toBe(200);
+      const elapsed = performance.now() - started;
+      const generations = server.logs.slice(logsBefore).filter((line) => line.msg === "generation");
+      expect(generations[0]!.finish_reason).toBe("cancelled");
+      const cancelledTokens = generations[0]!.completion_tokens as number;
+      expect(cancelledTokens).toBeLessThan(LONG.max_tokens);
+      // The abandoned generation would have needed (3000 - cancelledTokens) more forwards; the next
+      // request waited for at most a step of it.
+      const msPerToken = (generations[0]!.ms as number) / Math.max(cancelledTokens, 1);
+      expect(elapsed).toBeLessThan(Math.max(1500, 0.25 * msPerToken * (LONG.max_tokens - cancelledTokens)));
+    });
+  });
+
+  it("drains on SIGTERM: the running stream finishes, new connections are refused, exit 0", async () => {
+    const server = serve();
+    const url = await server.url();
+    await server.waitForLog("ready");
+    const running = await startStream(url, { ...LONG, max_tokens: 300 });
+    server.child.kill("SIGTERM");
+    await server.waitForLog("draining");
+    const text = await running.rest();
+    expect(text).toContain('"finish_reason":"length"');
+    expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true);
+    expect(await server.exited).toBe(0);
+    await expect(fetch(`${url}/health`)).rejects.toThrow();
+  });
+
+  it("cancels what is still running when the grace period ends, telling the client, exit 0", async () => {
+    const server = serve(["--shutdown-grace", "0.2"]);
+    const url = await server.url();
+    await server.waitForLog("ready");
+    const running = await startStream(url, LONG);
+    const signalled = performance.now();
+    server.child.kill("SIGTERM");
+    const text = await running.rest();
+    expect(text).toContain('"code":"shutting_down"');
+    expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true);
+    expect(await server.exited).toBe(0);
+    expect(performance.now() - signalled).toBeLessThan(10_000);
+  });
+});
