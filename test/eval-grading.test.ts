@@ -1,7 +1,7 @@
 // Model-free tests of eval's parts: the normalization table, answer extraction, math-verify grading,
 // the benchmark readers on the self-written fixtures, and LiveCodeBench grading in the sandbox.
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -17,6 +17,8 @@ import { venvPython } from "../eval/paths.js";
 import { PythonWorker } from "../eval/python-worker.js";
 
 const FIXTURES = join(import.meta.dirname, "..", "eval", "fixtures");
+const work = mkdtempSync(join(tmpdir(), "a2d-eval-grading-"));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 describe("normalization (SPEC §1)", () => {
   it("maps chance to 0 and the AR model to 100, clamped", () => {
@@ -108,7 +110,7 @@ describe("benchmark readers on the fixtures", () => {
   });
 
   it("names the file and the fix for a malformed CSV", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "a2d-eval-bad-"));
+    const dir = work;
     writeFileSync(join(dir, "gpqa_diamond.csv"), "Question,Correct Answer\nq,a\n");
     await expect(gpqaDiamond.load(join(dir, "gpqa_diamond.csv"))).rejects.toThrow(/gpqa_diamond\.csv: missing column\(s\) Incorrect Answer 1/);
     writeFileSync(join(dir, "math_500.jsonl"), '{"problem": "p", "answer": "1"}\nnot json\n');
@@ -176,7 +178,7 @@ describe("graders that need Python", () => {
       { input: "1\n-7\n", output: "-7 -7\n", testtype: "stdin" },
       { input: "4\n10 -3 10 0\n", output: "17 10\n", testtype: "stdin" },
     ]);
-    const marker = join(mkdtempSync(join(tmpdir(), "a2d-pickle-")), "ran");
+    const marker = join(work, "pickle-ran");
     const hostile = execFileSync(venvPython(), [
       "-c",
       `import base64, os, pickle, zlib\nclass P:\n    def __reduce__(self):\n        return (os.system, ("touch ${marker}",))\nprint(base64.b64encode(zlib.compress(pickle.dumps(P()))).decode())`,

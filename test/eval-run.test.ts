@@ -2,7 +2,7 @@
 // answers a model would give (right for some items, wrong for others, with reasoning in
 // `reasoning_content` that must be ignored), so the scores are known exactly. The run against the real
 // `a2d serve` is test/eval-e2e.test.ts.
-import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -16,6 +16,8 @@ import { mmluPro } from "../eval/benchmarks/mmlu-pro.js";
 import { runEval, type EvalOptions } from "../eval/run-eval.js";
 
 const FIXTURES = join(import.meta.dirname, "..", "eval", "fixtures");
+const work = mkdtempSync(join(tmpdir(), "a2d-eval-run-"));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 interface Scripted {
   reasoning: string;
@@ -116,7 +118,7 @@ describe("a2d eval runner", () => {
   });
 
   it("resumes from the response cache, torn last line included", async () => {
-    const cache = join(mkdtempSync(join(tmpdir(), "a2d-eval-cache-")), "responses.jsonl");
+    const cache = join(work, "responses.jsonl");
     requests = 0;
     await runEval(options({ cacheFile: cache, benchmarks: ["gpqa_diamond", "mmlu_pro"], limit: 2 }));
     expect(requests).toBe(4);
@@ -143,7 +145,8 @@ describe("a2d eval runner", () => {
     expect(run.report.benchmarks.mmlu_pro).toMatchObject({ n: 3, accuracy: 2 / 3 });
     expect(logs.some((line) => /request refused for 1 item\(s\), scored wrong; first: request refused: .*prompt too long/.test(line))).toBe(true);
 
-    const data = mkdtempSync(join(tmpdir(), "a2d-eval-data-"));
+    const data = join(work, "data");
+    mkdirSync(data);
     writeFileSync(join(data, "math_500.jsonl"), `${JSON.stringify({ problem: "What is 1?", answer: "" })}\n${readFileSync(join(FIXTURES, "math_500.jsonl"), "utf8")}`);
     const gradingLogs: string[] = [];
     const graded = await runEval(options({ dataDir: data, log: (line) => gradingLogs.push(line) }));
@@ -154,7 +157,7 @@ describe("a2d eval runner", () => {
     await new Promise<void>((resolve) => dead.listen(0, "127.0.0.1", resolve));
     const deadUrl = `http://127.0.0.1:${(dead.address() as AddressInfo).port}`;
     await new Promise<void>((resolve) => dead.close(() => resolve()));
-    await expect(runEval(options({ url: deadUrl, model: "m", benchmarks: ["mmlu_pro"], cacheFile: join(tmpdir(), "a2d-never.jsonl") }))).rejects.toThrow(
+    await expect(runEval(options({ url: deadUrl, model: "m", benchmarks: ["mmlu_pro"], cacheFile: join(work, "never.jsonl") }))).rejects.toThrow(
       /is the server running at --url\?.*re-run the same command to resume/s,
     );
   });
