@@ -94,6 +94,8 @@ export function findDataFiles(dataDir: string, wanted?: BenchmarkName[]): Map<Be
 }
 
 const RETRYABLE_ATTEMPTS = 4;
+/** Refusals about one request (its prompt or length); anything else (401, 404…) is wrong for every request. */
+const PER_ITEM_STATUSES = new Set([400, 413, 422]);
 
 /** One response: from the cache, or requested with retries for transient failures (5xx, 429, network). */
 async function respond(
@@ -187,7 +189,7 @@ export async function runEval(options: EvalOptions): Promise<EvalRun> {
       try {
         response = await respond(client, chat, cache, options.retryDelayMs ?? 2000);
       } catch (error) {
-        if (!(error instanceof HttpError && error.status < 500)) throw error;
+        if (!(error instanceof HttpError && PER_ITEM_STATUSES.has(error.status))) throw error;
         // The server refused this one request (e.g. a prompt over its context): score it wrong, go on.
         const refused = { correct: false, extracted: null, finishReason: null, completionTokens: null, cached: false };
         record(index, { ...base, ...refused, error: `request refused: ${error.message}` });
