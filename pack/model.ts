@@ -154,3 +154,42 @@ export async function placeModel(modelDir: string, outDir: string, plan: ModelPl
   }
   return { linkedBytes, copiedBytes };
 }
+
+/** Where a file of the model folder lands in the packed folder, or null when it is not packed. */
+export function packedPath(plan: ModelPlan, rel: string): string | null {
+  if (plan.serving.includes(rel) || plan.weights.includes(rel)) return `model/${rel}`;
+  if (plan.evidence.includes(rel)) return `evidence/${rel.replace(/^evidence\//, "")}`;
+  return null;
+}
+
+interface Lineage {
+  shipped?: { files?: Record<string, { sha256?: string }> };
+}
+
+/**
+ * The lineage's `shipped` list is the export's own record of every file it wrote; a packed file that differs
+ * from it means the weights or configs were changed after export, and the evidence would no longer describe
+ * the folder. Returns warnings for shipped files the packer leaves out.
+ */
+export async function checkLineage(modelDir: string, plan: ModelPlan, packedHashes: Map<string, string>): Promise<string[]> {
+  const lineageRel = plan.evidence.find((rel) => /(^|\/)lineage\.json$/.test(rel));
+  if (!lineageRel) return [];
+  const lineage = (await readJson(join(modelDir, lineageRel))) as Lineage;
+  const shipped = lineage.shipped?.files ?? {};
+  const warnings: string[] = [];
+  for (const [rel, record] of Object.entries(shipped)) {
+    const packed = packedPath(plan, rel);
+    if (packed === null) {
+      warnings.push(`${lineageRel} lists ${rel} as shipped, but it is not part of the packed folder`);
+      continue;
+    }
+    const actual = packedHashes.get(packed);
+    if (record.sha256 && actual && actual !== record.sha256) {
+      throw new ModelFolderError(
+        `${join(modelDir, rel)} does not match ${lineageRel} (sha256 ${actual.slice(0, 12)}…, shipped ${record.sha256.slice(0, 12)}…): ` +
+          "it was changed after export; export again (python -m a2d_convert export) so the lineage describes the weights",
+      );
+    }
+  }
+  return warnings;
+}

@@ -6,7 +6,7 @@ import { basename, dirname, join, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { buildManifest, type Manifest, MANIFEST_FILE, serializeManifest, STATE_DIR } from "./manifest.js";
-import { type ModelPlan, placeModel, planModel } from "./model.js";
+import { checkLineage, type ModelPlan, placeModel, planModel } from "./model.js";
 import { defaultNpmSource, type NpmSource, reifyProductionModules, writeAppPackage } from "./node-modules.js";
 import { formatBytes } from "./progress.js";
 import { packRuntime } from "./runtime.js";
@@ -26,6 +26,8 @@ export interface PackOptions {
   nodeBinary?: string;
   cpuAddon?: string;
   cudaAddon?: string;
+  /** The id /v1/models lists (default: the model folder's name). */
+  modelName?: string;
   withWheels?: boolean;
   wheelsDir?: string;
   force?: boolean;
@@ -215,6 +217,10 @@ export async function pack(options: PackOptions): Promise<PackResult> {
     throw new PackError(`${outDir} already exists; pass --force to replace it (it is replaced only once the new folder is complete)`);
   }
 
+  const modelName = options.modelName ?? basename(modelDir).replace(/[^A-Za-z0-9._:@/-]/g, "-");
+  if (!/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/.test(modelName)) {
+    throw new PackError(`--model-name "${modelName}" must start with a letter or digit and use only letters, digits and . _ : @ / - (at most 128)`);
+  }
   const plan = await planModel(modelDir);
   const addons = await findAddons(options);
   const nodeBinary = resolve(options.nodeBinary ?? process.execPath);
@@ -253,7 +259,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
     ];
     await writeFile(
       join(tempDir, "serve.sh"),
-      renderServeScript({ defaultDevice: addons.device, hasCuda: addons.cuda !== null, requiredFiles, a2dVersion: version }),
+      renderServeScript({ defaultDevice: addons.device, hasCuda: addons.cuda !== null, requiredFiles, a2dVersion: version, modelName }),
     );
     await chmod(join(tempDir, "serve.sh"), 0o755);
 
@@ -263,6 +269,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
       node_version: runtime.nodeVersion,
     });
     await writeFile(join(tempDir, MANIFEST_FILE), serializeManifest(manifest));
+    const warnings = [...addons.warnings, ...(await checkLineage(modelDir, plan, new Map(manifest.files.map((f) => [f.path, f.sha256]))))];
 
     if (existsSync(outDir)) {
       const replaced = `${tempPrefix(outDir)}${process.pid}-replaced`;
@@ -276,7 +283,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
     return {
       outDir,
       device: addons.device,
-      warnings: addons.warnings,
+      warnings,
       sizes,
       totalBytes: sizes.reduce((sum, row) => sum + row.bytes, 0),
       linkedBytes: placed.linkedBytes,

@@ -9,6 +9,7 @@ interface PackFlags {
   node?: string;
   cpuAddon?: string;
   cudaAddon?: string;
+  modelName?: string;
   withWheels?: boolean;
   wheels?: string;
   force?: boolean;
@@ -24,6 +25,7 @@ export function register(program: Command): void {
     .option("--node <path>", "Node binary to ship (default: the one running this command)")
     .option("--cpu-addon <path>", "CPU engine addon (default: build/engine/a2d_cpu.node)")
     .option("--cuda-addon <path>", "CUDA engine addon (default: build/engine-cuda/a2d_cuda.node)")
+    .option("--model-name <id>", "model id in /v1/models (default: the model folder's name)")
     .option("--with-wheels", "also ship the converter's Python wheels (wheels/)")
     .option("--wheels <dir>", "where the wheels are (default: the project's wheels/)")
     .option("--force", "replace --out if it exists")
@@ -41,6 +43,7 @@ export function register(program: Command): void {
         nodeBinary: flags.node,
         cpuAddon: flags.cpuAddon,
         cudaAddon: flags.cudaAddon,
+        modelName: flags.modelName,
         withWheels: flags.withWheels,
         wheelsDir: flags.wheels,
         force: flags.force,
