@@ -2,7 +2,7 @@
 `tokenizers` / transformers stack computes for them, so the TS tokenizer can be compared id for id.
 
     tokenizer-reference.py make --flavour byte-level|metaspace --out DIR
-    tokenizer-reference.py answer --model DIR --cases CASES.json     (prints JSON on stdout)
+    tokenizer-reference.py answer --jobs JOBS.json     ([{model, cases}] in; one answer per job, as JSON, out)
 
 Two flavours cover the two families of fast tokenizers in use: byte-level BPE (GPT-2, Qwen, Llama 3) and
 sentencepiece-style BPE with a metaspace normaliser and byte fallback (Llama 2, MiniCPM).
@@ -158,14 +158,15 @@ def main() -> None:
     make.add_argument("--flavour", choices=["byte-level", "metaspace"], required=True)
     make.add_argument("--out", type=pathlib.Path, required=True)
     ans = sub.add_parser("answer")
-    ans.add_argument("--model", type=pathlib.Path, required=True)
-    ans.add_argument("--cases", type=pathlib.Path, required=True)
+    # Several folders per call: importing transformers costs seconds, once is enough.
+    ans.add_argument("--jobs", type=pathlib.Path, required=True)
     args = parser.parse_args()
     if args.command == "make":
         args.out.mkdir(parents=True, exist_ok=True)
         (make_byte_level if args.flavour == "byte-level" else make_metaspace)(args.out)
     else:
-        print(json.dumps(answer(args.model, json.loads(args.cases.read_text()))))
+        jobs = json.loads(args.jobs.read_text())
+        print(json.dumps([answer(pathlib.Path(job["model"]), job["cases"]) for job in jobs]))
 
 
 if __name__ == "__main__":

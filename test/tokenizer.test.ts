@@ -1,11 +1,11 @@
 // The TS tokenizer and chat template against the Python stack (tokenizers + transformers) on the same
 // tokenizer folders: ids, rendered prompts and decoded text must be identical.
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { ChatTemplateError, type TemplateMessage } from "../server/chat-template.js";
 import { ModelTokenizer } from "../server/tokenizer.js";
@@ -32,7 +32,7 @@ interface ChatCase {
   messages: TemplateMessage[];
   enable_thinking?: boolean;
 }
-const chats: ChatCase[] = [
+const allChats: ChatCase[] = [
   { messages: [{ role: "user", content: "Hello" }] },
   {
     messages: [
@@ -61,26 +61,49 @@ function decodeCases(vocabSize: number): number[][] {
   return lists;
 }
 
-function reference(modelDir: string, cases: object): {
+interface Answer {
   encoded: number[][];
   chats: Array<{ text: string; ids: number[] }>;
   decoded: string[];
-} {
-  const casesPath = join(modelDir, "cases.json");
-  writeFileSync(casesPath, JSON.stringify(cases));
-  return JSON.parse(execFileSync(PYTHON, [REFERENCE, "answer", "--model", modelDir, "--cases", casesPath], { encoding: "utf8" }));
 }
 
-describe.each(["byte-level", "metaspace"])("%s tokenizer", (flavour) => {
-  const modelDir = join(work, flavour);
-  execFileSync(PYTHON, [REFERENCE, "make", "--flavour", flavour, "--out", modelDir]);
+const FLAVOURS = ["byte-level", "metaspace", "tiny-base"] as const;
 
+/** Builds each flavour's folder (the two reference flavours, and the tokenizer the converter's
+ * tiny-base writes, which the server and CLI suites run on) and asks the Python stack about all of
+ * them in one call. */
+function buildAndAsk(): Map<string, { dir: string; decode: number[][]; chats: ChatCase[]; answer: Answer }> {
+  const jobs = FLAVOURS.map((flavour) => {
+    const dir = join(work, flavour);
+    if (flavour === "tiny-base") execFileSync(PYTHON, ["-m", "a2d_convert", "tiny-base", "--out", dir], { cwd: join(import.meta.dirname, "..") });
+    else execFileSync(PYTHON, [REFERENCE, "make", "--flavour", flavour, "--out", dir]);
+    // tiny-base's template concatenates content as a string, as many real templates do.
+    const chats = flavour === "tiny-base" ? allChats.filter((chat) => chat.messages.every((m) => typeof m.content === "string")) : allChats;
+    return { flavour, dir, decode: decodeCases(idCount(dir)), chats };
+  });
+  const jobsPath = join(work, "jobs.json");
+  // transformers refuses to decode an empty list the same way; it gets the non-empty ones.
+  writeFileSync(jobsPath, JSON.stringify(jobs.map((job) => ({ model: job.dir, cases: { texts, chats: job.chats, decode: job.decode.slice(1) } }))));
+  const answers = JSON.parse(execFileSync(PYTHON, [REFERENCE, "answer", "--jobs", jobsPath], { encoding: "utf8" })) as Answer[];
+  return new Map(jobs.map((job, i) => [job.flavour, { ...job, answer: answers[i]! }]));
+}
+
+/** One past the largest id of a tokenizer.json (model vocabulary and added tokens). */
+function idCount(modelDir: string): number {
+  const json = JSON.parse(readFileSync(join(modelDir, "tokenizer.json"), "utf8"));
+  const ids = [...Object.values(json.model.vocab as Record<string, number>), ...json.added_tokens.map((t: { id: number }) => t.id)];
+  return Math.max(...ids) + 1;
+}
+
+let folders: ReturnType<typeof buildAndAsk>;
+beforeAll(() => {
+  folders = buildAndAsk();
+});
+
+describe.each(FLAVOURS)("%s tokenizer", (flavour) => {
   it("encodes, renders chats and decodes exactly as transformers does", async () => {
-    const tokenizer = await ModelTokenizer.load(modelDir);
-    const decode = decodeCases(500);
-    // transformers refuses to decode an empty list the same way; compare the non-empty ones there.
-    const expected = reference(modelDir, { texts, chats, decode: decode.slice(1) });
-
+    const { dir, decode, chats, answer: expected } = folders.get(flavour)!;
+    const tokenizer = await ModelTokenizer.load(dir);
     expect(texts.map((text) => tokenizer.encodePrompt(text))).toEqual(expected.encoded);
     const template = tokenizer.chatTemplate;
     expect(template).not.toBeNull();
@@ -92,7 +115,7 @@ describe.each(["byte-level", "metaspace"])("%s tokenizer", (flavour) => {
   });
 
   it("keeps reasoning tags when asked, and only them among special tokens", async () => {
-    const tokenizer = await ModelTokenizer.load(modelDir);
+    const tokenizer = await ModelTokenizer.load(folders.get(flavour)!.dir);
     const think = tokenizer.tokenId("<think>")!;
     const close = tokenizer.tokenId("</think>")!;
     const imEnd = tokenizer.tokenId("<|im_end|>")!;
