@@ -1,6 +1,6 @@
 // From a validated request body to the engine's DecodeParams: OpenAI fields a2d does not implement are
 // refused by name, a2d's own decoding fields override the model's defaults, and the token budget is
-// checked against the context the engine was loaded with.
+// fitted to the context the engine was loaded with.
 import type { DecodeParams, ModelInfo } from "../engine/types.js";
 import { ApiError } from "./errors.js";
 import type { SamplingRequest } from "./schemas.js";
@@ -10,7 +10,7 @@ export interface Resolved {
   stops: string[];
 }
 
-export function resolveParams(body: SamplingRequest, info: ModelInfo, promptTokens: number, maxTokensField: number | null | undefined, maxTokensName: string): Resolved {
+export function resolveParams(body: SamplingRequest, info: ModelInfo, promptTokens: number, maxTokensField: number | null | undefined): Resolved {
   if (body.n != null && body.n !== 1) {
     throw new ApiError("unsupported_value", "Only n=1 is supported: ask for more completions with more requests.", "n");
   }
@@ -31,23 +31,19 @@ export function resolveParams(body: SamplingRequest, info: ModelInfo, promptToke
   }
 
   if (promptTokens === 0) throw new ApiError("invalid_value", "The prompt must hold at least one token.", null);
-  const room = info.maxContext - promptTokens;
+  // The engine's window always spans a whole block, so the completion gets whole blocks of the context.
+  const room = Math.floor((info.maxContext - promptTokens) / blockSize) * blockSize;
   if (room <= 0) {
     throw new ApiError(
       "context_length_exceeded",
-      `This model's maximum context length is ${info.maxContext} tokens; the prompt alone has ${promptTokens}. Shorten the prompt.`,
+      `This model's maximum context length is ${info.maxContext} tokens; the prompt has ${promptTokens}, which leaves no room ` +
+        `for a block of ${blockSize} tokens. Shorten the prompt.`,
       "messages",
     );
   }
-  const maxTokens = maxTokensField ?? room;
-  if (maxTokens > room) {
-    throw new ApiError(
-      "context_length_exceeded",
-      `This model's maximum context length is ${info.maxContext} tokens. However, you requested ${promptTokens + maxTokens} tokens ` +
-        `(${promptTokens} in the prompt, ${maxTokens} for the completion). Lower ${maxTokensName} or shorten the prompt.`,
-      maxTokensName,
-    );
-  }
+  // A budget past the context is cut to what fits, and the completion ends with finish_reason "length"
+  // there: clients ask for "up to N tokens" (32768 for long reasoning) whatever their prompt's length.
+  const maxTokens = Math.min(maxTokensField ?? room, room);
 
   const stop = body.stop;
   const stops = stop == null ? [] : typeof stop === "string" ? [stop] : stop;

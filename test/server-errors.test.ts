@@ -76,8 +76,8 @@ const cases: BadCase[] = [
   { name: "max_tokens 0", body: { messages: user, max_tokens: 0 }, param: "max_tokens" },
   { name: "max_tokens fractional", body: { messages: user, max_tokens: 1.5 }, param: "max_tokens" },
   { name: "max_tokens as a string", body: { messages: user, max_tokens: "10" }, param: "max_tokens" },
-  { name: "max_tokens past the context", body: { messages: user, max_tokens: 100000 }, code: "context_length_exceeded", param: "max_tokens" },
-  { name: "max_completion_tokens past the context", body: { messages: user, max_completion_tokens: 600 }, code: "context_length_exceeded", param: "max_completion_tokens" },
+  { name: "frequency_penalty out of range", body: { messages: user, frequency_penalty: 3 }, param: "frequency_penalty" },
+  { name: "steps above the block", body: { messages: user, block_size: 4, steps: 5 }, code: "invalid_value", param: "steps" },
   { name: "prompt longer than the context", body: { messages: [{ role: "user", content: long }] }, code: "context_length_exceeded" },
   { name: "n = 2", body: { messages: user, n: 2 }, code: "unsupported_value", param: "n" },
   { name: "stream not a boolean", body: { messages: user, stream: "yes" }, param: "stream" },
@@ -138,6 +138,23 @@ describe("bad input over a real socket", () => {
     expect(ok.status).toBe(200);
     const result = (await ok.json()) as { choices: Array<{ finish_reason: string }> };
     expect(["stop", "length"]).toContain(result.choices[0]!.finish_reason);
+  });
+});
+
+describe("token budgets past the context", () => {
+  it("cuts max_tokens to what fits and ends with finish_reason length", async () => {
+    const response = await fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ messages: user, max_tokens: 100000, temperature: 0, ignore_eos: true }),
+    });
+    expect(response.status).toBe(200);
+    const body = (await response.json()) as { choices: Array<{ finish_reason: string }>; usage: { completion_tokens: number; total_tokens: number } };
+    expect(body.choices[0]!.finish_reason).toBe("length");
+    // Whole blocks of 4 of the 512-token context: the last block's window must fit too.
+    expect(body.usage.completion_tokens % 4).toBe(0);
+    expect(body.usage.total_tokens).toBeLessThanOrEqual(512);
+    expect(body.usage.total_tokens).toBeGreaterThan(512 - 4);
   });
 });
 

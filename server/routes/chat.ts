@@ -22,8 +22,7 @@ export function registerChatRoute(app: App, ctx: ServerContext): void {
     }
     const rendered = renderChat(template, body);
     const promptIds = model.tokenizer.encodeRendered(rendered);
-    const maxTokensName = body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
-    const { params, stops } = resolveParams(body, model.engine.info, promptIds.length, body.max_completion_tokens ?? body.max_tokens, maxTokensName);
+    const { params, stops } = resolveParams(body, model.engine.info, promptIds.length, body.max_completion_tokens ?? body.max_tokens);
     // Reasoning tags must survive decoding even where the tokenizer marks them special.
     const keep = new Set([THINK_OPEN, THINK_CLOSE].map((tag) => model.tokenizer.tokenId(tag)).filter((id) => id !== undefined));
     const splitter = new ReasoningSplitter(ReasoningSplitter.promptOpensReasoning(rendered));
@@ -69,7 +68,7 @@ export function registerChatRoute(app: App, ctx: ServerContext): void {
       content += delta.content;
     };
     const outcome = await admission.run({ ...job, onText: (text) => collect(splitter.push(text)) });
-    if (outcome.clientGone) return reply;
+    if (outcome.clientGone) return reply.hijack();
     collect(splitter.flush());
     const message = { role: "assistant", content, ...(reasoning !== "" ? { reasoning_content: reasoning, reasoning } : {}) };
     return {

@@ -17,7 +17,7 @@ export function registerCompletionsRoute(app: App, ctx: ServerContext): void {
     if (body.suffix != null && body.suffix !== "") throw new ApiError("unsupported_parameter", "suffix is not supported.", "suffix");
     if (body.best_of != null && body.best_of !== 1) throw new ApiError("unsupported_value", "Only best_of=1 is supported.", "best_of");
     const promptIds = promptTokenIds(body, model);
-    const { params, stops } = resolveParams(body, model.engine.info, promptIds.length, body.max_tokens, "max_tokens");
+    const { params, stops } = resolveParams(body, model.engine.info, promptIds.length, body.max_tokens);
     const head = { id: `cmpl-${randomUUID().replaceAll("-", "")}`, created: Math.floor(Date.now() / 1000), model: ctx.modelId };
     const job = { promptIds, params, stops, decode: (ids: readonly number[]) => model.tokenizer.decode(ids) };
     const chunk = (text: string, finishReason: string | null) => ({
@@ -49,7 +49,7 @@ export function registerCompletionsRoute(app: App, ctx: ServerContext): void {
 
     let text = "";
     const outcome = await admission.run({ ...job, onText: (delta) => (text += delta) });
-    if (outcome.clientGone) return reply;
+    if (outcome.clientGone) return reply.hijack();
     return { ...chunk(text, outcome.finishReason), usage: outcome.usage };
   });
 }
