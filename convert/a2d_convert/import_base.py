@@ -83,14 +83,13 @@ def import_hf_folder(source: Path, out: Path) -> dict[str, Any]:
     else:
         import torch
         from safetensors import safe_open
-        from safetensors.torch import save_file
 
         tensors = {}
         for path in tqdm(files, desc="round to bf16", unit="file"):
             with safe_open(path, "pt") as f:
                 for name in f.keys():
                     tensors[name] = f.get_tensor(name).to(torch.bfloat16).contiguous()
-        save_file(tensors, out / WEIGHTS_FILE, metadata={"format": "pt"})
+        lin.save_tensors(out / WEIGHTS_FILE, tensors, {"format": "pt"})
     if copied:
         shutil.copyfile(config_path, out / "config.json")
     else:
@@ -323,8 +322,6 @@ def gguf_tensors(reader, path: Path, config: dict[str, Any]) -> dict[str, "torch
 
 def import_gguf(source: Path, out: Path, tokenizer_dir: Path | None) -> dict[str, Any]:
     from gguf import GGUFReader
-    from safetensors.torch import save_file
-
     try:
         reader = GGUFReader(source)
     except (ValueError, OSError) as err:
@@ -332,7 +329,7 @@ def import_gguf(source: Path, out: Path, tokenizer_dir: Path | None) -> dict[str
     names = {t.name for t in reader.tensors}
     config = gguf_config(reader, source, names)
     tensors = gguf_tensors(reader, source, config)
-    save_file(tensors, out / WEIGHTS_FILE, metadata={"format": "pt"})
+    lin.save_tensors(out / WEIGHTS_FILE, tensors, {"format": "pt"})
     write_json(out / "config.json", config)
     generation = {k: config[k] for k in ("bos_token_id", "eos_token_id") if k in config}
     write_json(out / "generation_config.json", generation)

@@ -59,6 +59,16 @@ def hash_folder(folder: str | os.PathLike, skip: Iterable[str] = (LINEAGE_FILE,)
     return records
 
 
+def save_tensors(path: str | os.PathLike, tensors: dict, metadata: dict[str, str]) -> Path:
+    """safetensors' writer creates files private to the user (0600); a model folder is read by servers
+    and packers running as other users, so weights get the same 0644 as every other file."""
+    from safetensors.torch import save_file
+
+    save_file({name: t.contiguous() for name, t in tensors.items()}, str(path), metadata=metadata)
+    os.chmod(path, 0o644)
+    return Path(path)
+
+
 def command_line() -> str:
     """The command that runs now, as a user would retype it."""
     return shlex.join([Path(sys.executable).name, "-m", "a2d_convert", *sys.argv[1:]])

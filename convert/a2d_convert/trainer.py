@@ -253,7 +253,6 @@ def state_options(config: TrainConfig, full: bool = False):
 
 def save_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime, step: int, progress: dict[str, Any], init_dir: Path, data_inputs: dict) -> Path:
     import torch.distributed.checkpoint as dcp
-    from safetensors.torch import save_file
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
     folder = Path(config.out) / CHECKPOINTS / f"step_{step:06d}"
@@ -267,10 +266,10 @@ def save_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime, step
         tensors = {name.removeprefix("model."): t.detach() for name, t in full.items()}
         if config.lora_rank > 0:
             weights_file = folder / ADAPTER
-            save_file({k: v.float().contiguous() for k, v in tensors.items()}, str(weights_file), metadata={"format": "pt"})
+            lin.save_tensors(weights_file, {k: v.float() for k, v in tensors.items()}, {"format": "pt"})
         else:
             weights_file = folder / WEIGHTS
-            save_file({k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}, str(weights_file), metadata={"format": "pt"})
+            lin.save_tensors(weights_file, {k: v.to(torch.bfloat16) for k, v in tensors.items()}, {"format": "pt"})
         record = {
             "step": step,
             "mode": "lora" if config.lora_rank > 0 else "full",

@@ -1,0 +1,423 @@
+"""`export`: a training checkpoint -> the engine's model folder (docs/model-format.md) with its evidence;
+`rebuild`: a compact delta + the sha256-pinned base -> the same folder, bit for bit.
+
+The exported folder holds the weights (bf16), config.json with `a2d.trained: true` and the chosen
+decoding defaults, the tokenizer files (mask token included), generation_config.json, and the
+evidence: lineage.json (the sha256 chain base files -> import -> init -> train checkpoint -> these
+files, with each stage's command and config), data_manifest.json (the training data and its filters)
+and decoder_config.json (the decoding parameters and how they were chosen).
+
+A delta (`--delta DIR`) ships the folder without the base's weights: delta.json + delta.safetensors +
+the small files. Tensors are stored against the *imported* base (the output of `import`, which is a
+deterministic function of the pinned base files) as one of
+- `same`: unchanged;
+- `lora`: bf16 factors A, B; the shipped tensor is lora.merge_lora(base, A, B, scale), a
+  bit-reproducible merge (export computes the shipped weights with that same function);
+- `rows`: rows replaced or appended (the mask token's embedding row, a grown vocabulary);
+- `full`: the tensor itself (norms: a few kilobytes);
+- `xor`: bf16 bits XOR the base's, zlib-compressed (a full fine-tune's fallback; not compact).
+`rebuild --base BASE --delta DIR --out OUT` imports BASE (or takes an already imported folder),
+checks every pinned sha256, applies the delta, and checks that the rebuilt weights have exactly the
+sha256 that lineage.json records; `verify OUT` then passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+from . import lineage as lin
+from .config import read_json, write_json
+from .errors import A2DError
+from .tiny import prepare_out_dir
+
+WEIGHTS = "model.safetensors"
+DELTA_JSON = "delta.json"
+DELTA_WEIGHTS = "delta.safetensors"
+DELTA_FORMAT = "a2d-delta-1"
+DECODER_CONFIG = "decoder_config.json"
+DATA_MANIFEST = "data_manifest.json"
+CARRIED = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+DECODING_FLAGS = ("threshold", "min_per_step", "steps", "temperature", "top_p", "remasking", "commit")
+
+
+# --------------------------------------------------------------------------------------------- export
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """A checkpoint folder, or a run folder (its latest checkpoint)."""
+    if (path / "checkpoint.json").is_file():
+        return path
+    if (path / "latest.json").is_file():
+        return path / read_json(path / "latest.json")["path"]
+    raise A2DError(f"{path}: neither a checkpoint (checkpoint.json) nor a run folder (latest.json); pass one of them")
+
+
+def check_recorded(path: Path, record: dict[str, Any], what: str) -> None:
+    if not path.is_file():
+        raise A2DError(f"{path}: missing; {what} needs it as it was when training ran")
+    if lin.sha256_file(path) != record["sha256"]:
+        raise A2DError(f"{path}: sha256 differs from the one training recorded; {what} changed after training — restore it")
+
+
+def decoder_choice(init_config: dict, args_decoding: dict[str, Any], probes_file: Path | None) -> tuple[dict, dict]:
+    """(decoding defaults for config.json, decoder_config.json). Probes results, when given, choose."""
+    from .config import DecodingDefaults
+
+    decoding = dict(init_config["a2d"]["decoding"])
+    chosen_by: dict[str, Any] = {"method": "defaults"}
+    if probes_file is not None:
+        probes = read_json(probes_file)
+        recommended = probes.get("recommended")
+        if not isinstance(recommended, dict):
+            raise A2DError(f"{probes_file}: no 'recommended' decoding in it; run `evaluate-probes` with --thresholds")
+        decoding.update({k: v for k, v in recommended.items() if k in DecodingDefaults.__dataclass_fields__})
+        chosen_by = {"method": "probes", "probes_file": {"path": str(probes_file), **lin.file_record(probes_file)}, "rule": probes.get("rule")}
+    overrides = {k: v for k, v in args_decoding.items() if v is not None}
+    if overrides:
+        decoding.update(overrides)
+        chosen_by = {**chosen_by, "method": chosen_by["method"] + "+flags" if probes_file else "flags", "flags": overrides}
+    return decoding, chosen_by
+
+
+def shipped_weights(ckpt: Path, record: dict[str, Any], init_dir: Path) -> tuple[dict, dict | None]:
+    """(bf16 tensors to ship, adapters in shipped bf16 form or None for a full fine-tune)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from . import lora as lora_mod
+    from .weights import read_tensors
+
+    if record["mode"] == "full":
+        return load_file(ckpt / WEIGHTS), None
+    adapters = load_file(ckpt / record["weights"])
+    shipped_adapters = {
+        name: lora_mod.round_to_bf16(t.to(torch.float64)) for name, t in adapters.items()
+    }
+    base = read_tensors(init_dir)
+    scale = record["lora"]["alpha"] / record["lora"]["rank"]
+    mask_id = read_json(init_dir / "config.json")["a2d"]["mask_token_id"]
+    return lora_mod.merged_state(base, shipped_adapters, scale, mask_id), shipped_adapters
+
+
+def export(
+    checkpoint: Path,
+    out: Path,
+    decoding_flags: dict[str, Any] | None = None,
+    probes_file: Path | None = None,
+    delta_dir: Path | None = None,
+    force: bool = False,
+) -> Path:
+    from .config import load_config
+    from .weights import check_tensors
+
+    ckpt = resolve_checkpoint(Path(checkpoint))
+    record = read_json(ckpt / "checkpoint.json")
+    chain = lin.read_lineage(ckpt)
+    train_stage = chain["stages"][-1]
+    init_dir = Path(record["init"])
+    for name, rec in train_stage["inputs"].items():
+        if name.startswith("init/"):
+            check_recorded(init_dir / name.removeprefix("init/"), rec, "the init folder")
+    data_dir = Path(record["config"]["data"])
+    if "data/data_manifest.json" in train_stage["inputs"]:
+        check_recorded(data_dir / DATA_MANIFEST, train_stage["inputs"]["data/data_manifest.json"], "the data manifest")
+    for name in (record["weights"], "checkpoint.json"):
+        check_recorded(ckpt / name, train_stage["outputs"][name], "the checkpoint")
+
+    prepare_out_dir(out, force)
+    if delta_dir is not None:
+        prepare_out_dir(delta_dir, force)
+    tensors, adapters = shipped_weights(ckpt, record, init_dir)
+    lin.save_tensors(out / WEIGHTS, tensors, {"format": "pt"})
+
+    init_config = read_json(init_dir / "config.json")
+    decoding, chosen_by = decoder_choice(init_config, decoding_flags or {}, probes_file)
+    config = json.loads(json.dumps(init_config))
+    config["a2d"].update(trained=True, decoding=decoding)
+    write_json(out / "config.json", config)
+    for name in CARRIED[1:]:
+        if (init_dir / name).is_file():
+            shutil.copyfile(init_dir / name, out / name)
+    if (data_dir / DATA_MANIFEST).is_file():
+        shutil.copyfile(data_dir / DATA_MANIFEST, out / DATA_MANIFEST)
+    write_json(
+        out / DECODER_CONFIG,
+        {
+            "format_version": 1,
+            "block_size": config["a2d"]["block_size"],
+            "shift_logits": config["a2d"]["shift_logits"],
+            "decoding": decoding,
+            "chosen_by": chosen_by,
+            "checkpoint_step": record["step"],
+        },
+    )
+    cfg, _, _ = load_config(out)  # the folder must read back as a valid a2d model
+    from .weights import read_tensors
+
+    check_tensors(read_tensors(out), cfg, out)
+
+    inputs = {f"checkpoint/{n}": {**r, "from_previous": True} for n, r in train_stage["outputs"].items()}
+    stage = lin.make_stage(
+        "export",
+        config={"checkpoint": str(ckpt.resolve()), "mode": record["mode"], "decoding": decoding, "chosen_by": chosen_by},
+        inputs=inputs,
+        outputs=lin.hash_folder(out),
+    )
+    lineage = lin.append_stage(chain, stage)
+    lineage["shipped"] = {"files": lin.hash_folder(out), "weights_sha256": lin.sha256_file(out / WEIGHTS)}
+    if delta_dir is not None:
+        lineage["delta"] = write_delta(delta_dir, out, tensors, adapters, record, chain)
+    lin.write_lineage(out, lineage)
+    if delta_dir is not None:
+        shutil.copyfile(out / lin.LINEAGE_FILE, delta_dir / lin.LINEAGE_FILE)
+        finish_delta(delta_dir)
+    return out
+
+
+# --------------------------------------------------------------------------------------------- delta
+
+
+def base_pins(chain: dict[str, Any]) -> dict[str, Any]:
+    """What the delta applies to: the import stage's source files and imported weights, or (a chain that
+    starts at init on a plain HF folder) that folder's files."""
+    first = chain["stages"][0]
+    if first["stage"] == "import":
+        return {
+            "source_files": {k: {"sha256": v["sha256"], "bytes": v["bytes"]} for k, v in first["inputs"].items()},
+            "import_config": {k: v for k, v in first["config"].items() if k != "source"},
+            "weights_sha256": first["outputs"][WEIGHTS]["sha256"],
+            "weights_folder": first["config"].get("source"),
+        }
+    return {
+        "source_files": {k: {"sha256": v["sha256"], "bytes": v["bytes"]} for k, v in first["inputs"].items()},
+        "import_config": None,
+        "weights_sha256": first["inputs"][WEIGHTS]["sha256"],
+        "weights_folder": first["config"].get("base"),
+    }
+
+
+def imported_base_folder(chain: dict[str, Any]) -> Path:
+    """The imported base folder training started from (recorded by the init stage)."""
+    init = next(s for s in chain["stages"] if s["stage"] == "init")
+    folder = Path(init["config"]["base"])
+    pins = base_pins(chain)
+    if not (folder / WEIGHTS).is_file() or lin.sha256_file(folder / WEIGHTS) != pins["weights_sha256"]:
+        raise A2DError(f"{folder / WEIGHTS}: the imported base training started from is missing or changed; restore it to write a delta")
+    return folder
+
+
+def write_delta(delta_dir: Path, out: Path, tensors: dict, adapters: dict | None, record: dict, chain: dict) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    from .weights import read_tensors
+
+    base = read_tensors(imported_base_folder(chain))
+    stored: dict[str, torch.Tensor] = {}
+    ops: dict[str, dict[str, Any]] = {}
+    scale = record["lora"]["alpha"] / record["lora"]["rank"] if adapters else None
+    for name, shipped in tensors.items():
+        original = base.get(name)
+        a_name = name.removesuffix(".weight") + ".lora_A"
+        if adapters and a_name in adapters:
+            stored[f"{name}:lora_A"] = adapters[a_name]
+            stored[f"{name}:lora_B"] = adapters[name.removesuffix(".weight") + ".lora_B"]
+            ops[name] = {"op": "lora"}
+            continue
+        if original is not None and original.dtype == shipped.dtype and torch.equal(original, shipped):
+            ops[name] = {"op": "same"}
+            continue
+        if original is not None and original.ndim == 2 and original.shape[1] == shipped.shape[1]:
+            common = min(original.shape[0], shipped.shape[0])
+            changed = (original[:common] != shipped[:common]).any(dim=1).nonzero()[:, 0]
+            rows = torch.cat([changed, torch.arange(common, shipped.shape[0])])
+            if original.shape[0] <= shipped.shape[0] and len(rows) <= shipped.shape[0] // 8:
+                stored[f"{name}:rows"] = rows.to(torch.int64)
+                stored[f"{name}:values"] = shipped[rows].contiguous()
+                ops[name] = {"op": "rows", "shape": list(shipped.shape)}
+                continue
+        if original is not None and original.shape == shipped.shape and shipped.numel() > 4096:
+            bits = (shipped.view(torch.int16) ^ original.to(shipped.dtype).view(torch.int16)).numpy()
+            packed = np.frombuffer(zlib.compress(bits.tobytes(), 9), dtype=np.uint8)
+            stored[f"{name}:xor"] = torch.from_numpy(packed.copy())
+            ops[name] = {"op": "xor", "shape": list(shipped.shape)}
+            continue
+        stored[f"{name}:full"] = shipped.contiguous()
+        ops[name] = {"op": "full"}
+    lin.save_tensors(delta_dir / DELTA_WEIGHTS, stored, {"format": DELTA_FORMAT})
+    for name in (*CARRIED, DATA_MANIFEST, DECODER_CONFIG):
+        if (out / name).is_file():
+            shutil.copyfile(out / name, delta_dir / name)
+    manifest = {
+        "format": DELTA_FORMAT,
+        "base": base_pins(chain),
+        "lora_scale": scale,
+        "tensors": ops,
+        "weights_sha256": lin.sha256_file(out / WEIGHTS),
+        "weights_bytes": (out / WEIGHTS).stat().st_size,
+    }
+    write_json(delta_dir / DELTA_JSON, manifest)
+    return {"delta_json": lin.file_record(delta_dir / DELTA_JSON), "delta_weights": lin.file_record(delta_dir / DELTA_WEIGHTS)}
+
+
+def finish_delta(delta_dir: Path) -> None:
+    """The delta folder's own file list (everything but itself), checked by `verify` and `rebuild`."""
+    write_json(delta_dir / "delta_files.json", lin.hash_folder(delta_dir, skip=("delta_files.json",)))
+
+
+def apply_delta(base: dict, delta: dict, manifest: dict) -> dict:
+    import numpy as np
+    import torch
+
+    from . import lora as lora_mod
+
+    out = {}
+    for name, op in manifest["tensors"].items():
+        kind = op["op"]
+        if kind == "same":
+            out[name] = base[name]
+        elif kind == "lora":
+            out[name] = lora_mod.merge_lora(base[name], delta[f"{name}:lora_A"], delta[f"{name}:lora_B"], manifest["lora_scale"])
+        elif kind == "rows":
+            shape = op["shape"]
+            tensor = torch.zeros(shape, dtype=base[name].dtype)
+            tensor[: min(shape[0], base[name].shape[0])] = base[name][: shape[0]]
+            tensor[delta[f"{name}:rows"]] = delta[f"{name}:values"]
+            out[name] = tensor
+        elif kind == "xor":
+            bits = np.frombuffer(zlib.decompress(delta[f"{name}:xor"].numpy().tobytes()), dtype=np.int16).reshape(op["shape"])
+            out[name] = (base[name].view(torch.int16) ^ torch.from_numpy(bits.copy())).view(base[name].dtype)
+        elif kind == "full":
+            out[name] = delta[f"{name}:full"]
+        else:
+            raise A2DError(f"{DELTA_JSON}: unknown op {kind!r} for {name}; rebuild with the a2d version that wrote it")
+    return out
+
+
+def rebuild(base: Path, delta_dir: Path, out: Path, force: bool = False) -> Path:
+    from safetensors.torch import load_file
+
+    from .import_base import import_base
+    from .verify import verify_folder
+    from .weights import read_tensors
+
+    base, delta_dir, out = Path(base), Path(delta_dir), Path(out)
+    files_path = delta_dir / "delta_files.json"
+    if not files_path.is_file():
+        raise A2DError(f"{files_path}: missing; {delta_dir} is not a delta written by `export --delta`")
+    for name, rec in read_json(files_path).items():
+        check_recorded(delta_dir / name, rec, "the delta")
+    manifest = read_json(delta_dir / DELTA_JSON)
+    if manifest.get("format") != DELTA_FORMAT:
+        raise A2DError(f"{delta_dir / DELTA_JSON}: format {manifest.get('format')!r} is not {DELTA_FORMAT}")
+    pins = manifest["base"]
+    prepare_out_dir(out, force)
+    with tempfile.TemporaryDirectory(prefix="a2d-rebuild-") as tmp:
+        weights_folder = locate_base_weights(base, pins, Path(tmp) / "imported", import_base)
+        base_tensors = read_tensors(weights_folder)
+        tensors = apply_delta(base_tensors, load_file(delta_dir / DELTA_WEIGHTS), manifest)
+        lin.save_tensors(out / WEIGHTS, tensors, {"format": "pt"})
+    got = lin.sha256_file(out / WEIGHTS)
+    if got != manifest["weights_sha256"]:
+        raise A2DError(
+            f"{out / WEIGHTS}: rebuilt weights have sha256 {got}, the delta records {manifest['weights_sha256']}; "
+            "the safetensors or torch version differs from the one that exported it"
+        )
+    for name in (*CARRIED, DATA_MANIFEST, DECODER_CONFIG, lin.LINEAGE_FILE):
+        if (delta_dir / name).is_file():
+            shutil.copyfile(delta_dir / name, out / name)
+    report = verify_folder(out)
+    if not report.ok:
+        raise A2DError(f"{out}: the rebuilt folder fails verify: {report.failures[0]}")
+    return out
+
+
+def locate_base_weights(base: Path, pins: dict, scratch: Path, import_base) -> Path:
+    """A folder whose model.safetensors is the pinned imported base: BASE itself, or BASE imported."""
+    if base.is_dir() and (base / WEIGHTS).is_file() and lin.sha256_file(base / WEIGHTS) == pins["weights_sha256"]:
+        return base
+    sources = pins["source_files"]
+    if base.is_file():
+        if base.name not in sources or lin.sha256_file(base) != sources[base.name]["sha256"]:
+            want = ", ".join(f"{k} (sha256 {v['sha256'][:16]}…)" for k, v in sources.items())
+            raise A2DError(f"--base {base}: not the pinned base; the delta needs {want}")
+    elif base.is_dir():
+        for name, rec in sources.items():
+            if name.startswith("tokenizer/"):
+                continue
+            check_recorded(base / name, rec, "the pinned base")
+    else:
+        raise A2DError(f"--base {base}: not found")
+    if pins["import_config"] is None:
+        raise A2DError(f"--base {base}: its model.safetensors is not the pinned base weights (sha256 {pins['weights_sha256'][:16]}…)")
+    imported = import_base(base, scratch)
+    if lin.sha256_file(imported / WEIGHTS) != pins["weights_sha256"]:
+        raise A2DError(
+            f"--base {base}: importing it gives weights other than the pinned ones; the gguf/torch versions differ "
+            "from the exporting machine's (see lineage.json versions)"
+        )
+    return imported
+
+
+# --------------------------------------------------------------------------------------------- commands
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "export",
+        help="write the engine's model folder (and optionally a compact delta) from a training checkpoint",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--checkpoint", type=Path, required=True, help="checkpoint folder, or a run folder (its latest)")
+    p.add_argument("--out", type=Path, required=True, help="the model folder to write")
+    p.add_argument("--delta", type=Path, help="also write a delta folder against the pinned base (for `rebuild`)")
+    p.add_argument("--probes", type=Path, help="evaluate-probes result whose 'recommended' decoding becomes the default")
+    p.add_argument("--threshold", type=float)
+    p.add_argument("--min-per-step", type=int)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--remasking", choices=["low_confidence", "random"])
+    p.add_argument("--commit", choices=["fused", "separate"])
+    p.add_argument("--force", action="store_true", help="overwrite non-empty output folders")
+    p.set_defaults(run=run_export)
+
+    r = subparsers.add_parser(
+        "rebuild",
+        help="rebuild an exported model folder bit for bit from the pinned base and a delta",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    r.add_argument("--base", type=Path, required=True, help="the pinned base: its GGUF/HF source, or its imported folder")
+    r.add_argument("--delta", type=Path, required=True)
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--force", action="store_true")
+    r.set_defaults(run=run_rebuild)
+
+
+def run_export(args) -> int:
+    flags = {name: getattr(args, name) for name in DECODING_FLAGS}
+    out = export(args.checkpoint, args.out, flags, args.probes, args.delta, args.force)
+    lineage = lin.read_lineage(out)
+    print(json.dumps({"out": str(out), "weights_sha256": lineage["shipped"]["weights_sha256"], "delta": lineage.get("delta")}, indent=2))
+    return 0
+
+
+def run_rebuild(args) -> int:
+    out = rebuild(args.base, args.delta, args.out, args.force)
+    print(json.dumps({"out": str(out), "weights_sha256": lin.sha256_file(out / WEIGHTS)}))
+    return 0

@@ -1,0 +1,129 @@
+"""The whole conversion on a tiny base: GGUF -> import -> data -> train (LoRA) -> export + delta ->
+generate by denoising (reference decoder and, when built, the C++ engine) -> verify -> rebuild."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from a2d_convert.config import load_config
+from a2d_convert.data import DataConfig, Source, build_data
+from a2d_convert.decode import DecodeParams, decode
+from a2d_convert.errors import A2DError
+from a2d_convert.export import export, rebuild
+from a2d_convert.import_base import import_base
+from a2d_convert.lineage import read_lineage, sha256_file
+from a2d_convert.model import BlockForward, load_transformer
+from a2d_convert.prompts import load_prompt_codec
+from a2d_convert.tiny import TinySpec, make_tiny_base
+from a2d_convert.train import TrainConfig
+from a2d_convert.trainer import train
+from a2d_convert.verify import verify_folder
+
+from test_import import write_gguf
+from test_train import arithmetic_rows
+
+REPO = Path(__file__).resolve().parents[2]
+ENGINE = REPO / "build" / "engine" / "a2d_cpu.node"
+CLI = REPO / "dist" / "cli" / "main.js"
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pipeline")
+    hf = make_tiny_base(root / "hf", TinySpec(layers=2, hidden=64, heads=4, kv_heads=2))
+    gguf_file = root / "tiny-base.gguf"
+    write_gguf(gguf_file, hf)
+    base = import_base(gguf_file, root / "base")
+    rows = root / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in arithmetic_rows(64)))
+    data = build_data([Source(path=rows, name="arith")], base, root / "data", DataConfig(block_size=4, seq_len=96, holdout_fraction=0.1))
+    config = TrainConfig(
+        base=str(base), data=str(data), out=str(root / "run"), block_size=4, max_steps=12, batch_rows=4, micro_batch_rows=2,
+        lr=1e-2, warmup_steps=2, log_every=4, threads=1, activation_checkpointing=False, lora_rank=4,
+    )
+    train(config)
+    model = export(root / "run", root / "model", {"threshold": 0.5}, delta_dir=root / "delta")
+    return root, gguf_file, model
+
+
+def test_export_is_a_trained_a2d_model_with_evidence(converted):
+    root, gguf_file, model = converted
+    _, a2d, raw = load_config(model)
+    assert a2d.trained and a2d.decoding.threshold == 0.5
+    lineage = read_lineage(model)
+    assert [s["stage"] for s in lineage["stages"]] == ["import", "init", "train", "export"]
+    assert lineage["stages"][0]["inputs"]["tiny-base.gguf"]["sha256"] == sha256_file(gguf_file)
+    assert lineage["shipped"]["weights_sha256"] == sha256_file(model / "model.safetensors")
+    decoder = json.loads((model / "decoder_config.json").read_text())
+    assert decoder["decoding"]["threshold"] == 0.5 and decoder["chosen_by"]["method"] == "flags"
+    assert json.loads((model / "data_manifest.json").read_text())["sources"][0]["name"] == "arith"
+
+
+def test_verify_passes_and_names_a_flipped_byte(converted, tmp_path):
+    _, _, model = converted
+    report = verify_folder(model)
+    assert report.ok, report.failures
+    assert any("chain import -> init -> train -> export" in line for line in report.lines)
+    for name in ("model.safetensors", "tokenizer.json", "data_manifest.json"):
+        copy = tmp_path / name.replace(".", "_")
+        shutil.copytree(model, copy)
+        blob = bytearray((copy / name).read_bytes())
+        blob[len(blob) // 2] ^= 0x01
+        (copy / name).write_bytes(bytes(blob))
+        report = verify_folder(copy)
+        assert not report.ok and any(f.startswith(name) for f in report.failures), report.failures
+    extra = tmp_path / "extra"
+    shutil.copytree(model, extra)
+    (extra / "notes.txt").write_text("hello")
+    assert any("notes.txt" in f for f in verify_folder(extra).failures)
+
+
+def test_delta_rebuilds_the_weights_bit_for_bit_from_the_gguf(converted, tmp_path):
+    root, gguf_file, model = converted
+    delta = root / "delta"
+    ops = {op["op"] for op in json.loads((delta / "delta.json").read_text())["tensors"].values()}
+    assert "lora" in ops and "rows" in ops  # adapters, and the trained mask embedding row
+    assert (delta / "delta.safetensors").stat().st_size < (model / "model.safetensors").stat().st_size
+    assert verify_folder(delta).ok
+    out = rebuild(gguf_file, delta, tmp_path / "rebuilt")
+    assert sha256_file(out / "model.safetensors") == sha256_file(model / "model.safetensors")
+    for name in ("config.json", "tokenizer.json", "lineage.json", "decoder_config.json"):
+        assert (out / name).read_bytes() == (model / name).read_bytes()
+    assert verify_folder(out).ok
+    again = rebuild(root / "base", delta, tmp_path / "from-imported")  # the imported folder works as well
+    assert sha256_file(again / "model.safetensors") == sha256_file(model / "model.safetensors")
+    wrong = tmp_path / "wrong.gguf"
+    wrong.write_bytes(gguf_file.read_bytes()[:-1] + b"\x00")
+    with pytest.raises(A2DError, match="not the pinned base"):
+        rebuild(wrong, delta, tmp_path / "nope")
+
+
+def reference_generate(model: Path, prompt: str, max_tokens: int, temperature: float, seed: int) -> list[int]:
+    net, _, a2d = load_transformer(model)
+    ids = load_prompt_codec(model).encode_chat([{"role": "user", "content": prompt}])
+    params = DecodeParams.from_defaults(
+        a2d.decoding, block_size=a2d.block_size, max_tokens=max_tokens, eos_token_ids=a2d.eos_token_ids, temperature=temperature, seed=seed
+    )
+    result = decode(BlockForward(net), ids, params, mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits)
+    assert result.forward_passes >= 1
+    return result.token_ids
+
+
+@pytest.mark.parametrize("temperature,seed", [(0.0, 0), (1.0, 7)])
+def test_export_generates_by_denoising_in_the_reference_and_the_engine(converted, temperature, seed):
+    _, _, model = converted
+    want = reference_generate(model, "What is 3 plus 4?", 12, temperature, seed)
+    if temperature > 0:
+        assert want, "sampling from the converted model produced nothing"
+    if not (ENGINE.is_file() and CLI.is_file()):
+        pytest.skip(f"C++ engine not built ({ENGINE} / {CLI} missing): run `npm run build` to include it")
+    cmd = ["node", str(CLI), "generate", "--model", str(model), "--prompt", "What is 3 plus 4?", "--chat", "--max-tokens", "12"]
+    cmd += ["--temperature", str(temperature), "--seed", str(seed), "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["token_ids"] == want
+    assert got["forward_passes"] >= 1

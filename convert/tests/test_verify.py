@@ -1,0 +1,86 @@
+"""`verify` on the command line, the full fine-tune's delta, and the deterministic LoRA merge."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from a2d_convert.data import DataConfig, Source, build_data
+from a2d_convert.export import export, rebuild
+from a2d_convert.import_base import import_base
+from a2d_convert.lineage import sha256_file
+from a2d_convert.lora import merge_lora, round_to_bf16
+from a2d_convert.tiny import TinySpec, make_tiny_base
+from a2d_convert.train import TrainConfig
+from a2d_convert.trainer import train
+
+from test_train import arithmetic_rows
+
+
+@pytest.fixture(scope="module")
+def full_finetune(tmp_path_factory):
+    root = tmp_path_factory.mktemp("full")
+    hf = make_tiny_base(root / "hf", TinySpec(layers=1, hidden=64, heads=4, kv_heads=2, vocab_multiple=1))
+    base = import_base(hf, root / "base")
+    rows = root / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in arithmetic_rows(16)))
+    data = build_data([Source(path=rows, name="arith")], base, root / "data", DataConfig(block_size=4, seq_len=64))
+    config = TrainConfig(
+        base=str(base), data=str(data), out=str(root / "run"), block_size=4, max_steps=3, batch_rows=2,
+        lr=1e-3, warmup_steps=1, log_every=1, threads=1, activation_checkpointing=False,
+    )
+    train(config)
+    model = export(root / "run", root / "model", delta_dir=root / "delta")
+    return root, hf, model
+
+
+def run_verify(folder):
+    return subprocess.run([sys.executable, "-m", "a2d_convert", "verify", str(folder)], capture_output=True, text=True, timeout=120)
+
+
+def test_verify_cli_transcript_and_exit_status(full_finetune, tmp_path):
+    _, _, model = full_finetune
+    done = run_verify(model)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1].startswith(f"verify {model}: PASS")
+    assert "ok    model.safetensors: sha256" in done.stdout
+    tampered = tmp_path / "tampered"
+    shutil.copytree(model, tampered)
+    config = json.loads((tampered / "config.json").read_text())
+    config["a2d"]["decoding"]["threshold"] = 0.1  # served decoding no longer what the evidence says
+    (tampered / "config.json").write_text(json.dumps(config))
+    done = run_verify(tampered)
+    assert done.returncode == 1
+    assert "FAIL  config.json: sha256" in done.stdout
+    assert "FAIL  decoder_config.json: decoding equals config.json a2d.decoding" in done.stdout
+    (tmp_path / "empty").mkdir()
+    missing = run_verify(tmp_path / "empty")
+    assert missing.returncode == 1 and "lineage.json" in missing.stdout
+
+
+def test_full_finetune_delta_rebuilds_bit_for_bit(full_finetune, tmp_path):
+    root, hf, _ = full_finetune
+    delta = root / "delta"
+    manifest = json.loads((delta / "delta.json").read_text())
+    ops = {name: op["op"] for name, op in manifest["tensors"].items()}
+    assert ops["model.embed_tokens.weight"] == "rows"  # the appended mask row (vocab not padded)
+    assert "xor" in ops.values()
+    out = rebuild(hf, delta, tmp_path / "rebuilt")  # from the HF source folder: import runs again
+    assert sha256_file(out / "model.safetensors") == manifest["weights_sha256"]
+    assert sha256_file(out / "model.safetensors") == sha256_file(root / "model" / "model.safetensors")
+
+
+def test_lora_merge_is_exact_and_order_independent():
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(48, 40, generator=g).to(torch.bfloat16)
+    a = (torch.randn(8, 40, generator=g) * 0.1).to(torch.bfloat16)
+    b = (torch.randn(48, 8, generator=g) * 0.1).to(torch.bfloat16)
+    merged = merge_lora(weight, a, b, 0.5)
+    exact = weight.double() + 0.5 * (b.double() @ a.double())  # rank 8 of bf16 products: exact in float64
+    assert torch.equal(merged.view(torch.int16), exact.float().to(torch.bfloat16).view(torch.int16))
+    assert torch.equal(round_to_bf16(exact).view(torch.int16), merged.view(torch.int16))
+    with pytest.raises(ValueError):
+        merge_lora(weight, a.float(), b, 0.5)
