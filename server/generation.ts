@@ -92,6 +92,8 @@ export class Admission {
           ms: Math.round(result.ms),
           tokens_per_s: result.ms > 0 ? Math.round((result.completionTokens * 1000) / result.ms) : null,
           finish_reason: stopper.stopped ? "stop_string" : result.finishReason,
+          // Enough to replay a sampled request: the seed it actually ran with.
+          seed: String(job.params.seed ?? 0),
         },
         "generation",
       );

@@ -1,6 +1,8 @@
 // From a validated request body to the engine's DecodeParams: OpenAI fields a2d does not implement are
 // refused by name, a2d's own decoding fields override the model's defaults, and the token budget is
 // fitted to the context the engine was loaded with.
+import { randomBytes } from "node:crypto";
+
 import type { DecodeParams, ModelInfo } from "../engine/types.js";
 import { ApiError } from "./errors.js";
 import type { SamplingRequest } from "./schemas.js";
@@ -59,7 +61,12 @@ export function resolveParams(body: SamplingRequest, info: ModelInfo, promptToke
   if (body.remasking !== undefined) params.remasking = body.remasking as DecodeParams["remasking"];
   if (body.commit !== undefined) params.commit = body.commit as DecodeParams["commit"];
   if (body.ignore_eos === true) params.eosTokenIds = [];
-  // Signed 64-bit seeds map onto a2d's unsigned RNG seed by their two's complement bits.
-  if (body.seed != null) params.seed = BigInt.asUintN(64, BigInt(body.seed));
+  // Signed 64-bit seeds map onto a2d's unsigned RNG seed by their two's complement bits. Without a seed,
+  // sampling is fresh per request, as OpenAI's is (the CLI's fixed default is for reproducing the reference).
+  params.seed = body.seed != null ? BigInt.asUintN(64, BigInt(body.seed)) : randomSeed();
   return { params, stops };
+}
+
+function randomSeed(): bigint {
+  return randomBytes(8).readBigUInt64LE();
 }

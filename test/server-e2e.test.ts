@@ -159,6 +159,14 @@ describe("the official client against a2d serve", () => {
     expect(message.content).toBe(raw.slice(end + "</think>".length).trimStart());
   });
 
+  it("samples reproducibly with a seed and afresh without one", async () => {
+    const sampled = { temperature: 1, max_tokens: 32 };
+    const seeded = await Promise.all([completionText("Hello", { ...sampled, seed: 42 }), completionText("Hello", { ...sampled, seed: 42 })]);
+    expect(seeded[0].text).toBe(seeded[1].text);
+    const unseeded = await Promise.all([completionText("Hello", sampled), completionText("Hello", sampled)]);
+    expect(unseeded[0].text).not.toBe(unseeded[1].text);
+  });
+
   it("runs 4 concurrent streams to completion, each as if it ran alone", async () => {
     const prompts = ["Hello! How are you", "def add(a, b):", "Numbers: 0 1 2", "The sun rises"];
     const alone = [];
