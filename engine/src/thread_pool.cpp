@@ -61,11 +61,14 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
   uint32_t generation;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    generation = static_cast<uint32_t>(cursor_.load() >> 32) + 1;
+    // Close the previous generation before touching n_: a late worker that still holds its cursor
+    // could otherwise compare an old index against the new n_ and claim a task that does not exist.
+    cursor_.store((static_cast<uint64_t>(generation) << 32) | 0xffffffffu);
     fn_ = &fn;
     n_.store(n);
     error_ = nullptr;
     completed_.store(0);
-    generation = static_cast<uint32_t>(cursor_.load() >> 32) + 1;
     cursor_.store(static_cast<uint64_t>(generation) << 32, std::memory_order_release);
   }
   wake_.notify_all();
