@@ -16,6 +16,7 @@ from a2d_convert.export import export, rebuild
 from a2d_convert.import_base import import_base
 from a2d_convert.lineage import read_lineage, sha256_file
 from a2d_convert.model import BlockForward, load_transformer
+from a2d_convert.probes import Probe, evaluate_probes, generated_probes, is_correct
 from a2d_convert.prompts import load_prompt_codec
 from a2d_convert.tiny import TinySpec, make_tiny_base
 from a2d_convert.train import TrainConfig
@@ -127,3 +128,36 @@ def test_export_generates_by_denoising_in_the_reference_and_the_engine(converted
     got = json.loads(done.stdout)
     assert got["token_ids"] == want
     assert got["forward_passes"] >= 1
+
+
+def test_probe_grading():
+    assert is_correct(Probe("add", "", "42", "number"), "The answer is 42.")
+    assert not is_correct(Probe("add", "", "42", "number"), "41 or 43")
+    assert is_correct(Probe("add", "", "1200", "number"), "<think>maybe 7</think> 1,200")
+    assert is_correct(Probe("choice", "", "B", "choice"), "B) banana")
+    assert not is_correct(Probe("choice", "", "B", "choice"), "A")
+    assert is_correct(Probe("copy", "", "red fox", "contains"), "Sure: Red fox")
+    assert is_correct(Probe("math", "", "$\\frac{1}{2}$", "math"), "so it is $0.5$")
+    families = {p.family for p in generated_probes(2, seed=0)}
+    assert families == {"add", "multiply", "compare", "sequence", "copy", "letters", "choice"}
+    assert generated_probes(2, seed=0) == generated_probes(2, seed=0)
+
+
+def test_probes_compare_base_and_model_and_choose_the_default_threshold(converted, tmp_path):
+    root, _, model = converted
+    probes = generated_probes(1, seed=3)
+    report = evaluate_probes(model, root / "base", probes, [0.9, 0.3], max_tokens=6, tolerance=1.0, details=tmp_path / "d.jsonl")
+    assert set(report["model"]) == {"0.9", "0.3"}
+    for result in (report["base"], *report["model"].values()):
+        assert 0.0 <= result["accuracy"] <= 1.0 and set(result["families"]) == {p.family for p in probes}
+    assert 0.0 <= report["model"]["0.3"]["agreement"] <= 1.0
+    fastest = max(report["model"], key=lambda t: report["model"][t]["tokens_per_forward"])
+    assert report["recommended"] == {"threshold": float(fastest)}  # tolerance 1.0: every threshold qualifies
+    assert len((tmp_path / "d.jsonl").read_text().splitlines()) == 3 * len(probes)
+    probes_file = tmp_path / "probes.json"
+    probes_file.write_text(json.dumps(report))
+    chosen = export(root / "run", tmp_path / "model", probes_file=probes_file)
+    decoder = json.loads((chosen / "decoder_config.json").read_text())
+    assert decoder["decoding"]["threshold"] == float(fastest)
+    assert decoder["chosen_by"]["method"] == "probes" and decoder["chosen_by"]["probes_file"]["sha256"] == sha256_file(probes_file)
+    assert verify_folder(chosen).ok

@@ -1,0 +1,322 @@
+"""`evaluate-probes`: the AR base vs the converted model on probes with checkable answers.
+
+For choosing checkpoints and decoding thresholds without touching any benchmark (SPEC data rule): the
+probes are self-written and generated from a seed (arithmetic, comparisons, sequences, copying,
+letter counts, multiple choice on everyday facts), or a user's JSONL of training-split rows
+(`{"family", "prompt", "answer", "check"}` with check one of number | choice | contains | exact | math).
+
+The base answers greedily, token by token, with the reference Transformer under a plain causal mask;
+the converted model answers with the reference block-diffusion decoder (docs/decoding.md) at every
+threshold asked for. Reported per family and overall: accuracy, agreement with the base (same
+extracted answer), tokens per forward. `recommended` is the decoding with the most tokens per forward
+among thresholds whose accuracy is within `--tolerance` of the best threshold's; `export --probes`
+takes it as the model's default and records this file's sha256 in decoder_config.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from . import lineage as lin
+from .config import write_json
+from .errors import A2DError
+
+CHECKS = ("number", "choice", "contains", "exact", "math")
+
+
+@dataclass
+class Probe:
+    family: str
+    prompt: str
+    answer: str
+    check: str
+
+
+# --------------------------------------------------------------------------------------------- the probe set
+
+WORDS = "apple river stone cloud tiger paper green music window silver garden orange bridge candle rocket".split()
+FACTS = [
+    ("Which of these is a fruit?", ["car", "banana", "chair", "cloud"], "B"),
+    ("Which animal says 'moo'?", ["cow", "cat", "duck", "snake"], "A"),
+    ("Which of these is a colour?", ["table", "seven", "blue", "run"], "C"),
+    ("Which of these can fly?", ["fish", "stone", "horse", "bird"], "D"),
+    ("How many days are in a week?", ["five", "seven", "ten", "twelve"], "B"),
+    ("Which of these is frozen water?", ["ice", "sand", "wood", "glass"], "A"),
+    ("Which planet do we live on?", ["Mars", "Venus", "Earth", "Jupiter"], "C"),
+    ("Which of these is used to write?", ["spoon", "shoe", "plate", "pencil"], "D"),
+    ("What colour is the sky on a clear day?", ["blue", "green", "red", "black"], "A"),
+    ("Which of these is a number?", ["dog", "nine", "tree", "sun"], "B"),
+]
+
+
+def generated_probes(per_family: int, seed: int) -> list[Probe]:
+    rng = random.Random(seed)
+    probes: list[Probe] = []
+    for _ in range(per_family):
+        a, b = rng.randint(2, 99), rng.randint(2, 99)
+        probes.append(Probe("add", f"What is {a} + {b}? Answer with the number only.", str(a + b), "number"))
+        a, b = rng.randint(2, 12), rng.randint(2, 12)
+        probes.append(Probe("multiply", f"What is {a} times {b}? Answer with the number only.", str(a * b), "number"))
+        a, b = rng.sample(range(10, 500), 2)
+        probes.append(Probe("compare", f"Which number is larger, {a} or {b}? Answer with the number only.", str(max(a, b)), "number"))
+        start, step = rng.randint(1, 20), rng.randint(2, 9)
+        seq = ", ".join(str(start + i * step) for i in range(4))
+        probes.append(Probe("sequence", f"What number comes next: {seq}, ...? Answer with the number only.", str(start + 4 * step), "number"))
+        words = " ".join(rng.sample(WORDS, 4))
+        probes.append(Probe("copy", f"Repeat these words exactly: {words}", words, "contains"))
+        word = rng.choice(WORDS)
+        letter = rng.choice(sorted(set(word)))
+        probes.append(
+            Probe("letters", f"How many times does the letter '{letter}' appear in the word '{word}'? Answer with the number only.", str(word.count(letter)), "number")
+        )
+        question, options, answer = FACTS[len(probes) // 6 % len(FACTS)]
+        lettered = " ".join(f"{chr(65 + i)}) {o}" for i, o in enumerate(options))
+        probes.append(Probe("choice", f"{question} {lettered}. Answer with the letter only.", answer, "choice"))
+    return probes
+
+
+def read_probes(path: Path) -> list[Probe]:
+    probes = []
+    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            probe = Probe(str(row.get("family", "custom")), row["prompt"], str(row["answer"]), row.get("check", "contains"))
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise A2DError(f"{path}:{line_no}: a probe needs prompt and answer ({err})") from None
+        if probe.check not in CHECKS:
+            raise A2DError(f"{path}:{line_no}: check {probe.check!r} must be one of {CHECKS}")
+        probes.append(probe)
+    if not probes:
+        raise A2DError(f"{path}: no probes")
+    return probes
+
+
+# --------------------------------------------------------------------------------------------- grading
+
+
+def visible_text(text: str) -> str:
+    """The answer part: a closed <think>...</think> section is reasoning, not the answer."""
+    return text.split("</think>")[-1]
+
+
+def extract_number(text: str) -> float | None:
+    numbers = re.findall(r"-?\d[\d,]*(?:\.\d+)?", visible_text(text))
+    if not numbers:
+        return None
+    try:
+        return float(numbers[-1].replace(",", ""))
+    except ValueError:
+        return None
+
+
+def extract_choice(text: str) -> str | None:
+    found = re.search(r"\b([A-J])\b", visible_text(text))
+    return found.group(1) if found else None
+
+
+def extracted(probe: Probe, text: str) -> Any:
+    if probe.check == "number":
+        return extract_number(text)
+    if probe.check == "choice":
+        return extract_choice(text)
+    return visible_text(text).strip()
+
+
+def is_correct(probe: Probe, text: str) -> bool:
+    if probe.check == "number":
+        got = extract_number(text)
+        return got is not None and abs(got - float(probe.answer)) < 1e-9
+    if probe.check == "choice":
+        return extract_choice(text) == probe.answer
+    if probe.check == "contains":
+        return probe.answer.lower() in visible_text(text).lower()
+    if probe.check == "exact":
+        return visible_text(text).strip() == probe.answer.strip()
+    from math_verify import parse, verify
+
+    return bool(verify(parse(probe.answer), parse(visible_text(text))))
+
+
+# --------------------------------------------------------------------------------------------- answering
+
+
+def prompt_ids(codec, probe: Probe, enable_thinking: bool | None) -> list[int]:
+    if codec.chat_template is not None:
+        return codec.encode_chat([{"role": "user", "content": probe.prompt}], enable_thinking)
+    return codec.encode_plain(probe.prompt)
+
+
+def ar_answer(model, ids: list[int], max_tokens: int, eos: set[int]) -> tuple[list[int], int]:
+    """Greedy AR decoding with the reference model's KV cache: (tokens, forward passes)."""
+    import torch
+
+    from .model import BlockForward
+
+    forward = BlockForward(model)
+    logits = forward(ids, [], [len(ids) - 1])
+    out: list[int] = []
+    passes = 1
+    while len(out) < max_tokens:
+        token = int(torch.argmax(logits[0]))
+        if token in eos:
+            break
+        out.append(token)
+        if len(out) == max_tokens:
+            break
+        logits = forward([token], [], [0])
+        passes += 1
+    return out, passes
+
+
+def summarise(probes: list[Probe], answers: list[dict], base_answers: list[dict] | None) -> dict[str, Any]:
+    families: dict[str, dict[str, float]] = {}
+    for i, (probe, answer) in enumerate(zip(probes, answers)):
+        fam = families.setdefault(probe.family, {"n": 0, "correct": 0, "agree": 0})
+        fam["n"] += 1
+        fam["correct"] += answer["correct"]
+        if base_answers is not None:
+            fam["agree"] += answer["extracted"] == base_answers[i]["extracted"]
+    result: dict[str, Any] = {
+        "accuracy": sum(a["correct"] for a in answers) / len(answers),
+        "families": {k: {"n": v["n"], "accuracy": v["correct"] / v["n"], **({"agreement": v["agree"] / v["n"]} if base_answers else {})} for k, v in sorted(families.items())},
+    }
+    if base_answers is not None:
+        result["agreement"] = sum(a["extracted"] == b["extracted"] for a, b in zip(answers, base_answers)) / len(answers)
+        base_correct = sum(b["correct"] for b in base_answers)
+        result["accuracy_vs_base"] = (sum(a["correct"] for a in answers) / base_correct) if base_correct else None
+    tokens = sum(a["tokens"] for a in answers)
+    passes = sum(a["forward_passes"] for a in answers)
+    result["tokens_per_forward"] = tokens / passes if passes else 0.0
+    return result
+
+
+def evaluate_probes(
+    model_dir: Path,
+    base_dir: Path | None,
+    probes: list[Probe],
+    thresholds: list[float],
+    max_tokens: int,
+    tolerance: float,
+    device: str = "cpu",
+    enable_thinking: bool | None = None,
+    details: Path | None = None,
+) -> dict[str, Any]:
+    from .config import load_config
+    from .decode import DecodeParams, decode
+    from .model import BlockForward, load_transformer
+    from .prompts import load_prompt_codec
+
+    _, a2d, _ = load_config(model_dir)
+    if a2d is None:
+        raise A2DError(f"{model_dir}/config.json: not an a2d model (no a2d section); pass the converted model as --model")
+    codec = load_prompt_codec(model_dir)
+    eos = set(a2d.eos_token_ids)
+    prompts = [prompt_ids(codec, p, enable_thinking) for p in probes]
+    records: list[dict[str, Any]] = []
+
+    def record(kind: str, probe: Probe, tokens: list[int], passes: int) -> dict[str, Any]:
+        text = codec.decode(tokens)
+        row = {"kind": kind, "family": probe.family, "prompt": probe.prompt, "text": text, "correct": is_correct(probe, text),
+               "extracted": extracted(probe, text), "tokens": len(tokens), "forward_passes": passes}
+        records.append(row)
+        return row
+
+    base_answers = None
+    report: dict[str, Any] = {}
+    if base_dir is not None:
+        base_model, _, _ = load_transformer(base_dir, device)
+        base_codec = load_prompt_codec(base_dir)
+        base_answers = []
+        for probe, ids in tqdm(list(zip(probes, prompts)), desc="AR base", unit="probe"):
+            if base_codec.tokenizer.encode(probe.prompt).ids != codec.tokenizer.encode(probe.prompt).ids:
+                raise A2DError(f"{base_dir}: its tokenizer differs from {model_dir}'s; pass the base the model was converted from")
+            tokens, passes = ar_answer(base_model, ids, max_tokens, eos)
+            base_answers.append(record("base", probe, tokens, passes))
+        report["base"] = summarise(probes, base_answers, None)
+        del base_model
+    model, _, _ = load_transformer(model_dir, device)
+    report["model"] = {}
+    for threshold in thresholds:
+        params = DecodeParams.from_defaults(
+            a2d.decoding, block_size=a2d.block_size, max_tokens=max_tokens, eos_token_ids=a2d.eos_token_ids, threshold=threshold, temperature=0.0
+        )
+        answers = []
+        for probe, ids in tqdm(list(zip(probes, prompts)), desc=f"diffusion t={threshold}", unit="probe"):
+            result = decode(BlockForward(model), ids, params, mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits)
+            answers.append(record(f"model@{threshold}", probe, result.token_ids, result.forward_passes))
+        report["model"][str(threshold)] = summarise(probes, answers, base_answers)
+    best = max(r["accuracy"] for r in report["model"].values())
+    eligible = [(float(t), r) for t, r in report["model"].items() if r["accuracy"] >= best - tolerance]
+    threshold, _ = max(eligible, key=lambda item: (item[1]["tokens_per_forward"], item[0]))
+    report["recommended"] = {"threshold": threshold}
+    report["rule"] = f"most tokens/forward among thresholds within {tolerance} accuracy of the best ({best:.4f})"
+    if details is not None:
+        details.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    return report
+
+
+# --------------------------------------------------------------------------------------------- command
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "evaluate-probes",
+        help="AR base vs converted model on checkable probes: accuracy, agreement, tokens/forward per threshold",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", type=Path, required=True, help="the converted a2d model folder")
+    p.add_argument("--base", type=Path, help="the AR base folder it was converted from (omit to skip the base)")
+    p.add_argument("--probes", type=Path, help="JSONL of probes; default: the built-in generated set")
+    p.add_argument("--per-family", type=int, default=8, help="built-in set: probes per family")
+    p.add_argument("--seed", type=int, default=0, help="built-in set: generation seed")
+    p.add_argument("--thresholds", default="0.9,0.7,0.5", help="comma-separated decoding thresholds to compare")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--tolerance", type=float, default=0.02, help="accuracy slack when recommending a threshold")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: tiny models run fastest on one)")
+    p.add_argument("--no-think", action="store_true", help="render chats with enable_thinking=false")
+    p.add_argument("--out", type=Path, required=True, help="JSON report to write")
+    p.add_argument("--details", type=Path, help="also write every answer as JSONL")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    import torch
+
+    if args.threads < 1:
+        raise A2DError(f"--threads {args.threads} must be at least 1")
+    torch.set_num_threads(args.threads)
+    probes = read_probes(args.probes) if args.probes else generated_probes(args.per_family, args.seed)
+    try:
+        thresholds = [float(t) for t in args.thresholds.split(",") if t.strip()]
+    except ValueError:
+        raise A2DError(f"--thresholds {args.thresholds!r}: give numbers like 0.9,0.7") from None
+    if not thresholds:
+        raise A2DError("--thresholds: give at least one threshold")
+    report = evaluate_probes(
+        args.model, args.base, probes, thresholds, args.max_tokens, args.tolerance, args.device,
+        False if args.no_think else None, args.details,
+    )
+    report["probes"] = {
+        "source": str(args.probes) if args.probes else f"built-in, seed {args.seed}, {args.per_family} per family",
+        **(lin.file_record(args.probes) if args.probes else {}),
+        "count": len(probes),
+        "families": sorted({p.family for p in probes}),
+    }
+    report["model_dir"] = str(args.model)
+    report["base_dir"] = str(args.base) if args.base else None
+    write_json(args.out, report)
+    summary = {t: {"accuracy": r["accuracy"], "tokens_per_forward": r["tokens_per_forward"]} for t, r in report["model"].items()}
+    print(json.dumps({"base_accuracy": report.get("base", {}).get("accuracy"), "model": summary, "recommended": report["recommended"]}, indent=2))
+    return 0
