@@ -32,6 +32,9 @@ WEIGHT_NAMES = ["embed", "lm_head", "final_norm", "input_norm", "post_norm", "q"
                 "k_bias", "v_bias", "o_bias", "q_norm", "k_norm", "gate", "up", "down"]
 SOURCE_TYPES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 REL_TOL = 1e-2
+# The reference and the random models live on the GPU; A2D_CHECK_DEVICE=cpu runs the reference parts on the
+# CPU (checking the reference itself against transformers, no GPU needed).
+DEV = os.environ.get("A2D_CHECK_DEVICE", "cuda")
 STARTED = time.time()
 
 
@@ -122,15 +125,15 @@ class Engine:
 # ---------------------------------------------------------------- random models and the fp32 reference
 
 def make_weights(cfg, seed, lm_scale=1.0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=DEV).manual_seed(seed)
     H, I, D, V = cfg["hidden"], cfg["inter"], cfg["head_dim"], cfg["vocab"]
     nq, nkv = cfg["heads"] * D, cfg["kv_heads"] * D
 
     def w(*shape, std=0.02):
-        return (torch.randn(*shape, generator=g, device="cuda") * std).to(torch.bfloat16)
+        return (torch.randn(*shape, generator=g, device=DEV) * std).to(torch.bfloat16)
 
     def norm(n):
-        return (1.0 + 0.1 * torch.randn(n, generator=g, device="cuda")).to(torch.bfloat16)
+        return (1.0 + 0.1 * torch.randn(n, generator=g, device=DEV)).to(torch.bfloat16)
 
     W = {("embed", 0): w(V, H), ("final_norm", 0): norm(H)}
     if not cfg["tied"]:
@@ -153,11 +156,11 @@ def reference_logits(W, cfg, tokens, n_causal, rows):
     f = lambda name, l=0: W[(name, l)].float()
     T, D, nh, nkv = len(tokens), cfg["head_dim"], cfg["heads"], cfg["kv_heads"]
     eps = cfg["eps"]
-    ids = torch.tensor(tokens, device="cuda")
+    ids = torch.tensor(tokens, device=DEV)
     x = f("embed")[ids]
-    pos = torch.arange(T, device="cuda")
+    pos = torch.arange(T, device=DEV)
     allowed = (pos[None, :] <= pos[:, None]) | (pos[:, None] >= n_causal)
-    inv = 1.0 / (cfg["theta"] ** (torch.arange(0, D, 2, device="cuda", dtype=torch.int64).float() / D))
+    inv = 1.0 / (cfg["theta"] ** (torch.arange(0, D, 2, device=DEV, dtype=torch.int64).float() / D))
     angle = pos.float()[:, None] * inv[None, :]
     cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
 
@@ -212,7 +215,7 @@ def check_case(engine, W, cfg, prefix, commit, window, gen):
     rows = list(range(commit + window))
     logits, tokens, conf = engine.forward(prefix, commit, toks[prefix:], rows)
     want = reference_logits(W, cfg, toks, prefix + commit, [prefix + r for r in rows])
-    errs = rel_errors(logits.cuda(), want)
+    errs = rel_errors(logits.to(DEV), want)
     want_tok, want_conf = greedy(want, cfg["mask"])
     agree = sum(a == b for a, b in zip(tokens, want_tok)) / len(rows)
     conf_diff = max(abs(a - b) for a, b in zip(conf, want_conf))
@@ -231,8 +234,8 @@ def tiny_configs():
         "qwen2_bias_d32": dict(base, hidden=128, inter=256, heads=4, kv_heads=2, head_dim=32, vocab=515, qkv_bias=True),
         "qwen3_qknorm_tied_d64": dict(base, hidden=128, inter=384, heads=4, kv_heads=2, head_dim=64, vocab=700,
                                       qk_norm=True, tied=True),
-        "llama_mha_d16_obias": dict(base, hidden=64, inter=160, heads=4, kv_heads=4, head_dim=16, vocab=300,
-                                    o_bias=True, theta=5e6),
+        "llama_mha_d16_bias": dict(base, hidden=64, inter=160, heads=4, kv_heads=4, head_dim=16, vocab=300,
+                                   qkv_bias=True, o_bias=True, theta=5e6),
         "minicpm_like_d128": dict(base, layers=3, hidden=512, inter=1024, heads=16, kv_heads=2, head_dim=128,
                                   vocab=4096, theta=5e6),
     }
@@ -370,7 +373,7 @@ def stream_bytes(cfg):
 
 def copy_bandwidth():
     n = 1 << 30  # 2 GiB of bf16 each way
-    a = torch.empty(n, dtype=torch.bfloat16, device="cuda").normal_()
+    a = torch.empty(n, dtype=torch.bfloat16, device=DEV).normal_()
     b = torch.empty_like(a)
     for _ in range(3):
         b.copy_(a)
