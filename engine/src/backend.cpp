@@ -27,6 +27,7 @@ StepResult Backend::step(const ForwardArgs& args, const RevealArgs* reveal) {
   forward(args, host_logits_.data());
   if (args.anchor_row >= 0) {
     const auto it = std::find(args.logit_rows.begin(), args.logit_rows.end(), args.anchor_row);
+    if (it == args.logit_rows.end()) throw std::logic_error("anchor_row must be one of logit_rows");
     const size_t index = static_cast<size_t>(it - args.logit_rows.begin());
     host_anchor_.assign(host_logits_.begin() + index * vocab, host_logits_.begin() + (index + 1) * vocab);
   }
