@@ -114,13 +114,22 @@ constexpr ArchitectureSwitches kArchitectures[] = {
     {"Qwen3ForCausalLM", "qwen3", true},
 };
 
-// HF bookkeeping that does not change the forward pass.
+// HF bookkeeping and generation defaults that do not change the forward pass. Anything not listed and
+// not read below is rejected: an unknown field may change the math (MiniCPM's muP scales, say).
 const char* const kMetadataFields[] = {
-    "_name_or_path",       "bos_token_id",      "eos_token_id",        "pad_token_id",
-    "dtype",               "torch_dtype",       "transformers_version", "use_cache",
-    "initializer_range",   "attention_dropout", "chunk_size_feed_forward", "is_encoder_decoder",
-    "id2label",            "label2id",          "output_attentions",   "output_hidden_states",
-    "problem_type",        "return_dict",       "max_window_layers",   "sliding_window",
+    "_name_or_path", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
+    "decoder_start_token_id", "dtype", "torch_dtype", "transformers_version", "use_cache",
+    "initializer_range", "attention_dropout", "chunk_size_feed_forward", "is_encoder_decoder",
+    "is_decoder", "add_cross_attention", "cross_attention_hidden_size", "tie_encoder_decoder",
+    "id2label", "label2id", "output_attentions", "output_hidden_states", "output_scores",
+    "return_dict", "return_dict_in_generate", "problem_type", "finetuning_task", "tokenizer_class",
+    "prefix", "task_specific_params", "torchscript", "use_bfloat16", "tf_legacy_loss", "pruned_heads",
+    "max_window_layers", "sliding_window", "max_length", "min_length", "do_sample", "early_stopping",
+    "num_beams", "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p", "typical_p",
+    "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
+    "bad_words_ids", "num_return_sequences", "forced_bos_token_id", "forced_eos_token_id",
+    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens",
 };
 
 void read_rope(Fields& fields, ModelConfig& config) {
@@ -128,6 +137,7 @@ void read_rope(Fields& fields, ModelConfig& config) {
     fields.fail(key, "asks for RoPE scaling '" + type +
                          "', which a2d does not implement; use a model with plain RoPE");
   };
+  const bool top_level_theta = fields.has("rope_theta");
   config.rope_theta = fields.number_or("rope_theta", 1.0, 1e12, 10000.0);
   if (fields.has("rope_scaling")) {
     const json& scaling = fields.raw("rope_scaling");
@@ -142,7 +152,11 @@ void read_rope(Fields& fields, ModelConfig& config) {
     Fields rope(params, "config.json", "rope_parameters.");
     const std::string type = rope.string_or("rope_type", "default");
     if (type != "default") reject_scaling("rope_parameters.rope_type", type);
-    config.rope_theta = rope.number_or("rope_theta", 1.0, 1e12, config.rope_theta);
+    const double theta = rope.number_or("rope_theta", 1.0, 1e12, config.rope_theta);
+    if (top_level_theta && theta != config.rope_theta) {
+      fields.fail("rope_parameters.rope_theta", "disagrees with the top-level rope_theta; keep one of them");
+    }
+    config.rope_theta = theta;
     rope.reject_unknown("plain RoPE takes only rope_type and rope_theta");
   } else {
     fields.ignore("rope_parameters");
@@ -265,9 +279,10 @@ ModelConfig read_config(const std::string& path) {
       fields.integer_or("head_dim", 2, 4096, config.hidden_size / config.num_heads));
   if (config.head_dim % 2 != 0) fields.fail("head_dim", "must be even (RoPE rotates halves)");
   config.vocab_size = static_cast<int>(fields.integer("vocab_size", 1, 1 << 24));
+  // Defaults as the PyTorch reference (convert/a2d_convert/config.py) takes them.
   config.max_position_embeddings =
-      static_cast<int>(fields.integer("max_position_embeddings", 1, 1 << 24));
-  config.rms_norm_eps = fields.number("rms_norm_eps", 0.0, 1.0);
+      static_cast<int>(fields.integer_or("max_position_embeddings", 1, 1 << 24, 4096));
+  config.rms_norm_eps = fields.number_or("rms_norm_eps", 0.0, 1.0, 1e-6);
   config.tie_word_embeddings = fields.boolean_or("tie_word_embeddings", false);
   const bool attention_bias = fields.boolean_or("attention_bias", false);
   config.qkv_bias = config.model_type == "qwen2" || attention_bias;

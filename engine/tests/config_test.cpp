@@ -81,6 +81,8 @@ TEST_CASE("config: unsupported configs are rejected naming the file, the field a
           "field 'scale_emb' is not supported by the a2d engine");
   rejects("cfg-scaling", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}}; },
           "RoPE scaling 'yarn'");
+  rejects("cfg-theta", [](nlohmann::json& c) { c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e6}}; },
+          "'rope_parameters.rope_theta' disagrees with the top-level rope_theta");
   rejects("cfg-act", [](nlohmann::json& c) { c["hidden_act"] = "gelu"; }, "field 'hidden_act' = 'gelu'");
   rejects("cfg-no-a2d", [](nlohmann::json& c) { c.erase("a2d"); }, "python -m a2d_convert init");
   rejects("cfg-version", [](nlohmann::json& c) { c["a2d"]["format_version"] = 2; },
