@@ -431,21 +431,25 @@ class ChatTokenizer:
         self.eos_ids = self._eos_ids(folder, config)
 
     def _eos_ids(self, folder: Path, config: dict) -> list[int]:
-        a2d = read_json(folder / "config.json").get("a2d") if (folder / "config.json").is_file() else None
-        if isinstance(a2d, dict) and a2d.get("eos_token_ids"):
-            return list(a2d["eos_token_ids"])
+        """The tokenizer's eos token first (it ends an assistant turn, so it pads samples), then the
+        model's other EOS ids (a2d section, else generation_config.json)."""
         ids: list[int] = []
-        eos_text = self.codec.special_tokens.get("eos_token")
-        if eos_text is not None and self.tokenizer.token_to_id(eos_text) is not None:
-            ids.append(self.tokenizer.token_to_id(eos_text))
-        generation = folder / "generation_config.json"
-        if generation.is_file():
-            value = read_json(generation).get("eos_token_id")
+
+        def add(value) -> None:
             for v in value if isinstance(value, list) else [value]:
-                if isinstance(v, int) and v not in ids:
+                if isinstance(v, int) and not isinstance(v, bool) and v not in ids:
                     ids.append(v)
+
+        eos_text = self.codec.special_tokens.get("eos_token")
+        if eos_text is not None:
+            add(self.tokenizer.token_to_id(eos_text))
+        a2d = read_json(folder / "config.json").get("a2d") if (folder / "config.json").is_file() else None
+        if isinstance(a2d, dict):
+            add(a2d.get("eos_token_ids"))
+        elif (folder / "generation_config.json").is_file():
+            add(read_json(folder / "generation_config.json").get("eos_token_id"))
         if not ids:
-            raise A2DError(f"{folder}: no EOS token in tokenizer_config.json or generation_config.json")
+            raise A2DError(f"{folder}: no EOS token in tokenizer_config.json or generation_config.json; set eos_token_id")
         return ids
 
     def render(self, messages: list[dict[str, str]], add_generation_prompt: bool, enable_thinking: str) -> str:

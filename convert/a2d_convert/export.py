@@ -11,8 +11,9 @@ A delta (`--delta DIR`) ships the folder without the base's weights: delta.json 
 the small files. Tensors are stored against the *imported* base (the output of `import`, which is a
 deterministic function of the pinned base files) as one of
 - `same`: unchanged;
-- `lora`: bf16 factors A, B; the shipped tensor is lora.merge_lora(base, A, B, scale), a
-  bit-reproducible merge (export computes the shipped weights with that same function);
+- `lora`: int16 factors A, B with a power-of-two exponent each; the shipped tensor is
+  lora.merge_lora(base, A, B, scale), a bit-reproducible merge (export computes the shipped weights
+  with that same function);
 - `rows`: rows replaced or appended (the mask token's embedding row, a grown vocabulary);
 - `full`: the tensor itself (norms: a few kilobytes);
 - `xor`: bf16 bits XOR the base's, zlib-compressed (a full fine-tune's fallback; not compact).
@@ -94,8 +95,7 @@ def decoder_choice(init_config: dict, args_decoding: dict[str, Any], probes_file
 
 
 def shipped_weights(ckpt: Path, record: dict[str, Any], init_dir: Path) -> tuple[dict, dict | None]:
-    """(bf16 tensors to ship, adapters in shipped bf16 form or None for a full fine-tune)."""
-    import torch
+    """(bf16 tensors to ship, adapters in their shipped form or None for a full fine-tune)."""
     from safetensors.torch import load_file
 
     from . import lora as lora_mod
@@ -103,10 +103,7 @@ def shipped_weights(ckpt: Path, record: dict[str, Any], init_dir: Path) -> tuple
 
     if record["mode"] == "full":
         return load_file(ckpt / WEIGHTS), None
-    adapters = load_file(ckpt / record["weights"])
-    shipped_adapters = {
-        name: lora_mod.round_to_bf16(t.to(torch.float64)) for name, t in adapters.items()
-    }
+    shipped_adapters = lora_mod.ship_adapters(load_file(ckpt / record["weights"]))
     base = read_tensors(init_dir)
     scale = record["lora"]["alpha"] / record["lora"]["rank"]
     mask_id = read_json(init_dir / "config.json")["a2d"]["mask_token_id"]
@@ -233,9 +230,9 @@ def write_delta(delta_dir: Path, out: Path, tensors: dict, adapters: dict | None
         original = base.get(name)
         a_name = name.removesuffix(".weight") + ".lora_A"
         if adapters and a_name in adapters:
-            stored[f"{name}:lora_A"] = adapters[a_name]
-            stored[f"{name}:lora_B"] = adapters[name.removesuffix(".weight") + ".lora_B"]
-            ops[name] = {"op": "lora"}
+            (qa, a_exp), (qb, b_exp) = adapters[a_name], adapters[name.removesuffix(".weight") + ".lora_B"]
+            stored[f"{name}:lora_A"], stored[f"{name}:lora_B"] = qa, qb
+            ops[name] = {"op": "lora", "a_exp": a_exp, "b_exp": b_exp}
             continue
         if original is not None and original.dtype == shipped.dtype and torch.equal(original, shipped):
             ops[name] = {"op": "same"}
@@ -290,7 +287,9 @@ def apply_delta(base: dict, delta: dict, manifest: dict) -> dict:
         if kind == "same":
             out[name] = base[name]
         elif kind == "lora":
-            out[name] = lora_mod.merge_lora(base[name], delta[f"{name}:lora_A"], delta[f"{name}:lora_B"], manifest["lora_scale"])
+            out[name] = lora_mod.merge_lora(
+                base[name], delta[f"{name}:lora_A"], op["a_exp"], delta[f"{name}:lora_B"], op["b_exp"], manifest["lora_scale"]
+            )
         elif kind == "rows":
             shape = op["shape"]
             tensor = torch.zeros(shape, dtype=base[name].dtype)

@@ -8,10 +8,12 @@ embedding row train too (a few kilobytes): the mask row starts at the mean embed
 is the one embedding the base never learned.
 
 `merge_lora` is what `export` and `rebuild` both call, so the shipped weights are a pure function of
-(base bf16 weight, bf16 A, bf16 B, scale) that every IEEE-754 machine computes bit for bit: the
-product is summed over the rank in float64 one outer product at a time with separate multiply and
-add ops (no BLAS, whose blocking order varies, and no fused multiply-add), then rounded once to fp32
-and to bf16 (round to nearest even).
+(base bf16 weight, shipped factors, scale) that every IEEE-754 machine computes bit for bit. The
+factors ship as int16 with one power-of-two exponent per tensor (`quantize_factor`: 15 bits of the
+tensor's peak, finer than bf16's 8 for all but tiny entries). B @ A is then a float64 matrix product
+of integers below 2^15 over the rank: every partial sum is an integer below 2^53, hence exact, so
+BLAS may block, reorder or fuse it as it likes. After it come one scaling, one addition to the base
+weight, and the rounding to fp32 and then bf16 (round to nearest even) — each a single IEEE operation.
 """
 
 from __future__ import annotations
@@ -101,34 +103,47 @@ def round_to_bf16(x: torch.Tensor) -> torch.Tensor:
     return signed.to(torch.int16).view(torch.bfloat16)
 
 
-def merge_lora(weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scale: float) -> torch.Tensor:
-    """bf16(W + scale * B @ A), bit-reproducible (see the module docstring). A and B must be bf16."""
-    if lora_a.dtype != torch.bfloat16 or lora_b.dtype != torch.bfloat16:
-        raise ValueError("merge_lora takes the bf16 factors that are shipped")
-    a = lora_a.to(torch.float64)
-    b = lora_b.to(torch.float64)
-    product = torch.zeros(weight.shape, dtype=torch.float64)
-    for k in range(a.shape[0]):
-        product.add_(torch.mul(b[:, k, None], a[None, k, :]))  # exact: each is a product of bf16 values
-    scaled = torch.mul(product, torch.tensor(scale, dtype=torch.float64))
-    return round_to_bf16(torch.add(weight.to(torch.float64), scaled))
+def quantize_factor(factor: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(int16 q, exponent e) with factor ~= q * 2^-e, |q| <= 32767, e chosen from the tensor's peak."""
+    peak = float(factor.abs().max())
+    if peak == 0.0:
+        return torch.zeros(factor.shape, dtype=torch.int16), 0
+    _, peak_exp = math.frexp(peak)  # peak = m * 2^peak_exp, 0.5 <= m < 1
+    exponent = 15 - peak_exp
+    q = torch.round(factor.to(torch.float64) * 2.0**exponent).clamp(-32767, 32767)
+    return q.to(torch.int16), exponent
 
 
-def merged_state(base: dict[str, torch.Tensor], adapters: dict[str, torch.Tensor], scale: float, mask_token_id: int) -> dict[str, torch.Tensor]:
+def merge_lora(weight: torch.Tensor, qa: torch.Tensor, a_exp: int, qb: torch.Tensor, b_exp: int, scale: float) -> torch.Tensor:
+    """bf16(W + scale * B @ A) from the shipped int16 factors, bit-reproducible (module docstring)."""
+    if qa.dtype != torch.int16 or qb.dtype != torch.int16:
+        raise ValueError("merge_lora takes the int16 factors that are shipped (see quantize_factor)")
+    product = qb.to(torch.float64) @ qa.to(torch.float64)  # exact integers: order-independent
+    delta = product * (scale * 2.0 ** -(a_exp + b_exp))
+    return round_to_bf16(weight.to(torch.float64) + delta)
+
+
+def ship_adapters(adapters: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, int] | torch.Tensor]:
+    """Trained adapters in the form that ships: LoRA factors quantized, other tensors as trained (fp32)."""
+    return {name: quantize_factor(t) if name.endswith((".lora_A", ".lora_B")) else t for name, t in adapters.items()}
+
+
+def merged_state(base: dict[str, torch.Tensor], shipped: dict, scale: float, mask_token_id: int) -> dict[str, torch.Tensor]:
     """The shipped bf16 weights: base tensors with adapters merged, trained norms and the mask row set."""
     out = dict(base)
-    for name, tensor in adapters.items():
+    for name, value in shipped.items():
         if name.endswith(".lora_A"):
-            weight_name = name[: -len(".lora_A")] + ".weight"
-            out[weight_name] = merge_lora(base[weight_name], tensor, adapters[name[: -len("lora_A")] + "lora_B"], scale)
+            stem = name[: -len(".lora_A")]
+            (qa, a_exp), (qb, b_exp) = value, shipped[stem + ".lora_B"]
+            out[stem + ".weight"] = merge_lora(base[stem + ".weight"], qa, a_exp, qb, b_exp, scale)
         elif name.endswith(".lora_B"):
             continue
         elif name == MASK_EMBEDDING:
             embed = base["model.embed_tokens.weight"].clone()
-            embed[mask_token_id] = round_to_bf16(tensor.to(torch.float64))
+            embed[mask_token_id] = round_to_bf16(value.to(torch.float64))
             out["model.embed_tokens.weight"] = embed
         elif name in base:
-            out[name] = round_to_bf16(tensor.to(torch.float64))
+            out[name] = round_to_bf16(value.to(torch.float64))
         else:
             raise KeyError(f"adapter tensor {name!r} matches no base tensor")
     return out

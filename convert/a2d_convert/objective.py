@@ -40,7 +40,7 @@ def segment_positions(segment_ids: np.ndarray) -> np.ndarray:
     starts = np.ones((b, L), dtype=bool)
     starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
     start_index = np.maximum.accumulate(np.where(starts, idx, 0), axis=1)
-    return idx - start_index
+    return (idx - start_index).astype(np.int32)
 
 
 class RowSchedule:

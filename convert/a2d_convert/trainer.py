@@ -451,8 +451,10 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
                 stop = bool(all_reduce_sum(rt, over).item() > 0)
                 record["time_limit_reached"] = stop
             if rt.main:
+                line = json.dumps(record)
                 with open(log_path, "a") as f:
-                    f.write(json.dumps(record) + "\n")
+                    f.write(line + "\n")
+                tqdm.write(line)
                 bar.set_postfix(loss=f"{record['loss']:.3f}", ce=f"{record['ce']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
         progress["elapsed_s"] = time.perf_counter() - started
         if (config.save_every and step % config.save_every == 0) or step == config.max_steps or stop:

@@ -12,7 +12,7 @@ from a2d_convert.data import DataConfig, Source, build_data
 from a2d_convert.export import export, rebuild
 from a2d_convert.import_base import import_base
 from a2d_convert.lineage import sha256_file
-from a2d_convert.lora import merge_lora, round_to_bf16
+from a2d_convert.lora import merge_lora, quantize_factor, round_to_bf16
 from a2d_convert.tiny import TinySpec, make_tiny_base
 from a2d_convert.train import TrainConfig
 from a2d_convert.trainer import train
@@ -73,14 +73,19 @@ def test_full_finetune_delta_rebuilds_bit_for_bit(full_finetune, tmp_path):
     assert sha256_file(out / "model.safetensors") == sha256_file(root / "model" / "model.safetensors")
 
 
-def test_lora_merge_is_exact_and_order_independent():
+def test_lora_merge_is_exact_whatever_the_summation_order():
     g = torch.Generator().manual_seed(0)
     weight = torch.randn(48, 40, generator=g).to(torch.bfloat16)
-    a = (torch.randn(8, 40, generator=g) * 0.1).to(torch.bfloat16)
-    b = (torch.randn(48, 8, generator=g) * 0.1).to(torch.bfloat16)
-    merged = merge_lora(weight, a, b, 0.5)
-    exact = weight.double() + 0.5 * (b.double() @ a.double())  # rank 8 of bf16 products: exact in float64
-    assert torch.equal(merged.view(torch.int16), exact.float().to(torch.bfloat16).view(torch.int16))
-    assert torch.equal(round_to_bf16(exact).view(torch.int16), merged.view(torch.int16))
+    qa, a_exp = quantize_factor(torch.randn(8, 40, generator=g) * 0.05)
+    qb, b_exp = quantize_factor(torch.randn(48, 8, generator=g) * 0.01)
+    assert qa.dtype == torch.int16 and qa.abs().max() > 16384  # the peak uses the 15 bits
+    merged = merge_lora(weight, qa, a_exp, qb, b_exp, 0.5)
+    # The product in reversed rank order, summed one outer product at a time: the same exact integers.
+    product = torch.zeros(48, 40, dtype=torch.float64)
+    for k in reversed(range(8)):
+        product += qb[:, k, None].double() * qa[None, k, :].double()
+    manual = round_to_bf16(weight.double() + product * (0.5 * 2.0 ** -(a_exp + b_exp)))
+    assert torch.equal(merged.view(torch.int16), manual.view(torch.int16))
+    assert torch.equal(merged.view(torch.int16), (weight.double() + product * (0.5 * 2.0 ** -(a_exp + b_exp))).float().to(torch.bfloat16).view(torch.int16))
     with pytest.raises(ValueError):
-        merge_lora(weight, a.float(), b, 0.5)
+        merge_lora(weight, qa.float(), a_exp, qb, b_exp, 0.5)
