@@ -7,6 +7,7 @@ import http from "node:http";
 
 export interface InnerJob {
   command: string[];
+  cwd: string;
   port: number;
   deadlineS: number;
   outputFile: string;
@@ -103,7 +104,7 @@ async function main(): Promise<void> {
   }
   const output = openSync(job.outputFile, "w");
   result.launchT = now();
-  const child = spawn(job.command[0]!, job.command.slice(1), { stdio: ["ignore", output, output], detached: true });
+  const child = spawn(job.command[0]!, job.command.slice(1), { cwd: job.cwd, stdio: ["ignore", output, output], detached: true });
   const exited = new Promise<void>((resolve) =>
     child.on("exit", (code, signal) => {
       result.exited = { code, signal, t: now() };

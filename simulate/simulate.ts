@@ -2,7 +2,7 @@
 // names everything that would break a start on a fresh offline GPU machine, measures the phases it can
 // run here and predicts the GPU ones (docs/cold-start.md).
 import { execa } from "execa";
-import { existsSync } from "node:fs";
+import { existsSync, readlinkSync } from "node:fs";
 import { copyFile, mkdir, mkdtemp, readdir, readFile, realpath, rm, stat, symlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
@@ -93,6 +93,14 @@ function isLoopback(address: string): boolean {
   return /^127\./.test(address) || address === "::1" || /^::ffff:127\./.test(address) || address === "0.0.0.0" || address === "::";
 }
 
+function readlinkOr(path: string): string | null {
+  try {
+    return readlinkSync(path);
+  } catch {
+    return null;
+  }
+}
+
 async function makeBarePath(dir: string): Promise<void> {
   await mkdir(dir, { recursive: true });
   const seen = new Set<string>();
@@ -160,7 +168,8 @@ async function runServe(setup: RunSetup): Promise<RunOutcome> {
   const command = setup.strace
     ? [setup.strace, "-f", "--seccomp-bpf", "-ttt", "-qq", "-s", "512", "-e", `trace=${TRACED_SYSCALLS.join(",")}`, "-o", straceLog, ...serve]
     : serve;
-  const job: InnerJob = { command, port: 8000, deadlineS: setup.deadlineS, outputFile };
+  // Started from a directory that is neither the folder nor its parent: serve.sh must work from any cwd.
+  const job: InnerJob = { command, cwd: tmp, port: 8000, deadlineS: setup.deadlineS, outputFile };
   const unshare = process.getuid?.() === 0 ? ["unshare", "--net", "--"] : ["unshare", "--map-root-user", "--net", "--"];
   const result = await execa(unshare[0]!, [...unshare.slice(1), process.execPath, join(HERE, "inner.js"), JSON.stringify(job)], {
     reject: false,
@@ -179,7 +188,7 @@ async function runServe(setup: RunSetup): Promise<RunOutcome> {
     .split("\n")
     .filter(Boolean)
     .map((line) => JSON.parse(line) as Record<string, unknown>);
-  return { inner, innerError, events: parseStrace(await read(straceLog)), guard, log: await read(outputFile) };
+  return { inner, innerError, events: parseStrace(await read(straceLog), tmp), guard, log: await read(outputFile) };
 }
 
 /** The program each traced pid (or thread) was running: its own last exec, else its parent's. */
@@ -219,7 +228,9 @@ function judgeRun(
   const home = join(sandbox, label, "home");
   const allowedWrite = [join(folder, "state"), join(sandbox, label, "tmp"), join(sandbox, label, "instrument"), "/dev", "/proc", "/sys"];
   const inside = (path: string, dir: string) => path === dir || path.startsWith(`${dir}/`);
-  const absolute = (path: string) => (path.startsWith("/") ? path : resolve(folder, path));
+  const farm = join(sandbox, "bin");
+  // The bare PATH is links to the host's programs: name the real program.
+  const realProgram = (path: string) => (path.startsWith(`${farm}/`) ? (readlinkOr(path) ?? path) : path);
 
   for (const e of outcome.events) {
     if (e.kind === "net" && (e.family === "AF_INET" || e.family === "AF_INET6")) {
@@ -229,13 +240,15 @@ function judgeRun(
       }
     } else if (e.kind === "exec") {
       const name = basename(e.path);
+      const real = realProgram(e.path);
       if (COMPILER.test(name) || /\/triton\//.test(e.path)) {
-        add({ cause: "compile", detail: `${e.path} ran at start (${e.argv.slice(0, 6).join(" ")}): a start must not compile anything` });
-      } else if (e.ok && !inside(e.path, folder) && !BARE_PROGRAMS.has(name) && !e.path.startsWith(join(sandbox, "bin") + "/env")) {
-        add({ cause: "host-path", detail: `runs ${e.path} from this machine (${e.argv.slice(0, 4).join(" ")}), which a fresh machine may not have` });
+        add({ cause: "compile", detail: `${real} ran at start (${e.argv.slice(0, 6).join(" ")}): a start must not compile anything` });
+      } else if (e.ok && !inside(e.path, folder) && !BARE_PROGRAMS.has(name)) {
+        add({ cause: "host-path", detail: `runs ${real} from this machine (${e.argv.slice(0, 4).join(" ")}), which a fresh machine may not have` });
       }
     } else if ((e.kind === "open" && e.write) || e.kind === "modify") {
-      const path = absolute(e.path);
+      if (e.kind === "modify" && e.errno === "EEXIST") continue; // mkdir -p of a directory that is there
+      const path = e.path;
       if (allowedWrite.some((dir) => inside(path, dir))) {
         if (inside(path, join(folder, "state", "cuda-cache")) && e.kind === "open") {
           add({ cause: "compile", detail: `the CUDA JIT cache was written (${path}): the driver compiled PTX at start` });
@@ -252,8 +265,8 @@ function judgeRun(
         });
       }
     } else if (e.kind === "open" && !e.ok && e.errno === "ENOENT") {
-      const rel = absolute(e.path).slice(folder.length + 1);
-      if (inside(absolute(e.path), folder) && missingFromManifest.has(rel)) {
+      const rel = e.path.slice(folder.length + 1);
+      if (inside(e.path, folder) && missingFromManifest.has(rel)) {
         add({ cause: "missing-file", detail: `the start needs ${rel} (opened by ${basename(program(e.pid, e.t))}), which is missing` });
       }
     }

@@ -29,8 +29,8 @@ const NETWORK_TOOLS =
 const COMPILERS =
   /(?:^|[;&|(`{]|\$\(|\b(?:then|do|else|exec|command|sudo|time|env|xargs|nohup)\s)\s*((?:\S*\/)?(?:nvcc|ptxas|cicc|nvlink|fatbinary|cc|gcc|g\+\+|c\+\+|clang|clang\+\+|ld|make|cmake|ninja|node-gyp|cargo|rustc|go))(?=\s|$|;|\))/;
 const URL = /\b(?:https?|ftp|git|s3|hf):\/\/[^\s'"]+/;
-/** An absolute path in a shell word: starts after whitespace, a quote, `=`, `:` or `(`, not after `$VAR` or `}`. */
-const ABSOLUTE_PATH = /(?:^|[\s"'=:(])(\/[A-Za-z0-9._+-][^\s"'`;|&<>)]*)/g;
+/** An absolute path in a shell word: starts after whitespace, a quote, `=`, `:` or `(` (not after `$VAR` or `}`), ends at a list separator. */
+const ABSOLUTE_PATH = /(?:^|[\s"'=:(])(\/[A-Za-z0-9._+-][^\s"'`;|&<>),:]*)/g;
 /** Read-only probes of the NVIDIA driver, and the interpreter line: the only outside paths serve.sh may name. */
 const ALLOWED_PATHS = [/^\/dev\/nvidia[\w-]*$/, /^\/proc\/driver\/nvidia(\/[\w.-]+)*$/, /^\/sbin\/ldconfig$/, /^\/usr\/bin\/env$/, /^\/dev\/null$/, /^\/bin\/(ba)?sh$/];
 
@@ -58,7 +58,7 @@ export async function scanServeScript(folder: string): Promise<Problem[]> {
     const compiler = COMPILERS.exec(line)?.[1];
     if (compiler) problems.push({ cause: "compile", detail: `${where} runs a compiler at start (${compiler}): ${line.trim()}` });
     for (const match of line.matchAll(ABSOLUTE_PATH)) {
-      const path = match[1]!;
+      const path = match[1]!.replace(/[.]+$/, "");
       if (ALLOWED_PATHS.some((allowed) => allowed.test(path))) continue;
       problems.push({ cause: "host-path", detail: `${where} points outside the folder at ${path}, which a fresh machine does not have: ${line.trim()}` });
     }

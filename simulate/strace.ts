@@ -4,7 +4,7 @@
 export type StraceEvent =
   | { kind: "exec"; pid: number; t: number; path: string; argv: string[]; ok: boolean }
   | { kind: "open"; pid: number; t: number; path: string; write: boolean; ok: boolean; errno?: string }
-  | { kind: "modify"; pid: number; t: number; call: string; path: string; ok: boolean }
+  | { kind: "modify"; pid: number; t: number; call: string; path: string; ok: boolean; errno?: string }
   | { kind: "net"; pid: number; t: number; call: string; family: string; address: string; port: number; ok: boolean }
   | { kind: "listen"; pid: number; t: number }
   | { kind: "spawn"; pid: number; t: number; child: number };
@@ -24,6 +24,8 @@ export const TRACED_SYSCALLS = [
   "unlink",
   "unlinkat",
   "truncate",
+  "chdir",
+  "fchdir",
   "connect",
   "sendto",
   "sendmsg",
@@ -44,8 +46,16 @@ function unquote(quoted: string): string {
   });
 }
 
-function strings(args: string): string[] {
-  return [...args.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((m) => unquote(m[1]!));
+/** The quoted strings of an argument list, each with the argument before it (a dirfd for the *at calls). */
+function quotedArgs(args: string): Array<{ value: string; before: string }> {
+  const out: Array<{ value: string; before: string }> = [];
+  let last = 0;
+  for (const m of args.matchAll(/"((?:[^"\\]|\\.)*)"(\.\.\.)?/g)) {
+    const before = args.slice(last, m.index).replace(/,\s*$/, "").split(",").pop()?.trim() ?? "";
+    out.push({ value: unquote(m[1]!), before });
+    last = m.index + m[0].length;
+  }
+  return out;
 }
 
 function sockaddr(args: string): { family: string; address: string; port: number } | null {
@@ -60,9 +70,36 @@ function sockaddr(args: string): { family: string; address: string; port: number
 
 const WRITE_FLAGS = /O_WRONLY|O_RDWR|O_CREAT|O_TRUNC|O_APPEND/;
 
-export function parseStrace(text: string): StraceEvent[] {
+function join(base: string, path: string): string {
+  const parts = (path.startsWith("/") ? path : `${base}/${path}`).split("/");
+  const out: string[] = [];
+  for (const part of parts) {
+    if (part === "" || part === ".") continue;
+    if (part === "..") out.pop();
+    else out.push(part);
+  }
+  return `/${out.join("/")}`;
+}
+
+/**
+ * Paths come out absolute: each process's working directory (chdir, inherited across clone/fork) and its
+ * directory descriptors (from openat results) are followed, so `mkdir -p`'s mkdirat(3, "a") and a relative
+ * open after `cd` land where they really are. Events whose directory cannot be known are dropped.
+ */
+export function parseStrace(text: string, initialCwd: string): StraceEvent[] {
   const events: StraceEvent[] = [];
   const pending = new Map<string, string>(); // pid -> the start of an "<unfinished ...>" line
+  const cwd = new Map<number, string>();
+  const fds = new Map<number, Map<number, string>>();
+  const cwdOf = (pid: number) => cwd.get(pid) ?? initialCwd;
+  const base = (pid: number, dirfd: string): string | null =>
+    dirfd === "" || dirfd === "AT_FDCWD" || !/^\d+$/.test(dirfd) ? cwdOf(pid) : (fds.get(pid)?.get(Number(dirfd)) ?? null);
+  const resolvePath = (pid: number, arg: { value: string; before: string }, atCall: boolean): string | null => {
+    if (arg.value.startsWith("/")) return join("/", arg.value);
+    const dir = atCall ? base(pid, arg.before) : cwdOf(pid);
+    return dir === null ? null : join(dir, arg.value);
+  };
+
   for (const raw of text.split("\n")) {
     let line = raw;
     const unfinished = /^(\d+)\s+(.*)\s<unfinished \.\.\.>$/.exec(line);
@@ -84,19 +121,36 @@ export function parseStrace(text: string): StraceEvent[] {
     const call = m[3]!;
     const args = m[4]!;
     const ok = m[5] !== "-1";
+    const result = Number(m[5]);
     const errno = m[6];
+    const atCall = call.endsWith("at") || call === "renameat2";
+    const quoted = quotedArgs(args);
     switch (call) {
       case "execve":
       case "execveat": {
-        const [path = "", ...argv] = strings(args);
-        events.push({ kind: "exec", pid, t, path, argv, ok });
+        const [path, ...argv] = quoted.map((q) => q.value);
+        if (path !== undefined) events.push({ kind: "exec", pid, t, path: join(cwdOf(pid), path), argv, ok });
+        break;
+      }
+      case "chdir": {
+        const path = quoted[0] && resolvePath(pid, quoted[0], false);
+        if (ok && path) cwd.set(pid, path);
+        break;
+      }
+      case "fchdir": {
+        const dir = fds.get(pid)?.get(Number(args.trim()));
+        if (ok && dir) cwd.set(pid, dir);
         break;
       }
       case "open":
       case "openat":
       case "creat": {
-        const path = strings(args)[0];
-        if (path === undefined) break;
+        const path = quoted[0] && resolvePath(pid, quoted[0], atCall);
+        if (!path) break;
+        if (ok) {
+          if (!fds.has(pid)) fds.set(pid, new Map());
+          fds.get(pid)!.set(result, path);
+        }
         const write = call === "creat" || WRITE_FLAGS.test(args);
         events.push({ kind: "open", pid, t, path, write, ok, ...(ok ? {} : { errno }) });
         break;
@@ -110,9 +164,9 @@ export function parseStrace(text: string): StraceEvent[] {
       case "unlinkat":
       case "truncate": {
         // For renames the destination is the last path.
-        const paths = strings(args);
-        const path = call.startsWith("rename") ? paths[paths.length - 1] : paths[0];
-        if (path !== undefined) events.push({ kind: "modify", pid, t, call, path, ok });
+        const target = call.startsWith("rename") ? quoted[quoted.length - 1] : quoted[0];
+        const path = target && resolvePath(pid, target, atCall);
+        if (path) events.push({ kind: "modify", pid, t, call, path, ok, ...(ok ? {} : { errno }) });
         break;
       }
       case "connect":
@@ -129,7 +183,12 @@ export function parseStrace(text: string): StraceEvent[] {
       case "clone3":
       case "fork":
       case "vfork":
-        if (ok && m[5] !== "?") events.push({ kind: "spawn", pid, t, child: Number(m[5]) });
+        if (ok && m[5] !== "?") {
+          const child = Number(m[5]);
+          cwd.set(child, cwdOf(pid));
+          fds.set(child, new Map(fds.get(pid)));
+          events.push({ kind: "spawn", pid, t, child });
+        }
         break;
     }
   }

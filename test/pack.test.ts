@@ -8,6 +8,7 @@ import { join } from "node:path";
 
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
+import { ensureDistFresh } from "./pack-build.js";
 import { CLI, makeTinyModel, ROOT } from "./server-harness.js";
 
 const work = mkdtempSync(join(tmpdir(), "a2d-pack-"));
@@ -17,15 +18,6 @@ let packOutput: string;
 
 /** Root can enter a new network namespace directly; anyone else through a user namespace. */
 const UNSHARE_NET = process.getuid?.() === 0 ? ["unshare", "--net", "--"] : ["unshare", "--map-root-user", "--net", "--"];
-
-function ensurePackBuilt(): void {
-  const newest = (dir: string): number =>
-    Math.max(0, ...readdirSync(dir, { recursive: true, encoding: "utf8" }).filter((f) => f.endsWith(".ts")).map((f) => statSync(join(dir, f)).mtimeMs));
-  const sources = Math.max(...["pack", "simulate", "cli", "server", "engine", "eval"].map((d) => newest(join(ROOT, d))));
-  if (existsSync(CLI) && statSync(CLI).mtimeMs >= sources && existsSync(join(ROOT, "dist", "pack", "pack.js"))) return;
-  // tsc emits even when another module has a type error; the suites below judge what was emitted.
-  spawnSync("npx", ["tsc", "-p", "tsconfig.json"], { cwd: ROOT, stdio: "pipe" });
-}
 
 function pack(args: string[], offline = true) {
   const argv = [...(offline ? UNSHARE_NET : []), process.execPath, CLI, "pack", "--device", "cpu", ...args];
@@ -37,7 +29,7 @@ function leftovers(name: string): string[] {
 }
 
 beforeAll(() => {
-  ensurePackBuilt();
+  ensureDistFresh();
   model = makeTinyModel(join(work, "tiny"), ["--seed", "5", "--layers", "2", "--hidden", "64"]);
   const result = pack(["--model", model, "--out", out]);
   packOutput = result.stdout + result.stderr;
