@@ -78,6 +78,25 @@ def barrier(rt: Runtime) -> None:
         dist.barrier()
 
 
+def on_main(rt: Runtime, work, *args):
+    """Run `work` on rank 0 only; every rank learns whether it failed, so a bad input on rank 0 ends
+    all processes with its error instead of leaving the others waiting at the next collective."""
+    failure, result = None, None
+    if rt.main:
+        try:
+            result = work(*args)
+        except Exception as err:  # re-raised below, after the other ranks have heard of it
+            failure = err
+    if rt.distributed:
+        flag = torch.tensor([1.0 if failure else 0.0], device=rt.device)
+        all_reduce_sum(rt, flag)
+        if flag.item() and failure is None:
+            raise A2DError(f"rank 0 failed (its error is printed by rank 0); rank {rt.rank} stops too")
+    if failure is not None:
+        raise failure
+    return result
+
+
 def all_reduce_sum(rt: Runtime, tensor: torch.Tensor) -> torch.Tensor:
     if rt.distributed:
         import torch.distributed as dist
@@ -121,25 +140,25 @@ def prepare_init(config: TrainConfig, rt: Runtime) -> Path:
     if a2d is not None:
         return base
     init_dir = Path(config.out) / "init"
-    if rt.main:
+
+    def make_init() -> None:
         if (init_dir / lin.LINEAGE_FILE).is_file():
             recorded = lin.read_lineage(init_dir)["stages"][-1]
             if recorded.get("inputs", {}).get("model.safetensors", {}).get("sha256") != lin.sha256_file(base / WEIGHTS):
                 raise A2DError(f"{init_dir} was made from another base than {base}; use a new --out")
-        else:
-            previous = lin.read_lineage_or_root(base)
-            init_model(base, init_dir, config.block_size, config.shift_logits, force=True)
-            inputs = {
-                name: {**rec, "from_previous": bool(previous["stages"])} for name, rec in lin.hash_folder(base).items()
-            }
-            stage = lin.make_stage(
-                "init",
-                config={"block_size": config.block_size, "shift_logits": config.shift_logits, "base": str(base.resolve())},
-                inputs=inputs,
-                outputs=lin.hash_folder(init_dir),
-            )
-            lin.write_lineage(init_dir, lin.append_stage(previous, stage))
-    barrier(rt)
+            return
+        previous = lin.read_lineage_or_root(base)
+        init_model(base, init_dir, config.block_size, config.shift_logits, force=True)
+        inputs = {name: {**rec, "from_previous": bool(previous["stages"])} for name, rec in lin.hash_folder(base).items()}
+        stage = lin.make_stage(
+            "init",
+            config={"block_size": config.block_size, "shift_logits": config.shift_logits, "base": str(base.resolve())},
+            inputs=inputs,
+            outputs=lin.hash_folder(init_dir),
+        )
+        lin.write_lineage(init_dir, lin.append_stage(previous, stage))
+
+    on_main(rt, make_init)
     return init_dir
 
 
@@ -251,18 +270,19 @@ def state_options(config: TrainConfig, full: bool = False):
     return StateDictOptions(full_state_dict=full, cpu_offload=full, ignore_frozen_params=config.lora_rank > 0)
 
 
-def save_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime, step: int, progress: dict[str, Any], init_dir: Path, data_inputs: dict) -> Path:
+def save_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime, step: int, progress: dict[str, Any], init_dir: Path, inputs: dict) -> Path:
+    """DCP state (resumable, resharded on load) plus consolidated weights and lineage for `export`.
+    `inputs`: the train stage's recorded inputs (init files and data files), hashed once per run."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
     folder = Path(config.out) / CHECKPOINTS / f"step_{step:06d}"
-    if rt.main and folder.exists():
-        shutil.rmtree(folder)
-    barrier(rt)
+    on_main(rt, lambda: shutil.rmtree(folder) if folder.exists() else None)
     model_state, optim_state = get_state_dict(objective, optimizer, options=state_options(config))
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(folder / "state"), no_dist=not rt.distributed)
     full = get_model_state_dict(objective, options=state_options(config, full=True))
-    if rt.main:
+
+    def write_consolidated() -> None:
         tensors = {name.removeprefix("model."): t.detach() for name, t in full.items()}
         if config.lora_rank > 0:
             weights_file = folder / ADAPTER
@@ -282,18 +302,15 @@ def save_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime, step
         if config.lora_rank > 0:
             record["lora"] = {"rank": config.lora_rank, "alpha": config.lora_alpha or 2.0 * config.lora_rank}
         write_json(folder / "checkpoint.json", record)
-        previous = lin.read_lineage_or_root(init_dir)
-        init_files = {
-            f"init/{name}": {**rec, "from_previous": bool(previous["stages"])} for name, rec in lin.hash_folder(init_dir).items()
-        }
         outputs = {name: rec for name, rec in lin.hash_folder(folder).items() if not name.startswith("state/")}
         stage = lin.make_stage(
-            "train", config={**asdict(config), "world_size": rt.world, "steps_done": step}, inputs={**init_files, **data_inputs}, outputs=outputs
+            "train", config={**asdict(config), "world_size": rt.world, "steps_done": step}, inputs=inputs, outputs=outputs
         )
-        lin.write_lineage(folder, lin.append_stage(previous, stage))
+        lin.write_lineage(folder, lin.append_stage(lin.read_lineage_or_root(init_dir), stage))
         write_json(Path(config.out) / LATEST, {"step": step, "path": f"{CHECKPOINTS}/{folder.name}"})
         prune_checkpoints(Path(config.out) / CHECKPOINTS, config.keep_checkpoints)
-    barrier(rt)
+
+    on_main(rt, write_consolidated)
     return folder
 
 
@@ -348,11 +365,9 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
     """Runs the training; returns the folder of the last checkpoint."""
     rt = setup_runtime(config)
     out = Path(config.out)
-    if rt.main:
-        out.mkdir(parents=True, exist_ok=True)
-        if not resume and (out / LATEST).exists():
-            raise A2DError(f"{out} already holds a run ({LATEST}); pass --resume to continue it or choose a new --out")
-    barrier(rt)
+    if not resume and (out / LATEST).exists():
+        raise A2DError(f"{out} already holds a run ({LATEST}); pass --resume to continue it or choose a new --out")
+    on_main(rt, lambda: out.mkdir(parents=True, exist_ok=True))
     torch.manual_seed(config.seed)
     data_dir = Path(config.data)
     arrays, meta = load_rows(data_dir / TRAIN_FILE, config.block_size)
@@ -366,9 +381,18 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
     heldout = load_rows(data_dir / HELDOUT_FILE, config.block_size)[0] if (data_dir / HELDOUT_FILE).is_file() else None
     accum = accumulation_steps(config, rt)
     optimizer = make_optimizer(config, trainable, rt.device)
-    data_inputs = {
-        f"data/{name}": lin.file_record(data_dir / name) for name in (TRAIN_FILE, MANIFEST_FILE, HELDOUT_FILE) if (data_dir / name).is_file()
-    }
+
+    def stage_inputs() -> dict[str, Any]:
+        previous = lin.read_lineage_or_root(init_dir)
+        init_files = {
+            f"init/{name}": {**rec, "from_previous": bool(previous["stages"])} for name, rec in lin.hash_folder(init_dir).items()
+        }
+        data_files = {
+            f"data/{name}": lin.file_record(data_dir / name) for name in (TRAIN_FILE, MANIFEST_FILE, HELDOUT_FILE) if (data_dir / name).is_file()
+        }
+        return {**init_files, **data_files}
+
+    inputs = on_main(rt, stage_inputs)
     step, progress = 0, {"tokens": 0, "elapsed_s": 0.0}
     if resume and (out / LATEST).is_file():
         step, progress = load_checkpoint(objective, optimizer, config, rt)
@@ -460,7 +484,8 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
         if (config.save_every and step % config.save_every == 0) or step == config.max_steps or stop:
             if heldout is not None and (step == config.max_steps or stop):
                 progress["eval_ce"] = evaluate(objective, heldout, config, rt, a2d.mask_token_id)
-            last_folder = save_checkpoint(objective, optimizer, config, rt, step, dict(progress), init_dir, data_inputs)
+            last_folder = save_checkpoint(objective, optimizer, config, rt, step, dict(progress), init_dir, inputs)
+            window_start = time.perf_counter()  # throughput counts training, not saving
     bar.close()
     if last_folder is None:
         last_folder = Path(config.out) / read_json(Path(config.out) / LATEST)["path"]
