@@ -101,10 +101,8 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   fill_rope_table(rope_table_, s.max_context, s.head_dim, s.rope_theta, stream_);
 
   // Activations of one forward, sized for kMaxRows rows.
-  int max_splits = 1;
   for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
     attention_splits_[bucket] = attention_max_splits(bucket * 8, s.heads, s.kv_heads, sm_count_);
-    max_splits = std::max(max_splits, attention_splits_[bucket] * ceil_div(bucket * 8 * group, 64));
   }
   A2D_CUDA_CHECK(cudaMalloc(&state_, sizeof(StepState)));
   A2D_CUDA_CHECK(cudaMallocHost(&state_host_, sizeof(StepState)));
