@@ -161,7 +161,8 @@ function logTail(started: Started | null): string | undefined {
   }
 }
 
-const THINK_TAG = /<\/?think>/;
+/** A think block at the start of the content was not split into reasoning (later tags are ordinary text). */
+const LEADING_THINK = /^\s*<think>/;
 
 export async function selfcheck(options: SelfcheckOptions): Promise<SelfcheckReport> {
   if (!options.folder === !options.url) throw new Error("give either a packed folder or --url of a running server, not both");
@@ -263,7 +264,7 @@ export async function selfcheck(options: SelfcheckOptions): Promise<SelfcheckRep
     );
     const thinkingErrors = schemaErrors(ChatCompletion, thinking.body);
     const thought = (thinking.body as { choices?: Array<{ message?: { content?: string | null; reasoning_content?: string | null } }> }).choices?.[0]?.message;
-    const leaked = THINK_TAG.test(thought?.content ?? "");
+    const leaked = LEADING_THINK.test(thought?.content ?? "");
     row(
       "chat with reasoning",
       thinking.status === 200 && thinkingErrors.length === 0 && !leaked,
@@ -271,7 +272,7 @@ export async function selfcheck(options: SelfcheckOptions): Promise<SelfcheckRep
         ? `HTTP ${thinking.status}: ${JSON.stringify(thinking.body).slice(0, 200)}`
         : thinkingErrors.join("; ") ||
             (leaked
-              ? "a <think> tag leaked into content: reasoning was not split out"
+              ? "the content starts with <think>: the reasoning block was not split out"
               : `reasoning_content ${thought?.reasoning_content ? `${thought.reasoning_content.length} chars` : "absent"}, content ${(thought?.content ?? "").length} chars`),
     );
 
