@@ -200,12 +200,15 @@ class NativeBackedEngine implements Engine {
     if (request.onBlock !== undefined && typeof request.onBlock !== "function") {
       throw new InvalidDecodeParamError("onBlock", "must be a function");
     }
+    const signal = request.signal;
+    // Already aborted: nothing runs (the engine thread might otherwise finish before the flag lands).
+    if (signal?.aborted) {
+      return { tokenIds: [], finishReason: "cancelled", promptTokens: prompt.length, completionTokens: 0, forwardPasses: 0, tokensPerForward: 0, ms: 0, ...(params.trace ? { trace: [] } : {}) };
+    }
     const token = this.nextToken++;
     const pending = this.native.generate(prompt, params, request.onBlock, token);
-    const signal = request.signal;
     const onAbort = (): void => this.native.cancel(token);
-    if (signal?.aborted) onAbort();
-    else signal?.addEventListener("abort", onAbort, { once: true });
+    signal?.addEventListener("abort", onAbort, { once: true });
     try {
       return toResult(await pending, params.trace);
     } finally {

@@ -177,9 +177,11 @@ describe("generation on the engine thread", () => {
     const prompt = golden.decodes[0]!.prompt_ids;
     const controller = new AbortController();
     const streamed: number[] = [];
+    // As long as the context allows, so the engine is still running when the abort arrives.
+    const maxTokens = engine.info.maxContext - prompt.length;
     const result = await engine.generate({
       promptIds: prompt,
-      params: { maxTokens: 3000, blockSize: 1 },
+      params: { maxTokens, blockSize: 1 },
       onBlock: (e) => {
         streamed.push(...e.tokens);
         controller.abort();
@@ -188,7 +190,7 @@ describe("generation on the engine thread", () => {
     });
     expect(result.finishReason).toBe("cancelled");
     expect(result.tokenIds.length).toBeGreaterThan(0);
-    expect(result.tokenIds.length).toBeLessThan(3000);
+    expect(result.tokenIds.length).toBeLessThan(maxTokens);
     expect(result.tokenIds).toEqual(streamed);
 
     const aborted = AbortSignal.abort();
@@ -310,6 +312,18 @@ describe("bad model folders are rejected with the file and the fix", () => {
     config.architectures = ["MambaForCausalLM"];
     writeFileSync(join(dir, "config.json"), JSON.stringify(config));
     await expect(loadEngine({ modelDir: dir, device: "cpu" })).rejects.toThrow(/config\.json: field 'architectures' names 'MambaForCausalLM'.*supported: LlamaForCausalLM/);
+  });
+
+  it("close cancels a running generation and frees the model", async () => {
+    const engine = await loadEngine({ modelDir: source, device: "cpu", threads: 1 });
+    const maxTokens = engine.info.maxContext - 3;
+    const running = engine.generate({ promptIds: [1, 2, 3], params: { maxTokens, blockSize: 1 } });
+    const queued = engine.generate({ promptIds: [1, 2, 3], params: { maxTokens, blockSize: 1 } });
+    await engine.close();
+    for (const result of await Promise.all([running, queued])) {
+      expect(result.finishReason).toBe("cancelled");
+      expect(result.tokenIds.length).toBeLessThan(maxTokens);
+    }
   });
 
   it("a closed engine refuses new work", async () => {

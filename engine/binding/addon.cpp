@@ -37,7 +37,9 @@ Channel open_channel(Napi::Env env, const char* name) {
 }
 
 void post(const Channel& channel, Delivery delivery) {
-  channel.NonBlockingCall(new Delivery(std::move(delivery)));
+  auto* item = new Delivery(std::move(delivery));
+  // The queue is unbounded, so this fails only while the environment shuts down.
+  if (channel.NonBlockingCall(item) != napi_ok) delete item;
 }
 
 // Runs queued jobs one at a time, in order, on its own thread.

@@ -86,7 +86,9 @@ void row_to_float(const Tensor& t, int64_t row, float* dst) {
 }
 
 constexpr int kTileRows = 4;   // weight rows converted together and dotted against each x row
-constexpr int64_t kTileM = 32; // x rows per pass, so the x tile stays in L2
+// x rows per sweep over the weights: a denoising forward has at most 2 x 64 rows (commit + window),
+// so each weight row comes from memory once; only long prefills sweep the weights again.
+constexpr int64_t kTileM = 128;
 
 // y[m, r] = dot(w[r], x[m]) for r < rows, m < M. Full tiles are 2 x rows by 4 weight rows: eight
 // independent accumulators hide the FMA latency and each loaded vector feeds several FMAs.

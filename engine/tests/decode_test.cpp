@@ -163,6 +163,47 @@ TEST_CASE("cpu forward matches a plain double-precision forward for every archit
   }
 }
 
+TEST_CASE("cpu forward: f32 and f16 weights give the logits of the bf16 weights they hold") {
+  const std::string dir = write_tiny_model("fwd-dtypes", TinyShape{}, 15);
+  auto bf16_model = load_model(dir);
+  auto reference = forward_all(*make_cpu_backend(*bf16_model, BackendOptions{2, 0}), kPrompt, {39, 39, 39, 39});
+  for (const char* dtype : {"F32", "F16"}) {
+    CAPTURE(dtype);
+    std::map<std::string, RawTensor> tensors;
+    for (const auto& [name, info] : bf16_model->files[0]->tensors()) {
+      Tensor t{info.dtype, info.shape, bf16_model->files[0]->data(info), name};
+      std::string bytes;
+      for (int64_t i = 0; i < static_cast<int64_t>(info.nbytes / 2); ++i) {
+        const float v = cpu::load_element(t, i);
+        if (dtype[1] == '3') {
+          bytes.append(reinterpret_cast<const char*>(&v), 4);
+        } else {  // round-to-nearest f16 (the weights lie far below the f16 maximum)
+          int exponent;
+          const float mantissa = std::frexp(std::abs(v), &exponent);
+          uint16_t h = 0;
+          if (exponent + 14 <= 0) {  // subnormal: multiples of 2^-24
+            h = static_cast<uint16_t>(std::lround(std::ldexp(std::abs(v), 24)));
+          } else if (v != 0.0f) {
+            const uint32_t m = static_cast<uint32_t>(std::lround((mantissa * 2.0f - 1.0f) * 1024.0f));
+            h = static_cast<uint16_t>(((exponent + 14) << 10) + m);  // a carry out of m bumps the exponent
+          }
+          if (v < 0) h |= 0x8000;
+          bytes.append(reinterpret_cast<const char*>(&h), 2);
+        }
+      }
+      tensors[name] = RawTensor{dtype, info.shape, bytes};
+    }
+    const std::string converted = scratch_dir(std::string("fwd-dtypes-") + dtype);
+    write_file(converted + "/model.safetensors", safetensors_bytes(tensors));
+    write_file(converted + "/config.json", read_file(dir + "/config.json"));
+    auto model = load_model(converted);
+    CHECK(model->weights.embed.dtype == (dtype[1] == '3' ? DType::f32 : DType::f16));
+    const auto logits = forward_all(*make_cpu_backend(*model, BackendOptions{2, 0}), kPrompt, {39, 39, 39, 39});
+    // bf16 values are exact in f32; in f16 too, but for the few below 2^-14 that lose low bits.
+    CHECK(max_rel_error(logits, reference) < (dtype[1] == '3' ? 1e-7 : 1e-4));
+  }
+}
+
 TEST_CASE("cpu forward: the KV cache gives the same logits as one long forward") {
   auto model = load_model(write_tiny_model("fwd-cache", TinyShape{}, 12));
   auto backend = make_cpu_backend(*model, BackendOptions{2, 0});
