@@ -27,7 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from . import lineage as lin
-from .config import ModelConfig, write_json
+from .config import ModelConfig, read_json, write_json
 from .errors import A2DError
 from .tiny import prepare_out_dir
 from .weights import check_tensors, read_tensors
@@ -46,13 +46,17 @@ WEIGHTS_FILE = "model.safetensors"
 
 
 def weight_files(folder: Path) -> list[Path]:
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        hint = " (PyTorch .bin weights are not read: convert them to safetensors first)" if any(
-            folder.glob("*.bin")
-        ) else ""
-        raise A2DError(f"{folder} holds no *.safetensors weights{hint}")
-    return files
+    """The base's weight files: the shards its index lists, or its single model.safetensors."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise A2DError(f"{index}: no 'weight_map'; restore the index that came with the shards")
+        return sorted({folder / shard for shard in weight_map.values()})
+    if (folder / WEIGHTS_FILE).is_file():
+        return [folder / WEIGHTS_FILE]
+    hint = " (PyTorch .bin weights are not read: convert them to safetensors first)" if any(folder.glob("*.bin")) else ""
+    raise A2DError(f"{folder}: no {WEIGHTS_FILE} or model.safetensors.index.json{hint}")
 
 
 def all_bf16(files: list[Path]) -> bool:
@@ -66,33 +70,48 @@ def all_bf16(files: list[Path]) -> bool:
     return True
 
 
+def stores_tied_head(files: list[Path], config: dict[str, Any]) -> bool:
+    from safetensors import safe_open
+
+    if not config.get("tie_word_embeddings", False):
+        return False
+    for path in files:
+        with safe_open(path, "pt") as f:
+            if "lm_head.weight" in f.keys():
+                return True
+    return False
+
+
 def import_hf_folder(source: Path, out: Path) -> dict[str, Any]:
+    """One bf16 model.safetensors: copied byte for byte when the base already is exactly that,
+    otherwise rewritten (shards merged, other dtypes rounded, a stored copy of a tied head dropped)."""
     config_path = source / "config.json"
     if not config_path.is_file():
         raise A2DError(f"{config_path} is missing: an HF base folder needs its config.json")
-    config = json.loads(config_path.read_text())
+    config = read_json(config_path)
     ModelConfig.from_dict(config, config_path)
     files = weight_files(source)
-    copied = all_bf16(files)
-    if copied:
-        for path in files:
-            shutil.copyfile(path, out / path.name)
-        index = source / "model.safetensors.index.json"
-        if index.is_file():
-            shutil.copyfile(index, out / index.name)
+    for path in files:
+        if not path.is_file():
+            raise A2DError(f"{path}: shard listed in model.safetensors.index.json is missing; restore it")
+    verbatim = files == [source / WEIGHTS_FILE] and all_bf16(files) and not stores_tied_head(files, config)
+    if verbatim:
+        shutil.copyfile(files[0], out / WEIGHTS_FILE)
+        shutil.copyfile(config_path, out / "config.json")
     else:
         import torch
         from safetensors import safe_open
 
         tensors = {}
-        for path in tqdm(files, desc="round to bf16", unit="file"):
+        for path in tqdm(files, desc="merge and round to bf16", unit="file"):
             with safe_open(path, "pt") as f:
                 for name in f.keys():
                     tensors[name] = f.get_tensor(name).to(torch.bfloat16).contiguous()
+        if config.get("tie_word_embeddings", False) and "lm_head.weight" in tensors:
+            if not torch.equal(tensors["lm_head.weight"], tensors["model.embed_tokens.weight"]):
+                raise A2DError(f"{config_path}: tie_word_embeddings is true but lm_head.weight differs from the embeddings")
+            del tensors["lm_head.weight"]
         lin.save_tensors(out / WEIGHTS_FILE, tensors, {"format": "pt"})
-    if copied:
-        shutil.copyfile(config_path, out / "config.json")
-    else:
         config.pop("torch_dtype", None)
         write_json(out / "config.json", {**config, "dtype": "bfloat16"})
     for name in TOKENIZER_FILES:
@@ -101,7 +120,7 @@ def import_hf_folder(source: Path, out: Path) -> dict[str, Any]:
     if not (out / "tokenizer.json").is_file():
         raise A2DError(f"{source / 'tokenizer.json'} is missing: a2d needs the HF fast-tokenizer file")
     inputs = {p.relative_to(source).as_posix(): lin.file_record(p) for p in sorted(source.iterdir()) if p.is_file()}
-    return {"inputs": inputs, "config": {"source_kind": "hf", "weights_copied_verbatim": copied}}
+    return {"inputs": inputs, "config": {"source_kind": "hf", "weights_copied_verbatim": verbatim}}
 
 
 # --------------------------------------------------------------------------------------------- GGUF

@@ -96,6 +96,28 @@ def test_hf_folder_is_copied_verbatim_and_hashed(tiny_base, tmp_path):
     assert stage["outputs"]["tokenizer.json"]["sha256"] == sha256_file(out / "tokenizer.json")
 
 
+def test_sharded_fp32_folder_is_merged_into_one_bf16_file(tiny_base, tmp_path):
+    from safetensors.torch import save_file
+
+    source = tmp_path / "sharded"
+    source.mkdir()
+    tensors = load_file(tiny_base / "model.safetensors")
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2], "model-00002-of-00002.safetensors": names[len(names) // 2 :]}
+    for shard, members in shards.items():
+        save_file({n: tensors[n].float() for n in members}, str(source / shard))
+    weight_map = {n: shard for shard, members in shards.items() for n in members}
+    (source / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    (source / "stray.safetensors").write_bytes(b"not weights")  # not in the index: never read
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (source / name).write_bytes((tiny_base / name).read_bytes())
+    out = import_base(source, tmp_path / "imported")
+    got = load_file(out / "model.safetensors")
+    assert set(got) == set(tensors) and all(torch.equal(got[n], tensors[n]) for n in tensors)
+    assert not (out / "model.safetensors.index.json").exists()
+    assert read_lineage(out)["stages"][0]["config"]["weights_copied_verbatim"] is False
+
+
 def test_gguf_round_trip_gives_the_same_tensors_and_tokenizer(tiny_base, tmp_path):
     expected = write_gguf(tmp_path / "tiny.gguf", tiny_base)
     out = import_base(tmp_path / "tiny.gguf", tmp_path / "imported")
@@ -169,6 +191,6 @@ def test_bad_sources_name_the_file(tiny_base, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "config.json").write_text((tiny_base / "config.json").read_text())
-    with pytest.raises(A2DError, match="safetensors"):
+    with pytest.raises(A2DError, match="model.safetensors"):
         import_base(empty, tmp_path / "out3")
     assert not (tmp_path / "out3").exists()
