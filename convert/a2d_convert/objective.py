@@ -62,7 +62,9 @@ class RowSchedule:
         k = step * self.config.batch_rows + slot
         epoch, offset = divmod(k, self.rows)
         if epoch not in self._perms:
-            self._perms = {epoch: np.random.default_rng([self.config.seed, epoch]).permutation(self.rows)}
+            # A step can straddle two epochs: keep the latest two permutations.
+            self._perms = {e: p for e, p in self._perms.items() if e >= epoch - 1}
+            self._perms[epoch] = np.random.default_rng([self.config.seed, epoch]).permutation(self.rows)
         return int(self._perms[epoch][offset])
 
     def global_eligible(self, step: int) -> int:

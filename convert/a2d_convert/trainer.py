@@ -375,6 +375,10 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
     objective, trainable, a2d = build_model(config, init_dir, rt)
     if a2d.block_size != config.block_size:
         raise A2DError(f"{init_dir}/config.json: a2d.block_size is {a2d.block_size}, --block-size is {config.block_size}; make them equal")
+    seq_len = int(meta["seq_len"])
+    max_positions = objective.model.config.max_position_embeddings
+    if seq_len > max_positions:
+        raise A2DError(f"{data_dir / TRAIN_FILE}: rows of {seq_len} tokens exceed the model's max_position_embeddings {max_positions}; rebuild the data with a smaller --seq-len")
     config = replace(config, shift_logits=a2d.shift_logits)
     objective.config = config
     schedule = RowSchedule(arrays, config, a2d.mask_token_id)
@@ -397,7 +401,6 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
     if resume and (out / LATEST).is_file():
         step, progress = load_checkpoint(objective, optimizer, config, rt)
     copies = 3 if config.complementary else 2
-    seq_len = int(meta["seq_len"])
     tokens_per_step = config.batch_rows * seq_len
     log_path = out / LOG_FILE
     if rt.main:
