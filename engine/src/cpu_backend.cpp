@@ -83,9 +83,10 @@ class CpuBackend final : public Backend {
       float* v = v_cache_[l].data() + n * kv_dim;
 
       cpu::rmsnorm(x_.data(), T, hidden, V.input_norm.data(), c.rms_norm_eps, h_.data());
-      cpu::matmul(pool_, h_.data(), T, W.q, data_or_null(V.q_bias), q_.data());
-      cpu::matmul(pool_, h_.data(), T, W.k, data_or_null(V.k_bias), k);
-      cpu::matmul(pool_, h_.data(), T, W.v, data_or_null(V.v_bias), v);
+      cpu::matmuls(pool_, h_.data(), T,
+                   {{&W.q, data_or_null(V.q_bias), q_.data()},
+                    {&W.k, data_or_null(V.k_bias), k},
+                    {&W.v, data_or_null(V.v_bias), v}});
       if (c.qk_norm) {
         cpu::rmsnorm(q_.data(), T * c.num_heads, hd, V.q_norm.data(), c.rms_norm_eps, q_.data());
         cpu::rmsnorm(k, T * c.num_kv_heads, hd, V.k_norm.data(), c.rms_norm_eps, k);
@@ -98,8 +99,7 @@ class CpuBackend final : public Backend {
       cpu::add(x_.data(), h_.data(), T * hidden);
 
       cpu::rmsnorm(x_.data(), T, hidden, V.post_norm.data(), c.rms_norm_eps, h_.data());
-      cpu::matmul(pool_, h_.data(), T, W.gate, nullptr, gate_.data());
-      cpu::matmul(pool_, h_.data(), T, W.up, nullptr, up_.data());
+      cpu::matmuls(pool_, h_.data(), T, {{&W.gate, nullptr, gate_.data()}, {&W.up, nullptr, up_.data()}});
       cpu::silu_mul(gate_.data(), up_.data(), T * inter);
       cpu::matmul(pool_, gate_.data(), T, W.down, nullptr, h_.data());
       cpu::add(x_.data(), h_.data(), T * hidden);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 // Hot loops get an AVX2/FMA clone chosen at load time by the dynamic loader (ifunc); the default clone
 // keeps the addon running on any x86-64-v2 machine.
@@ -182,32 +183,50 @@ void embed(const Tensor& table, const int32_t* ids, int64_t M, float* out) {
   for (int64_t m = 0; m < M; ++m) row_to_float(table, ids[m], out + m * table.cols());
 }
 
-void matmul(ThreadPool& pool, const float* x, int64_t M, const Tensor& W, const float* bias, float* y) {
-  const int64_t N = W.rows(), K = W.cols();
-  if (M == 0 || N == 0) return;
-  // Enough chunks to balance the pool, each a multiple of the tile so tiles never straddle chunks.
-  const int64_t tiles = (N + kTileRows - 1) / kTileRows;
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>({tiles, pool.size() * 8, M * N * K / kMinWorkPerTask}));
+void matmuls(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<Projection> projections) {
+  const std::vector<Projection> outs(projections);
+  const int64_t K = outs.front().W->cols();
+  // The projections' weight tiles form one index space, so q/k/v (or gate/up) share one pool wake-up.
+  std::vector<int64_t> first_tile{0};
+  int64_t work = 0;
+  for (const Projection& p : outs) {
+    if (p.W->cols() != K) throw std::logic_error("matmuls: projections of one input must share K");
+    first_tile.push_back(first_tile.back() + (p.W->rows() + kTileRows - 1) / kTileRows);
+    work += M * p.W->rows() * K;
+  }
+  const int64_t tiles = first_tile.back();
+  if (M == 0 || tiles == 0) return;
+  // Enough chunks to balance the pool (a straggler delays everyone), few enough to amortise claiming.
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>({tiles, pool.size() * 8, work / kMinWorkPerTask}));
   const int64_t tiles_per_chunk = (tiles + chunks - 1) / chunks;
   pool.parallel_for(chunks, [&](int64_t chunk) {
     thread_local std::vector<float> wbuf;
     wbuf.resize(kTileRows * K);
-    const int64_t n_begin = chunk * tiles_per_chunk * kTileRows;
-    const int64_t n_end = std::min(N, n_begin + tiles_per_chunk * kTileRows);
+    const int64_t t_begin = chunk * tiles_per_chunk;
+    const int64_t t_end = std::min(tiles, t_begin + tiles_per_chunk);
     for (int64_t m0 = 0; m0 < M; m0 += kTileM) {
       const int64_t mt = std::min(kTileM, M - m0);
-      for (int64_t n0 = n_begin; n0 < n_end; n0 += kTileRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kTileRows, n_end - n0));
-        for (int r = 0; r < rows; ++r) row_to_float(W, n0 + r, wbuf.data() + r * K);
-        dot_tile(wbuf.data(), rows, x + m0 * K, mt, K, y + m0 * N + n0, N);
-        if (bias != nullptr) {
+      size_t o = 0;
+      for (int64_t t = t_begin; t < t_end; ++t) {
+        while (t >= first_tile[o + 1]) ++o;
+        const Projection& p = outs[o];
+        const int64_t N = p.W->rows();
+        const int64_t n0 = (t - first_tile[o]) * kTileRows;
+        const int rows = static_cast<int>(std::min<int64_t>(kTileRows, N - n0));
+        for (int r = 0; r < rows; ++r) row_to_float(*p.W, n0 + r, wbuf.data() + r * K);
+        dot_tile(wbuf.data(), rows, x + m0 * K, mt, K, p.y + m0 * N + n0, N);
+        if (p.bias != nullptr) {
           for (int64_t m = m0; m < m0 + mt; ++m) {
-            for (int r = 0; r < rows; ++r) y[m * N + n0 + r] += bias[n0 + r];
+            for (int r = 0; r < rows; ++r) p.y[m * N + n0 + r] += p.bias[n0 + r];
           }
         }
       }
     }
   });
+}
+
+void matmul(ThreadPool& pool, const float* x, int64_t M, const Tensor& W, const float* bias, float* y) {
+  matmuls(pool, x, M, {Projection{&W, bias, y}});
 }
 
 void rmsnorm(const float* x, int64_t M, int64_t n, const float* w, double eps, float* y) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "model.h"
@@ -22,6 +23,16 @@ void embed(const Tensor& table, const int32_t* ids, int64_t M, float* out);
 // y[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]) for W of shape [N, K]; x is [M, K], y is [M, N].
 // Row-parallel over N: each weight row is converted once per tile of x rows and reused for all of them.
 void matmul(ThreadPool& pool, const float* x, int64_t M, const Tensor& W, const float* bias, float* y);
+
+// One output of `matmuls`: y = x W^T (+ bias), y of shape [M, W.rows()].
+struct Projection {
+  const Tensor* W;
+  const float* bias;  // may be null
+  float* y;
+};
+
+// Several projections of the same x (q/k/v, gate/up) in one pass over the pool.
+void matmuls(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<Projection> projections);
 
 // y[m, :] = w * x[m, :] / sqrt(mean(x[m, :]^2) + eps), row length n; y may alias x.
 void rmsnorm(const float* x, int64_t M, int64_t n, const float* w, double eps, float* y);

@@ -1,6 +1,29 @@
 #include "thread_pool.h"
 
+#include <chrono>
+
 namespace a2d {
+
+namespace {
+
+// A forward issues its parallel loops microseconds apart; waking a sleeping thread costs about as
+// much, so threads poll this long before they sleep. Bounded, so an oversubscribed machine loses
+// little.
+constexpr std::chrono::microseconds kSpin{50};
+
+template <typename Ready>
+void spin_until(Ready ready) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  while (!ready() && std::chrono::steady_clock::now() < deadline) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work_loop(); });
@@ -40,6 +63,7 @@ void ThreadPool::run_tasks(uint32_t generation) {
 void ThreadPool::work_loop() {
   uint32_t seen = 0;
   for (;;) {
+    spin_until([&] { return (cursor_.load(std::memory_order_relaxed) >> 32) != seen; });
     uint32_t generation;
     {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -73,6 +97,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
   }
   wake_.notify_all();
   run_tasks(generation);
+  spin_until([&] { return completed_.load(std::memory_order_acquire) == n_; });
   // Wait for tasks, not for workers: a worker that has not woken yet finds nothing left and sleeps.
   std::unique_lock<std::mutex> lock(mutex_);
   done_.wait(lock, [&] { return completed_.load(std::memory_order_acquire) == n_; });
