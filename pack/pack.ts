@@ -268,7 +268,8 @@ export async function pack(options: PackOptions): Promise<PackResult> {
       device: addons.device,
       node_version: runtime.nodeVersion,
     });
-    await writeFile(join(tempDir, MANIFEST_FILE), serializeManifest(manifest));
+    const manifestText = serializeManifest(manifest);
+    await writeFile(join(tempDir, MANIFEST_FILE), manifestText);
     const warnings = [...addons.warnings, ...(await checkLineage(modelDir, plan, new Map(manifest.files.map((f) => [f.path, f.sha256]))))];
 
     if (existsSync(outDir)) {
@@ -279,7 +280,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
     } else {
       await rename(tempDir, outDir);
     }
-    const sizes = sizeBreakdown(manifest, plan);
+    const sizes = [...sizeBreakdown(manifest, plan), { part: MANIFEST_FILE, bytes: Buffer.byteLength(manifestText), files: 1 }].sort((a, b) => b.bytes - a.bytes);
     return {
       outDir,
       device: addons.device,

@@ -73,6 +73,8 @@ export interface SimulationReport {
   problems: Problem[];
   notes: string[];
   gpu_run?: GpuRun;
+  /** A CPU-only folder: what the same start would take with the CUDA engine packed (host phases + GPU phases). */
+  cuda_prediction?: { predicted_ready_s: number; phases: Phase[] };
   server_log_tail: string;
 }
 
@@ -458,16 +460,28 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
 
     let figures: FigureSource | null = null;
     let predictedReady: number | null = null;
+    let cudaPrediction: SimulationReport["cuda_prediction"];
     if (measuredReady !== null) {
+      figures = await loadFigures(figuresPath, gpu);
+      const rate = diskRate ?? 100;
+      const gpuPhases: Phase[] = [
+        {
+          name: `weights read (cold, ${formatBytes(weightBytes)} at ${rate.toFixed(0)} MB/s)`,
+          seconds: round3(weightBytes / 1e6 / rate),
+          kind: diskRate === null ? "estimate" : "measured",
+          counted: true,
+        },
+        ...predictGpuPhases(figures, gpu, weightBytes, layers).map((p) => ({ ...p, seconds: round3(p.seconds), counted: true })),
+      ];
+      const hostPhases = phases.filter((p) => p.name !== WEIGHTS_PHASE);
+      const withGpu = round3([...hostPhases, ...gpuPhases].reduce((sum, p) => sum + p.seconds, 0));
       if (predictGpu) {
-        figures = await loadFigures(figuresPath, gpu);
-        const rate = diskRate ?? 100;
-        phases.push({ name: `weights read (cold, ${formatBytes(weightBytes)} at ${rate.toFixed(0)} MB/s)`, seconds: round3(weightBytes / 1e6 / rate), kind: diskRate === null ? "estimate" : "measured", counted: true });
-        for (const p of predictGpuPhases(figures, gpu, weightBytes, layers)) phases.push({ ...p, seconds: round3(p.seconds), counted: true });
-        predictedReady = round3(phases.filter((p) => p.counted).reduce((sum, p) => sum + p.seconds, 0));
+        phases.push(...gpuPhases);
+        predictedReady = withGpu;
       } else {
         predictedReady = measuredReady;
-        notes.push("a CPU-only folder: the measured CPU start is the prediction");
+        cudaPrediction = { predicted_ready_s: withGpu, phases: gpuPhases };
+        notes.push(`a CPU-only folder: the measured CPU start is its prediction; packed with the CUDA engine it would be ready in about ${withGpu.toFixed(1)} s on ${gpu}`);
       }
       if (predictedReady > budgetS) {
         problems.push({ cause: "over-budget", detail: `predicted ready in ${predictedReady.toFixed(1)} s on ${gpu}, over the ${budgetS} s budget` });
@@ -500,7 +514,7 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
       budget_s: budgetS,
       gpu,
       folder_device: folderDevice,
-      figures: figures?.description ?? (predictGpu ? "not used (the start failed)" : "not used (CPU folder)"),
+      figures: figures?.description ?? "not used (the start failed)",
       isolation,
       backend_run: "cpu",
       measured_ready_s: measuredReady,
@@ -512,6 +526,7 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
       problems: unique,
       notes,
       ...(gpuRun ? { gpu_run: gpuRun } : {}),
+      ...(cudaPrediction ? { cuda_prediction: cudaPrediction } : {}),
       server_log_tail: cpu.log.trim().split("\n").slice(-15).join("\n"),
     };
   } finally {
@@ -526,7 +541,7 @@ export function formatReport(report: SimulationReport): string {
     `  folder device ${report.folder_device}, target ${report.gpu}, budget ${report.budget_s} s, weights ${formatBytes(report.weights_bytes)}`,
     `  isolation: network namespace ${yes(report.isolation.network_namespace)} | env -i yes | strace ${yes(report.isolation.strace)} | ` +
       `node guard ${yes(report.isolation.guard)} | page cache evicted ${yes(report.isolation.page_cache_evicted)} (${report.isolation.eviction})`,
-    `  run here: CPU backend (no GPU); GPU phases from ${report.figures}`,
+    `  run here: CPU backend (no GPU); GPU phases: ${report.figures}`,
     "",
     `  ${"phase".padEnd(52)} ${"seconds".padStart(8)}  kind`,
   ];
@@ -534,10 +549,15 @@ export function formatReport(report: SimulationReport): string {
     const note = phase.counted ? "" : "  (not counted: the GPU phases replace it)";
     lines.push(`  ${phase.name.padEnd(52)} ${phase.seconds.toFixed(2).padStart(8)}  ${phase.kind}${note}`);
   }
+  if (report.cuda_prediction) {
+    lines.push("", `  if packed with the CUDA engine (this folder is CPU-only), instead of the CPU weights + first forward:`);
+    for (const phase of report.cuda_prediction.phases) lines.push(`  ${phase.name.padEnd(52)} ${phase.seconds.toFixed(2).padStart(8)}  ${phase.kind}`);
+  }
   const fmt = (s: number | null) => (s === null ? "n/a" : `${s.toFixed(2)} s`);
   lines.push("");
   lines.push(`  measured ready here (CPU):  ${fmt(report.measured_ready_s)}`);
   lines.push(`  predicted ready on ${report.gpu}:    ${fmt(report.predicted_ready_s)} of ${report.budget_s} s`);
+  if (report.cuda_prediction) lines.push(`  predicted with CUDA engine:  ${fmt(report.cuda_prediction.predicted_ready_s)} of ${report.budget_s} s`);
   if (report.gpu_run) lines.push(`  measured ready on this GPU: ${fmt(report.gpu_run.ready_s)}`);
   for (const note of report.notes) lines.push(`  note: ${note}`);
   lines.push("");
