@@ -183,3 +183,17 @@ def test_self_distillation_trains_on_the_bases_own_tokens(base, tmp_path):
         want = r["prompt_ids"] + r["response_ids"]
         assert any(packed[i : i + len(want)] == want for i in range(len(packed)))
     assert record["samples"] == 2 and int(arrays["loss_mask"].sum()) >= sum(len(r["response_ids"]) for r in rows)
+
+
+def test_sources_file_paths_are_relative_to_it(base, tmp_path):
+    (tmp_path / "corpus").mkdir()
+    write_jsonl(tmp_path / "corpus" / "a.jsonl", clean_rows(3))
+    listing = tmp_path / "sources.json"
+    listing.write_text(json.dumps([{"path": "corpus/a.jsonl", "name": "a", "revision": "2024-01", "license": "cc0"}]))
+    from a2d_convert.data import read_sources_file
+
+    (source,) = read_sources_file(listing)
+    assert source.path == tmp_path / "corpus" / "a.jsonl" and source.revision == "2024-01"
+    with pytest.raises(A2DError, match=r"sources.json\[0\]: unknown source field"):
+        listing.write_text(json.dumps([{"path": "corpus/a.jsonl", "licence": "x"}]))
+        read_sources_file(listing)

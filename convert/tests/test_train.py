@@ -146,3 +146,11 @@ def test_lora_run_trains_only_adapters_with_kl(workspace):
     assert adapter["model.layers.1.mlp.down_proj.lora_B"].abs().sum() > 0  # B left its zero init
     log = [json.loads(line) for line in (root / "lora" / LOG_FILE).read_text().splitlines()]
     assert all(r["kl"] >= 0 for r in log)
+
+
+def test_time_limit_stops_and_saves(workspace):
+    root, base, data = workspace
+    folder = train(tiny_config(root, base, data, "timed", max_steps=1000, log_every=1, time_limit_min=1e-5))
+    log = [json.loads(line) for line in (root / "timed" / LOG_FILE).read_text().splitlines()]
+    assert len(log) == 1 and log[0]["time_limit_reached"] is True
+    assert folder.name == "step_000001" and (folder / "model.safetensors").is_file()
