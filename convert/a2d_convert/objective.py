@@ -19,7 +19,7 @@ from .train import TrainConfig
 
 @dataclass
 class Batch:
-    """One micro-batch, host side; `to(device)` moves the tensors the forward needs."""
+    """One micro-batch, host side (numpy); trainer.to_device moves it to the GPU."""
 
     input_ids: np.ndarray  # [b, copies*L] int64
     position_ids: np.ndarray  # [b, copies*L] int64
@@ -94,7 +94,6 @@ class RowSchedule:
         input_ids = np.concatenate([ids, *noisy], axis=1)
         position_ids = np.tile(pos, (1, copies))
 
-        p = np.arange(L)
         preds, targets, weights, teacher = [], [], [], []
         for c in range(1, copies):
             masked_c = masked if c == 1 else ~masked
@@ -116,7 +115,6 @@ class RowSchedule:
             ar_index, ar_targets = r_idx * copies * L + p_idx - 1, ids[r_idx, p_idx]
         else:
             ar_index = ar_targets = np.zeros(0, dtype=np.int64)
-        del p
         return Batch(
             input_ids=input_ids,
             position_ids=position_ids,
