@@ -24,8 +24,16 @@ using Delivery = std::function<void(Napi::Env)>;
 
 void call_delivery(Napi::Env env, Napi::Function, std::nullptr_t*, Delivery* delivery) {
   // env is null when the function is being torn down (process exit): drop the delivery.
-  if (env != nullptr) (*delivery)(env);
-  delete delivery;
+  std::unique_ptr<Delivery> owned(delivery);
+  if (env == nullptr) return;
+  // Nothing may escape into Node's event loop as a C++ exception (that aborts the process).
+  try {
+    (*owned)(env);
+  } catch (const Napi::Error& e) {
+    e.ThrowAsJavaScriptException();
+  } catch (const std::exception& e) {
+    Napi::Error::New(env, e.what()).ThrowAsJavaScriptException();
+  }
 }
 
 // A way back to the JS thread for one job: every post runs on the JS thread in order. The thread-safe
