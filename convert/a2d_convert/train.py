@@ -38,50 +38,50 @@ load) plus consolidated safetensors weights for `export`.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import A2DError
 
 
 @dataclass
 class TrainConfig:
-    """Every knob of a run; stored in checkpoint.json and the lineage."""
+    """Every knob of a run (the flags of `train`); stored in checkpoint.json and the lineage."""
 
-    base: str = ""  # AR base folder (init runs first) or an a2d folder made by `init`
-    data: str = ""  # folder written by `data`
-    out: str = ""
-    block_size: int = 4  # must equal the data's; used for `init` when the base is plain AR
-    shift_logits: bool = True  # for `init`; an a2d base keeps its own
-    max_steps: int = 1000
-    batch_rows: int = 8  # packed rows per optimizer step, over all processes
-    micro_batch_rows: int = 1  # rows per process per forward (batch_rows / (world * this) = accumulation)
-    lr: float = 5e-5
-    min_lr_ratio: float = 0.1  # cosine decay to lr * this
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0  # 0: off
-    t_min: float = 0.2  # mask rate range per block (clipped schedule)
-    t_max: float = 0.8
-    loss_weighting: str = "elbo"  # elbo (1/t) | none
-    complementary: bool = True  # second noisy copy with the complementary mask
-    kl_weight: float = 0.0
-    ar_weight: float = 0.0
-    lora_rank: int = 0  # 0: full fine-tune
-    lora_alpha: float = 0.0  # 0: 2 * rank
-    lora_train_norms: bool = True
-    lora_train_mask_embedding: bool = True
-    precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp32
-    activation_checkpointing: bool = True
-    logits_chunk: int = 4096  # target rows per lm_head chunk
-    seed: int = 0
-    log_every: int = 10
-    eval_every: int = 0  # 0: only at the end (when heldout data exists)
-    save_every: int = 0  # 0: only at the end
-    keep_checkpoints: int = 3
-    time_limit_min: float = 0.0  # 0: none; otherwise stop (and save) once exceeded
-    threads: int = 0  # CPU torch threads; 0: torch's default
+    base: str = field(default="", metadata={"help": "AR base folder (init runs first) or an a2d folder made by `init`"})
+    data: str = field(default="", metadata={"help": "folder written by `data`"})
+    out: str = field(default="", metadata={"help": "run folder: init/, checkpoints/, train_log.jsonl"})
+    block_size: int = field(default=4, metadata={"help": "must equal the data's; used for `init` when the base is plain AR"})
+    shift_logits: bool = field(default=True, metadata={"help": "for `init`: predict position i from hidden state i-1 (an a2d base keeps its own)"})
+    max_steps: int = field(default=1000, metadata={"help": "optimizer steps"})
+    batch_rows: int = field(default=8, metadata={"help": "packed rows per optimizer step, over all processes"})
+    micro_batch_rows: int = field(default=1, metadata={"help": "rows per process per forward; batch_rows / (processes x this) is the accumulation"})
+    lr: float = field(default=5e-5, metadata={"help": "peak learning rate"})
+    min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine decay down to lr x this"})
+    warmup_steps: int = field(default=20, metadata={"help": "linear warmup steps"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay of matrices"})
+    beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
+    beta2: float = field(default=0.95, metadata={"help": "AdamW beta2"})
+    grad_clip: float = field(default=1.0, metadata={"help": "gradient norm clip; 0: off"})
+    t_min: float = field(default=0.2, metadata={"help": "lowest per-block mask rate (clipped schedule)"})
+    t_max: float = field(default=0.8, metadata={"help": "highest per-block mask rate"})
+    loss_weighting: str = field(default="elbo", metadata={"help": "elbo (1/t weights of the NELBO) or none (plain masked-token CE)"})
+    complementary: bool = field(default=True, metadata={"help": "second noisy copy with the complementary mask"})
+    kl_weight: float = field(default=0.0, metadata={"help": "weight of KL(AR base || model) on masked targets"})
+    ar_weight: float = field(default=0.0, metadata={"help": "weight of the next-token loss on the clean stream"})
+    lora_rank: int = field(default=0, metadata={"help": "LoRA rank on every projection; 0: full fine-tune"})
+    lora_alpha: float = field(default=0.0, metadata={"help": "LoRA alpha (scale alpha / rank); 0: 2 x rank"})
+    lora_train_norms: bool = field(default=True, metadata={"help": "with LoRA, also train the RMSNorm weights"})
+    lora_train_mask_embedding: bool = field(default=True, metadata={"help": "with LoRA, also train the mask token's embedding row"})
+    precision: str = field(default="auto", metadata={"help": "auto (bf16 autocast on CUDA, fp32 on CPU), bf16 or fp32"})
+    activation_checkpointing: bool = field(default=True, metadata={"help": "recompute each layer in backward"})
+    logits_chunk: int = field(default=4096, metadata={"help": "target rows per lm_head chunk (bounds the [rows, vocab] logits)"})
+    seed: int = field(default=0, metadata={"help": "masks, row order and LoRA init"})
+    log_every: int = field(default=10, metadata={"help": "steps between log lines (the only host syncs)"})
+    eval_every: int = field(default=0, metadata={"help": "steps between held-out evaluations; 0: only at the end (needs heldout.safetensors)"})
+    save_every: int = field(default=0, metadata={"help": "steps between checkpoints; 0: only at the end"})
+    keep_checkpoints: int = field(default=3, metadata={"help": "newest checkpoints kept; 0: all"})
+    time_limit_min: float = field(default=0.0, metadata={"help": "stop and save once this many minutes have passed (checked at log steps); 0: none"})
+    threads: int = field(default=0, metadata={"help": "CPU torch threads; 0: torch's default"})
 
 
 # --------------------------------------------------------------------------------------------- command
@@ -95,19 +95,16 @@ def add_parser(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     defaults = TrainConfig()
-    p.add_argument("--base", required=True, help="AR base folder (from `import`) or an a2d folder from `init`")
-    p.add_argument("--data", required=True, help="folder written by `data`")
-    p.add_argument("--out", required=True, help="run folder: init/, checkpoints/, train_log.jsonl")
     p.add_argument("--resume", action="store_true", help="continue from OUT/latest.json")
     for f in TrainConfig.__dataclass_fields__.values():
-        if f.name in ("base", "data", "out"):
-            continue
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
-        if isinstance(default, bool):
-            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default)
+        if f.name in ("base", "data", "out"):
+            p.add_argument(flag, dest=f.name, required=True, help=f.metadata["help"])
+        elif isinstance(default, bool):
+            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=f.metadata["help"] + f" (default: {default})")
         else:
-            p.add_argument(flag, dest=f.name, type=type(default), default=default)
+            p.add_argument(flag, dest=f.name, type=type(default), default=default, help=f.metadata["help"] + " (default: %(default)s)")
     p.set_defaults(run=run)
 
 
