@@ -265,9 +265,12 @@ def accumulation_steps(config: TrainConfig, rt: Runtime) -> int:
 
 
 def state_options(config: TrainConfig, full: bool = False):
+    """With LoRA only the trainable tensors are saved; loading them back must then leave the frozen
+    base weights (already loaded from init/) alone, hence strict only for a full fine-tune."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-    return StateDictOptions(full_state_dict=full, cpu_offload=full, ignore_frozen_params=config.lora_rank > 0)
+    lora = config.lora_rank > 0
+    return StateDictOptions(full_state_dict=full, cpu_offload=full, ignore_frozen_params=lora, strict=not lora)
 
 
 def save_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime, step: int, progress: dict[str, Any], init_dir: Path, inputs: dict) -> Path:

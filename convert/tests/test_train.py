@@ -125,16 +125,20 @@ def test_tiny_base_trains_40_steps_and_its_loss_falls(workspace):
     assert lineage["stages"][-1]["outputs"]["model.safetensors"]["bytes"] == (folder / "model.safetensors").stat().st_size
 
 
-def test_resume_continues_exactly(workspace):
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_resume_continues_exactly(workspace, lora_rank):
     root, base, data = workspace
-    config = tiny_config(root, base, data, "straight", max_steps=6, save_every=3, log_every=3)
-    straight = load_file(train(config) / "model.safetensors")
-    out = root / "straight"
+    name = f"straight-{lora_rank}"
+    config = tiny_config(root, base, data, name, max_steps=6, save_every=3, log_every=3, lora_rank=lora_rank)
+    weights = "adapter.safetensors" if lora_rank else "model.safetensors"
+    straight = load_file(train(config) / weights)
+    out = root / name
     shutil.rmtree(out / "checkpoints" / "step_000006")
     (out / "latest.json").write_text(json.dumps({"step": 3, "path": "checkpoints/step_000003"}))
-    resumed = load_file(train(config, resume=True) / "model.safetensors")
-    for name in straight:
-        assert torch.equal(straight[name], resumed[name]), name
+    resumed = load_file(train(config, resume=True) / weights)
+    assert set(straight) == set(resumed)
+    for key in straight:
+        assert torch.equal(straight[key], resumed[key]), key
 
 
 def test_lora_run_trains_only_adapters_with_kl(workspace):
