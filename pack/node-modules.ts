@@ -3,7 +3,7 @@
 // integrity. Copying the developer's node_modules instead would ship dev tools, stale installs and
 // whatever was hand-edited there.
 import Arborist from "@npmcli/arborist";
-import { readFile, writeFile } from "node:fs/promises";
+import { readFile, rm, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 
@@ -101,27 +101,32 @@ function explain(error: unknown, source: NpmSource): Error {
 export async function reifyProductionModules(appDir: string, lockfile: Lockfile, source: NpmSource): Promise<number> {
   const expected = Object.entries(lockfile.packages).filter(([location, entry]) => location !== "" && !entry.dev).length;
   const progress = startProgress("node_modules (offline, from lock)", expected, "packages");
-  const arborist = new Arborist({
-    path: appDir,
-    cache: source.cacheDir,
-    registry: source.registry,
-    offline: true,
-    // The lock carries no `resolved` URLs, so pacote resolves name@version from cached packuments; npm cached
-    // the full documents, and asking for the abbreviated ones would miss the cache.
-    fullMetadata: true,
-    ignoreScripts: true,
-    binLinks: false,
-    audit: false,
-    fund: false,
-    omit: ["dev"],
-    progress: false,
-  });
+  // The lock carries no `resolved` URLs, so pacote resolves name@version from cached packuments. npm 11
+  // caches the full documents; other npm versions may have cached the abbreviated ones, tried second.
   let tree;
-  try {
-    tree = await arborist.reify({ omit: ["dev"], save: false });
-  } catch (error) {
-    throw explain(error, source);
+  for (const fullMetadata of [true, false]) {
+    const arborist = new Arborist({
+      path: appDir,
+      cache: source.cacheDir,
+      registry: source.registry,
+      offline: true,
+      fullMetadata,
+      ignoreScripts: true,
+      binLinks: false,
+      audit: false,
+      fund: false,
+      omit: ["dev"],
+      progress: false,
+    });
+    try {
+      tree = await arborist.reify({ omit: ["dev"], save: false });
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "ENOTCACHED" || !fullMetadata) throw explain(error, source);
+      await rm(join(appDir, "node_modules"), { recursive: true, force: true });
+    }
   }
+  if (!tree) throw new NodeModulesError("arborist returned no tree");
   const installed = [...tree.inventory.values()].filter((node) => node !== tree && !node.isLink && !node.dev).length;
   progress.advance(installed);
   progress.done();

@@ -207,4 +207,14 @@ describe("bad input is refused with the fix named", () => {
     expect(existsSync(join(work, "x"))).toBe(false);
     expect(leftovers("x")).toEqual([]);
   });
+
+  it("an npm cache without the locked packages: names what is missing and how to fill the cache", () => {
+    const emptyCache = join(work, "empty-npm-cache");
+    const argv = [...UNSHARE_NET, process.execPath, CLI, "pack", "--device", "cpu", "--model", model, "--out", join(work, "y")];
+    const result = spawnSync(argv[0]!, argv.slice(1), { cwd: ROOT, encoding: "utf8", env: { ...process.env, npm_config_cache: emptyCache } });
+    expect(result.status).toBe(1);
+    expect(result.stderr).toMatch(/not in the npm cache at .*empty-npm-cache\/_cacache: .*registry\.npmjs\.org\/.*Run `npm ci` once with the network on/);
+    expect(existsSync(join(work, "y"))).toBe(false);
+    expect(leftovers("y")).toEqual([]);
+  });
 });
