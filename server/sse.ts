@@ -17,6 +17,9 @@ export class SseStream {
       // Reverse proxies must not buffer the stream: each block is a chunk the client is waiting for.
       "x-accel-buffering": "no",
     });
+    // Node holds headers back until the first body byte; a request waiting in the queue would look
+    // unanswered to its client until its turn.
+    this.raw.flushHeaders();
   }
 
   get open(): boolean {

@@ -62,9 +62,9 @@ export class ServerProcess {
     this.exited = new Promise((resolve) => child.on("exit", (code) => resolve(code)));
   }
 
-  /** Resolves with the first log line (past or future) whose msg is `msg`. */
-  waitForLog(msg: string, timeoutMs = 60_000): Promise<LogLine> {
-    const seen = this.logs.find((line) => line.msg === msg);
+  /** Resolves with the first log line whose msg is `msg`, among lines from index `since` on (past or future). */
+  waitForLog(msg: string, timeoutMs = 60_000, since = 0): Promise<LogLine> {
+    const seen = this.logs.slice(since).find((line) => line.msg === msg);
     if (seen) return Promise.resolve(seen);
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no "${msg}" log within ${timeoutMs} ms; stderr: ${this.stderr.join("\n")}`)), timeoutMs);

@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import OpenAI from "openai";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 
 import { makeTinyModel, type ServerProcess, startServer } from "./server-harness.js";
 
@@ -91,15 +91,24 @@ describe("a2d serve lifecycle", () => {
     expect(await server.stop()).toBe(0);
   });
 
-  describe("with an API key and no room to wait", () => {
+  describe("with an API key and room for one waiting request", () => {
     let server: ServerProcess;
     let url: string;
     const auth = { authorization: "Bearer k-123" };
 
     beforeAll(async () => {
-      server = serve(["--max-queue", "0"], { A2D_API_KEY: "k-123" });
+      server = serve(["--max-queue", "1"], { A2D_API_KEY: "k-123" });
       url = await server.url();
       await server.waitForLog("ready");
+    });
+
+    /** Each test starts on an idle engine: cancellations of the previous one have landed. */
+    beforeEach(async () => {
+      for (;;) {
+        const { queue } = (await (await fetch(`${url}/health`)).json()) as { queue: { running: number; waiting: number } };
+        if (queue.running === 0 && queue.waiting === 0) return;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
     });
 
     it("wants the key on /v1 (401 in OpenAI's shape) but not on /health", async () => {
@@ -114,6 +123,15 @@ describe("a2d serve lifecycle", () => {
 
     it("refuses past the queue bound with 429 and Retry-After", async () => {
       const running = await startStream(url, LONG, auth);
+      // The waiting one gets its stream headers at once and its first chunk only when its turn comes.
+      const waiting = new AbortController();
+      const queued = await fetch(`${url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...auth },
+        body: JSON.stringify(LONG),
+        signal: waiting.signal,
+      });
+      expect(queued.status).toBe(200);
       const refused = await fetch(`${url}/v1/completions`, {
         method: "POST",
         headers: { "content-type": "application/json", ...auth },
@@ -122,6 +140,7 @@ describe("a2d serve lifecycle", () => {
       expect(refused.status).toBe(429);
       expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
       expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("rate_limit_exceeded");
+      waiting.abort();
       running.controller.abort();
     });
 
@@ -145,6 +164,26 @@ describe("a2d serve lifecycle", () => {
       // request waited for at most a step of it.
       const msPerToken = (generations[0]!.ms as number) / Math.max(cancelledTokens, 1);
       expect(elapsed).toBeLessThan(Math.max(1500, 0.25 * msPerToken * (LONG.max_tokens - cancelledTokens)));
+    });
+
+    it("cancels a non-streaming generation whose client gives up", async () => {
+      const logsBefore = server.logs.length;
+      const controller = new AbortController();
+      const abandoned = fetch(`${url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...auth },
+        body: JSON.stringify({ ...LONG, stream: false }),
+        signal: controller.signal,
+      }).catch((error: unknown) => error);
+      // Abort once the engine has started on it (its forward passes show in /health).
+      const passes = async () => ((await (await fetch(`${url}/health`)).json()) as { forward_passes: number }).forward_passes;
+      const before = await passes();
+      while ((await passes()) === before) await new Promise((resolve) => setTimeout(resolve, 20));
+      controller.abort();
+      expect(await abandoned).toBeInstanceOf(Error);
+      const cancelled = await server.waitForLog("generation", 10_000, logsBefore);
+      expect(cancelled.finish_reason).toBe("cancelled");
+      expect(cancelled.completion_tokens as number).toBeLessThan(LONG.max_tokens);
     });
   });
 
