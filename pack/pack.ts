@@ -11,7 +11,7 @@ import { defaultNpmSource, type NpmSource, reifyProductionModules, writeAppPacka
 import { formatBytes } from "./progress.js";
 import { packRuntime } from "./runtime.js";
 import { renderServeScript } from "./serve-script.js";
-import { packWheels } from "./wheels.js";
+import { packWheels, planWheels } from "./wheels.js";
 
 export class PackError extends Error {}
 
@@ -223,6 +223,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
   }
   const plan = await planModel(modelDir);
   const addons = await findAddons(options);
+  const wheels = options.withWheels ? await planWheels(resolve(options.wheelsDir ?? join(PROJECT_ROOT, "wheels"))) : null;
   const nodeBinary = resolve(options.nodeBinary ?? process.execPath);
   const version = a2dVersion();
   for (const warning of addons.warnings) log(`\n!!! ${warning}\n`);
@@ -247,7 +248,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
     for (const addon of addonPaths) await copyFile(addon, join(tempDir, "engine", basename(addon)));
 
     const placed = await placeModel(modelDir, tempDir, plan);
-    if (options.withWheels) await packWheels(tempDir, options.wheelsDir ?? join(PROJECT_ROOT, "wheels"), log);
+    if (wheels) await packWheels(tempDir, wheels, log);
 
     await mkdir(join(tempDir, STATE_DIR, "cuda-cache"), { recursive: true });
     const requiredFiles = [

@@ -38,7 +38,14 @@ export function parseWheelName(file: string): Requirement | null {
   return { name: normalizeName(parts[0]!), version: parts[1]!.split("+")[0]! };
 }
 
-export async function packWheels(outDir: string, wheelsDir: string, log: (line: string) => void): Promise<void> {
+export interface WheelsPlan {
+  dir: string;
+  wheels: string[];
+  requirementsPath: string;
+}
+
+/** Checked before anything is built: every pinned requirement needs its wheel in `wheelsDir`. */
+export async function planWheels(wheelsDir: string): Promise<WheelsPlan> {
   const requirementsPath = join(PROJECT_ROOT, "convert", "requirements.txt");
   const requirements = parseRequirements(await readFile(requirementsPath, "utf8"));
   const wheels = (await readdir(wheelsDir).catch(() => [] as string[])).filter((f) => f.endsWith(".whl")).sort();
@@ -50,10 +57,14 @@ export async function packWheels(outDir: string, wheelsDir: string, log: (line: 
         `\`.venv/bin/python -m pip download -r convert/requirements.txt -d ${wheelsDir}\` (network on), or pass --wheels DIR`,
     );
   }
+  return { dir: wheelsDir, wheels, requirementsPath };
+}
+
+export async function packWheels(outDir: string, plan: WheelsPlan, log: (line: string) => void): Promise<void> {
   const target = join(outDir, "wheels");
   await mkdir(target, { recursive: true });
-  for (const wheel of wheels) await copyFile(join(wheelsDir, wheel), join(target, wheel));
-  await copyFile(requirementsPath, join(target, "requirements.txt"));
+  for (const wheel of plan.wheels) await copyFile(join(plan.dir, wheel), join(target, wheel));
+  await copyFile(plan.requirementsPath, join(target, "requirements.txt"));
   const python = join(PROJECT_ROOT, ".venv", "bin", "python");
   const built = await execa(
     python,
@@ -69,5 +80,5 @@ export async function packWheels(outDir: string, wheelsDir: string, log: (line: 
     "Offline install of the a2d converter (Python >= 3.10):\n" +
       "  python -m pip install --no-index --find-links wheels -r wheels/requirements.txt wheels/a2d_convert-*.whl\n",
   );
-  log(`wheels: ${wheels.length} dependency wheels + a2d_convert`);
+  log(`wheels: ${plan.wheels.length} dependency wheels + a2d_convert`);
 }

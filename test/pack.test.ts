@@ -196,11 +196,14 @@ describe("bad input is refused with the fix named", () => {
     return result.stderr;
   };
 
-  it("a missing model folder, a plain AR model, an existing --out, missing addons", () => {
+  it("a missing model folder, a plain AR model, an existing --out, missing addons, missing wheels", () => {
     expect(refuse(["--model", join(work, "nope"), "--out", join(work, "x")])).toMatch(/model folder .*nope does not exist/);
     expect(refuse(["--model", join(work, "tiny", "base"), "--out", join(work, "x")])).toMatch(/has no "a2d" section.*a2d_convert init/);
     expect(refuse(["--model", model, "--out", out])).toMatch(/already exists; pass --force/);
     expect(refuse(["--model", model, "--out", join(work, "x"), "--cpu-addon", join(work, "none.node")])).toMatch(/npm run build:engine/);
+    expect(refuse(["--model", model, "--out", join(work, "x"), "--with-wheels", "--wheels", join(work, "no-wheels")])).toMatch(
+      /no-wheels lacks wheels for torch==2\.13\.0, .*pip download -r convert\/requirements\.txt/,
+    );
     const cuda = spawnSync(process.execPath, [CLI, "pack", "--device", "cuda", "--cuda-addon", join(work, "none.node"), "--model", model, "--out", join(work, "x")], { encoding: "utf8" });
     expect(cuda.status).toBe(1);
     expect(cuda.stderr).toMatch(/npm run build:cuda/);
