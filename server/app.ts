@@ -28,8 +28,8 @@ export function buildApp(ctx: ServerContext, logger: FastifyBaseLogger): App {
     bodyLimit: BODY_LIMIT,
     // A drain answers new requests itself (OpenAI-shaped 503), not with fastify's plain one.
     return503OnClosing: false,
-    // Readiness probes poll /health many times a second; the hook below logs requests by their worth.
-    logController: new LogController({ disableRequestLogging: true }),
+    // Readiness probes poll /health many times a second: only the other routes get fastify's request lines.
+    logController: new LogController({ disableRequestLogging: (request) => request.url.startsWith("/health") }),
     ajv: {
       // No coercion: "0.5" is not a temperature. Verbose errors carry the union descriptions shown to clients.
       customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, verbose: true },
@@ -43,11 +43,6 @@ export function buildApp(ctx: ServerContext, logger: FastifyBaseLogger): App {
     sendError(reply, new ApiError("not_found", `Unknown route: ${request.method} ${request.url.split("?")[0]}.`)),
   );
   if (ctx.apiKey !== null) requireApiKey(app, ctx.apiKey);
-  app.addHook("onResponse", async (request, reply) => {
-    const line = { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) };
-    if (request.url.startsWith("/health")) request.log.debug(line, "request");
-    else request.log.info(line, "request");
-  });
 
   registerHealthRoute(app, ctx);
   registerModelsRoutes(app, ctx);
