@@ -340,7 +340,7 @@ function milestones(events: StraceEvent[], inner: InnerResult, folder: string): 
   return list.sort((a, b) => a.t - b.t);
 }
 
-const WEIGHTS_PHASE = "weights + first forward (CPU)";
+const WEIGHTS_PHASE = "weights load → ready (CPU)";
 
 const round3 = (x: number) => Math.round(x * 1000) / 1000;
 
@@ -550,7 +550,7 @@ export function formatReport(report: SimulationReport): string {
     lines.push(`  ${phase.name.padEnd(52)} ${phase.seconds.toFixed(2).padStart(8)}  ${phase.kind}${note}`);
   }
   if (report.cuda_prediction) {
-    lines.push("", `  if packed with the CUDA engine (this folder is CPU-only), instead of the CPU weights + first forward:`);
+    lines.push("", `  if packed with the CUDA engine (this folder is CPU-only), instead of the CPU weights load:`);
     for (const phase of report.cuda_prediction.phases) lines.push(`  ${phase.name.padEnd(52)} ${phase.seconds.toFixed(2).padStart(8)}  ${phase.kind}`);
   }
   const fmt = (s: number | null) => (s === null ? "n/a" : `${s.toFixed(2)} s`);

@@ -63,7 +63,7 @@ describe("simulate-startup", () => {
     expect(report.measured_ready_s).toBeLessThan(90);
     expect(report.predicted_ready_s).toBe(report.measured_ready_s); // a CPU folder: nothing to predict
     const names = report.phases.map((p) => p.name);
-    for (const phase of ["shell", "node start", "server modules", "listening (503)", "tokenizer + template", "addon load", "weights + first forward (CPU)"]) {
+    for (const phase of ["shell", "node start", "server modules", "listening (503)", "tokenizer + template", "addon load", "weights load → ready (CPU)"]) {
       expect(names).toContain(phase);
     }
     expect(report.phases.every((p) => p.kind === "measured" && p.seconds >= 0)).toBe(true);
