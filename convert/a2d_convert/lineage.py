@@ -75,13 +75,13 @@ def command_line() -> str:
 
 
 def software_versions() -> dict[str, str]:
-    from importlib.metadata import version
-
     import torch
     import transformers
 
+    from . import __version__
+
     return {
-        "a2d_convert": version("a2d_convert"),
+        "a2d_convert": __version__,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
