@@ -49,8 +49,7 @@ export class Admission {
     this.cancel("client");
   }
 
-  /** Gives the place back without running (the request failed before it started). */
-  release(): void {
+  private release(): void {
     this.ctx.inflight.delete(this.controller);
     this.done();
   }
