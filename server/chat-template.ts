@@ -39,6 +39,9 @@ export class ChatTemplate {
     const variables: Record<string, unknown> = {
       ...this.specialTokens,
       messages,
+      // transformers passes these as None: "tools is not none" must be false, not true as for undefined.
+      tools: null,
+      documents: null,
       add_generation_prompt: true,
     };
     if (options.enableThinking !== undefined) variables.enable_thinking = options.enableThinking;

@@ -21,6 +21,7 @@ THINK = [AddedToken(tag, normalized=False, special=False) for tag in ("<think>",
 # A ChatML template with an optional thinking switch; written for these tests, exercising the Jinja
 # features real templates use (loops, namespaces, string tests, slicing, filters, bos_token).
 CHAT_TEMPLATE = """{{- bos_token -}}
+{%- if tools is not none or documents is not none -%}tools: {{ tools | tojson }}{%- endif -%}
 {%- set ns = namespace(system='') -%}
 {%- if messages[0]['role'] == 'system' -%}
 {%- set ns.system = messages[0]['content'] -%}
