@@ -210,10 +210,6 @@ function programOf(events: StraceEvent[]): (pid: number, t: number) => string {
   };
 }
 
-interface Judged {
-  problems: Problem[];
-}
-
 function judgeRun(
   outcome: RunOutcome,
   folder: string,
@@ -221,7 +217,7 @@ function judgeRun(
   label: string,
   deadlineS: number,
   missingFromManifest: Set<string>,
-): Judged {
+): Problem[] {
   const problems: Problem[] = [];
   const add = (problem: Problem) => {
     if (!problems.some((p) => p.cause === problem.cause && p.detail === problem.detail)) problems.push(problem);
@@ -290,7 +286,7 @@ function judgeRun(
   const inner = outcome.inner;
   if (!inner) {
     add({ cause: "isolation", detail: outcome.innerError ?? "the namespace runner gave no result" });
-    return { problems };
+    return problems;
   }
   if (!inner.loopbackUp) add({ cause: "isolation", detail: "could not bring loopback up in the network namespace (`ip link set lo up`)" });
   const logLines = outcome.log.trim().split("\n");
@@ -308,7 +304,7 @@ function judgeRun(
   } else if (inner.chat && (inner.chat.status !== 200 || !chatAnswered(inner.chat.body))) {
     add({ cause: "start-failed", detail: `ready, but the first chat request failed (HTTP ${inner.chat.status}): ${JSON.stringify(inner.chat.body).slice(0, 300)}` });
   }
-  return { problems };
+  return problems;
 }
 
 function chatAnswered(body: unknown): boolean {
@@ -367,7 +363,7 @@ async function numLayers(folder: string): Promise<number> {
   }
 }
 
-async function hasNvidiaGpu(): Promise<boolean> {
+function hasNvidiaGpu(): boolean {
   return existsSync("/dev/nvidiactl") || existsSync("/proc/driver/nvidia/version");
 }
 
@@ -437,7 +433,7 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
 
     log(`starting serve.sh (cpu) in a fresh network namespace, budget ${budgetS} s`);
     const cpu = await runServe({ folder, sandbox, device: "cpu", deadlineS: budgetS, strace, label: "cpu" });
-    problems.push(...judgeRun(cpu, folder, sandbox, "cpu", budgetS, new Set(manifestCheck.missing)).problems);
+    problems.push(...judgeRun(cpu, folder, sandbox, "cpu", budgetS, new Set(manifestCheck.missing)));
 
     const isolation: Isolation = {
       network_namespace: cpu.inner?.loopbackUp ?? false,
@@ -491,13 +487,13 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
 
     let gpuRun: GpuRun | undefined;
     if (options.gpuRun) {
-      if (!(await hasNvidiaGpu())) {
+      if (!hasNvidiaGpu()) {
         problems.push({ cause: "isolation", detail: "--gpu-run: no NVIDIA GPU on this machine (/dev/nvidiactl missing)" });
       } else {
         await evict(files.map((f) => join(folder, f.path)));
         log("starting serve.sh (cuda) for real on this GPU");
         const run = await runServe({ folder, sandbox, device: "cuda", deadlineS: budgetS, strace, label: "cuda" });
-        const judged = judgeRun(run, folder, sandbox, "cuda", budgetS, new Set(manifestCheck.missing)).problems;
+        const judged = judgeRun(run, folder, sandbox, "cuda", budgetS, new Set(manifestCheck.missing));
         problems.push(...judged);
         gpuRun = {
           ready_s: run.inner?.readyT != null ? run.inner.readyT - run.inner.launchT : null,
