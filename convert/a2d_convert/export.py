@@ -350,9 +350,12 @@ def locate_base_weights(base: Path, pins: dict, scratch: Path, import_base) -> P
         return base
     sources = pins["source_files"]
     if base.is_file():
-        if base.name not in sources or lin.sha256_file(base) != sources[base.name]["sha256"]:
-            want = ", ".join(f"{k} (sha256 {v['sha256'][:16]}…)" for k, v in sources.items())
-            raise A2DError(f"--base {base}: not the pinned base; the delta needs {want}")
+        # A downloaded base keeps whatever name its host gives it; only its content is pinned.
+        models = {k: v for k, v in sources.items() if not k.startswith("tokenizer/")}
+        got = lin.sha256_file(base)
+        if not any(rec["sha256"] == got for rec in models.values()):
+            want = ", ".join(f"sha256 {v['sha256'][:16]}… (recorded as {k})" for k, v in models.items())
+            raise A2DError(f"--base {base}: not the pinned base (its sha256 is {got[:16]}…); the delta needs {want}")
     elif base.is_dir():
         for name, rec in sources.items():
             if name.startswith("tokenizer/"):

@@ -102,6 +102,20 @@ def test_delta_rebuilds_the_weights_bit_for_bit_from_the_gguf(converted, tmp_pat
         rebuild(wrong, delta, tmp_path / "nope")
 
 
+def test_rebuild_matches_the_base_gguf_by_sha256_not_by_name(converted, tmp_path):
+    root, gguf_file, model = converted
+    renamed = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    shutil.copyfile(gguf_file, renamed)
+    out = rebuild(renamed, root / "delta", tmp_path / "rebuilt")
+    assert sha256_file(out / "model.safetensors") == sha256_file(model / "model.safetensors")
+    same_name = tmp_path / "other" / gguf_file.name
+    same_name.parent.mkdir()
+    same_name.write_bytes(gguf_file.read_bytes()[:-1] + b"\x00")
+    refusal = r"not the pinned base \(its sha256 is [0-9a-f]{16}…\); the delta needs sha256 [0-9a-f]{16}… \(recorded as tiny-base.gguf\)"
+    with pytest.raises(A2DError, match=refusal):
+        rebuild(same_name, root / "delta", tmp_path / "nope")
+
+
 def reference_generate(model: Path, prompt: str, max_tokens: int, temperature: float, seed: int) -> list[int]:
     net, _, a2d = load_transformer(model)
     ids = load_prompt_codec(model).encode_chat([{"role": "user", "content": prompt}])
