@@ -453,18 +453,10 @@ class ChatTokenizer:
         return ids
 
     def render(self, messages: list[dict[str, str]], add_generation_prompt: bool, enable_thinking: str) -> str:
-        from .prompts import _compile
-
         if not self.has_template:
             raise A2DError(f"{self.folder}: the tokenizer has no chat template, so chat rows cannot be rendered")
-        extra = {} if not enable_thinking else {"enable_thinking": enable_thinking == "true"}
-        return _compile(self.codec.chat_template).render(
-            messages=messages,
-            tools=None,
-            documents=None,
-            add_generation_prompt=add_generation_prompt,
-            **{**self.codec.special_tokens, **extra},
-        )
+        thinking = None if not enable_thinking else enable_thinking == "true"
+        return self.codec.render_chat(messages, thinking, add_generation_prompt=add_generation_prompt)
 
     def encode(self, text: str, add_special_tokens: bool):
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)

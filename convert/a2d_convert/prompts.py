@@ -31,7 +31,9 @@ class PromptCodec:
         """With the tokenizer's own special tokens (its post-processor decides, e.g. a BOS)."""
         return self.tokenizer.encode(text, add_special_tokens=True).ids
 
-    def render_chat(self, messages: list[dict], enable_thinking: bool | None = None) -> str:
+    def render_chat(self, messages: list[dict], enable_thinking: bool | None = None, add_generation_prompt: bool = True) -> str:
+        """The template's text for MESSAGES; with the generation prompt for a reply to be decoded, without
+        it for a whole conversation (training data)."""
         if self.chat_template is None:
             raise A2DError(
                 f"{self.source}: no chat template (tokenizer_config.json 'chat_template' or chat_template.jinja); "
@@ -43,7 +45,7 @@ class PromptCodec:
                 messages=messages,
                 tools=None,
                 documents=None,
-                add_generation_prompt=True,
+                add_generation_prompt=add_generation_prompt,
                 **{**self.special_tokens, **extra},
             )
         except Exception as error:  # jinja2 raises many types; all mean the template cannot render this chat
