@@ -27,7 +27,13 @@ export interface CodeRunOptions {
   limits?: Partial<SandboxLimits>;
 }
 
-const DRIVER = readFileSync(evalFile("sandbox_driver.py"), "utf8");
+// Read on first use: the CLI imports this module for every command, and `a2d serve` must start without
+// eval's Python files.
+let driver: string | undefined;
+function sandboxDriver(): string {
+  driver ??= readFileSync(evalFile("sandbox_driver.py"), "utf8");
+  return driver;
+}
 
 export async function runCodeTests(
   code: string,
@@ -49,7 +55,7 @@ export async function runCodeTests(
 
 async function runStdinTest(code: string, test: CodeTest, options: CodeRunOptions): Promise<string | null> {
   const result = await runSandboxed({
-    files: { "solution.py": code, "driver.py": DRIVER },
+    files: { "solution.py": code, "driver.py": sandboxDriver() },
     argv: [options.python, "driver.py", "stdin"],
     stdin: test.input,
     limits: options.limits,
@@ -72,7 +78,7 @@ async function runFunctionalTest(
   const result = await runSandboxed({
     files: {
       "solution.py": code,
-      "driver.py": DRIVER,
+      "driver.py": sandboxDriver(),
       "args.json": JSON.stringify(args),
       "expected.json": test.output,
       "nonce.txt": nonce,

@@ -150,8 +150,8 @@ async function copyCompiledApp(outDir: string): Promise<void> {
     }
   }
   await walk("");
-  // dist/eval finds its Python helpers at ../../eval (eval/paths.ts), and the CLI loads that module for
-  // every command, `serve` included; tsc does not copy .py files.
+  // dist/eval finds its Python helpers at ../../eval (eval/paths.ts); tsc does not copy .py files.
+  // `serve` never reads them, but `a2d eval` run from the packed folder does.
   const evalDir = join(PROJECT_ROOT, "eval");
   const helpers = existsSync(evalDir) ? (await readdir(evalDir)).filter((f) => f.endsWith(".py")) : [];
   if (helpers.length > 0) await mkdir(join(outDir, "app", "eval"), { recursive: true });
