@@ -5,7 +5,7 @@ import { InvalidArgumentError, type Command } from "commander";
 
 import { BENCHMARK_NAMES, isBenchmarkName, type BenchmarkName } from "../../eval/normalize.js";
 import { formatReport } from "../../eval/report.js";
-import { runEval } from "../../eval/run-eval.js";
+import { runEval, type EvalOptions } from "../../eval/run-eval.js";
 
 export function positiveInt(value: string): number {
   const number = Number(value);
@@ -40,24 +40,19 @@ function benchmarkList(value: string): BenchmarkName[] {
   return names as BenchmarkName[];
 }
 
-interface EvalFlags {
-  url: string;
+/** Flags that are runEval options under the same name; the rest are renamed or converted below. */
+type SharedFlags = Pick<
+  EvalOptions,
+  "url" | "limit" | "concurrency" | "maxTokens" | "temperature" | "topP" | "seed" | "extraBody" | "model" | "apiKey" | "graderPython"
+>;
+
+interface EvalFlags extends SharedFlags {
   data: string;
   bench?: BenchmarkName[];
-  limit?: number;
-  concurrency: number;
-  maxTokens: number;
-  temperature?: number;
-  topP?: number;
-  seed?: number;
-  extraBody?: Record<string, unknown>;
-  model?: string;
-  apiKey?: string;
   json?: boolean;
   cache?: string;
   details?: string;
   python: string;
-  graderPython?: string;
   codeTimeout: number;
   progress: boolean;
 }
@@ -87,27 +82,19 @@ export function register(program: Command): void {
     .option("--no-progress", "no progress bar")
     .action(async (flags: EvalFlags) => {
       if (!existsSync(flags.python)) throw new Error(`--python ${flags.python} does not exist; pass an interpreter path every user can run`);
+      const { data, bench, json, cache, details, python, codeTimeout, progress, ...shared } = flags;
       const run = await runEval({
-        url: flags.url,
-        dataDir: flags.data,
-        benchmarks: flags.bench,
-        limit: flags.limit,
-        concurrency: flags.concurrency,
-        maxTokens: flags.maxTokens,
-        temperature: flags.temperature,
-        topP: flags.topP,
-        seed: flags.seed,
-        extraBody: flags.extraBody,
-        model: flags.model,
-        apiKey: flags.apiKey ?? process.env.OPENAI_API_KEY,
-        cacheFile: flags.cache,
-        detailsFile: flags.details,
-        codePython: flags.python,
-        graderPython: flags.graderPython,
-        codeLimits: { timeoutMs: flags.codeTimeout * 1000 },
-        progress: flags.progress && process.stderr.isTTY === true,
+        ...shared,
+        dataDir: data,
+        benchmarks: bench,
+        apiKey: shared.apiKey ?? process.env.OPENAI_API_KEY,
+        cacheFile: cache,
+        detailsFile: details,
+        codePython: python,
+        codeLimits: { timeoutMs: codeTimeout * 1000 },
+        progress: progress && process.stderr.isTTY === true,
         log: (line) => process.stderr.write(`${line}\n`),
       });
-      process.stdout.write(flags.json ? `${JSON.stringify(run.report)}\n` : formatReport(run.report, run.model));
+      process.stdout.write(json ? `${JSON.stringify(run.report)}\n` : formatReport(run.report, run.model));
     });
 }
