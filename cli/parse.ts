@@ -18,3 +18,10 @@ export function numberIn(name: string, min: number, max: number): (value: string
     return parsed;
   };
 }
+
+/** For a value checked in the action (a string default, so commander's parser would not see it). */
+export function positiveNumber(flag: string, value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new Error(`${flag} must be a positive number, not "${value}"`);
+  return n;
+}

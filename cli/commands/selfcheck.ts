@@ -2,18 +2,14 @@
 // readiness, /health, chat in the OpenAI shape (non-stream, stream, reasoning) and single-stream speed.
 import type { Command } from "commander";
 
+import { positiveNumber } from "../parse.js";
+
 interface SelfcheckFlags {
   url?: string;
   json?: boolean;
   budget: string;
   minTps?: string;
   maxTokens: string;
-}
-
-function positiveNumber(flag: string, value: string): number {
-  const n = Number(value);
-  if (!Number.isFinite(n) || n <= 0) throw new Error(`${flag} must be a positive number, not "${value}"`);
-  return n;
 }
 
 export function register(program: Command): void {

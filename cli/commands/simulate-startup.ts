@@ -1,6 +1,8 @@
 // `a2d simulate-startup DIR`: prove a packed folder starts offline, cold and in budget (docs/cold-start.md).
 import type { Command } from "commander";
 
+import { positiveNumber } from "../parse.js";
+
 interface SimulateFlags {
   json?: boolean;
   budget: string;
@@ -8,12 +10,6 @@ interface SimulateFlags {
   figures?: string;
   diskRate?: string;
   gpuRun?: boolean;
-}
-
-function positiveNumber(flag: string, value: string): number {
-  const n = Number(value);
-  if (!Number.isFinite(n) || n <= 0) throw new Error(`${flag} must be a positive number, not "${value}"`);
-  return n;
 }
 
 export function register(program: Command): void {
