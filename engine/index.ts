@@ -7,7 +7,7 @@ import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type {
   BlockEvent,
-  CommitPolicy,
+  DecodingDefaults,
   Device,
   Engine,
   FinishReason,
@@ -15,7 +15,6 @@ import type {
   GenerateResult,
   LoadOptions,
   ModelInfo,
-  Remasking,
   TraceStep,
 } from "./types.js";
 
@@ -32,31 +31,17 @@ export class InvalidDecodeParamError extends RangeError {
   }
 }
 
-interface NativeParams {
+/** Every decoding parameter resolved: the addon applies no defaults of its own. */
+interface NativeParams extends DecodingDefaults {
   maxTokens: number;
-  blockSize: number;
-  threshold: number;
-  minPerStep: number;
-  steps: number;
-  temperature: number;
-  topP: number;
-  remasking: Remasking;
-  commit: CommitPolicy;
   seed: bigint;
   eosTokenIds: number[];
   trace: boolean;
 }
 
-interface NativeTraceStep {
-  forward: number;
-  blockStart: number;
-  step: number;
-  candidates: number[];
-  revealed: Array<[number, number, number]>;
-}
-
+/** The addon always returns the trace (empty unless asked for); toResult drops it when not asked for. */
 interface NativeResult extends Omit<GenerateResult, "trace"> {
-  trace: NativeTraceStep[];
+  trace: TraceStep[];
 }
 
 interface NativeEngine {
