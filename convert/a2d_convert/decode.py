@@ -30,19 +30,13 @@ from .rng import MASK64, SplitMix64
 ForwardFn = Callable[[Sequence[int], Sequence[int], Sequence[int]], Any]
 
 
-@dataclass(frozen=True)
-class DecodeParams:
-    """Every parameter of docs/decoding.md "Parameters"; nothing is left to model defaults here."""
+@dataclass(frozen=True, kw_only=True)
+class DecodeParams(DecodingDefaults):
+    """Every parameter of docs/decoding.md "Parameters": the ones a model sets defaults for (inherited)
+    and the per-request ones; nothing is left to model defaults here."""
 
     max_tokens: int
     block_size: int = 4
-    threshold: float = 0.9
-    min_per_step: int = 1
-    steps: int = 0
-    temperature: float = 0.0
-    top_p: float = 1.0
-    remasking: str = "low_confidence"
-    commit: str = "fused"
     seed: int = 0
     eos_token_ids: tuple[int, ...] = ()
 
