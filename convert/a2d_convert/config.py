@@ -159,6 +159,22 @@ class DecodingDefaults:
     commit: str = "fused"
 
 
+def add_decoding_flags(parser) -> None:
+    """One flag per DecodingDefaults field, for the commands that override a model's defaults."""
+    parser.add_argument("--threshold", type=float)
+    parser.add_argument("--min-per-step", type=int)
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--top-p", type=float)
+    parser.add_argument("--remasking", choices=REMASKING)
+    parser.add_argument("--commit", choices=COMMIT)
+
+
+def decoding_flags(args) -> dict:
+    """The add_decoding_flags values by field name; None where the flag was left out (the default holds)."""
+    return {name: getattr(args, name) for name in DecodingDefaults.__dataclass_fields__}
+
+
 @dataclass(frozen=True)
 class A2DSection:
     """config.json's "a2d" section (docs/model-format.md)."""

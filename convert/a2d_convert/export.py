@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import lineage as lin
-from .config import read_json, write_json
+from .config import add_decoding_flags, decoding_flags, read_json, write_json
 from .errors import A2DError
 from .tiny import prepare_out_dir
 
@@ -52,7 +52,6 @@ CARRIED = (
     "chat_template.jinja",
     "chat_template.json",
 )
-DECODING_FLAGS = ("threshold", "min_per_step", "steps", "temperature", "top_p", "remasking", "commit")
 
 
 # --------------------------------------------------------------------------------------------- export
@@ -388,13 +387,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", type=Path, required=True, help="the model folder to write")
     p.add_argument("--delta", type=Path, help="also write a delta folder against the pinned base (for `rebuild`)")
     p.add_argument("--probes", type=Path, help="evaluate-probes result whose 'recommended' decoding becomes the default")
-    p.add_argument("--threshold", type=float)
-    p.add_argument("--min-per-step", type=int)
-    p.add_argument("--steps", type=int)
-    p.add_argument("--temperature", type=float)
-    p.add_argument("--top-p", type=float)
-    p.add_argument("--remasking", choices=["low_confidence", "random"])
-    p.add_argument("--commit", choices=["fused", "separate"])
+    add_decoding_flags(p)
     p.add_argument("--force", action="store_true", help="overwrite non-empty output folders")
     p.set_defaults(run=run_export)
 
@@ -412,8 +405,7 @@ def add_parser(subparsers) -> None:
 
 
 def run_export(args) -> int:
-    flags = {name: getattr(args, name) for name in DECODING_FLAGS}
-    out = export(args.checkpoint, args.out, flags, args.probes, args.delta, args.force)
+    out = export(args.checkpoint, args.out, decoding_flags(args), args.probes, args.delta, args.force)
     lineage = lin.read_lineage(out)
     print(json.dumps({"out": str(out), "weights_sha256": lineage["shipped"]["weights_sha256"], "delta": lineage.get("delta")}, indent=2))
     return 0

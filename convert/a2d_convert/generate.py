@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import load_config
+from .config import add_decoding_flags, decoding_flags, load_config
 from .errors import A2DError
 
 DEFAULT_MAX_TOKENS = 128
@@ -28,13 +28,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-think", action="store_true", help="render the chat template with enable_thinking=false")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     p.add_argument("--block-size", type=int)
-    p.add_argument("--threshold", type=float)
-    p.add_argument("--min-per-step", type=int)
-    p.add_argument("--steps", type=int)
-    p.add_argument("--remasking", choices=["low_confidence", "random"])
-    p.add_argument("--commit", choices=["fused", "separate"])
-    p.add_argument("--temperature", type=float)
-    p.add_argument("--top-p", type=float)
+    add_decoding_flags(p)
     p.add_argument("--seed", type=int, default=0)
     # One thread: the reference exists to be exact, and tiny models run fastest on one core.
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
@@ -59,14 +53,8 @@ def run(args: argparse.Namespace) -> int:
         block_size=args.block_size if args.block_size is not None else a2d.block_size,
         max_tokens=args.max_tokens,
         eos_token_ids=a2d.eos_token_ids,
-        threshold=args.threshold,
-        min_per_step=args.min_per_step,
-        steps=args.steps,
-        remasking=args.remasking,
-        commit=args.commit,
-        temperature=args.temperature,
-        top_p=args.top_p,
         seed=args.seed,
+        **decoding_flags(args),
     ).validate("generate flags")
 
     from .prompts import load_prompt_codec
