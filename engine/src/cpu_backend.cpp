@@ -25,6 +25,9 @@ class CpuBackend final : public Backend {
         weights_(model.weights),
         pool_(options.threads > 0 ? options.threads
                                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {
+    // The kernels read the weights in place from the mapped files: read them in now, so that a loaded
+    // engine is ready (the first forward would otherwise wait on the disk for every weight).
+    for (const auto& file : model.files) file->read_through();
     for (const LayerWeights& L : weights_.layers) {
       layers_.push_back({cpu::to_fp32(L.input_norm), cpu::to_fp32(L.post_norm), cpu::to_fp32(L.q_norm),
                          cpu::to_fp32(L.k_norm), cpu::to_fp32(L.q_bias), cpu::to_fp32(L.k_bias),

@@ -36,6 +36,10 @@ class SafetensorsFile {
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
   const void* data(const TensorInfo& info) const { return data_start_ + info.offset; }
 
+  // Reads the whole file into memory now and maps every page, so that later reads of the tensors never
+  // wait on the disk. Blocks until done; memory use is the page cache the reads would fill anyway.
+  void read_through() const;
+
  private:
   std::string path_;
   void* map_ = nullptr;

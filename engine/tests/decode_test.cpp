@@ -1,5 +1,7 @@
 // Model-free tests of the CPU backend and the decode loop on tiny random models written by the test.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -136,7 +138,44 @@ DecodeParams greedy(int64_t max_tokens) {
   return p;
 }
 
+// Pages of the model's tensors not mapped into this process (the present bit of /proc/self/pagemap):
+// a page is mapped only once something has read it through this mapping.
+size_t unmapped_weight_pages(const Model& model) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  REQUIRE_MESSAGE(fd >= 0, "/proc/self/pagemap must be readable");
+  size_t unmapped = 0;
+  for (const auto& file : model.files) {
+    for (const auto& [name, info] : file->tensors()) {
+      if (info.nbytes == 0) continue;
+      const auto begin = reinterpret_cast<uintptr_t>(file->data(info));
+      for (uintptr_t p = begin / page; p <= (begin + info.nbytes - 1) / page; ++p) {
+        uint64_t entry = 0;
+        if (::pread(fd, &entry, sizeof entry, static_cast<off_t>(p * sizeof entry)) != sizeof entry) {
+          FAIL("cannot read /proc/self/pagemap");
+        }
+        if ((entry >> 63) == 0) ++unmapped;
+      }
+    }
+  }
+  ::close(fd);
+  return unmapped;
+}
+
 }  // namespace
+
+TEST_CASE("cpu backend: the weights are read in at load, before the first forward") {
+  // About 10 MB of weights: far more pages than the kernel maps around the few that loading reads.
+  TinyShape shape;
+  shape.hidden = 256;
+  shape.intermediate = 512;
+  shape.head_dim = 64;
+  shape.vocab = 8192;
+  auto model = load_model(write_tiny_model("backend-read-in", shape, 21));
+  REQUIRE(unmapped_weight_pages(*model) > 1000);  // loading the model alone reads almost none
+  auto backend = make_cpu_backend(*model, BackendOptions{1, 0});
+  CHECK(unmapped_weight_pages(*model) == 0);
+}
 
 TEST_CASE("cpu forward matches a plain double-precision forward for every architecture switch") {
   struct Case {
