@@ -4,6 +4,7 @@
 import { Command } from "commander";
 
 import { register as registerGenerate } from "./commands/generate.js";
+import { register as registerGenerateBatch } from "./commands/generate-batch.js";
 import { register as registerServe } from "./commands/serve.js";
 import { register as registerPack } from "./commands/pack.js";
 import { register as registerVerify } from "./commands/verify.js";
@@ -21,6 +22,7 @@ program
   .version("0.1.0");
 
 registerGenerate(program);
+registerGenerateBatch(program);
 registerServe(program);
 registerPack(program);
 registerVerify(program);

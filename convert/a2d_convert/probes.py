@@ -7,7 +7,9 @@ letter counts, multiple choice on everyday facts), or a user's JSONL of training
 
 The base answers greedily, token by token, with the reference Transformer under a plain causal mask;
 the converted model answers with the reference block-diffusion decoder (docs/decoding.md) at every
-threshold asked for. Reported per family and overall: accuracy, agreement with the base (same
+threshold asked for, or with `--engine cpu` the C++ engine, which decodes the same rule bit for bit and
+much faster: prompts are tokenized here, every threshold's requests go as token ids to one
+`a2d generate-batch` process (the built CLI, dist/cli/main.js), and its token ids are decoded here. Reported per family and overall: accuracy, agreement with the base (same
 extracted answer), tokens per forward. `recommended` is the decoding with the most tokens per forward
 among thresholds whose accuracy is within `--tolerance` of the best threshold's; `export --probes`
 takes it as the model's default and records this file's sha256 in decoder_config.json.
@@ -16,9 +18,13 @@ takes it as the model's default and records this file's sha256 in decoder_config
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import re
+import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +36,8 @@ from .config import write_json
 from .errors import A2DError
 
 CHECKS = ("number", "choice", "contains", "exact", "math")
+ENGINES = ("reference", "cpu")
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -163,19 +171,64 @@ def ar_answer(model, ids: list[int], max_tokens: int, eos: set[int]) -> tuple[li
     from .model import BlockForward
 
     forward = BlockForward(model)
-    logits = forward(ids, [], [len(ids) - 1])
     out: list[int] = []
-    passes = 1
-    while len(out) < max_tokens:
-        token = int(torch.argmax(logits[0]))
-        if token in eos:
-            break
-        out.append(token)
-        if len(out) == max_tokens:
-            break
-        logits = forward([token], [], [0])
-        passes += 1
+    with torch.inference_mode():
+        logits = forward(ids, [], [len(ids) - 1])
+        passes = 1
+        while len(out) < max_tokens:
+            token = int(torch.argmax(logits[0]))
+            if token in eos:
+                break
+            out.append(token)
+            if len(out) == max_tokens:
+                break
+            logits = forward([token], [], [0])
+            passes += 1
     return out, passes
+
+
+def reference_answers(model_dir: Path, device: str, a2d, prompts: list[list[int]], params: list) -> list[tuple[list[int], int]]:
+    """The reference block-diffusion decoder: (tokens, forward passes) per (prompt, params) pair."""
+    import torch
+
+    from .decode import decode
+    from .model import BlockForward, load_transformer
+
+    model, _, _ = load_transformer(model_dir, device)
+    answers = []
+    with torch.inference_mode():
+        for ids, p in tqdm(list(zip(prompts, params)), desc="diffusion (reference)", unit="probe"):
+            result = decode(BlockForward(model), ids, p, mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits)
+            answers.append((result.token_ids, result.forward_passes))
+    return answers
+
+
+def engine_params(params) -> dict[str, Any]:
+    """Every DecodeParams field, named as engine/types.ts names it: nothing is left to the engine's defaults."""
+    return {re.sub(r"_(\w)", lambda m: m.group(1).upper(), k): v for k, v in dataclasses.asdict(params).items()}
+
+
+def engine_answers(model_dir: Path, threads: int, prompts: list[list[int]], params: list, cli: Path = REPO / "dist" / "cli" / "main.js") -> list[tuple[list[int], int]]:
+    """The C++ CPU engine through one `a2d generate-batch` process: (tokens, forward passes) per pair."""
+    node = shutil.which("node")
+    if node is None:
+        raise A2DError("--engine cpu needs Node.js (`node` on PATH) and the built engine (`npm run build`)")
+    if not cli.is_file():
+        raise A2DError(f"--engine cpu: {cli} is missing; build the CLI and the engine with `npm run build` in {REPO}")
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", encoding="utf-8") as requests:
+        for ids, p in zip(prompts, params):
+            requests.write(json.dumps({"prompt_ids": ids, "params": engine_params(p)}) + "\n")
+        requests.flush()
+        command = [node, str(cli), "generate-batch", "--model", str(model_dir), "--threads", str(threads), "--input", requests.name]
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+            results = [json.loads(line) for line in tqdm(proc.stdout, total=len(prompts), desc="diffusion (C++ cpu)", unit="probe")]
+            stderr = proc.stderr.read().strip()
+    if proc.returncode != 0 or len(results) != len(prompts):
+        raise A2DError(
+            f"--engine cpu: `a2d generate-batch` failed (exit {proc.returncode}): {stderr or 'no message'}; "
+            f"if dist/ or the engine addon is missing or stale, rebuild with `npm run build` in {REPO}"
+        )
+    return [(r["token_ids"], r["forward_passes"]) for r in results]
 
 
 def summarise(probes: list[Probe], answers: list[dict], base_answers: list[dict] | None) -> dict[str, Any]:
@@ -210,12 +263,16 @@ def evaluate_probes(
     device: str = "cpu",
     enable_thinking: bool | None = None,
     details: Path | None = None,
+    engine: str = "reference",
+    threads: int = 1,
 ) -> dict[str, Any]:
     from .config import load_config
-    from .decode import DecodeParams, decode
-    from .model import BlockForward, load_transformer
+    from .decode import DecodeParams
+    from .model import load_transformer
     from .prompts import load_prompt_codec
 
+    if engine not in ENGINES:
+        raise A2DError(f"engine {engine!r} must be one of {ENGINES}")
     _, a2d, _ = load_config(model_dir)
     if a2d is None:
         raise A2DError(f"{model_dir}/config.json: not an a2d model (no a2d section); pass the converted model as --model")
@@ -244,16 +301,21 @@ def evaluate_probes(
             base_answers.append(record("base", probe, tokens, passes))
         report["base"] = summarise(probes, base_answers, None)
         del base_model
-    model, _, _ = load_transformer(model_dir, device)
+    # Every (threshold, probe) pair in one list, so the C++ engine loads once for all of them.
+    per_threshold = [
+        DecodeParams.from_defaults(a2d.decoding, block_size=a2d.block_size, max_tokens=max_tokens, eos_token_ids=a2d.eos_token_ids, threshold=t, temperature=0.0)
+        for t in thresholds
+    ]
+    all_prompts = [ids for _ in thresholds for ids in prompts]
+    all_params = [p for p in per_threshold for _ in prompts]
+    if engine == "cpu":
+        decoded = engine_answers(model_dir, threads, all_prompts, all_params)
+    else:
+        decoded = reference_answers(model_dir, device, a2d, all_prompts, all_params)
     report["model"] = {}
-    for threshold in thresholds:
-        params = DecodeParams.from_defaults(
-            a2d.decoding, block_size=a2d.block_size, max_tokens=max_tokens, eos_token_ids=a2d.eos_token_ids, threshold=threshold, temperature=0.0
-        )
-        answers = []
-        for probe, ids in tqdm(list(zip(probes, prompts)), desc=f"diffusion t={threshold}", unit="probe"):
-            result = decode(BlockForward(model), ids, params, mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits)
-            answers.append(record(f"model@{threshold}", probe, result.token_ids, result.forward_passes))
+    for i, threshold in enumerate(thresholds):
+        rows = decoded[i * len(probes):(i + 1) * len(probes)]
+        answers = [record(f"model@{threshold}", probe, tokens, passes) for probe, (tokens, passes) in zip(probes, rows)]
         report["model"][str(threshold)] = summarise(probes, answers, base_answers)
     best = max(r["accuracy"] for r in report["model"].values())
     eligible = [(float(t), r) for t, r in report["model"].items() if r["accuracy"] >= best - tolerance]
@@ -283,8 +345,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--thresholds", default="0.9,0.7,0.5", help="comma-separated decoding thresholds to compare")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--tolerance", type=float, default=0.02, help="accuracy slack when recommending a threshold")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: tiny models run fastest on one)")
+    p.add_argument("--engine", choices=ENGINES, default="reference",
+                   help="the converted model's decoder: the PyTorch reference, or the C++ CPU engine (same tokens, much faster; needs `npm run build`)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (the AR base, and the model with --engine reference)")
+    p.add_argument("--threads", type=int, default=1, help="torch (and C++ engine) CPU threads (default 1: tiny models run fastest on one)")
     p.add_argument("--no-think", action="store_true", help="render chats with enable_thinking=false")
     p.add_argument("--out", type=Path, required=True, help="JSON report to write")
     p.add_argument("--details", type=Path, help="also write every answer as JSONL")
@@ -306,7 +370,7 @@ def run(args) -> int:
         raise A2DError("--thresholds: give at least one threshold")
     report = evaluate_probes(
         args.model, args.base, probes, thresholds, args.max_tokens, args.tolerance, args.device,
-        False if args.no_think else None, args.details,
+        False if args.no_think else None, args.details, args.engine, args.threads,
     )
     report["probes"] = {
         "source": str(args.probes) if args.probes else f"built-in, seed {args.seed}, {args.per_family} per family",
