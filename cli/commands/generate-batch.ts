@@ -11,6 +11,7 @@ import { type Command, Option } from "commander";
 import { loadEngine } from "../../engine/index.js";
 import type { DecodeParams, Device, GenerateResult } from "../../engine/types.js";
 import { integerIn } from "../parse.js";
+import { resultJson } from "./generate.js";
 
 interface BatchOptions {
   model: string;
@@ -69,17 +70,4 @@ function parseRequest(line: string, where: string): { prompt_ids: number[]; para
     throw new Error(`${where}: a request is {"prompt_ids": [...], "params": {"maxTokens": ...}}`);
   }
   return request as { prompt_ids: number[]; params: DecodeParams };
-}
-
-/** `a2d generate --json`'s keys, less `text`. */
-function resultJson(result: GenerateResult): object {
-  return {
-    token_ids: result.tokenIds,
-    completion_tokens: result.completionTokens,
-    forward_passes: result.forwardPasses,
-    tokens_per_forward: result.tokensPerForward,
-    ms: result.ms,
-    finish_reason: result.finishReason,
-    prompt_tokens: result.promptTokens,
-  };
 }

@@ -4,7 +4,7 @@
 import { type Command, InvalidArgumentError, Option } from "commander";
 
 import { loadEngine } from "../../engine/index.js";
-import type { DecodeParams, Device, TraceStep } from "../../engine/types.js";
+import type { DecodeParams, Device, GenerateResult, TraceStep } from "../../engine/types.js";
 import { ModelTokenizer } from "../../server/tokenizer.js";
 import { integerIn, numberIn } from "../parse.js";
 
@@ -97,22 +97,26 @@ async function generate(options: GenerateOptions): Promise<string> {
     const result = await engine.generate({ promptIds, params });
     const text = tokenizer.decode(result.tokenIds);
     if (!options.json) return text;
-    // Key order and names as the reference prints them.
-    const out: Record<string, unknown> = {
-      token_ids: result.tokenIds,
-      text,
-      completion_tokens: result.completionTokens,
-      forward_passes: result.forwardPasses,
-      tokens_per_forward: result.tokensPerForward,
-      ms: result.ms,
-      finish_reason: result.finishReason,
-      prompt_tokens: result.promptTokens,
-    };
+    const out = resultJson(result, text);
     if (options.trace) out.trace = (result.trace ?? []).map(traceStepJson);
     return JSON.stringify(out);
   } finally {
     await engine.close();
   }
+}
+
+/** A result under the reference decoder's JSON keys, in its order; `text` only where the caller decoded it. */
+export function resultJson(result: GenerateResult, text?: string): Record<string, unknown> {
+  return {
+    token_ids: result.tokenIds,
+    ...(text !== undefined ? { text } : {}),
+    completion_tokens: result.completionTokens,
+    forward_passes: result.forwardPasses,
+    tokens_per_forward: result.tokensPerForward,
+    ms: result.ms,
+    finish_reason: result.finishReason,
+    prompt_tokens: result.promptTokens,
+  };
 }
 
 function traceStepJson(step: TraceStep): object {
