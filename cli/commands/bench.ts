@@ -173,8 +173,9 @@ function streamBytes(modelDir: string): number {
 }
 
 // A model folder of the named shape with random bf16 weights (std 0.02, norms 1), written once per
-// machine into the temporary directory and reused.
-function randomModel(name: string): string {
+// machine into the temporary directory and reused. Deterministic: the same Node binary writes the same
+// bytes on any machine, so a packed folder's weights can be regenerated there (bench/device-gpu-run.sh).
+export function randomModel(name: string): string {
   const shape = SHAPES[name] as Shape;
   const dir = join(tmpdir(), `a2d-bench-${name}`);
   const done = join(dir, ".complete");
