@@ -112,8 +112,9 @@ class Engine:
                       ctypes.byref(device), ctypes.byref(step))
         return device.value, step.value
 
-    def reconfigure(self, graphs, pdl, kernels=7):
-        self.lib.call("a2d_bench_reconfigure", self.handle, int(graphs), int(pdl), kernels)
+    def reconfigure(self, graphs, pdl, kernels=7, gemm_loads=-1, gemm_blocks_per_sm=-1):
+        self.lib.call("a2d_bench_reconfigure", self.handle, int(graphs), int(pdl), kernels, gemm_loads,
+                      gemm_blocks_per_sm)
 
     def fill_kv(self, seed=1):
         self.lib.call("a2d_bench_fill_kv", self.handle, ctypes.c_ulonglong(seed))
@@ -151,9 +152,11 @@ def make_weights(cfg, seed, lm_scale=1.0):
     return W
 
 
-def reference_logits(W, cfg, tokens, n_causal, rows):
-    """fp32 forward of the whole sequence: rows < n_causal are causal, later rows (the window) see all."""
-    f = lambda name, l=0: W[(name, l)].float()
+def reference_logits(W, cfg, tokens, n_causal, rows, dtype=torch.float32):
+    """fp32 forward of the whole sequence: rows < n_causal are causal, later rows (the window) see all.
+    dtype=torch.bfloat16 gives a plain PyTorch bf16 forward instead (norms and softmax in fp32), the
+    yardstick for what bf16 activations alone cost."""
+    f = lambda name, l=0: W[(name, l)].to(dtype)
     T, D, nh, nkv = len(tokens), cfg["head_dim"], cfg["heads"], cfg["kv_heads"]
     eps = cfg["eps"]
     ids = torch.tensor(tokens, device=DEV)
@@ -162,10 +165,11 @@ def reference_logits(W, cfg, tokens, n_causal, rows):
     allowed = (pos[None, :] <= pos[:, None]) | (pos[:, None] >= n_causal)
     inv = 1.0 / (cfg["theta"] ** (torch.arange(0, D, 2, device=DEV, dtype=torch.int64).float() / D))
     angle = pos.float()[:, None] * inv[None, :]
-    cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
+    cos, sin = torch.cat([angle.cos()] * 2, -1).to(dtype), torch.cat([angle.sin()] * 2, -1).to(dtype)
 
     def rms(v, weight):
-        return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * weight
+        v32 = v.float()
+        return (v32 * torch.rsqrt(v32.pow(2).mean(-1, keepdim=True) + eps)).to(dtype) * weight
 
     def rope(v):
         half = v.shape[-1] // 2
@@ -182,14 +186,14 @@ def reference_logits(W, cfg, tokens, n_causal, rows):
             q, k = rms(q, f("q_norm", l)), rms(k, f("k_norm", l))
         q, k = rope(q), rope(k)
         k, v = k.repeat_interleave(nh // nkv, 1), v.repeat_interleave(nh // nkv, 1)
-        scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(D)
+        scores = torch.einsum("qhd,khd->hqk", q, k).float() / math.sqrt(D)
         scores = scores.masked_fill(~allowed[None], float("-inf"))
-        a = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(T, nh * D)
+        a = torch.einsum("hqk,khd->qhd", scores.softmax(-1).to(dtype), v).reshape(T, nh * D)
         x = x + a @ f("o", l).T + (f("o_bias", l) if cfg["o_bias"] else 0)
         h = rms(x, f("post_norm", l))
         x = x + (F.silu(h @ f("gate", l).T) * (h @ f("up", l).T)) @ f("down", l).T
     head = f("embed") if cfg["tied"] else f("lm_head")
-    return rms(x[rows], f("final_norm")) @ head.T
+    return (rms(x[rows], f("final_norm")) @ head.T).float()
 
 
 def rel_errors(got, want):
@@ -204,7 +208,7 @@ def greedy(logits, mask):
     return token.tolist(), conf.tolist()
 
 
-def check_case(engine, W, cfg, prefix, commit, window, gen):
+def check_case(engine, W, cfg, prefix, commit, window, gen, bf16_yardstick=None):
     """One forward after a prefix of `prefix` cached tokens; returns (max rel err, argmax agreement, conf diff)."""
     V = cfg["vocab"]
     toks = torch.randint(0, V, (prefix + commit + window,), generator=gen).tolist()
@@ -216,6 +220,9 @@ def check_case(engine, W, cfg, prefix, commit, window, gen):
     logits, tokens, conf = engine.forward(prefix, commit, toks[prefix:], rows)
     want = reference_logits(W, cfg, toks, prefix + commit, [prefix + r for r in rows])
     errs = rel_errors(logits.to(DEV), want)
+    if bf16_yardstick is not None:
+        bf16_yardstick.append(max(rel_errors(
+            reference_logits(W, cfg, toks, prefix + commit, [prefix + r for r in rows], torch.bfloat16), want)))
     want_tok, want_conf = greedy(want, cfg["mask"])
     agree = sum(a == b for a, b in zip(tokens, want_tok)) / len(rows)
     conf_diff = max(abs(a - b) for a, b in zip(conf, want_conf))
@@ -389,6 +396,32 @@ def copy_bandwidth():
     return 2 * 2 * n / (times[len(times) // 2] * 1e-3) / 1e12
 
 
+def profile_forward(engine, rows, kv, out, summary):
+    """Kernel by kernel (CUPTI through torch.profiler; eager launches without PDL, so no kernel's time
+    includes waiting for its predecessor): where a forward's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+    engine.reconfigure(False, False, 7)
+    engine.time(kv, 0, rows, rows, iterations=2)
+    forwards = 5
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        engine.time(kv, 0, rows, rows, iterations=forwards - 3)  # time() adds 3 warm-up forwards
+    table = []
+    for e in prof.key_averages():
+        total = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if total <= 0:
+            continue
+        table.append((total / forwards, e.count // forwards, e.key))
+    table.sort(reverse=True)
+    lines = [f"rows {rows} kv {kv}: us per forward, launches per forward, kernel"]
+    lines += [f"{t:9.1f} {n:4d}  {name[:150]}" for t, n, name in table[:14]]
+    lines.append(f"{sum(t for t, _, _ in table):9.1f}       all kernels")
+    with open(os.path.join(out, "profile.txt"), "a") as fh:
+        fh.write("\n".join(lines) + "\n\n")
+    summary.setdefault("profile", {})[f"rows{rows}_kv{kv}"] = [dict(us=t, launches=n, kernel=name) for t, n, name in table]
+    log("  " + "\n  ".join(lines))
+    engine.reconfigure(True, True, 7)
+
+
 def section_2b(lib, out, summary):
     cfg = dict(MINICPM)
     W = make_weights(cfg, seed=2026)
@@ -405,12 +438,22 @@ def section_2b(lib, out, summary):
     summary["startup_2b_from_host_memory"] = startup
     log(f"  2B upload from host: {startup}")
 
-    gen = torch.Generator().manual_seed(5)
-    err, agree, conf_diff, self_agree, self_conf = check_case(engine, W, cfg, 1000, 4, 4, gen)
-    summary["check_2b"] = dict(prefix=1000, commit=4, window=4, rel_err=err, argmax_agree=agree, conf_diff=conf_diff,
-                               device_argmax_vs_own_logits=self_agree, device_conf_vs_own=self_conf)
-    log(f"  2B P=1000 C=4 W=4: rel_err {err:.2e} argmax agree {agree:.2f} conf diff {conf_diff:.1e} "
-        f"device argmax vs own {self_agree:.2f} ({self_conf:.1e})")
+    # GEMM tuning (16-byte load pairs in flight per lane, split-K target blocks per SM): checked, then
+    # timed GEMM-only.
+    tunings = [(4, 2), (4, 0), (8, 0), (4, 4), (8, 2)]
+    checks = {}
+    for loads, bps in tunings[:2]:
+        engine.reconfigure(True, True, 7, loads, bps)
+        gen = torch.Generator().manual_seed(5)
+        yard = []
+        err, agree, conf_diff, self_agree, self_conf = check_case(engine, W, cfg, 1000, 4, 4, gen, yard)
+        checks[f"loads{loads}_bps{bps}"] = dict(rel_err=err, argmax_agree=agree, conf_diff=conf_diff,
+                                                 device_argmax_vs_own_logits=self_agree, device_conf_vs_own=self_conf,
+                                                 torch_bf16_rel_err=yard[0])
+        log(f"  2B P=1000 C=4 W=4 loads {loads} bps {bps}: rel_err {err:.2e} (PyTorch bf16 forward: {yard[0]:.2e}) "
+            f"argmax agree {agree:.2f} conf diff {conf_diff:.1e} device argmax vs own {self_agree:.2f} ({self_conf:.1e})")
+    summary["check_2b"] = dict(prefix=1000, commit=4, window=4, **checks[f"loads{tunings[0][0]}_bps{tunings[0][1]}"],
+                               all=checks)
 
     engine.fill_kv()
     floor_bytes = stream_bytes(cfg)
@@ -419,25 +462,47 @@ def section_2b(lib, out, summary):
     summary["stream_bytes"] = floor_bytes
     summary["floor_ms"] = floor_ms
     timings = []
-    variants = [("graph+pdl", True, True), ("graph", True, False), ("eager+pdl", False, True)]
-    for label, graphs, pdl in variants:
-        engine.reconfigure(graphs, pdl)
-        for rows in (1, 4, 8, 16, 32):
-            for kv in (1024, 8192, 32768):
-                device_ms, step_ms = engine.time(kv, 0, rows, rows, iterations=20 if graphs else 8)
-                timings.append(dict(variant=label, rows=rows, kv=kv, device_ms=device_ms, step_ms=step_ms,
-                                    ratio=device_ms / floor_ms))
-                log(f"  {label:10s} rows {rows:2d} kv {kv:5d}: {device_ms:.3f} ms/forward (step {step_ms:.3f} ms), "
-                    f"{device_ms / floor_ms:.2f}x floor")
-    for label, kernels in (("gemm-only", 1), ("attention-only", 2)):
-        engine.reconfigure(True, True, kernels)
-        for rows in (4, 8, 32):
-            for kv in (1024, 32768):
-                device_ms, step_ms = engine.time(kv, 0, rows, rows, iterations=20)
-                timings.append(dict(variant=label, rows=rows, kv=kv, device_ms=device_ms, step_ms=step_ms,
-                                    ratio=device_ms / floor_ms))
-                log(f"  {label:14s} rows {rows:2d} kv {kv:5d}: {device_ms:.3f} ms")
-    engine.reconfigure(True, True)
+
+    def timed(label, rows, kv, iterations=20):
+        device_ms, step_ms = engine.time(kv, 0, rows, rows, iterations=iterations)
+        timings.append(dict(variant=label, rows=rows, kv=kv, device_ms=device_ms, step_ms=step_ms,
+                            ratio=device_ms / floor_ms))
+        log(f"  {label:22s} rows {rows:2d} kv {kv:5d}: {device_ms:.3f} ms/forward (step {step_ms:.3f} ms), "
+            f"{device_ms / floor_ms:.2f}x floor")
+        return device_ms
+
+    for rows, kv in ((4, 1024), (4, 32768), (32, 1024)):
+        profile_forward(engine, rows, kv, out, summary)
+    for pdl in (1, 0):
+        per_kernel = ctypes.c_double()
+        lib.call("a2d_bench_launch_overhead", 300, pdl, ctypes.byref(per_kernel))
+        summary[f"empty_kernel_us_pdl{pdl}"] = per_kernel.value
+        log(f"  300 empty dependent kernels in one graph, pdl {pdl}: {per_kernel.value:.2f} us per kernel")
+    best = None
+    for loads, bps in tunings:
+        engine.reconfigure(True, True, 1, loads, bps)
+        label = f"gemm-only s{loads} b{bps}"
+        t4 = timed(label, 4, 1024)
+        for rows in (8, 32):
+            timed(label, rows, 1024)
+        if best is None or t4 < best[0]:
+            best = (t4, loads, bps)
+    _, loads, bps = best
+    summary["gemm_tuning_best"] = dict(loads=loads, blocks_per_sm=bps)
+    log(f"  best GEMM tuning at rows 4: loads {loads}, blocks/SM {bps}")
+    engine.reconfigure(True, True, 7, loads, bps)
+    for rows in (1, 4, 8, 16, 32):
+        for kv in (1024, 8192, 32768):
+            timed(f"graph+pdl s{loads} b{bps}", rows, kv)
+    for label, graphs, pdl in (("graph", True, False), ("eager+pdl", False, True)):
+        engine.reconfigure(graphs, pdl, 7, loads, bps)
+        for rows in (4, 32):
+            timed(f"{label} s{loads} b{bps}", rows, 1024, 20 if graphs else 8)
+    engine.reconfigure(True, True, 2, loads, bps)
+    for rows in (4, 8, 32):
+        for kv in (1024, 8192, 32768):
+            timed("attention-only", rows, kv)
+    engine.reconfigure(True, True, 7, loads, bps)
     summary["timings_2b"] = timings
     engine.close()
     return W
@@ -525,18 +590,20 @@ def main():
         log(f"backend {name}: logits {r['logits_rel_err']:.2e}, identical {r['identical_generations']}, "
             f"agree {r['tokens_before_first_divergence']}")
     if "check_2b" in summary:
-        c = summary["check_2b"]
-        log(f"2B check: rel err {c['rel_err']:.2e} ({'PASS' if c['rel_err'] <= REL_TOL else 'FAIL'}), argmax agree "
-            f"{c['argmax_agree']:.2f}")
+        for name, c in summary["check_2b"]["all"].items():
+            ok = c['rel_err'] <= c['torch_bf16_rel_err']
+            log(f"2B check {name}: rel err {c['rel_err']:.2e} vs the fp32 reference, PyTorch's own bf16 forward "
+                f"{c['torch_bf16_rel_err']:.2e} ({'PASS' if ok else 'FAIL'}: no worse than PyTorch bf16), "
+                f"argmax agree {c['argmax_agree']:.2f}")
     if "floor_ms" in summary:
         log(f"floor {summary['stream_bytes'] / 1e9:.2f} GB / {summary['copy_TBps']:.2f} TB/s = {summary['floor_ms']:.3f} ms")
-        log("variant          rows   kv1k   kv8k  kv32k  (ms/forward; x floor at kv1k)")
+        log("variant                 rows   kv1k   kv8k  kv32k  (ms/forward; x floor at kv1k)")
         table = {}
         for t in summary["timings_2b"]:
             table.setdefault((t["variant"], t["rows"]), {})[t["kv"]] = t["device_ms"]
         for (variant, rows), by_kv in table.items():
             cells = " ".join(f"{by_kv.get(kv, float('nan')):6.3f}" for kv in (1024, 8192, 32768))
-            log(f"{variant:15s} {rows:4d} {cells}  {by_kv.get(1024, float('nan')) / summary['floor_ms']:.2f}x")
+            log(f"{variant:22s} {rows:4d} {cells}  {by_kv.get(1024, float('nan')) / summary['floor_ms']:.2f}x")
     if "startup_2b_from_host_memory" in summary:
         s = summary["startup_2b_from_host_memory"]
         log(f"startup (host memory source): context {s['context_s']:.2f} s, upload {s['upload_s']:.2f} s "

@@ -7,6 +7,7 @@
 #   PROMPTS     JSONL of prompts for self-distillation            (default: made by make_prompts.py)
 #   NGPU        processes for the main run (torchrun)             (default 1)
 #   SCALE_STEPS steps of the 1-process vs NGPU-process comparison (default 0: skip)
+#   SCALE_ONLY  1: stop after that comparison (no main run, export or probes)
 #   STEPS, MINUTES, BATCH_ROWS, MICRO_ROWS, SEQ_LEN, LR, RANK, DISTILL_N, DISTILL_TOKENS, PROBES_PER_FAMILY
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -46,6 +47,7 @@ if [ "$SCALE_STEPS" -gt 0 ] && [ "$NGPU" -gt 1 ]; then
   stamp "scaling: 1 process, $SCALE_STEPS steps"; run_train 1 "$WORK/scale-1" --max-steps "$SCALE_STEPS" 2>&1 | tee "$WORK/scale-1.log" | grep -E '"step"' | tail -3
   stamp "scaling: $NGPU processes, $SCALE_STEPS steps"; run_train "$NGPU" "$WORK/scale-$NGPU" --max-steps "$SCALE_STEPS" 2>&1 | tee "$WORK/scale-$NGPU.log" | grep -E '"step"' | tail -3
 fi
+if [ "${SCALE_ONLY:-0}" = 1 ]; then stamp "done (SCALE_ONLY)"; exit 0; fi
 stamp "train: $NGPU process(es), up to $STEPS steps or $MINUTES min"
 run_train "$NGPU" "$WORK/run" --max-steps "$STEPS" --time-limit-min "$MINUTES" 2>&1 | tee "$WORK/train.log" | grep -E '"step"' | awk 'NR % 10 == 1' | tail -20
 

@@ -47,6 +47,9 @@ __global__ void fill_random_kernel(bf16* data, int64_t count, uint64_t seed) {
   }
 }
 
+// An empty kernel that, like every engine kernel, waits for its predecessor: launch-overhead probe.
+__global__ void empty_kernel(int) { wait_for_previous_grid(); }
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -116,12 +119,16 @@ int a2d_bench_finish(void* handle, double* times, char* error, int size) {
   });
 }
 
-int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, char* error, int size) {
+// gemm_loads / gemm_blocks_per_sm: the GEMM tuning (gemm.cuh); negative keeps the default.
+int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int gemm_loads, int gemm_blocks_per_sm,
+                          char* error, int size) {
   return guarded(error, size, [&] {
     ModelOptions options;
     options.graphs = graphs;
     options.pdl = pdl;
     options.kernels = static_cast<unsigned>(kernels);
+    if (gemm_loads >= 0) options.gemm.loads = gemm_loads;
+    if (gemm_blocks_per_sm >= 0) options.gemm.blocks_per_sm = gemm_blocks_per_sm;
     static_cast<DeviceModel*>(handle)->reconfigure(options);
   });
 }
@@ -148,6 +155,39 @@ int a2d_bench_forward(void* handle, int cached, int commit, const int* tokens, i
       choice_tokens[i] = choices[i].token;
       choice_confidence[i] = choices[i].confidence;
     }
+  });
+}
+
+// Microseconds per kernel of a captured graph of `count` empty dependent kernels (8 blocks each).
+int a2d_bench_launch_overhead(int count, int pdl, double* us_per_kernel, char* error, int size) {
+  return guarded(error, size, [&] {
+    cudaStream_t stream;
+    A2D_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    A2D_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < count; ++i) launch(empty_kernel, dim3(8), dim3(128), 0, stream, pdl != 0, i);
+    A2D_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    A2D_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t start, stop;
+    A2D_CUDA_CHECK(cudaEventCreate(&start));
+    A2D_CUDA_CHECK(cudaEventCreate(&stop));
+    std::vector<double> times;
+    for (int it = -3; it < 20; ++it) {
+      A2D_CUDA_CHECK(cudaEventRecord(start, stream));
+      A2D_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      A2D_CUDA_CHECK(cudaEventRecord(stop, stream));
+      A2D_CUDA_CHECK(cudaStreamSynchronize(stream));
+      float ms = 0;
+      A2D_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (it >= 0) times.push_back(ms);
+    }
+    *us_per_kernel = median(times) * 1e3 / count;
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
   });
 }
 

@@ -20,12 +20,6 @@ __device__ __forceinline__ SplitPlan plan_splits(int kv_total, int max_splits) {
   return {chunk, (kv_total + chunk - 1) / chunk};
 }
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* global, bool valid) {
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  // src-size 0 zero-fills: keys past the slice read as zeros, never as stale cache contents.
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(global), "r"(valid ? 16 : 0));
-}
-
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
   const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -102,7 +96,7 @@ __device__ void attention_rows(const AttentionParams& p, bf16* smem, int kv_head
       cp_async16(ks + key * kStride + col, k_head + offset, valid);
       cp_async16(vs + key * kStride + col, v_head + offset, valid);
     }
-    asm volatile("cp.async.commit_group;");
+    cp_async_commit();
   };
 
   const int tiles = (key_end - key_begin + kTileKeys - 1) / kTileKeys;
@@ -110,9 +104,9 @@ __device__ void attention_rows(const AttentionParams& p, bf16* smem, int kv_head
   for (int tile = 0; tile < tiles; ++tile) {
     if (tile + 1 < tiles) {
       load_tile(tile + 1, (tile + 1) % 2);
-      asm volatile("cp.async.wait_group 1;" ::: "memory");
+      cp_async_wait<1>();
     } else {
-      asm volatile("cp.async.wait_group 0;" ::: "memory");
+      cp_async_wait<0>();
     }
     __syncthreads();
     const bf16* ks = smem + (tile % 2) * 2 * kTileKeys * kStride + key_part * kKeys * kStride;
@@ -246,13 +240,15 @@ template <int kDim>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const AttentionParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* smem = reinterpret_cast<bf16*>(smem_raw);
-  wait_for_previous_grid();
+  // The step state comes from the host before the forward, not from the previous kernel: read it
+  // while that kernel finishes.
   const StepState& st = *p.state;
   const int group = p.num_heads / p.num_kv_heads;
   const int rows_valid = st.rows * group;
+  const int kv_total = st.cached + st.rows;
+  wait_for_previous_grid();
   const int row_block = blockIdx.z * kRowsPerBlock;
   if (row_block >= rows_valid) return;
-  const int kv_total = st.cached + st.rows;
   const SplitPlan plan = plan_splits(kv_total, p.max_splits);
   const int split = blockIdx.x;
   if (split >= plan.active) return;
@@ -274,46 +270,67 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const AttentionP
   }
 }
 
+constexpr int kCombineThreads = 256;
+constexpr int kMaxSplits = 256;
+
+// Sum (op = add) or max over the block; every thread gets the result.
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float v, float* scratch) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(0xffffffffu, v, offset);
+    v = kMax ? fmaxf(v, other) : v + other;
+  }
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < kCombineThreads / 32; ++w) v = kMax ? fmaxf(v, scratch[w]) : v + scratch[w];
+  __syncthreads();
+  return v;
+}
+
+// One block per (KV head, query row): the slices' weights first, then every thread sums one output
+// dimension over a share of the slices, with independent loads in flight (no serial chain per slice).
 template <int kDim>
-__global__ void __launch_bounds__(kWarps * 32) combine_kernel(const AttentionParams p) {
-  wait_for_previous_grid();
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const AttentionParams p) {
+  __shared__ float weight[kMaxSplits];
+  __shared__ float scratch[kCombineThreads / 32];
+  __shared__ float parts[kCombineThreads];
   const StepState& st = *p.state;
   const int group = p.num_heads / p.num_kv_heads;
-  const int item = blockIdx.x * kWarps + threadIdx.x / 32;
-  const int kv_head = item / p.row_capacity;
-  const int r = item % p.row_capacity;
-  if (kv_head >= p.num_kv_heads || r >= st.rows * group) return;
-  const int lane = threadIdx.x % 32;
-  const SplitPlan plan = plan_splits(st.cached + st.rows, p.max_splits);
+  const int kv_head = blockIdx.x;
+  const int r = blockIdx.y;
+  const int rows = st.rows;
+  const SplitPlan plan = plan_splits(st.cached + rows, p.max_splits);
+  wait_for_previous_grid();
+  if (r >= rows * group) return;
+  const size_t split_stride = static_cast<size_t>(p.num_kv_heads) * p.row_capacity;
+  const size_t slot0 = static_cast<size_t>(kv_head) * p.row_capacity + r;
 
   float m_max = -INFINITY;
-  for (int s = lane; s < plan.active; s += 32) {
-    m_max = fmaxf(m_max, p.partial_ml[(static_cast<size_t>(s) * p.num_kv_heads + kv_head) * p.row_capacity + r].x);
-  }
-  for (int offset = 16; offset > 0; offset /= 2) m_max = fmaxf(m_max, __shfl_xor_sync(0xffffffffu, m_max, offset));
-
-  constexpr int kPerLane = kDim / 32;
-  float acc[kPerLane] = {};
+  for (int s = threadIdx.x; s < plan.active; s += kCombineThreads) m_max = fmaxf(m_max, p.partial_ml[s * split_stride + slot0].x);
+  m_max = block_reduce<true>(m_max, scratch);
   float total = 0.f;
-  for (int s = 0; s < plan.active; ++s) {
-    const size_t slot = (static_cast<size_t>(s) * p.num_kv_heads + kv_head) * p.row_capacity + r;
-    const float2 ml = p.partial_ml[slot];
-    if (ml.x == -INFINITY) continue;  // a slice with no key this row may see
-    const float w = exp2f(ml.x - m_max);
+  for (int s = threadIdx.x; s < plan.active; s += kCombineThreads) {
+    const float2 ml = p.partial_ml[s * split_stride + slot0];
+    const float w = ml.x == -INFINITY ? 0.f : exp2f(ml.x - m_max);  // a slice with no key this row may see
+    weight[s] = w;
     total += w * ml.y;
-    const float* o = p.partial_o + slot * kDim + lane * kPerLane;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) acc[i] += w * o[i];
   }
+  total = block_reduce<false>(total, scratch);  // its barriers also publish `weight`
+
+  constexpr int kShares = kCombineThreads / kDim;
+  const int d = threadIdx.x % kDim;
+  const int share = threadIdx.x / kDim;
+  float acc = 0.f;
+#pragma unroll 8
+  for (int s = share; s < plan.active; s += kShares) acc += weight[s] * p.partial_o[(s * split_stride + slot0) * kDim + d];
+  parts[threadIdx.x] = acc;
+  __syncthreads();
+  if (share != 0) return;
+  for (int j = 1; j < kShares; ++j) acc += parts[j * kDim + d];
   const int t = r / group;
   const int head = kv_head * group + r % group;
-  bf16* out = p.out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim;
-  const float inv = 1.f / total;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int d = lane * kPerLane + i;
-    if (d < p.head_dim) out[d] = __float2bfloat16(acc[i] * inv);
-  }
+  if (d < p.head_dim) p.out[(static_cast<size_t>(t) * p.num_heads + head) * p.head_dim + d] = __float2bfloat16(acc / total);
 }
 
 template <int kDim>
@@ -354,16 +371,15 @@ void attention(const AttentionParams& p, int max_rows, cudaStream_t stream, bool
 }
 
 void attention_combine(const AttentionParams& p, int max_rows, cudaStream_t stream, bool pdl) {
-  const int items = p.num_kv_heads * p.row_capacity;
-  const dim3 grid(ceil_div(items, kWarps));
+  if (p.max_splits > kMaxSplits) throw std::runtime_error("attention: too many KV splits");
+  const dim3 grid(p.num_kv_heads, max_rows * (p.num_heads / p.num_kv_heads));
   switch (p.head_dim_padded) {
-    case 32: return launch(combine_kernel<32>, grid, dim3(kWarps * 32), 0, stream, pdl, p);
-    case 64: return launch(combine_kernel<64>, grid, dim3(kWarps * 32), 0, stream, pdl, p);
-    case 128: return launch(combine_kernel<128>, grid, dim3(kWarps * 32), 0, stream, pdl, p);
+    case 32: return launch(combine_kernel<32>, grid, dim3(kCombineThreads), 0, stream, pdl, p);
+    case 64: return launch(combine_kernel<64>, grid, dim3(kCombineThreads), 0, stream, pdl, p);
+    case 128: return launch(combine_kernel<128>, grid, dim3(kCombineThreads), 0, stream, pdl, p);
     default:
       throw std::runtime_error("the CUDA backend supports head_dim up to 128, got " + std::to_string(p.head_dim));
   }
-  (void)max_rows;
 }
 
 }  // namespace a2d::cuda

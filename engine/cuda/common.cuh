@@ -74,6 +74,18 @@ __device__ __forceinline__ uint4 load_stream16(const void* pointer) {
   return v;
 }
 
+// 16-byte asynchronous copy global -> shared (sm_80+); src-size 0 zero-fills instead of reading.
+__device__ __forceinline__ void cp_async16(void* smem, const void* global, bool valid) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(global), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
@@ -86,7 +98,8 @@ __device__ __forceinline__ float2 unpack_bf16(uint32_t v) {
 // D = A(16x16, row) * B(16x8, col) + D in fp32, bf16 inputs. Fragment layouts: PTX ISA, "mma.m16n8k16".
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                uint32_t b0, uint32_t b1) {
-  asm volatile(
+  // Not volatile: a pure function of its operands, so the compiler may schedule loads around it.
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])

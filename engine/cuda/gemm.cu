@@ -1,72 +1,106 @@
 #include "gemm.cuh"
 
+#include <algorithm>
+
 namespace a2d::cuda {
 namespace {
 
-// The k-permutation that makes both operands 16-byte loads: lane (g, c) loads 8 consecutive k of its
-// weight rows g and g+8 and of its token row g, starting at chunk*32 + 8c. Those 8 values fill the
-// fragment slots {2c, 2c+1, 2c+8, 2c+9} of two consecutive mma k-steps (first 4, then 4). Both
-// operands are permuted the same way, so the dot product is unchanged.
+// The k-permutation that makes both operands 16-byte loads: lane (g, c) holds 8 consecutive k of its
+// weight rows g and g+8 (the tiled layout of weights.cuh) and loads the same 8 k of its token row g,
+// starting at chunk*32 + 8c. Those 8 values fill the fragment slots {2c, 2c+1, 2c+8, 2c+9} of two
+// consecutive mma k-steps (first 4, then 4). Both operands are permuted the same way, so the dot
+// product is unchanged.
+//
+// An input fragment is loaded raw (RawInput), then finished: normalised (RMSNorm) and packed to bf16.
+struct RawInput {
+  uint4 x;         // bf16_rows
+  float4 h0, h1;   // rmsnorm_residual: 8 residual values
+  uint4 gamma;     // and their 8 norm weights
+};
+
 template <GemmInput kInput>
-__device__ __forceinline__ uint4 load_input_row(const GemmParams& p, int input_row, int k, float scale) {
-  if (k >= p.k) return make_uint4(0, 0, 0, 0);
-  if constexpr (kInput == GemmInput::bf16_rows) {
-    return __ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(input_row) * p.x_stride + k));
+__device__ __forceinline__ RawInput load_raw_input(const GemmParams& p, int input_row, int k) {
+  RawInput raw;
+  if (k >= p.k) {
+    raw.x = raw.gamma = make_uint4(0, 0, 0, 0);
+    raw.h0 = raw.h1 = make_float4(0.f, 0.f, 0.f, 0.f);
+  } else if constexpr (kInput == GemmInput::bf16_rows) {
+    raw.x = __ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(input_row) * p.x_stride + k));
   } else {
     const float4* h = reinterpret_cast<const float4*>(p.residual_in + static_cast<size_t>(input_row) * p.x_stride + k);
-    const float4 h0 = __ldg(h);
-    const float4 h1 = __ldg(h + 1);
-    const uint4 gamma = __ldg(reinterpret_cast<const uint4*>(p.norm_weight + k));
-    const float2 w0 = unpack_bf16(gamma.x), w1 = unpack_bf16(gamma.y), w2 = unpack_bf16(gamma.z),
-                 w3 = unpack_bf16(gamma.w);
-    return make_uint4(pack_bf16(h0.x * scale * w0.x, h0.y * scale * w0.y),
-                      pack_bf16(h0.z * scale * w1.x, h0.w * scale * w1.y),
-                      pack_bf16(h1.x * scale * w2.x, h1.y * scale * w2.y),
-                      pack_bf16(h1.z * scale * w3.x, h1.w * scale * w3.y));
+    raw.h0 = __ldg(h);
+    raw.h1 = __ldg(h + 1);
+    raw.gamma = __ldg(reinterpret_cast<const uint4*>(p.norm_weight + k));
+  }
+  return raw;
+}
+
+template <GemmInput kInput>
+__device__ __forceinline__ uint4 finish_input(const RawInput& raw, float scale) {
+  if constexpr (kInput == GemmInput::bf16_rows) {
+    return raw.x;
+  } else {
+    const float2 w0 = unpack_bf16(raw.gamma.x), w1 = unpack_bf16(raw.gamma.y), w2 = unpack_bf16(raw.gamma.z),
+                 w3 = unpack_bf16(raw.gamma.w);
+    return make_uint4(pack_bf16(raw.h0.x * scale * w0.x, raw.h0.y * scale * w0.y),
+                      pack_bf16(raw.h0.z * scale * w1.x, raw.h0.w * scale * w1.y),
+                      pack_bf16(raw.h1.x * scale * w2.x, raw.h1.y * scale * w2.y),
+                      pack_bf16(raw.h1.z * scale * w3.x, raw.h1.w * scale * w3.y));
   }
 }
 
+constexpr int kChunkElements = kGemmTileRows * 32;  // one 32-column chunk of a tile: 1 KiB
+
+// One block: one 16-row tile of the weight over its split's K range, which is contiguous in the tiled
+// layout. The 8 warps take interleaved chunks; each lane keeps kLoads pairs of 16-byte weight loads in
+// flight (every warp load instruction reads 512 contiguous bytes), then multiplies them with the
+// matching input fragments. (A cp.async shared-memory ring measured slower: bench/NOTES.md.)
 template <int kTiles, GemmInput kInput, GemmEpilogue kEpilogue, int kLoads>
 __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams p) {
   constexpr int kCols = kTiles * 8;
   __shared__ float partial[kGemmWarps][kGemmTileRows][kCols + 1];
   __shared__ float row_scale[kCols];
+  __shared__ bool last_block;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int c = lane % 4;
   const int tile = blockIdx.x;
-  const bf16* weight_a = p.weight + static_cast<size_t>(min(tile * kGemmTileRows + g, p.n_rows - 1)) * p.k;
-  const bf16* weight_b = p.weight + static_cast<size_t>(min(tile * kGemmTileRows + g + 8, p.n_rows - 1)) * p.k;
   const int chunks = (p.k + 31) / 32;
+  const int chunk_begin = blockIdx.y * p.chunks_per_split;
+  const int chunk_end = min(chunks, chunk_begin + p.chunks_per_split);
+  const bf16* tile_weights = p.weight + static_cast<size_t>(tile) * chunks * kChunkElements + lane * 8;
 
   uint4 wa[kLoads], wb[kLoads];
   auto load_weights = [&](int base) {
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
-      const int k = (base + u * kGemmWarps + warp) * 32 + c * 8;
-      if (k < p.k) {
-        wa[u] = load_stream16(weight_a + k);
-        wb[u] = load_stream16(weight_b + k);
+      const int chunk = base + u * kGemmWarps + warp;
+      if (chunk < chunk_end) {
+        const bf16* w = tile_weights + static_cast<size_t>(chunk) * kChunkElements;
+        wa[u] = load_stream16(w);
+        wb[u] = load_stream16(w + kChunkElements / 2);
       } else {
         wa[u] = wb[u] = make_uint4(0, 0, 0, 0);
       }
     }
   };
-  // The weights do not depend on earlier kernels: start streaming them before waiting.
-  load_weights(0);
-  wait_for_previous_grid();
-
+  // The weights do not depend on earlier kernels: start streaming them before waiting. Nor does the
+  // row count: the host wrote the step state before the forward's first kernel.
+  load_weights(chunk_begin);
   const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
+  wait_for_previous_grid();
   if (rows <= 0) return;
   auto input_row = [&](int t) { return p.use_row_map ? p.state->logit_rows[t] : t; };
   if constexpr (kInput == GemmInput::rmsnorm_residual) {
-    for (int t = threadIdx.x; t < min(rows, kCols); t += blockDim.x) {
+    // One warp per row: the producer's per-tile partial sums of squares, summed across the lanes.
+    for (int t = warp; t < min(rows, kCols); t += kGemmWarps) {
       const int r = input_row(t);
       float sum = 0.f;
-      for (int part = 0; part < p.ssq_in_parts; ++part) sum += p.ssq_in[part * kMaxRows + r];
-      row_scale[t] = rsqrtf(sum / static_cast<float>(p.k) + p.norm_eps);
+      for (int part = lane; part < p.ssq_in_parts; part += 32) sum += p.ssq_in[part * kMaxRows + r];
+      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      if (lane == 0) row_scale[t] = rsqrtf(sum / static_cast<float>(p.k) + p.norm_eps);
     }
     __syncthreads();
   }
@@ -75,19 +109,19 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
-  for (int base = 0; base < chunks; base += kLoads * kGemmWarps) {
-    if (base > 0) load_weights(base);
+  for (int base = chunk_begin; base < chunk_end; base += kLoads * kGemmWarps) {
+    if (base > chunk_begin) load_weights(base);
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
       const int chunk = base + u * kGemmWarps + warp;
-      if (chunk >= chunks) break;
+      if (chunk >= chunk_end) break;
       const int k = chunk * 32 + c * 8;
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
         if (j * 8 >= rows) break;
         const int t = min(j * 8 + g, rows - 1);
         const float scale = kInput == GemmInput::rmsnorm_residual ? row_scale[t] : 1.f;
-        const uint4 xv = load_input_row<kInput>(p, input_row(t), k, scale);
+        const uint4 xv = finish_input<kInput>(load_raw_input<kInput>(p, input_row(t), k), scale);
         mma_bf16_16816(acc[j], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
         mma_bf16_16816(acc[j], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
       }
@@ -111,9 +145,35 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
     float sum = 0.f;
 #pragma unroll
     for (int w = 0; w < kGemmWarps; ++w) sum += partial[w][r][t];
-    const int row = tile * kGemmTileRows + r;
-    if (p.bias != nullptr && row < p.n_rows) sum += __bfloat162float(p.bias[row]);
     partial[0][r][t] = sum;
+  }
+
+  // Split K across blocks: publish this block's tile; the last block of the tile sums all of them in
+  // split order (the same result whichever block arrives last) and goes on to the epilogue.
+  if (p.splits > 1) {
+    float* tile_partials = p.split_partials + static_cast<size_t>(tile) * p.splits * kMaxRows * kGemmTileRows;
+    float* mine = tile_partials + static_cast<size_t>(blockIdx.y) * kMaxRows * kGemmTileRows;
+    for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += blockDim.x) mine[e] = partial[0][e % kGemmTileRows][e / kGemmTileRows];
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last_block = atomicAdd(&p.split_counters[tile], 1u) == static_cast<unsigned>(p.splits - 1);
+    __syncthreads();
+    if (!last_block) return;
+    __threadfence();
+    for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += blockDim.x) {
+      float sum = 0.f;
+      for (int split = 0; split < p.splits; ++split) sum += __ldcg(tile_partials + static_cast<size_t>(split) * kMaxRows * kGemmTileRows + e);
+      partial[0][e % kGemmTileRows][e / kGemmTileRows] = sum;
+    }
+    if (threadIdx.x == 0) p.split_counters[tile] = 0;
+  }
+  if (p.bias != nullptr) {
+    __syncthreads();
+    for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += blockDim.x) {
+      const int r = e % kGemmTileRows;
+      const int row = tile * kGemmTileRows + r;
+      if (row < p.n_rows) partial[0][r][e / kGemmTileRows] += __bfloat162float(p.bias[row]);
+    }
   }
   __syncthreads();
 
@@ -184,7 +244,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
 
 template <int kTiles, int kLoads>
 void launch_gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, cudaStream_t stream, bool pdl) {
-  const dim3 grid(ceil_div(params.n_rows, kGemmTileRows));
+  const dim3 grid(ceil_div(params.n_rows, kGemmTileRows), params.splits);
   const dim3 block(kGemmWarps * 32);
   using In = GemmInput;
   using Ep = GemmEpilogue;
@@ -205,21 +265,48 @@ void launch_gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogu
 
 }  // namespace
 
-void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int max_rows, cudaStream_t stream,
-          bool pdl) {
+GemmSplit gemm_split(int n_rows, int k, const GemmTuning& tuning) {
+  const int chunks = ceil_div(k, 32);
+  const int round = tuning.loads * kGemmWarps;  // chunks one block streams per round of loads
+  const int rounds = ceil_div(chunks, round);
+  const int tiles = ceil_div(n_rows, kGemmTileRows);
+  const int splits = tuning.blocks_per_sm <= 0 ? 1 : std::min(rounds, ceil_div(tuning.blocks_per_sm * tuning.sm_count, tiles));
+  if (splits <= 1) return {1, chunks};
+  // Whole rounds per split, and no empty split.
+  const int per_split = ceil_div(rounds, splits) * round;
+  return {ceil_div(chunks, per_split), per_split};
+}
+
+template <int kLoads>
+void dispatch_rows(const GemmParams& p, GemmInput input, GemmEpilogue epilogue, int max_rows, cudaStream_t stream,
+                   bool pdl) {
+  switch (ceil_div(max_rows, 8)) {
+    case 1: return launch_gemm<1, kLoads>(p, input, epilogue, stream, pdl);
+    case 2: return launch_gemm<2, kLoads>(p, input, epilogue, stream, pdl);
+    case 3: return launch_gemm<3, kLoads>(p, input, epilogue, stream, pdl);
+    case 4: return launch_gemm<4, kLoads>(p, input, epilogue, stream, pdl);
+    case 5: return launch_gemm<5, kLoads>(p, input, epilogue, stream, pdl);
+    case 6: return launch_gemm<6, kLoads>(p, input, epilogue, stream, pdl);
+    case 7: return launch_gemm<7, kLoads>(p, input, epilogue, stream, pdl);
+    default: return launch_gemm<8, kLoads>(p, input, epilogue, stream, pdl);
+  }
+}
+
+void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int max_rows, const GemmTuning& tuning,
+          cudaStream_t stream, bool pdl) {
   if (params.k % 8 != 0) throw std::runtime_error("gemm: k must be a multiple of 8, got " + std::to_string(params.k));
   if (max_rows < 1 || max_rows > kMaxRows) throw std::runtime_error("gemm: max_rows out of range");
-  // Eight weight loads of 16 bytes per lane in flight: 64 KiB per block, enough to cover DRAM latency
-  // with one or two blocks per SM (bench/NOTES.md compares 4).
-  switch (ceil_div(max_rows, 8)) {
-    case 1: return launch_gemm<1, 8>(params, input, epilogue, stream, pdl);
-    case 2: return launch_gemm<2, 8>(params, input, epilogue, stream, pdl);
-    case 3: return launch_gemm<3, 8>(params, input, epilogue, stream, pdl);
-    case 4: return launch_gemm<4, 8>(params, input, epilogue, stream, pdl);
-    case 5: return launch_gemm<5, 8>(params, input, epilogue, stream, pdl);
-    case 6: return launch_gemm<6, 8>(params, input, epilogue, stream, pdl);
-    case 7: return launch_gemm<7, 8>(params, input, epilogue, stream, pdl);
-    default: return launch_gemm<8, 8>(params, input, epilogue, stream, pdl);
+  GemmParams p = params;
+  const GemmSplit split = gemm_split(p.n_rows, p.k, tuning);
+  p.splits = split.splits;
+  p.chunks_per_split = split.chunks_per_split;
+  if (p.splits > 1 && (p.split_partials == nullptr || p.split_counters == nullptr)) {
+    throw std::logic_error("gemm: split K without scratch");
+  }
+  switch (tuning.loads) {
+    case 4: return dispatch_rows<4>(p, input, epilogue, max_rows, stream, pdl);
+    case 8: return dispatch_rows<8>(p, input, epilogue, max_rows, stream, pdl);
+    default: throw std::runtime_error("gemm: loads must be 4 or 8");
   }
 }
 

@@ -12,15 +12,31 @@
 
 #include "common.cuh"
 #include "step_state.cuh"
+#include "weights.cuh"
 
 namespace a2d::cuda {
 
 enum class GemmInput { bf16_rows, rmsnorm_residual };
 enum class GemmEpilogue { store_bf16, silu_mul, residual_add, logits };
 
-// Rows of the weight processed by one block; each block's 8 warps split K.
+// Rows of the weight processed by one block (the tiled layout's tile, weights.cuh); the block's 8 warps
+// split its K range. Small matrices also split K across blocks (GemmTuning): each block leaves an fp32
+// partial tile, and the last block of a tile to finish adds them up in a fixed order (deterministic)
+// and runs the epilogue.
 constexpr int kGemmTileRows = 16;
 constexpr int kGemmWarps = 8;
+
+struct GemmTuning {
+  int loads = 4;          // pairs of 16-byte weight loads per lane in flight: 4 or 8
+  int blocks_per_sm = 2;  // split K until a GEMM has about this many blocks per SM (0: never split)
+  int sm_count = 132;
+};
+
+struct GemmSplit {
+  int splits;            // blocks per tile along K
+  int chunks_per_split;  // 32-column chunks each of them covers
+};
+GemmSplit gemm_split(int n_rows, int k, const GemmTuning& tuning);
 
 // Per-tile partials of the logits epilogue: max logit, sum of exp(logit - max), argmax.
 struct ArgmaxPartial {
@@ -30,7 +46,7 @@ struct ArgmaxPartial {
 };
 
 struct GemmParams {
-  const bf16* weight;  // [n_rows][k] row-major
+  const bf16* weight;  // tiled (weights.cuh): tiled_elements(n_rows, k)
   int n_rows;          // rows of `weight` (the silu_mul layout: ceil(inter / 8) tiles of 8 gate + 8 up rows)
   int n_out;           // valid output columns: n_rows, or `inter` for silu_mul
   int k;               // multiple of 8
@@ -56,10 +72,17 @@ struct GemmParams {
   float* logits;        // logits: [rows][out_stride] when state->write_logits
   ArgmaxPartial* argmax_out;  // logits: [n_tiles][kMaxRows]
   int mask_token_id;          // logits: excluded from the argmax (its logit counts as -inf)
+
+  // Split K (set by gemm() from the tuning): [n_tiles][splits][kMaxRows][16] fp32 partials and one
+  // arrival counter per tile, zero between launches (the last block resets it).
+  float* split_partials;
+  unsigned* split_counters;
+  int splits;
+  int chunks_per_split;
 };
 
 // `max_rows` (<= kMaxRows) fixes the tensor-core tile count; state->rows may be smaller at run time.
-void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int max_rows, cudaStream_t stream,
-          bool pdl);
+void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int max_rows, const GemmTuning& tuning,
+          cudaStream_t stream, bool pdl);
 
 }  // namespace a2d::cuda

@@ -1,5 +1,6 @@
 #include "model.cuh"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -69,24 +70,26 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
 
   // Weights.
   const int64_t H = s.hidden;
-  int64_t total = aligned(int64_t(s.vocab) * H) * (s.tied_embeddings ? 1 : 2) + aligned(H);
-  const int64_t per_layer = aligned(int64_t(qkv_rows_) * H) + aligned(qkv_rows_) + aligned(H * s.heads * s.head_dim) +
-                            aligned(H) + aligned(int64_t(gate_up_rows_) * H) + aligned(H * s.intermediate) +
+  // GEMM weights are tiled (weights.cuh); a tied lm_head gets its own tiled copy of the embedding.
+  int64_t total = aligned(int64_t(s.vocab) * H) + aligned(tiled_elements(s.vocab, H)) + aligned(H);
+  const int64_t per_layer = aligned(tiled_elements(qkv_rows_, H)) + aligned(qkv_rows_) +
+                            aligned(tiled_elements(H, s.heads * s.head_dim)) + aligned(H) +
+                            aligned(tiled_elements(gate_up_rows_, H)) + aligned(tiled_elements(H, s.intermediate)) +
                             2 * aligned(H) + 2 * aligned(s.head_dim);
   total += per_layer * s.layers;
   weight_arena_elements_ = total;
   weight_arena_ = device_alloc<bf16>(total);
   embed_ = allocate_weight(int64_t(s.vocab) * H);
-  lm_head_ = s.tied_embeddings ? embed_ : allocate_weight(int64_t(s.vocab) * H);
+  lm_head_ = allocate_weight(tiled_elements(s.vocab, H));
   final_norm_ = allocate_weight(H);
   layers_.resize(s.layers);
   for (LayerWeights& L : layers_) {
-    L.qkv = allocate_weight(int64_t(qkv_rows_) * H);
+    L.qkv = allocate_weight(tiled_elements(qkv_rows_, H));
     L.qkv_bias = allocate_weight(qkv_rows_);
-    L.o = allocate_weight(H * s.heads * s.head_dim);
+    L.o = allocate_weight(tiled_elements(H, s.heads * s.head_dim));
     L.o_bias = allocate_weight(H);
-    L.gate_up = allocate_weight(int64_t(gate_up_rows_) * H);
-    L.down = allocate_weight(H * s.intermediate);
+    L.gate_up = allocate_weight(tiled_elements(gate_up_rows_, H));
+    L.down = allocate_weight(tiled_elements(H, s.intermediate));
     L.input_norm = allocate_weight(H);
     L.post_norm = allocate_weight(H);
     L.q_norm = allocate_weight(s.head_dim);
@@ -125,6 +128,10 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   anchor_logits_ = device_alloc<float>(s.vocab);
   argmax_partials_ = device_alloc<ArgmaxPartial>(size_t(vocab_tiles_) * kMaxRows);
   choices_ = device_alloc<TokenChoice>(kMaxRows);
+  options_.gemm.sm_count = sm_count_;
+  gemm_split_counters_ = device_alloc<unsigned>(size_t(std::max({vocab_tiles_, hidden_tiles_, ceil_div(qkv_rows_, kGemmTileRows),
+                                                                 ceil_div(gate_up_rows_, kGemmTileRows)})));
+  prepare_gemm_scratch();
 
   for (int i = 0; i < 2; ++i) {
     A2D_CUDA_CHECK(cudaMallocHost(&staging_host_[i], kStagingBytes));
@@ -153,7 +160,8 @@ DeviceModel::~DeviceModel() {
                         static_cast<void*>(attention_out_), static_cast<void*>(mlp_act_),
                         static_cast<void*>(attention_partial_o_), static_cast<void*>(attention_partial_ml_),
                         static_cast<void*>(logits_), static_cast<void*>(anchor_logits_),
-                        static_cast<void*>(argmax_partials_), static_cast<void*>(choices_)}) {
+                        static_cast<void*>(argmax_partials_), static_cast<void*>(choices_),
+                        static_cast<void*>(gemm_split_partials_), static_cast<void*>(gemm_split_counters_)}) {
     if (pointer != nullptr) cudaFree(pointer);
   }
   if (state_host_ != nullptr) cudaFreeHost(state_host_);
@@ -168,10 +176,10 @@ bf16* DeviceModel::allocate_weight(int64_t elements) {
 }
 
 void DeviceModel::place(const WeightSource& source, int64_t rows, int64_t cols, bf16* destination,
-                        RowPlacement placement) {
+                        RowPlacement placement, bool tiled) {
   if (upload_started_ < 0) upload_started_ = now_s();
   if (source.on_device) {
-    convert_rows(source.data, source.type, rows, cols, destination, placement, stream_);
+    convert_rows(source.data, source.type, rows, cols, destination, placement, tiled, stream_);
     return;
   }
   // Host source: copy row chunks into pinned memory (the CPU copy of one chunk overlaps the DMA and the
@@ -191,7 +199,7 @@ void DeviceModel::place(const WeightSource& source, int64_t rows, int64_t cols, 
     RowPlacement chunk = placement;
     chunk.source_row0 = row;
     // The kernel indexes the chunk from its first row; source_row0 shifts the placement.
-    convert_rows(staging_device_[slot], source.type, count, cols, destination, chunk, stream_);
+    convert_rows(staging_device_[slot], source.type, count, cols, destination, chunk, tiled, stream_);
     A2D_CUDA_CHECK(cudaEventRecord(staging_free_[slot], stream_));
   }
 }
@@ -203,27 +211,30 @@ void DeviceModel::upload(WeightName name, int layer, const WeightSource& source)
   if (per_layer && (layer < 0 || layer >= s.layers)) throw std::runtime_error("upload: layer out of range");
   LayerWeights* L = per_layer ? &layers_[layer] : nullptr;
   switch (name) {
-    case WeightName::embed: return place(source, s.vocab, H, embed_, contiguous_rows(0));
+    case WeightName::embed:
+      place(source, s.vocab, H, embed_, contiguous_rows(0), false);
+      if (s.tied_embeddings) place(source, s.vocab, H, lm_head_, contiguous_rows(0), true);
+      return;
     case WeightName::lm_head:
       if (s.tied_embeddings) throw std::runtime_error("upload: lm_head of a model with tied embeddings");
-      return place(source, s.vocab, H, lm_head_, contiguous_rows(0));
-    case WeightName::final_norm: return place(source, 1, H, final_norm_, contiguous_rows(0));
-    case WeightName::input_norm: return place(source, 1, H, L->input_norm, contiguous_rows(0));
-    case WeightName::post_norm: return place(source, 1, H, L->post_norm, contiguous_rows(0));
-    case WeightName::q: return place(source, s.heads * D, H, L->qkv, contiguous_rows(0));
-    case WeightName::k: return place(source, s.kv_heads * D, H, L->qkv, contiguous_rows(s.heads * D));
-    case WeightName::v: return place(source, s.kv_heads * D, H, L->qkv, contiguous_rows((s.heads + s.kv_heads) * D));
-    case WeightName::q_bias: return place(source, s.heads * D, 1, L->qkv_bias, contiguous_rows(0));
-    case WeightName::k_bias: return place(source, s.kv_heads * D, 1, L->qkv_bias, contiguous_rows(s.heads * D));
+      return place(source, s.vocab, H, lm_head_, contiguous_rows(0), true);
+    case WeightName::final_norm: return place(source, 1, H, final_norm_, contiguous_rows(0), false);
+    case WeightName::input_norm: return place(source, 1, H, L->input_norm, contiguous_rows(0), false);
+    case WeightName::post_norm: return place(source, 1, H, L->post_norm, contiguous_rows(0), false);
+    case WeightName::q: return place(source, s.heads * D, H, L->qkv, contiguous_rows(0), true);
+    case WeightName::k: return place(source, s.kv_heads * D, H, L->qkv, contiguous_rows(s.heads * D), true);
+    case WeightName::v: return place(source, s.kv_heads * D, H, L->qkv, contiguous_rows((s.heads + s.kv_heads) * D), true);
+    case WeightName::q_bias: return place(source, s.heads * D, 1, L->qkv_bias, contiguous_rows(0), false);
+    case WeightName::k_bias: return place(source, s.kv_heads * D, 1, L->qkv_bias, contiguous_rows(s.heads * D), false);
     case WeightName::v_bias:
-      return place(source, s.kv_heads * D, 1, L->qkv_bias, contiguous_rows((s.heads + s.kv_heads) * D));
-    case WeightName::o: return place(source, H, s.heads * D, L->o, contiguous_rows(0));
-    case WeightName::o_bias: return place(source, H, 1, L->o_bias, contiguous_rows(0));
-    case WeightName::q_norm: return place(source, 1, D, L->q_norm, contiguous_rows(0));
-    case WeightName::k_norm: return place(source, 1, D, L->k_norm, contiguous_rows(0));
-    case WeightName::gate: return place(source, s.intermediate, H, L->gate_up, RowPlacement{8, 16, 0, 0});
-    case WeightName::up: return place(source, s.intermediate, H, L->gate_up, RowPlacement{8, 16, 8, 0});
-    case WeightName::down: return place(source, H, s.intermediate, L->down, contiguous_rows(0));
+      return place(source, s.kv_heads * D, 1, L->qkv_bias, contiguous_rows((s.heads + s.kv_heads) * D), false);
+    case WeightName::o: return place(source, H, s.heads * D, L->o, contiguous_rows(0), true);
+    case WeightName::o_bias: return place(source, H, 1, L->o_bias, contiguous_rows(0), false);
+    case WeightName::q_norm: return place(source, 1, D, L->q_norm, contiguous_rows(0), false);
+    case WeightName::k_norm: return place(source, 1, D, L->k_norm, contiguous_rows(0), false);
+    case WeightName::gate: return place(source, s.intermediate, H, L->gate_up, RowPlacement{8, 16, 0, 0}, true);
+    case WeightName::up: return place(source, s.intermediate, H, L->gate_up, RowPlacement{8, 16, 8, 0}, true);
+    case WeightName::down: return place(source, H, s.intermediate, L->down, contiguous_rows(0), true);
   }
 }
 
@@ -242,7 +253,27 @@ void DeviceModel::reconfigure(const ModelOptions& options) {
   synchronize();
   destroy_graphs();
   options_ = options;
+  options_.gemm.sm_count = sm_count_;
+  prepare_gemm_scratch();
   capture_graphs();
+}
+
+// Split-K partials for the largest of the forward's GEMMs under the current tuning.
+void DeviceModel::prepare_gemm_scratch() {
+  const ModelShape& s = shape_;
+  const std::pair<int, int> shapes[] = {{qkv_rows_, s.hidden}, {s.hidden, s.heads * s.head_dim},
+                                        {gate_up_rows_, s.hidden}, {s.hidden, s.intermediate}, {s.vocab, s.hidden}};
+  size_t needed = 0;
+  for (const auto& [rows, k] : shapes) {
+    const GemmSplit split = gemm_split(rows, k, options_.gemm);
+    if (split.splits > 1) {
+      needed = std::max(needed, size_t(ceil_div(rows, kGemmTileRows)) * split.splits * kMaxRows * kGemmTileRows);
+    }
+  }
+  if (needed <= gemm_split_floats_) return;
+  if (gemm_split_partials_ != nullptr) A2D_CUDA_CHECK(cudaFree(gemm_split_partials_));
+  gemm_split_partials_ = device_alloc<float>(needed);
+  gemm_split_floats_ = needed;
 }
 
 void DeviceModel::capture_graphs() {
@@ -284,6 +315,8 @@ void DeviceModel::enqueue_forward(int max_rows) {
     qkv.k = s.hidden;
     qkv.bias = s.qkv_bias ? L.qkv_bias : nullptr;
     qkv.state = state_;
+    qkv.split_partials = gemm_split_partials_;
+    qkv.split_counters = gemm_split_counters_;
     qkv.residual_in = residual_;
     qkv.x_stride = s.hidden;
     qkv.ssq_in = ssq_layer_;
@@ -292,7 +325,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     qkv.norm_eps = s.rms_eps;
     qkv.out = qkv_out_;
     qkv.out_stride = qkv_rows_;
-    if (run_gemms) gemm(qkv, GemmInput::rmsnorm_residual, GemmEpilogue::store_bf16, max_rows, st, pdl);
+    if (run_gemms) gemm(qkv, GemmInput::rmsnorm_residual, GemmEpilogue::store_bf16, max_rows, options_.gemm, st, pdl);
 
     RopeParams rp{};
     rp.qkv = qkv_out_;
@@ -338,12 +371,14 @@ void DeviceModel::enqueue_forward(int max_rows) {
     o.k = s.heads * s.head_dim;
     o.bias = s.o_bias ? L.o_bias : nullptr;
     o.state = state_;
+    o.split_partials = gemm_split_partials_;
+    o.split_counters = gemm_split_counters_;
     o.x = attention_out_;
     o.x_stride = s.heads * s.head_dim;
     o.residual_out = residual_;
     o.out_stride = s.hidden;
     o.ssq_out = ssq_attention_;
-    if (run_gemms) gemm(o, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, st, pdl);
+    if (run_gemms) gemm(o, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
 
     GemmParams gate_up{};
     gate_up.weight = L.gate_up;
@@ -351,6 +386,8 @@ void DeviceModel::enqueue_forward(int max_rows) {
     gate_up.n_out = s.intermediate;
     gate_up.k = s.hidden;
     gate_up.state = state_;
+    gate_up.split_partials = gemm_split_partials_;
+    gate_up.split_counters = gemm_split_counters_;
     gate_up.residual_in = residual_;
     gate_up.x_stride = s.hidden;
     gate_up.ssq_in = ssq_attention_;
@@ -359,19 +396,21 @@ void DeviceModel::enqueue_forward(int max_rows) {
     gate_up.norm_eps = s.rms_eps;
     gate_up.out = mlp_act_;
     gate_up.out_stride = s.intermediate;
-    if (run_gemms) gemm(gate_up, GemmInput::rmsnorm_residual, GemmEpilogue::silu_mul, max_rows, st, pdl);
+    if (run_gemms) gemm(gate_up, GemmInput::rmsnorm_residual, GemmEpilogue::silu_mul, max_rows, options_.gemm, st, pdl);
 
     GemmParams down{};
     down.weight = L.down;
     down.n_rows = down.n_out = s.hidden;
     down.k = s.intermediate;
     down.state = state_;
+    down.split_partials = gemm_split_partials_;
+    down.split_counters = gemm_split_counters_;
     down.x = mlp_act_;
     down.x_stride = s.intermediate;
     down.residual_out = residual_;
     down.out_stride = s.hidden;
     down.ssq_out = ssq_layer_;
-    if (run_gemms) gemm(down, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, st, pdl);
+    if (run_gemms) gemm(down, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
   }
 
   GemmParams head{};
@@ -379,6 +418,8 @@ void DeviceModel::enqueue_forward(int max_rows) {
   head.n_rows = head.n_out = s.vocab;
   head.k = s.hidden;
   head.state = state_;
+  head.split_partials = gemm_split_partials_;
+  head.split_counters = gemm_split_counters_;
   head.residual_in = residual_;
   head.x_stride = s.hidden;
   head.ssq_in = ssq_layer_;
@@ -390,7 +431,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
   head.out_stride = s.vocab;
   head.argmax_out = argmax_partials_;
   head.mask_token_id = s.mask_token_id;
-  if (run_gemms) gemm(head, GemmInput::rmsnorm_residual, GemmEpilogue::logits, max_rows, st, pdl);
+  if (run_gemms) gemm(head, GemmInput::rmsnorm_residual, GemmEpilogue::logits, max_rows, options_.gemm, st, pdl);
   if (run_other) reveal_argmax(RevealParams{argmax_partials_, vocab_tiles_, state_, choices_}, max_rows, st, pdl);
 }
 

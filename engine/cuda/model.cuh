@@ -52,6 +52,7 @@ struct ModelOptions {
   bool graphs = true;  // replay captured graphs; false launches every kernel (debugging, comparisons)
   bool pdl = true;     // programmatic dependent launch between consecutive kernels
   unsigned kernels = kAllKernels;
+  GemmTuning gemm;     // sm_count is filled in from the device
 };
 
 // The inputs of one forward of at most kMaxRows rows (see StepState).
@@ -122,7 +123,9 @@ class DeviceModel {
   void capture_graphs();
   void capture_graph(int bucket);
   void destroy_graphs();
-  void place(const WeightSource& source, int64_t rows, int64_t cols, bf16* destination, RowPlacement placement);
+  void place(const WeightSource& source, int64_t rows, int64_t cols, bf16* destination, RowPlacement placement,
+             bool tiled);
+  void prepare_gemm_scratch();
   bf16* allocate_weight(int64_t elements);
 
   ModelShape shape_;
@@ -168,6 +171,9 @@ class DeviceModel {
   float* anchor_logits_ = nullptr;
   ArgmaxPartial* argmax_partials_ = nullptr;
   TokenChoice* choices_ = nullptr;
+  float* gemm_split_partials_ = nullptr;  // split-K scratch, sized for the current tuning
+  size_t gemm_split_floats_ = 0;
+  unsigned* gemm_split_counters_ = nullptr;  // one per tile of the largest GEMM
 
   // Host-to-device staging: two pinned buffers and their device twins, alternated.
   static constexpr size_t kStagingBytes = size_t(64) << 20;

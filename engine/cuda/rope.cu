@@ -11,14 +11,15 @@ constexpr int kWarps = 4;
 constexpr int kMaxHeadDim = 256;
 
 __global__ void __launch_bounds__(kWarps * 32) rope_kernel(const RopeParams p) {
-  wait_for_previous_grid();
   const int heads = p.num_heads + 2 * p.num_kv_heads;
   const int item = blockIdx.x * kWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int t = item / heads;
   const int head = item % heads;
-  if (t >= p.state->rows) return;
+  const int rows = p.state->rows;  // from the host, not from the previous kernel
   const int position = p.state->cached + t;
+  wait_for_previous_grid();
+  if (t >= rows) return;
   const int half = p.head_dim / 2;
   const bf16* in = p.qkv + static_cast<size_t>(t) * heads * p.head_dim + static_cast<size_t>(head) * p.head_dim;
 

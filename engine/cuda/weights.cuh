@@ -1,6 +1,6 @@
 // Weight layout conversion on the device: any stored dtype (bf16, f16, f32) to bf16, with the row
 // placement the kernels want (q, k, v stacked into one matrix; gate and up interleaved in groups of 8 so
-// one GEMM tile holds both halves of SiLU(gate) * up).
+// one GEMM tile holds both halves of SiLU(gate) * up) and, for GEMM weights, the tiled layout below.
 #pragma once
 
 #include "common.cuh"
@@ -20,7 +20,23 @@ struct RowPlacement {
 
 inline RowPlacement contiguous_rows(int64_t first_row) { return {int64_t(1) << 40, 0, first_row, 0}; }
 
+// The GEMM layout: tiles of 16 rows, each a run of 32-column chunks; a chunk (16 x 32 bf16 = 1 KiB) holds
+// rows 0-7 then rows 8-15, and within each half lane g * 4 + c of a warp owns the 8 columns 8c..8c+7 of
+// row g. One 16-byte load per lane then reads 512 contiguous bytes per warp, and those 8 values are the
+// lane's tensor-core fragment (gemm.cu). Rows pad to 16 and columns to 32 with zeros.
+constexpr int64_t kTileRows = 16;
+constexpr int64_t kChunkCols = 32;
+__host__ __device__ inline int64_t tiled_chunks(int64_t cols) { return (cols + kChunkCols - 1) / kChunkCols; }
+__host__ __device__ inline int64_t tiled_elements(int64_t rows, int64_t cols) {
+  return (rows + kTileRows - 1) / kTileRows * kTileRows * tiled_chunks(cols) * kChunkCols;
+}
+__host__ __device__ inline int64_t tiled_index(int64_t row, int64_t col, int64_t cols) {
+  const int64_t tile = row / kTileRows, r = row % kTileRows, chunk = col / kChunkCols, c = (col % kChunkCols) / 8;
+  return (((tile * tiled_chunks(cols) + chunk) * 2 + r / 8) * 32 + (r % 8) * 4 + c) * 8 + col % 8;
+}
+
+// `tiled`: write the GEMM layout (destination holds tiled_elements(destination rows, cols)).
 void convert_rows(const void* source, SourceType type, int64_t rows, int64_t cols, bf16* destination,
-                  RowPlacement placement, cudaStream_t stream);
+                  RowPlacement placement, bool tiled, cudaStream_t stream);
 
 }  // namespace a2d::cuda
