@@ -259,7 +259,8 @@ function judgeRun(
         const where = inside(path, home) ? "HOME" : inside(path, folder) ? "the folder (only state/ may change)" : "the host";
         add({
           cause: "write-outside",
-          detail: `${basename(program(e.pid, e.t))} ${e.ok ? "wrote" : "tried to write"} ${path} in ${where}`,
+          detail: `${basename(program(e.pid, e.t))} ${e.ok ? "wrote" : "tried to write"} ${path} in ${where}` +
+            (e.kind === "open" ? ` (open ${e.flags}${e.ok ? "" : `: ${e.errno}`})` : ` (${e.call}${e.ok ? "" : `: ${e.errno}`})`),
         });
       }
     } else if (e.kind === "open" && !e.ok && e.errno === "ENOENT") {
@@ -417,8 +418,11 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
 
   const strace = await which("strace");
   if (!strace) problems.push({ cause: "isolation", detail: "strace is not installed: network, compile and write checks of child processes are off (apt-get install strace)" });
-  if (!(await which("unshare")) || !(await which("ip"))) {
-    problems.push({ cause: "isolation", detail: "unshare or ip is missing (util-linux, iproute2): cannot run in a fresh network namespace" });
+  // Loopback comes up through `ip` or, without iproute2, through python3's ioctl (simulate/inner.ts).
+  if (!(await which("unshare"))) {
+    problems.push({ cause: "isolation", detail: "unshare is missing (util-linux): cannot run in a fresh network namespace" });
+  } else if (!(await which("ip")) && !(await which("python3"))) {
+    problems.push({ cause: "isolation", detail: "neither ip (iproute2) nor python3 is here to bring loopback up in the network namespace" });
   }
 
   const sandbox = await mkdtemp(join(tmpdir(), "a2d-simulate-"));

@@ -3,7 +3,7 @@
 
 export type StraceEvent =
   | { kind: "exec"; pid: number; t: number; path: string; argv: string[]; ok: boolean }
-  | { kind: "open"; pid: number; t: number; path: string; write: boolean; ok: boolean; errno?: string }
+  | { kind: "open"; pid: number; t: number; path: string; write: boolean; flags: string; ok: boolean; errno?: string }
   | { kind: "modify"; pid: number; t: number; call: string; path: string; ok: boolean; errno?: string }
   | { kind: "net"; pid: number; t: number; call: string; family: string; address: string; port: number; ok: boolean }
   | { kind: "listen"; pid: number; t: number }
@@ -152,7 +152,8 @@ export function parseStrace(text: string, initialCwd: string): StraceEvent[] {
           fds.get(pid)!.set(result, path);
         }
         const write = call === "creat" || WRITE_FLAGS.test(args);
-        events.push({ kind: "open", pid, t, path, write, ok, ...(ok ? {} : { errno }) });
+        const flags = /\bO_[A-Z_|]+/.exec(args)?.[0] ?? "";
+        events.push({ kind: "open", pid, t, path, write, flags, ok, ...(ok ? {} : { errno }) });
         break;
       }
       case "mkdir":
