@@ -328,41 +328,69 @@ def section_backend(lib, workdir):
         path = os.path.join(workdir, name)
         write_folder(path, cfg, W)
         gen = torch.Generator().manual_seed(11 + i)
-        # Logits through forward(): a 150-token commit (three chunks on the GPU) plus a window.
         commit = torch.randint(0, cfg["vocab"] - 2, (150,), generator=gen).tolist()
         window = [cfg["mask"], 5, cfg["mask"], cfg["mask"]]
-        n = len(commit) + len(window)
-        out = {}
-        for device in ("cpu", "cuda"):
-            logits = torch.empty(n, cfg["vocab"], dtype=torch.float32)
-            lib.call("a2d_bench_backend_logits", path.encode(), device.encode(), (ctypes.c_int * len(commit))(*commit),
-                     len(commit), (ctypes.c_int * len(window))(*window), len(window), ctypes.c_void_p(logits.data_ptr()))
-            out[device] = logits
-        err = max(rel_errors(out["cuda"], out["cpu"]))
-        # Greedy generations, token for token.
-        same, agree_tokens, total_tokens, forwards = 0, 0, 0, {}
         prompts = [torch.randint(0, cfg["vocab"] - 2, (int(torch.randint(3, 40, (1,), generator=gen)),),
                                  generator=gen).tolist() for _ in range(12)]
-        for p_i, prompt in enumerate(prompts):
-            seqs = {}
-            for device in ("cpu", "cuda"):
-                toks = (ctypes.c_int * 256)()
-                count, nfe = ctypes.c_int(), ctypes.c_longlong()
-                lib.call("a2d_bench_backend_generate", path.encode(), device.encode(),
-                         (ctypes.c_int * len(prompt))(*prompt), len(prompt), 48, 4, ctypes.c_double(0.9), toks,
-                         ctypes.byref(count), ctypes.byref(nfe))
-                seqs[device] = list(toks)[:count.value]
-                forwards[device] = forwards.get(device, 0) + nfe.value
-            a, b = seqs["cpu"], seqs["cuda"]
-            same += a == b
-            prefix = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            agree_tokens += prefix
-            total_tokens += len(a)
-        results[name] = dict(logits_rel_err=err, identical_generations=f"{same}/{len(prompts)}",
-                             tokens_before_first_divergence=f"{agree_tokens}/{total_tokens}", forwards=forwards)
-        log(f"  backend {name:14s}: cuda vs cpu logits rel_err {err:.2e}; greedy generations identical {same}/"
-            f"{len(prompts)}, tokens before first divergence {agree_tokens}/{total_tokens}; forwards {forwards}")
+        results[name] = compare_backends(lib, path, commit, window, prompts, cfg["vocab"], 48, name)
     return results
+
+
+def compare_backends(lib, path, commit, window, prompts, vocab, max_new, name):
+    """CUDA vs CPU backend on one model folder: logits of a commit (several GPU chunks when long) plus a
+    window, then greedy generations token for token."""
+    n = len(commit) + len(window)
+    out = {}
+    for device in ("cpu", "cuda"):
+        logits = torch.empty(n, vocab, dtype=torch.float32)
+        lib.call("a2d_bench_backend_logits", path.encode(), device.encode(), (ctypes.c_int * len(commit))(*commit),
+                 len(commit), (ctypes.c_int * len(window))(*window), len(window), ctypes.c_void_p(logits.data_ptr()))
+        out[device] = logits
+    err = max(rel_errors(out["cuda"], out["cpu"]))
+    same, agree_tokens, total_tokens, forwards = 0, 0, 0, {}
+    for prompt in prompts:
+        seqs = {}
+        for device in ("cpu", "cuda"):
+            toks = (ctypes.c_int * 1024)()
+            count, nfe = ctypes.c_int(), ctypes.c_longlong()
+            lib.call("a2d_bench_backend_generate", path.encode(), device.encode(), (ctypes.c_int * len(prompt))(*prompt),
+                     len(prompt), max_new, 4, ctypes.c_double(0.9), toks, ctypes.byref(count), ctypes.byref(nfe))
+            seqs[device] = list(toks)[:count.value]
+            forwards[device] = forwards.get(device, 0) + nfe.value
+        a, b = seqs["cpu"], seqs["cuda"]
+        same += a == b
+        agree_tokens += next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        total_tokens += len(a)
+    result = dict(logits_rel_err=err, identical_generations=f"{same}/{len(prompts)}",
+                  tokens_before_first_divergence=f"{agree_tokens}/{total_tokens}", forwards=forwards)
+    log(f"  backend {name:14s}: cuda vs cpu logits rel_err {err:.2e}; greedy generations identical {same}/"
+        f"{len(prompts)}, tokens before first divergence {agree_tokens}/{total_tokens}; forwards {forwards}")
+    return result
+
+
+# Self-written prompts for a trained model's CPU vs CUDA comparison (no benchmark text).
+TRAINED_PROMPTS = [
+    "The capital of France is", "Write a short poem about the sea.", "What is 12 times 7?",
+    "List three colours of the rainbow.", "Explain why the sky is blue in one sentence.",
+    "Translate 'good morning' into Spanish.", "Once upon a time, in a small village,",
+    "What is the opposite of hot?", "Name a fruit that is yellow.", "How many legs does a spider have?",
+    "Give me a synonym for happy.", "Describe a cat in two sentences.", "What comes after Monday?",
+    "Complete the sentence: The quick brown fox", "Why do we need sleep?", "What is water made of?",
+]
+
+
+def section_trained(lib, model_dir, summary):
+    """CUDA vs CPU on a trained model folder (the demo model): real text, logits that are not near-tied."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    with open(os.path.join(model_dir, "config.json")) as fh:
+        config = json.load(fh)
+    prompts = [tok.encode(text).ids for text in TRAINED_PROMPTS]
+    commit = [t for p in prompts for t in p][:150]
+    mask = config["a2d"]["mask_token_id"]
+    window = [mask, commit[-1], mask, mask]
+    summary["trained"] = compare_backends(lib, model_dir, commit, window, prompts, config["vocab_size"], 64,
+                                          os.path.basename(model_dir.rstrip("/")))
 
 
 # ---------------------------------------------------------------- the 2B shape
@@ -542,6 +570,7 @@ def main():
     parser.add_argument("--peers", default=None)
     parser.add_argument("--workdir", default="/tmp/a2d-cuda-check")
     parser.add_argument("--skip", default="", help="comma-separated sections to skip: tiny,backend,2b,peers,load")
+    parser.add_argument("--trained", default=None, help="a trained model folder: CUDA vs CPU backend on real text")
     parser.add_argument("--deadline", type=float, default=1e9, help="start no section after this many seconds")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -571,6 +600,8 @@ def main():
     log(f"copy bandwidth: {summary['copy_TBps']:.2f} TB/s")
     summary["tiny"] = section("tiny", section_tiny, lib, args.out)
     summary["backend"] = section("backend", section_backend, lib, args.workdir)
+    if args.trained:
+        section("trained", section_trained, lib, args.trained, summary)
     W = section("2b", section_2b, lib, args.out, summary)
     if args.peers:
         section("peers", section_peers, args.peers, args.out, summary)
@@ -588,6 +619,10 @@ def main():
         log(f"tiny forwards: worst rel err {worst:.2e} ({'PASS' if worst <= REL_TOL else 'FAIL'} at {REL_TOL})")
     for name, r in (summary.get("backend") or {}).items():
         log(f"backend {name}: logits {r['logits_rel_err']:.2e}, identical {r['identical_generations']}, "
+            f"agree {r['tokens_before_first_divergence']}")
+    if summary.get("trained"):
+        r = summary["trained"]
+        log(f"trained model: logits {r['logits_rel_err']:.2e}, identical {r['identical_generations']}, "
             f"agree {r['tokens_before_first_divergence']}")
     if "check_2b" in summary:
         for name, c in summary["check_2b"]["all"].items():

@@ -4,7 +4,8 @@
 #   bash bench/device-cuda.sh            (results under $OUT)
 # Two processes: the tiny/backend parity sections, then the 2B sections, so a device fault in one
 # leaves the other. SMALL_S / BIG_S bound each; BIG_SKIP=peers,load skips more of the second;
-# SANITIZE=1 (the default) reruns the tiny section under memcheck if it failed.
+# SANITIZE=1 (the default) reruns the tiny section under memcheck if it failed; TRAINED=DIR adds the
+# CUDA vs CPU comparison on a trained model folder (bench/rebuild-demo-device.sh makes the demo model).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out="${OUT:-/tmp/a2d-out}"
@@ -22,7 +23,7 @@ if ! python3 -c 'import ctypes, sys; ctypes.CDLL(sys.argv[1])' "$lib"; then
   echo "built in $(( $(date +%s) - t0 )) s"
 fi
 timeout "${SMALL_S:-200}" python3 bench/cuda_check.py --lib "$lib" --out "$out/small" --skip 2b,peers,load \
-  > "$out/small.log" 2>&1
+  ${TRAINED:+--trained "$TRAINED"} > "$out/small.log" 2>&1
 echo "small sections: exit $?"
 tail -n 25 "$out/small.log"
 if [ "${SANITIZE:-1}" = 1 ] && ! grep -q "failures: none" "$out/small.log"; then
