@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 import numpy as np
 
@@ -96,12 +97,14 @@ class DecodeResult:
 
 def choose_token(row: np.ndarray, mask_token_id: int, temperature: float, top_p: float, rng: SplitMix64) -> tuple[int, float]:
     """Step 1 of a denoising step for one candidate: (token, confidence) from its fp32 logits row."""
-    logits = np.asarray(row, dtype=np.float64).copy()
+    logits = np.array(row, dtype=np.float64)  # always a copy: the greedy path works in place
     logits[mask_token_id] = -np.inf
     top = logits.max()
     if temperature == 0:
         token = int(np.argmax(logits))  # first maximum: the lowest id on ties
-        return token, float(1.0 / np.cumsum(np.exp(logits - top))[-1])
+        np.subtract(logits, top, out=logits)  # in place: the same doubles as exp(logits - top), fewer big allocations
+        np.exp(logits, out=logits)
+        return token, float(1.0 / np.cumsum(logits)[-1])
     weights = np.exp((logits - top) / temperature)
     p = weights / np.cumsum(weights)[-1]
     kept = np.arange(p.size)
@@ -128,20 +131,21 @@ def reveal_set(confidences: Sequence[float], priorities: Sequence[float], thresh
     return sorted(chosen)
 
 
-def decode(
-    forward: ForwardFn,
+def decode_steps(
     prompt_ids: Sequence[int],
     params: DecodeParams,
     *,
     mask_token_id: int,
     shift_logits: bool,
     trace: bool = False,
-) -> DecodeResult:
-    """Generate a completion for `prompt_ids` (docs/decoding.md); `forward` starts with an empty cache."""
+) -> Generator[tuple[list[int], list[int], list[int]], Any, DecodeResult]:
+    """The decode loop of one sequence as a generator: it yields each forward it needs as (commit_ids,
+    window_ids, rows), is sent that forward's logits rows back, and returns the DecodeResult (ms 0: the
+    driver times it). `decode` drives one with a ForwardFn; `decode_batch` drives many in lockstep through
+    one batched forward, so both run exactly this code."""
     params.validate()
     if not prompt_ids:
         raise A2DError("the prompt is empty; it must hold at least one token")
-    started = time.perf_counter()
     B, eos = params.block_size, set(params.eos_token_ids)
     rng = SplitMix64(params.seed)
     steps_log: list[dict] | None = [] if trace else None
@@ -157,7 +161,7 @@ def decode(
         revealed = [False] * B
         block_start = len(prompt_ids) + len(completion)
         if params.commit == "separate" and pending:
-            anchor = _to_numpy(forward(pending, [], [len(pending) - 1]))[0]
+            anchor = _to_numpy((yield (list(pending), [], [len(pending) - 1])))[0]
             forwards += 1
             pending = []
         step = 0
@@ -170,7 +174,7 @@ def decode(
             C = len(pending)
             window_rows = {j: C + j - 1 if shift_logits else C + j for j in candidates if not (shift_logits and j == 0)}
             rows = ([C - 1] if shift_logits and C else []) + sorted(set(window_rows.values()))
-            logits = _to_numpy(forward(pending, block, rows))
+            logits = _to_numpy((yield (list(pending), list(block), rows)))
             row_of = {r: logits[i] for i, r in enumerate(rows)}
             if shift_logits and C:
                 anchor = row_of[C - 1]
@@ -208,9 +212,100 @@ def decode(
         finish_reason=finish,
         prompt_tokens=len(prompt_ids),
         forward_passes=forwards,
-        ms=(time.perf_counter() - started) * 1000.0,
+        ms=0.0,
         trace=steps_log,
     )
+
+
+def _drive(steps: Generator, forward: ForwardFn) -> DecodeResult:
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(forward(*request))
+    except StopIteration as done:
+        return done.value
+
+
+def decode(
+    forward: ForwardFn,
+    prompt_ids: Sequence[int],
+    params: DecodeParams,
+    *,
+    mask_token_id: int,
+    shift_logits: bool,
+    trace: bool = False,
+) -> DecodeResult:
+    """Generate a completion for `prompt_ids` (docs/decoding.md); `forward` starts with an empty cache."""
+    started = time.perf_counter()
+    result = _drive(decode_steps(prompt_ids, params, mask_token_id=mask_token_id, shift_logits=shift_logits, trace=trace), forward)
+    result.ms = (time.perf_counter() - started) * 1000.0
+    return result
+
+
+# (requests) -> logits per request; requests[i] is sequence i's (commit_ids, window_ids, rows), or None
+# once that sequence is finished. Each sequence has its own KV cache inside the function.
+BatchForwardFn = Callable[[Sequence[Any]], Sequence[Any]]
+
+
+def run_batch(forward: BatchForwardFn, machines: list[Generator], threads: int = 1) -> list[Any]:
+    """Drive generators of forward requests (decode_steps, or any loop written the same way) in lockstep:
+    every forward of the batch serves each unfinished sequence's next request. Returns their results in
+    order. A sequence's results do not depend on the others: each request is answered from its own cache.
+    `threads` > 1 advances the sequences on a thread pool (numpy's float64 work releases the GIL); each
+    generator still runs on one thread at a time, so the results are the same."""
+    results: list[Any] = [None] * len(machines)
+    requests: list[Any] = [None] * len(machines)
+    for i, machine in enumerate(machines):
+        try:
+            requests[i] = next(machine)
+        except StopIteration as done:
+            results[i] = done.value
+    pool = ThreadPoolExecutor(threads) if threads > 1 else None
+    try:
+        while any(r is not None for r in requests):
+            answers = forward(requests)
+
+            def advance(i: int) -> tuple[int, Any, Any]:
+                try:
+                    return i, machines[i].send(answers[i]), None
+                except StopIteration as done:
+                    return i, None, done.value
+
+            active = [i for i, r in enumerate(requests) if r is not None]
+            for i, request, result in (pool.map(advance, active) if pool else map(advance, active)):
+                requests[i] = request
+                if request is None:
+                    results[i] = result
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return results
+
+
+def decode_batch(
+    forward: BatchForwardFn,
+    prompts: Sequence[Sequence[int]],
+    params: Sequence[DecodeParams],
+    *,
+    mask_token_id: int,
+    shift_logits: bool,
+    trace: bool = False,
+    threads: int = 1,
+) -> list[DecodeResult]:
+    """`decode` of every (prompt, params) pair at once through a batched forward (model.BatchBlockForward):
+    the same decisions as decoding them one by one, in far fewer forward calls. Each result's ms is the
+    whole batch's wall time."""
+    if len(prompts) != len(params):
+        raise A2DError(f"decode_batch: {len(prompts)} prompts but {len(params)} parameter sets")
+    started = time.perf_counter()
+    machines = [
+        decode_steps(ids, p, mask_token_id=mask_token_id, shift_logits=shift_logits, trace=trace) for ids, p in zip(prompts, params)
+    ]
+    results = run_batch(forward, machines, threads)
+    ms = (time.perf_counter() - started) * 1000.0
+    for result in results:
+        result.ms = ms
+    return results
 
 
 def _to_numpy(logits) -> np.ndarray:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -204,6 +205,108 @@ class BlockForward:
         hidden, new_kv = self.model(ids, positions, mask, self.cache)
         self.cache.append(new_kv, C)
         return self.model.logits(hidden[0, list(rows)]).float()
+
+
+class BatchBlockForward:
+    """BlockForward for many sequences at once (decode.BatchForwardFn): one call takes every sequence's
+    (commit, window, rows) request (None for a finished one) and returns each its fp32 logits rows as a
+    numpy array, from one forward of the whole batch.
+
+    Each sequence keeps its own logical KV cache and positions; they share one padded cache. A call lays
+    row r out as [its commit, padded to the batch's longest commit | its window, padded likewise]; the
+    commit part (pads included) is appended to the cache, and `valid` records which cache slots hold a
+    real token of that row. The attention mask is the block-causal mask of docs/decoding.md over the
+    row's valid slots: a row never sees another row's tokens or its own pads, so its logits are those of
+    decoding it alone, up to fp32 summation order. Pad queries attend to themselves only (finite values,
+    never read). Finished rows are dropped from the batch when they are a quarter of it or more, and
+    cache slots no remaining row uses are trimmed then.
+    """
+
+    def __init__(self, model: Transformer, batch: int, pad_id: int = 0) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.pad_id = pad_id
+        self.cache = KVCache(model.config.num_layers)
+        self.valid = np.zeros((batch, 0), dtype=bool)  # [rows, cache slots]
+        self.lengths = np.zeros(batch, dtype=np.int64)  # each row's logical cache length (its next position)
+        self.row_of = list(range(batch))  # sequence index -> row in the batch tensors (-1: dropped)
+        self.forwards = 0
+
+    def _compact(self, active: list[int]) -> None:
+        keep = [self.row_of[i] for i in active]
+        used = self.valid[keep].any(axis=0)
+        rows = torch.tensor(keep, device=self.device)
+        cols = torch.tensor(np.flatnonzero(used), device=self.device)
+        self.cache.layers = [
+            None if layer is None else (layer[0][rows][:, :, cols], layer[1][rows][:, :, cols]) for layer in self.cache.layers
+        ]
+        self.cache.length = int(used.sum())
+        self.valid = self.valid[keep][:, used]
+        self.lengths = self.lengths[keep]
+        self.row_of = [-1] * len(self.row_of)
+        for r, i in enumerate(active):
+            self.row_of[i] = r
+
+    @torch.no_grad()
+    def __call__(self, requests: Sequence) -> list:
+        active = [i for i, request in enumerate(requests) if request is not None]
+        if not active:
+            return [None] * len(requests)
+        rows_now = self.valid.shape[0]
+        if rows_now - len(active) >= max(1, rows_now // 4):
+            self._compact(active)
+        R, S = self.valid.shape
+        C = np.zeros(R, dtype=np.int64)
+        W = np.zeros(R, dtype=np.int64)
+        for i in active:
+            commit, window, _ = requests[i]
+            C[self.row_of[i]], W[self.row_of[i]] = len(commit), len(window)
+        Cm, Wm = int(C.max()), int(W.max())
+        T = Cm + Wm
+        ids = np.full((R, T), self.pad_id, dtype=np.int64)
+        positions = np.zeros((R, T), dtype=np.int64)
+        for i in active:
+            commit, window, _ = requests[i]
+            r, c, w = self.row_of[i], len(commit), len(window)
+            ids[r, :c], ids[r, Cm : Cm + w] = commit, window
+            positions[r, :c] = self.lengths[r] + np.arange(c)
+            positions[r, Cm : Cm + w] = self.lengths[r] + c + np.arange(w)
+        q = np.arange(T)
+        commit_q = q[None, :] < C[:, None]  # [R, T]: query (and key) slot t is a real commit token
+        window_q = (q[None, :] >= Cm) & (q[None, :] - Cm < W[:, None])
+        real = commit_q | window_q
+        mask = np.zeros((R, T, S + T), dtype=bool)
+        mask[:, :, :S] = self.valid[:, None, :] & real[:, :, None]
+        causal = q[None, :] <= q[:, None]  # [T(query), T(key)]
+        new = mask[:, :, S:]
+        new |= commit_q[:, :, None] & commit_q[:, None, :] & causal[None]  # commit rows: plain causal
+        new |= window_q[:, :, None] & real[:, None, :]  # window rows: every commit token and the whole window
+        new |= ~real[:, :, None] & np.eye(T, dtype=bool)[None]  # pads: themselves only
+        hidden, new_kv = self.model(
+            torch.from_numpy(ids).to(self.device),
+            torch.from_numpy(positions).to(self.device),
+            torch.from_numpy(mask).to(self.device),
+            self.cache,
+        )
+        self.cache.append(new_kv, Cm)
+        self.valid = np.concatenate([self.valid, commit_q[:, :Cm]], axis=1)
+        self.lengths = self.lengths + C
+        self.forwards += 1
+        pick_rows, pick_slots, counts = [], [], []
+        for i in active:
+            commit, _, wanted = requests[i]
+            c = len(commit)
+            pick_rows += [self.row_of[i]] * len(wanted)
+            pick_slots += [j if j < c else Cm + j - c for j in wanted]
+            counts.append(len(wanted))
+        picked = hidden[torch.tensor(pick_rows, device=self.device), torch.tensor(pick_slots, device=self.device)]
+        logits = self.model.logits(picked).float().cpu().numpy()
+        out: list = [None] * len(requests)
+        start = 0
+        for i, n in zip(active, counts):
+            out[i] = logits[start : start + n]
+            start += n
+        return out
 
 
 def load_transformer(model_dir: Path | str, device: str = "cpu") -> tuple[Transformer, ModelConfig, A2DSection | None]:

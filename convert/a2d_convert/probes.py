@@ -164,42 +164,77 @@ def prompt_ids(codec, probe: Probe, enable_thinking: bool | None) -> list[int]:
     return codec.encode_plain(probe.prompt)
 
 
-def ar_answer(model, ids: list[int], max_tokens: int, eos: set[int]) -> tuple[list[int], int]:
-    """Greedy AR decoding with the reference model's KV cache: (tokens, forward passes)."""
-    import torch
+def ar_steps(ids: list[int], max_tokens: int, eos: set[int]):
+    """Greedy AR decoding as a generator of forward requests (decode.run_batch drives many at once):
+    returns (tokens, forward passes)."""
+    import numpy as np
 
-    from .model import BlockForward
-
-    forward = BlockForward(model)
     out: list[int] = []
-    with torch.inference_mode():
-        logits = forward(ids, [], [len(ids) - 1])
-        passes = 1
-        while len(out) < max_tokens:
-            token = int(torch.argmax(logits[0]))
-            if token in eos:
-                break
-            out.append(token)
-            if len(out) == max_tokens:
-                break
-            logits = forward([token], [], [0])
-            passes += 1
+    logits = yield (list(ids), [], [len(ids) - 1])
+    passes = 1
+    while len(out) < max_tokens:
+        token = int(np.argmax(np.asarray(logits[0])))  # first maximum, as torch.argmax
+        if token in eos:
+            break
+        out.append(token)
+        if len(out) == max_tokens:
+            break
+        logits = yield ([token], [], [0])
+        passes += 1
     return out, passes
 
 
-def reference_answers(model_dir: Path, device: str, a2d, prompts: list[list[int]], params: list) -> list[tuple[list[int], int]]:
-    """The reference block-diffusion decoder: (tokens, forward passes) per (prompt, params) pair."""
+def ar_answer(model, ids: list[int], max_tokens: int, eos: set[int]) -> tuple[list[int], int]:
+    """Greedy AR decoding with the reference model's KV cache: (tokens, forward passes)."""
+    return ar_answers(model, [ids], max_tokens, eos, batch_size=1)[0]
+
+
+def _batches(n: int, batch_size: int):
+    for start in range(0, n, max(batch_size, 1)):
+        yield range(start, min(start + max(batch_size, 1), n))
+
+
+def ar_answers(model, prompts: list[list[int]], max_tokens: int, eos: set[int], batch_size: int = 64, threads: int = 1) -> list[tuple[list[int], int]]:
+    """ar_answer for every prompt, `batch_size` sequences per batched forward (the same tokens as one by
+    one; batch_size 1 is exactly the one-by-one loop)."""
     import torch
 
-    from .decode import decode
-    from .model import BlockForward, load_transformer
+    from .decode import run_batch
+    from .model import BatchBlockForward, BlockForward
+
+    answers: list[tuple[list[int], int]] = []
+    with torch.inference_mode():
+        for chunk in tqdm(list(_batches(len(prompts), batch_size)), desc="AR base", unit="batch", disable=len(prompts) <= 1):
+            machines = [ar_steps(prompts[i], max_tokens, eos) for i in chunk]
+            if len(chunk) == 1:
+                forward = BlockForward(model)
+                answers += run_batch(lambda requests: [forward(*requests[0])], machines)
+            else:
+                answers += run_batch(BatchBlockForward(model, len(chunk)), machines, threads)
+    return answers
+
+
+def reference_answers(model_dir: Path, device: str, a2d, prompts: list[list[int]], params: list, batch_size: int = 64, threads: int = 1) -> list[tuple[list[int], int]]:
+    """The reference block-diffusion decoder: (tokens, forward passes) per (prompt, params) pair,
+    `batch_size` sequences decoded together (decode.decode_batch: the same decisions as one by one)."""
+    import torch
+
+    from .decode import decode, decode_batch
+    from .model import BatchBlockForward, BlockForward, load_transformer
 
     model, _, _ = load_transformer(model_dir, device)
     answers = []
     with torch.inference_mode():
-        for ids, p in tqdm(list(zip(prompts, params)), desc="diffusion (reference)", unit="probe"):
-            result = decode(BlockForward(model), ids, p, mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits)
-            answers.append((result.token_ids, result.forward_passes))
+        for chunk in tqdm(list(_batches(len(prompts), batch_size)), desc="diffusion (reference)", unit="batch"):
+            if len(chunk) == 1:
+                (i,) = chunk
+                results = [decode(BlockForward(model), prompts[i], params[i], mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits)]
+            else:
+                results = decode_batch(
+                    BatchBlockForward(model, len(chunk)), [prompts[i] for i in chunk], [params[i] for i in chunk],
+                    mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits, threads=threads,
+                )
+            answers += [(r.token_ids, r.forward_passes) for r in results]
     return answers
 
 
@@ -265,6 +300,7 @@ def evaluate_probes(
     details: Path | None = None,
     engine: str = "reference",
     threads: int = 1,
+    batch_size: int = 64,
 ) -> dict[str, Any]:
     from .config import load_config
     from .decode import DecodeParams
@@ -293,12 +329,11 @@ def evaluate_probes(
     if base_dir is not None:
         base_model, _, _ = load_transformer(base_dir, device)
         base_codec = load_prompt_codec(base_dir)
-        base_answers = []
-        for probe, ids in tqdm(list(zip(probes, prompts)), desc="AR base", unit="probe"):
+        for probe in probes:
             if base_codec.tokenizer.encode(probe.prompt).ids != codec.tokenizer.encode(probe.prompt).ids:
                 raise A2DError(f"{base_dir}: its tokenizer differs from {model_dir}'s; pass the base the model was converted from")
-            tokens, passes = ar_answer(base_model, ids, max_tokens, eos)
-            base_answers.append(record("base", probe, tokens, passes))
+        answered = ar_answers(base_model, prompts, max_tokens, eos, batch_size, threads)
+        base_answers = [record("base", probe, tokens, passes) for probe, (tokens, passes) in zip(probes, answered)]
         report["base"] = summarise(probes, base_answers, None)
         del base_model
     # Every (threshold, probe) pair in one list, so the C++ engine loads once for all of them.
@@ -311,7 +346,7 @@ def evaluate_probes(
     if engine == "cpu":
         decoded = engine_answers(model_dir, threads, all_prompts, all_params)
     else:
-        decoded = reference_answers(model_dir, device, a2d, all_prompts, all_params)
+        decoded = reference_answers(model_dir, device, a2d, all_prompts, all_params, batch_size, threads)
     report["model"] = {}
     for i, threshold in enumerate(thresholds):
         rows = decoded[i * len(probes):(i + 1) * len(probes)]
@@ -348,7 +383,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--engine", choices=ENGINES, default="reference",
                    help="the converted model's decoder: the PyTorch reference, or the C++ CPU engine (same tokens, much faster; needs `npm run build`)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (the AR base, and the model with --engine reference)")
-    p.add_argument("--threads", type=int, default=1, help="torch (and C++ engine) CPU threads (default 1: tiny models run fastest on one)")
+    p.add_argument("--threads", type=int, default=1, help="torch (and C++ engine) CPU threads, and threads for the decoders' per-sequence work (default 1: tiny models run fastest on one)")
+    p.add_argument("--batch-size", type=int, default=64,
+                   help="sequences decoded together by the PyTorch reference (AR base and --engine reference); the same answers as one by one (1), far fewer forwards (default: %(default)s)")
     p.add_argument("--no-think", action="store_true", help="render chats with enable_thinking=false")
     p.add_argument("--out", type=Path, required=True, help="JSON report to write")
     p.add_argument("--details", type=Path, help="also write every answer as JSONL")
@@ -360,6 +397,8 @@ def run(args) -> int:
 
     if args.threads < 1:
         raise A2DError(f"--threads {args.threads} must be at least 1")
+    if args.batch_size < 1:
+        raise A2DError(f"--batch-size {args.batch_size} must be at least 1")
     torch.set_num_threads(args.threads)
     probes = read_probes(args.probes) if args.probes else generated_probes(args.per_family, args.seed)
     try:
@@ -370,7 +409,7 @@ def run(args) -> int:
         raise A2DError("--thresholds: give at least one threshold")
     report = evaluate_probes(
         args.model, args.base, probes, thresholds, args.max_tokens, args.tolerance, args.device,
-        False if args.no_think else None, args.details, args.engine, args.threads,
+        False if args.no_think else None, args.details, args.engine, args.threads, args.batch_size,
     )
     report["probes"] = {
         "source": str(args.probes) if args.probes else f"built-in, seed {args.seed}, {args.per_family} per family",
