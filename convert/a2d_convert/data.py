@@ -3,7 +3,9 @@
 Sources are local files (JSONL, JSON lists, Parquet, plain text), declared with `--source
 PATH[,key=value...]` or in a `--sources FILE.json` list, or a *self-distillation* source: prompts
 answered by the AR base itself with transformers' `generate` (greedy or sampled), so the converted
-model learns the base's own behaviour without outside data. A row is one of
+model learns the base's own behaviour without outside data — one main response per prompt, plus
+`samples` sampled ones each seeded per (seed, prompt, sample), by one process or `workers` processes
+over the visible GPUs, optionally bounded by `time_limit_s` (distill.py). A row is one of
 - chat: `messages` (or ShareGPT `conversations`) — loss on every assistant turn;
 - prompt/response: `prompt`+`response` (also question/answer, instruction/output, problem/solution),
   rendered as a user turn and an assistant turn with the chat template — loss on the response only;
@@ -106,6 +108,11 @@ class Source:
     top_p: float = 1.0
     batch_size: int = 8
     seed: int = 0
+    samples: int = 0  # sampled responses per prompt besides the main one, each seeded per (seed, prompt, sample)
+    sample_temperature: float = 0.8
+    sample_top_p: float = 0.95
+    workers: int = 1  # generating processes, spread over the visible GPUs in turn; 0: one per GPU
+    time_limit_s: float = 0.0  # start no batch expected to end past this many seconds; 0: no limit
 
     @staticmethod
     def from_dict(raw: dict[str, Any], where: str) -> "Source":
@@ -576,13 +583,18 @@ def write_rows(path: Path, arrays: dict[str, np.ndarray], metadata: dict[str, st
 
 
 def distill(source: Source, tok: ChatTokenizer, out_dir: Path, keep: "RowFilter") -> tuple[Source, dict[str, Any]]:
-    """Answer the source's prompts with its AR base; returns a rows source over the generated JSONL."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    """Answer the source's prompts with its AR base (distill.py: batches, processes, seeded sampling);
+    returns a rows source over the generated JSONL, in prompt order (each prompt's main response, then
+    its sampled ones), and the generator record for the manifest."""
+    from . import distill as gen
 
     base = Path(source.base)
     if not (base / "config.json").is_file():
         raise A2DError(f"distill base {base}: no config.json; give the AR base folder (the output of `import`)")
+    if source.samples < 0:
+        raise A2DError(f"distill source {source.name}: samples={source.samples} must be 0 or more")
+    if source.samples and not (0 < source.sample_temperature and 0 < source.sample_top_p <= 1):
+        raise A2DError(f"distill source {source.name}: sampled responses need sample_temperature > 0 and 0 < sample_top_p <= 1")
     prompts: list[tuple[Example, list[int]]] = []
     for path in source_files(source):
         for row in read_rows(source, path):
@@ -603,54 +615,46 @@ def distill(source: Source, tok: ChatTokenizer, out_dir: Path, keep: "RowFilter"
                 messages = [{"role": "system", "content": source.system}, *messages]
             text = tok.render(messages, add_generation_prompt=True, enable_thinking=source.enable_thinking)
             prompts.append((Example(messages=messages, metadata=example.metadata), tok.encode(text, False).ids))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype).to(device).eval()
     pad_id = tok.tokenizer.token_to_id(tok.pad_token) if tok.pad_token else tok.eos_ids[0]
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i][1]))  # similar lengths batch well
-    results: dict[int, list[int]] = {}
-    unfinished = 0
-    for start in tqdm(range(0, len(order), source.batch_size), desc=f"distill {source.name}", unit="batch"):
-        batch = order[start : start + source.batch_size]
-        width = max(len(prompts[i][1]) for i in batch)
-        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, i in enumerate(batch):  # left padding: generation continues right after each prompt
-            ids[row, width - len(prompts[i][1]) :] = torch.tensor(prompts[i][1])
-            mask[row, width - len(prompts[i][1]) :] = 1
-        torch.manual_seed(source.seed + start)
-        with torch.no_grad():
-            generated = model.generate(
-                input_ids=ids.to(device),
-                attention_mask=mask.to(device),
-                max_new_tokens=source.max_new_tokens,
-                do_sample=source.temperature > 0,
-                temperature=source.temperature if source.temperature > 0 else None,
-                top_p=source.top_p if source.temperature > 0 else None,
-                top_k=None,
-                eos_token_id=tok.eos_ids,
-                pad_token_id=pad_id,
-            )
-        for row, i in enumerate(batch):
-            response = generated[row, width:].tolist()
-            ends = [k for k, t in enumerate(response) if t in tok.eos_ids]
-            if ends:
-                response = response[: ends[0] + 1]
-            else:
-                unfinished += 1
-            results[i] = response
+    settings = gen.Settings(
+        max_new_tokens=source.max_new_tokens, temperature=source.temperature, top_p=source.top_p, seed=source.seed,
+        sample_temperature=source.sample_temperature, sample_top_p=source.sample_top_p, eos_ids=list(tok.eos_ids), pad_id=pad_id,
+    )
+    safe_name = re.sub(r"[^A-Za-z0-9._-]+", "_", source.name)
+    results, run_record = gen.run(
+        base, [ids for _, ids in prompts], settings, source.samples, source.batch_size, source.workers, source.time_limit_s,
+        out_dir / f".{safe_name}.work", source.name,
+    )
+    if prompts and not results:
+        raise A2DError(f"distill source {source.name}: no prompt was answered within time_limit_s={source.time_limit_s}; raise the limit")
     out_dir.mkdir(parents=True, exist_ok=True)
-    out_path = out_dir / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', source.name)}.jsonl"
+    out_path = out_dir / f"{safe_name}.jsonl"
+    counts = {"main": 0, "sampled": 0, "unanswered_main": 0, "unanswered_sampled": 0, "duplicates_dropped": 0, "unfinished": 0}
     with open(out_path, "w", encoding="utf-8") as f:
         for i, (example, prompt_ids) in enumerate(prompts):
-            row = {
-                "messages": example.messages,
-                "prompt_ids": prompt_ids,
-                "response_ids": results[i],
-                "response": tok.decode(results[i]),
-                **example.metadata,
-            }
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            seen: list[list[int]] = []
+            for k in range(source.samples + 1):
+                kind = "main" if k == 0 else "sampled"
+                response = results.get((i, k))
+                if response is None:
+                    counts[f"unanswered_{kind}"] += 1
+                    continue
+                if response in seen:
+                    counts["duplicates_dropped"] += 1  # a sampled response equal to one this prompt already has
+                    continue
+                seen.append(response)
+                counts[kind] += 1
+                counts["unfinished"] += not (response and response[-1] in tok.eos_ids)
+                row = {
+                    "messages": example.messages,
+                    "prompt_ids": prompt_ids,
+                    "response_ids": response,
+                    "response": tok.decode(response),
+                    **example.metadata,
+                }
+                if source.samples:
+                    row["distill_response"] = {"sample": k, **({"seed": gen.sample_seed(source.seed, i, k)} if k else {})}
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
     generator = {
         "base": str(base.resolve()),
         "base_files": lin.hash_folder(base),
@@ -659,11 +663,24 @@ def distill(source: Source, tok: ChatTokenizer, out_dir: Path, keep: "RowFilter"
         "temperature": source.temperature,
         "top_p": source.top_p,
         "seed": source.seed,
-        "device": device,
-        "responses": len(prompts),
-        "unfinished": unfinished,
+        "device": "cuda" if run_record["gpus"] else "cpu",
+        "prompts_answered": len({i for i, _ in results}),
+        "responses": counts["main"] + counts["sampled"],
+        "unfinished": counts["unfinished"],
         "prompt_filter": keep.stats,
+        "batching": run_record,
     }
+    if source.samples:
+        generator["sampled"] = {
+            "per_prompt": source.samples,
+            "temperature": source.sample_temperature,
+            "top_p": source.sample_top_p,
+            "seeding": gen.SEEDING,
+        }
+        generator["responses_by_kind"] = {"main": counts["main"], "sampled": counts["sampled"]}
+        generator["duplicates_dropped"] = counts["duplicates_dropped"]
+    if counts["unanswered_main"] or counts["unanswered_sampled"]:
+        generator["unanswered"] = {"main": counts["unanswered_main"], "sampled": counts["unanswered_sampled"], "why": "time_limit_s"}
     rows_source = Source(path=out_path, name=source.name, kind="rows", split=source.split, revision=source.revision)
     return rows_source, generator
 
@@ -875,7 +892,7 @@ def add_parser(subparsers) -> None:
     defaults = DataConfig()
     p.add_argument("--tokenizer", type=Path, required=True, help="model folder whose tokenizer (and chat template) to use")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--source", action="append", default=[], help="PATH[,key=value...]: name, split, revision, license, url, format, text_unit, max_rows, system, enable_thinking; kind=distill with base=DIR, max_new_tokens, temperature, top_p, batch_size, seed")
+    p.add_argument("--source", action="append", default=[], help="PATH[,key=value...]: name, split, revision, license, url, format, text_unit, max_rows, system, enable_thinking; kind=distill with base=DIR, max_new_tokens, temperature, top_p, batch_size, seed, samples, sample_temperature, sample_top_p, workers, time_limit_s")
     p.add_argument("--sources", type=Path, help="JSON list of source objects with the same keys")
     p.add_argument("--blocklist", type=Path, action="append", default=[], help="benchmark questions to dedup against (.txt lines, or jsonl/json/parquet with a question field)")
     p.add_argument("--benchmark-name", action="append", default=[], help="another benchmark name for the metadata filter")

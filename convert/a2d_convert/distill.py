@@ -1,0 +1,293 @@
+"""Self-distillation's generation: the AR base answers prompts with transformers' `generate`, in one
+process or in one process per GPU (`data --source ...,kind=distill,workers=N`).
+
+Batches are planned once, before any work is shared out: prompts sorted by token length (stable) and
+cut into `batch_size` rows, once for the main response of every prompt (greedy at temperature 0, or
+transformers' sampling seeded per batch as before) and once more for each of `samples` sampled
+responses. A batch's rows, and so its results, do not depend on how many processes run: each process
+takes every N-th batch of a seeded shuffle of the plan (the shuffle makes a time-limited run answer a
+random subset of batches, not the shortest prompts) and writes its answers per batch; the parent
+merges them by prompt index, so the output is in prompt order whatever the split.
+
+Sampled responses draw their randomness per response, not per batch: response k of prompt i reads the
+SplitMix64 stream seeded with `sample_seed(seed, i, k)`, one uniform per generated token, and picks
+that token by inverse CDF over the top-p nucleus of softmax(logits / sample_temperature) (`SeededSampler`,
+a logits processor that leaves one finite score, so `generate` runs greedy). A response is therefore the
+same whatever batch, process or GPU count produced it, up to the logits' own floating-point noise.
+
+`time_limit_s` bounds a run: a process starts no batch that it expects (from its slowest batch so far)
+to end past the limit, counted from when the distillation began; what was not answered is left out and
+counted in the data manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from .errors import A2DError
+from .rng import MASK64, SplitMix64
+
+GAMMA = 0x9E3779B97F4A7C15
+SEEDING = (
+    "sampled response k of prompt i: SplitMix64 seeded with sample_seed(seed, i, k), one uniform per new token; "
+    "token by inverse CDF over the top-p nucleus of softmax(logits / sample_temperature) (a2d_convert.distill)"
+)
+
+
+def sample_seed(seed: int, index: int, sample: int) -> int:
+    """The SplitMix64 seed of prompt `index`'s sampled response `sample` (1-based)."""
+    mixed = ((seed & MASK64) * 0x100000001B3) & MASK64
+    return SplitMix64(mixed ^ ((index & ((1 << 44) - 1)) << 20) ^ (sample & 0xFFFFF)).next_u64()
+
+
+def uniforms(seeds: Sequence[int], steps: int) -> np.ndarray:
+    """[len(seeds), steps] doubles in [0, 1): column t of row r is the (t+1)-th SplitMix64(seeds[r]).uniform()."""
+    state = np.array([s & MASK64 for s in seeds], dtype=np.uint64)[:, None]
+    t = np.arange(1, steps + 1, dtype=np.uint64)[None, :]
+    with np.errstate(over="ignore"):
+        z = state + t * np.uint64(GAMMA)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+@dataclass
+class Batch:
+    id: int
+    sample: int  # 0: the main response; k >= 1: sampled response k
+    indices: list[int]  # prompt indices, in the length-sorted order
+    start: int  # offset in the length-sorted order (seeds the main pass's sampling, as before)
+
+
+def plan_batches(lengths: Sequence[int], batch_size: int, samples: int) -> list[Batch]:
+    if batch_size < 1:
+        raise A2DError(f"distill: batch_size {batch_size} must be at least 1")
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])  # similar lengths batch well
+    batches: list[Batch] = []
+    for k in range(samples + 1):
+        for start in range(0, len(order), batch_size):
+            batches.append(Batch(len(batches), k, order[start : start + batch_size], start))
+    return batches
+
+
+def processing_order(batches: list[Batch], seed: int) -> list[int]:
+    ids = [b.id for b in batches]
+    random.Random(seed).shuffle(ids)
+    return ids
+
+
+@dataclass
+class Settings:
+    max_new_tokens: int
+    temperature: float  # the main response: 0 = greedy
+    top_p: float
+    seed: int
+    sample_temperature: float
+    sample_top_p: float
+    eos_ids: list[int]
+    pad_id: int
+
+
+def make_sampler(uniform_rows, temperature: float, top_p: float, prompt_width: int):
+    """A logits processor that samples each row's next token from its own uniforms and leaves only that
+    token's score finite, so greedy `generate` emits it."""
+    import torch
+    from transformers import LogitsProcessor
+
+    class SeededSampler(LogitsProcessor):
+        def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+            step = input_ids.shape[1] - prompt_width
+            probs = torch.softmax(scores.float() / temperature, dim=-1)
+            sorted_p, ids = torch.sort(probs, dim=-1, descending=True, stable=True)
+            before = sorted_p.cumsum(-1) - sorted_p
+            kept = before < top_p  # the smallest prefix reaching top_p (the first token always)
+            sorted_p = sorted_p * kept
+            cum = sorted_p.cumsum(-1)
+            draw = uniform_rows[:, step : step + 1].to(cum.dtype) * cum[:, -1:]
+            pos = torch.searchsorted(cum, draw, right=True)
+            pos = torch.minimum(pos, kept.sum(-1, keepdim=True) - 1)
+            token = ids.gather(1, pos)
+            out = torch.full_like(scores, float("-inf"))
+            return out.scatter_(1, token, 0.0)
+
+    return SeededSampler()
+
+
+def generate_batches(
+    base: Path, prompts: Sequence[Sequence[int]], batches: list[Batch], settings: Settings, deadline: float | None, label: str
+) -> Iterator[tuple[Batch, list[list[int]]]]:
+    """Answer `batches` in order with the base on this process's device; yields (batch, responses), each
+    response cut after its first EOS token. Stops early (silently) when the next batch would overrun."""
+    import torch
+    from transformers import AutoModelForCausalLM, LogitsProcessorList
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype).to(device).eval()
+    eos = set(settings.eos_ids)
+    slowest = 0.0
+    for n, batch in enumerate(batches):
+        if deadline is not None and time.time() + slowest > deadline:
+            print(json.dumps({"distill": label, "stopped": "time_limit_s", "batches_done": n, "batches_assigned": len(batches)}), file=sys.stderr, flush=True)
+            return
+        started = time.time()
+        width = max(len(prompts[i]) for i in batch.indices)
+        ids = torch.full((len(batch.indices), width), settings.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch.indices), width), dtype=torch.long)
+        for row, i in enumerate(batch.indices):  # left padding: generation continues right after each prompt
+            ids[row, width - len(prompts[i]) :] = torch.tensor(list(prompts[i]))
+            mask[row, width - len(prompts[i]) :] = 1
+        options: dict[str, Any] = {}
+        if batch.sample == 0:
+            torch.manual_seed(settings.seed + batch.start)
+            sampled = settings.temperature > 0
+            options = dict(
+                do_sample=sampled,
+                temperature=settings.temperature if sampled else None,
+                top_p=settings.top_p if sampled else None,
+            )
+        else:
+            rows = uniforms([sample_seed(settings.seed, i, batch.sample) for i in batch.indices], settings.max_new_tokens)
+            sampler = make_sampler(torch.from_numpy(rows).to(device), settings.sample_temperature, settings.sample_top_p, width)
+            options = dict(do_sample=False, temperature=None, top_p=None, logits_processor=LogitsProcessorList([sampler]))
+        with torch.no_grad():
+            generated = model.generate(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                max_new_tokens=settings.max_new_tokens,
+                top_k=None,
+                eos_token_id=settings.eos_ids,
+                pad_token_id=settings.pad_id,
+                **options,
+            )
+        responses = []
+        for row in range(len(batch.indices)):
+            response = generated[row, width:].tolist()
+            end = next((k for k, t in enumerate(response) if t in eos), None)
+            responses.append(response if end is None else response[: end + 1])
+        elapsed = time.time() - started
+        slowest = max(slowest, elapsed)
+        print(json.dumps({"distill": label, "batch": n + 1, "of": len(batches), "sample": batch.sample, "rows": len(batch.indices),
+                          "new_tokens": int(generated.shape[1] - width), "s": round(elapsed, 2)}), file=sys.stderr, flush=True)
+        yield batch, responses
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (empty without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None and listed.strip():
+        return [d.strip() for d in listed.split(",") if d.strip()][: torch.cuda.device_count()]
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def run(
+    base: Path,
+    prompts: Sequence[Sequence[int]],
+    settings: Settings,
+    samples: int,
+    batch_size: int,
+    workers: int,
+    time_limit_s: float,
+    work_dir: Path,
+    label: str,
+) -> tuple[dict[tuple[int, int], list[int]], dict[str, Any]]:
+    """Answer every (prompt, sample) task; returns {(prompt index, sample): response} and a record of how.
+    workers: processes (0: one per visible GPU, 1 on a machine without one), spread over the GPUs in turn."""
+    started = time.time()
+    gpus = visible_gpus()
+    if workers < 0:
+        raise A2DError(f"distill: workers {workers} must be 0 (one per GPU) or more")
+    workers = workers or max(len(gpus), 1)
+    batches = plan_batches([len(p) for p in prompts], batch_size, samples)
+    order = processing_order(batches, settings.seed)
+    deadline = started + time_limit_s if time_limit_s > 0 else None
+    results: dict[tuple[int, int], list[int]] = {}
+
+    def take(batch: Batch, responses: list[list[int]]) -> None:
+        for i, response in zip(batch.indices, responses):
+            results[(i, batch.sample)] = response
+
+    if workers == 1:
+        for batch, responses in generate_batches(base, prompts, [batches[b] for b in order], settings, deadline, label):
+            take(batch, responses)
+    else:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        job = work_dir / "job.json"
+        job.write_text(json.dumps({
+            "base": str(base), "prompts": [list(p) for p in prompts], "batches": [asdict(b) for b in batches], "order": order,
+            "settings": asdict(settings), "deadline": deadline, "label": label,
+        }))
+        package_root = str(Path(__file__).resolve().parents[1])
+        procs = []
+        for w in range(workers):
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, [env.get("PYTHONPATH")])])
+            if gpus:
+                env["CUDA_VISIBLE_DEVICES"] = gpus[w % len(gpus)]
+            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+            out = work_dir / f"worker-{w}.jsonl"
+            procs.append((subprocess.Popen([sys.executable, "-m", "a2d_convert.distill", str(job), str(w), str(workers), str(out)], env=env), out))
+        failed = None
+        while any(p.poll() is None for p, _ in procs) and failed is None:
+            failed = next((w for w, (p, _) in enumerate(procs) if p.poll() not in (None, 0)), None)
+            time.sleep(0.2)
+        failed = failed if failed is not None else next((w for w, (p, _) in enumerate(procs) if p.returncode != 0), None)
+        if failed is not None:
+            for p, _ in procs:
+                if p.poll() is None:
+                    p.terminate()
+            for p, _ in procs:
+                p.wait()
+            raise A2DError(f"distill: worker {failed} of {workers} failed (exit {procs[failed][0].returncode}); its error is printed above")
+        by_id = {b.id: b for b in batches}
+        for _, out in procs:
+            for line in out.read_text().splitlines():
+                row = json.loads(line)
+                take(by_id[row["batch"]], row["responses"])
+        shutil.rmtree(work_dir, ignore_errors=True)
+    record = {
+        "workers": workers,
+        "gpus": gpus,
+        "batch_size": batch_size,
+        "batches": len(batches),
+        "batches_answered": sum(1 for b in batches if all((i, b.sample) in results for i in b.indices)),
+        "time_limit_s": time_limit_s,
+        "seconds": round(time.time() - started, 1),
+    }
+    return results, record
+
+
+def worker_main(argv: list[str]) -> int:
+    job_path, w, workers, out_path = Path(argv[0]), int(argv[1]), int(argv[2]), Path(argv[3])
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    job = json.loads(job_path.read_text())
+    batches = {b["id"]: Batch(**b) for b in job["batches"]}
+    mine = [batches[b] for b in job["order"][w::workers]]
+    settings = Settings(**job["settings"])
+    with open(out_path, "w", encoding="utf-8") as f:
+        for batch, responses in generate_batches(Path(job["base"]), job["prompts"], mine, settings, job["deadline"], f"{job['label']}#{w}"):
+            f.write(json.dumps({"batch": batch.id, "responses": responses}) + "\n")
+            f.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main(sys.argv[1:]))

@@ -1,0 +1,136 @@
+"""Self-distillation's generation (distill.py): seeded sampled responses, several processes merged in
+prompt order, a time limit, and what the data manifest declares about them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from a2d_convert import distill as gen
+from a2d_convert.data import MANIFEST_FILE, DataConfig, build_data, parse_source_flag
+from a2d_convert.errors import A2DError
+from a2d_convert.rng import SplitMix64
+from a2d_convert.tiny import make_tiny_base
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return make_tiny_base(tmp_path_factory.mktemp("distill") / "base")
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    words = "river stone cloud tiger paper green music window garden orange bridge candle".split()
+    rows = [{"prompt": f"Tell me about the {w}" + " please" * (i % 3), "id": i} for i, w in enumerate(words)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def distilled(base: Path, prompts: Path, out: Path, **options) -> tuple[list[dict], dict]:
+    flags = ",".join(f"{k}={v}" for k, v in {"max_new_tokens": 8, "batch_size": 3, "name": "self", **options}.items())
+    data = build_data([parse_source_flag(f"{prompts},kind=distill,base={base},{flags}")], base, out, DataConfig(block_size=4, seq_len=64))
+    rows = [json.loads(line) for line in (data / "distill" / "self.jsonl").read_text().splitlines()]
+    return rows, json.loads((data / MANIFEST_FILE).read_text())["sources"][0]["generator"]
+
+
+def test_uniforms_are_splitmix64_streams():
+    seeds = [0, 1, 2**64 - 1, gen.sample_seed(7, 12, 3)]
+    table = gen.uniforms(seeds, 5)
+    for row, seed in zip(table, seeds):
+        rng = SplitMix64(seed)
+        assert row.tolist() == [rng.uniform() for _ in range(5)]
+    assert len({gen.sample_seed(0, i, k) for i in range(50) for k in range(1, 4)}) == 150
+
+
+def test_sampler_draws_by_inverse_cdf_over_the_nucleus():
+    probs = torch.tensor([[0.05, 0.5, 0.0, 0.3, 0.15], [0.05, 0.5, 0.0, 0.3, 0.15]])
+    scores = torch.log(probs)
+    for u in (0.0, 0.3, 0.62, 0.63, 0.99):
+        rows = torch.tensor([[u], [u]], dtype=torch.float64)
+        out = gen.make_sampler(rows, temperature=1.0, top_p=0.7, prompt_width=0)(torch.zeros((2, 0), dtype=torch.long), scores.clone())
+        # nucleus {1: 0.5, 3: 0.3} in descending order; r = u * 0.8
+        want = 1 if u * 0.8 < 0.5 else 3
+        assert (out.argmax(-1) == want).all() and torch.isfinite(out).sum() == 2
+    # Without top-p the whole distribution is reachable, walked in descending probability.
+    rows = torch.tensor([[0.999]], dtype=torch.float64)
+    out = gen.make_sampler(rows, 1.0, 1.0, 0)(torch.zeros((1, 0), dtype=torch.long), scores[:1].clone())
+    assert out.argmax(-1).item() == 0  # the least likely non-zero token is last
+
+
+def test_workers_and_batch_sizes_give_the_same_data_in_prompt_order(base, prompts, tmp_path):
+    one, record = distilled(base, prompts, tmp_path / "one", samples=2, seed=5)
+    two, record2 = distilled(base, prompts, tmp_path / "two", samples=2, seed=5, workers=2)
+    assert one == two
+    assert record2["batching"]["workers"] == 2 and record["batching"]["workers"] == 1
+    assert not (tmp_path / "two" / "distill" / ".self.work").exists()
+    # Prompt order, each prompt's main response first, then its (distinct) sampled ones.
+    ids = [r["id"] for r in one]
+    assert ids == sorted(ids) and set(ids) == set(range(12))
+    for i in range(12):
+        mine = [r for r in one if r["id"] == i]
+        assert mine[0]["distill_response"] == {"sample": 0}
+        assert [r["distill_response"]["sample"] for r in mine] == sorted(r["distill_response"]["sample"] for r in mine)
+        assert len({tuple(r["response_ids"]) for r in mine}) == len(mine)
+    # A sampled response depends on its own seed only, not on the batch it was generated in.
+    single, _ = distilled(base, prompts, tmp_path / "single", samples=2, seed=5, batch_size=1)
+    assert single == one
+    other_seed, _ = distilled(base, prompts, tmp_path / "seed6", samples=2, seed=6)
+    sampled = lambda rows: [r["response_ids"] for r in rows if r["distill_response"]["sample"]]  # noqa: E731
+    assert sampled(other_seed) != sampled(one)
+    assert [r["response_ids"] for r in other_seed if not r["distill_response"]["sample"]] == [
+        r["response_ids"] for r in one if not r["distill_response"]["sample"]
+    ]  # greedy main responses do not depend on the seed
+
+
+def test_manifest_declares_the_sampled_responses(base, prompts, tmp_path):
+    rows, generator = distilled(base, prompts, tmp_path / "d", samples=1, sample_temperature=1.2, sample_top_p=0.9, seed=3)
+    sampled = generator["sampled"]
+    assert sampled["per_prompt"] == 1 and sampled["temperature"] == 1.2 and sampled["top_p"] == 0.9 and "SplitMix64" in sampled["seeding"]
+    by_kind = generator["responses_by_kind"]
+    assert by_kind["main"] == 12 and by_kind["sampled"] + generator["duplicates_dropped"] == 12
+    assert generator["responses"] == len(rows) == by_kind["main"] + by_kind["sampled"]
+    for row in rows:
+        if row["distill_response"]["sample"]:
+            assert row["distill_response"]["seed"] == gen.sample_seed(3, row["id"], 1)
+    assert generator["temperature"] == 0 and "unanswered" not in generator
+
+
+def test_default_is_one_greedy_response_per_prompt(base, prompts, tmp_path):
+    rows, generator = distilled(base, prompts, tmp_path / "d")
+    assert len(rows) == 12 and all("distill_response" not in r for r in rows)
+    assert generator["responses"] == 12 and "sampled" not in generator and generator["batching"]["workers"] == 1
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def time(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_time_limit_answers_whole_batches_and_counts_the_rest(base, prompts, tmp_path, monkeypatch):
+    monkeypatch.setattr(gen, "time", FakeClock())  # every clock read is one second later
+    rows, generator = distilled(base, prompts, tmp_path / "d", samples=1, time_limit_s=6.5)
+    # run() reads the clock once; each batch reads it three times (check, start, end): two batches fit.
+    assert len({(r["id"], r["distill_response"]["sample"]) for r in rows}) + generator.get("duplicates_dropped", 0) == 6
+    unanswered = generator["unanswered"]
+    assert unanswered["main"] + unanswered["sampled"] == 24 - 6 and unanswered["why"] == "time_limit_s"
+    assert generator["batching"]["batches_answered"] == 2 and generator["batching"]["batches"] == 8
+    monkeypatch.setattr(gen, "time", FakeClock())
+    with pytest.raises(A2DError, match="time_limit_s"):
+        distilled(base, prompts, tmp_path / "none", time_limit_s=0.5)
+
+
+def test_bad_sampling_options_are_named(base, prompts, tmp_path):
+    with pytest.raises(A2DError, match="sample_temperature"):
+        distilled(base, prompts, tmp_path / "a", samples=1, sample_temperature=0)
+    with pytest.raises(A2DError, match="workers"):
+        distilled(base, prompts, tmp_path / "b", workers=-1)
+    assert np.all(gen.uniforms([1], 3) < 1)
