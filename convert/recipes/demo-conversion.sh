@@ -1,61 +1,182 @@
 #!/usr/bin/env bash
 # The demo conversion: an AR base (a GGUF or HF folder) -> a trained block-diffusion model shipped as a
-# compact LoRA delta, with a1-GPU vs N-GPU scaling check on the way. Runs on a GPU machine as it is, or on
-# the CPU with tiny settings (the test suite's dry run). Every knob is an environment variable:
+# compact LoRA delta. Runs on a GPU machine as it is, or on the CPU with tiny settings (the tests' dry run).
+#
+# Time-boxed and resumable. Every stage skips what WORK already holds (base/, prompts, data/, a run with
+# checkpoints), so a second call on the same machine continues where the first stopped: training resumes
+# from the last checkpoint (same LR schedule, same data order). With DEADLINE set (epoch seconds), each
+# long stage runs under `timeout` with a budget that leaves RESERVE_S for what must follow it, and
+# training stops itself (--time-limit-min) before its timeout. Whatever happens to a stage, the recipe
+# goes on to export the last checkpoint and, with OUT set, copies the results there as it goes:
+#   OUT/results.tar.gz            logs, train_log.jsonl, data manifest, probes, the delta's small files
+#   OUT/delta.safetensors.part-NN the delta's weights in 15 MB parts (cat them back together)
+# so a killed stage still leaves its logs and the last checkpoint's export.
+#
+# Every knob is an environment variable:
 #   SOURCE      the base: .gguf file or HF folder                 (required)
-#   WORK        working folder (kept between runs)                (required)
+#   WORK        working folder (kept between calls)               (required)
+#   OUT         folder for results as they are made               (default: none)
+#   DEADLINE    epoch seconds by which this call must be done     (default 0: no deadline)
 #   PROMPTS     JSONL of prompts for self-distillation            (default: made by make_prompts.py)
-#   NGPU        processes for the main run (torchrun)             (default 1)
+#   NGPU        processes for training (torchrun)                 (default 1)
 #   SCALE_STEPS steps of the 1-process vs NGPU-process comparison (default 0: skip)
 #   SCALE_ONLY  1: stop after that comparison (no main run, export or probes)
-#   STEPS, MINUTES, BATCH_ROWS, MICRO_ROWS, SEQ_LEN, LR, RANK, DISTILL_N, DISTILL_TOKENS, PROBES_PER_FAMILY
+#   DISTILL_N, DISTILL_TOKENS, DISTILL_SAMPLES (sampled responses per prompt besides the greedy one),
+#   DISTILL_BATCH (rows per generate call), DISTILL_WORKERS (processes; 0: 2 per GPU), DISTILL_S (its time limit)
+#   STEPS (the LR schedule's length; time decides where a call stops), MINUTES (training cap per call),
+#   TRAIN_S (training seconds this call; 0: all the time left), BATCH_ROWS, MICRO_ROWS, SEQ_LEN, LR, RANK,
+#   AC (1: activation checkpointing), SAVE_EVERY, MIN_TRAIN_S (train only with this much time, default 60),
+#   TRAIN_TAIL_S (setup + final save allowance kept off the trainer's own time limit, default 75)
+#   PROBES (1: evaluate-probes and the final export this call; 0: export the checkpoint only),
+#   PROBES_PER_FAMILY, PROBE_TOKENS, THRESHOLDS, PROBE_BATCH, RESERVE_S (seconds kept after training)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 : "${SOURCE:?SOURCE= the base GGUF file or HF folder}" "${WORK:?WORK= a working folder}"
-NGPU=${NGPU:-1}; SCALE_STEPS=${SCALE_STEPS:-0}; STEPS=${STEPS:-100000}; MINUTES=${MINUTES:-5}
+OUT=${OUT:-}; DEADLINE=${DEADLINE:-0}
+NGPU=${NGPU:-1}; SCALE_STEPS=${SCALE_STEPS:-0}; STEPS=${STEPS:-100000}; MINUTES=${MINUTES:-0}
 BATCH_ROWS=${BATCH_ROWS:-64}; MICRO_ROWS=${MICRO_ROWS:-16}; SEQ_LEN=${SEQ_LEN:-512}; LR=${LR:-5e-4}
-RANK=${RANK:-64}; DISTILL_N=${DISTILL_N:-4000}; DISTILL_TOKENS=${DISTILL_TOKENS:-256}
-PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-20}; THRESHOLDS=${THRESHOLDS:-0.5,0.7,0.8,0.9}
-DEVICE=$(python3 -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')
+RANK=${RANK:-64}; AC=${AC:-1}; SAVE_EVERY=${SAVE_EVERY:-100}; TRAIN_S=${TRAIN_S:-0}; WARMUP=${WARMUP:-20}
+MIN_TRAIN_S=${MIN_TRAIN_S:-60}; TRAIN_TAIL_S=${TRAIN_TAIL_S:-75}
+DISTILL_N=${DISTILL_N:-4000}; DISTILL_TOKENS=${DISTILL_TOKENS:-256}; DISTILL_SAMPLES=${DISTILL_SAMPLES:-0}
+DISTILL_BATCH=${DISTILL_BATCH:-256}; DISTILL_WORKERS=${DISTILL_WORKERS:-0}; DISTILL_S=${DISTILL_S:-0}
+PROBES=${PROBES:-1}; PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-20}; PROBE_TOKENS=${PROBE_TOKENS:-48}
+THRESHOLDS=${THRESHOLDS:-0.5,0.7,0.9}; PROBE_BATCH=${PROBE_BATCH:-256}; LOG_EVERY=${LOG_EVERY:-5}
+read -r DEVICE GPUS < <(python3 -c 'import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; print("cuda" if n else "cpu", n)')
+THREADS=$(( $(nproc) > 8 ? 8 : $(nproc) ))
+RESERVE_S=${RESERVE_S:-$([ "$PROBES" = 1 ] && echo 150 || echo 60)}
 py() { python3 -m a2d_convert "$@"; }
-stamp() { echo "== $(date -u +%H:%M:%S) $*"; }
+t0=$(date +%s)
+stamp() { echo "== $(date -u +%H:%M:%S) (+$(( $(date +%s) - t0 )) s) $*" | tee -a "$WORK/timings.txt"; }
+left() { if [ "$DEADLINE" -gt 0 ]; then echo $(( DEADLINE - $(date +%s) )); else echo 1000000; fi; }
+budget() {  # budget CAP RESERVE: seconds a stage may take: CAP (0: none), within the deadline less RESERVE
+  local cap=$1 reserve=$2 b
+  b=$(( $(left) - reserve )); if [ "$cap" -gt 0 ] && [ "$cap" -lt "$b" ]; then b=$cap; fi
+  echo "$b"
+}
+bounded() {  # bounded SECONDS CMD...: CMD under timeout; its status is returned, the recipe goes on
+  local s=$1; shift
+  local status=0
+  timeout --signal=TERM --kill-after=20 "$s" "$@" || status=$?
+  [ "$status" = 124 ] && printf "\n!! timed out after %s s: %s\n" "$s" "$*" | tee -a "$WORK/timings.txt"
+  return "$status"
+}
 mkdir -p "$WORK"
+[ -n "$OUT" ] && mkdir -p "$OUT"
+
+save_results() {  # the small results into OUT/results.tar.gz (replaced whole; the last one wins)
+  [ -n "$OUT" ] || return 0
+  ( cd "$WORK" && { [ -f data/distill/self-distill.jsonl ] && head -n 300 data/distill/self-distill.jsonl > distill-sample.jsonl || true; }
+    tar czf "$OUT/.results.tar.gz" --ignore-failed-read timings.txt status.txt delta.sha256 distill-sample.jsonl data.log \
+      train.log run/train_log.jsonl run/latest.json run/train_config.json scale-*/train_log.jsonl scale-*.log \
+      data/data_manifest.json probes.json probes-details.jsonl probes.log delta/*.json delta/*.txt model/*.json \
+      model-candidate/*.json 2>/dev/null || true
+    mv "$OUT/.results.tar.gz" "$OUT/results.tar.gz" )
+}
+save_delta() {  # DIR: the delta's weights into OUT in 15 MB parts, its sha256 alongside
+  [ -n "$OUT" ] && [ -f "$1/delta.safetensors" ] || return 0
+  rm -f "$OUT"/delta.safetensors.part-*
+  split -b 15000000 -d "$1/delta.safetensors" "$OUT/delta.safetensors.part-"
+  (cd "$1" && sha256sum delta.safetensors) > "$WORK/delta.sha256"
+}
+status() { echo "$*" >> "$WORK/status.txt"; save_results; }
+trap 'save_results' EXIT
 
 if [ ! -f "$WORK/base/config.json" ]; then
   stamp import; py import --source "$SOURCE" --out "$WORK/base" --force
 fi
 PROMPTS=${PROMPTS:-$WORK/prompts.jsonl}
 [ -f "$PROMPTS" ] || python3 "$here/make_prompts.py" --out "$PROMPTS" --count "$DISTILL_N"
+
+distill_source() {  # WORKERS BATCH SECONDS
+  echo "$PROMPTS,kind=distill,base=$WORK/base,name=self-distill,license=Apache-2.0,max_rows=$DISTILL_N,max_new_tokens=$DISTILL_TOKENS,temperature=0,batch_size=$2,samples=$DISTILL_SAMPLES,sample_temperature=0.8,sample_top_p=0.95,workers=$1,time_limit_s=$3"
+}
+run_data() {  # WORKERS BATCH: self-distillation within DISTILL_S (and the deadline), then packing
+  local s pack=90
+  s=$(budget "$DISTILL_S" $(( RESERVE_S + 120 + pack )))
+  [ "$s" -gt 30 ] || { stamp "data: no time left ($s s)"; return 1; }
+  stamp "data (self-distillation of $(wc -l < "$PROMPTS") prompts, $DISTILL_SAMPLES sampled each, workers=$1, batch=$2, limit ${s} s)"
+  bounded $(( s + pack )) python3 -m a2d_convert data --tokenizer "$WORK/base" --out "$WORK/data" --force --block-size 4 \
+    --seq-len "$SEQ_LEN" --holdout-fraction 0.02 --source "$(distill_source "$1" "$2" "$s")" 2>&1 | tee -a "$WORK/data.log" | grep --line-buffered -v 'row/s\|batch/s' || true
+  [ -f "$WORK/data/data_manifest.json" ]
+}
 if [ ! -f "$WORK/data/data_manifest.json" ]; then
-  stamp "data (self-distillation of $(wc -l < "$PROMPTS") prompts)"
-  py data --tokenizer "$WORK/base" --out "$WORK/data" --force --block-size 4 --seq-len "$SEQ_LEN" \
-    --holdout-fraction 0.02 \
-    --source "$PROMPTS,kind=distill,base=$WORK/base,name=self-distill,license=Apache-2.0,max_rows=$DISTILL_N,max_new_tokens=$DISTILL_TOKENS,temperature=0,batch_size=256"
+  workers=$DISTILL_WORKERS; [ "$workers" = 0 ] && workers=$(( GPUS > 0 ? 2 * GPUS : 1 ))
+  if ! run_data "$workers" "$DISTILL_BATCH"; then
+    # One retry with the plain settings that ran before (one process per GPU, batch 256).
+    run_data 0 256 || { status "data failed"; exit 1; }
+  fi
+  stamp "data done: $(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); t=m["totals"]["train.safetensors"]; g=m["sources"][0].get("generator",{}); print(t["samples"], "samples,", t["tokens_in_samples"], "tokens,", t["loss_tokens"], "loss tokens,", t["rows"], "rows;", g.get("responses"), "responses,", g.get("unfinished"), "unfinished,", g.get("batching",{}).get("seconds"), "s generating")' "$WORK/data/data_manifest.json")"
+  status "data ok"
 fi
 
 train_args=(--base "$WORK/base" --data "$WORK/data" --block-size 4 --batch-rows "$BATCH_ROWS"
-  --micro-batch-rows "$MICRO_ROWS" --lr "$LR" --lora-rank "$RANK" --warmup-steps 20 --log-every 10)
-run_train() {  # NPROC OUT extra args...
+  --micro-batch-rows "$MICRO_ROWS" --lr "$LR" --lora-rank "$RANK" --warmup-steps "$WARMUP" --log-every "$LOG_EVERY")
+[ "$AC" = 1 ] || train_args+=(--no-activation-checkpointing)
+train_cmd() {  # NPROC OUT extra args...: sets cmd=(the train command line)
   local n=$1 out=$2; shift 2
   if [ "$n" -gt 1 ]; then
-    torchrun --standalone --nproc-per-node "$n" -m a2d_convert train "${train_args[@]}" --out "$out" "$@"
+    cmd=(torchrun --standalone --nproc-per-node "$n" -m a2d_convert train "${train_args[@]}" --out "$out" "$@")
   else
-    py train "${train_args[@]}" --out "$out" "$@"
+    cmd=(python3 -m a2d_convert train "${train_args[@]}" --out "$out" "$@")
   fi
 }
-if [ "$SCALE_STEPS" -gt 0 ] && [ "$NGPU" -gt 1 ]; then
-  stamp "scaling: 1 process, $SCALE_STEPS steps"; run_train 1 "$WORK/scale-1" --max-steps "$SCALE_STEPS" 2>&1 | tee "$WORK/scale-1.log" | grep -E '"step"' | tail -3
-  stamp "scaling: $NGPU processes, $SCALE_STEPS steps"; run_train "$NGPU" "$WORK/scale-$NGPU" --max-steps "$SCALE_STEPS" 2>&1 | tee "$WORK/scale-$NGPU.log" | grep -E '"step"' | tail -3
+if [ "$SCALE_STEPS" -gt 0 ] && [ "$NGPU" -gt 1 ] && [ ! -f "$WORK/scale-$NGPU/latest.json" ]; then
+  for n in 1 "$NGPU"; do
+    s=$(budget 0 "$RESERVE_S")
+    stamp "scaling: $n process(es), $SCALE_STEPS steps (limit $s s)"
+    rm -rf "$WORK/scale-$n"
+    train_cmd "$n" "$WORK/scale-$n" --max-steps "$SCALE_STEPS" --threads "$THREADS"
+    bounded "$s" "${cmd[@]}" > "$WORK/scale-$n.log" 2>&1 || true
+    grep -E '"step"' "$WORK/scale-$n.log" | tail -3 || true
+  done
+  save_results
 fi
 if [ "${SCALE_ONLY:-0}" = 1 ]; then stamp "done (SCALE_ONLY)"; exit 0; fi
-stamp "train: $NGPU process(es), up to $STEPS steps or $MINUTES min"
-run_train "$NGPU" "$WORK/run" --max-steps "$STEPS" --time-limit-min "$MINUTES" 2>&1 | tee "$WORK/train.log" | grep -E '"step"' | awk 'NR % 10 == 1' | tail -20
 
-stamp "export (model folder + delta)"
-py export --checkpoint "$WORK/run" --out "$WORK/model-untuned" --force
-stamp "probes: base vs converted at thresholds $THRESHOLDS"
-py evaluate-probes --model "$WORK/model-untuned" --base "$WORK/base" --device "$DEVICE" \
-  --per-family "$PROBES_PER_FAMILY" --thresholds "$THRESHOLDS" --out "$WORK/probes.json" --details "$WORK/probes-details.jsonl" | tail -30
-py export --checkpoint "$WORK/run" --out "$WORK/model" --delta "$WORK/delta" --probes "$WORK/probes.json" --force
-py verify "$WORK/model"
+# Training: this call's share of the time (TRAIN_S, MINUTES, the deadline less RESERVE_S), resumed when a
+# checkpoint exists. --time-limit-min counts a run's training time over all calls, so it is the time
+# already trained plus this call's share less what setup and the last save take.
+cap=$TRAIN_S; [ "$MINUTES" != 0 ] && cap=$(python3 -c "print(int(float('$MINUTES') * 60))")
+s=$(budget "$cap" "$RESERVE_S")
+if [ "$s" -ge "$MIN_TRAIN_S" ]; then
+  resume=(); done_s=0
+  if [ -f "$WORK/run/latest.json" ]; then
+    resume=(--resume)
+    done_s=$(python3 -c 'import json,sys,pathlib; r=pathlib.Path(sys.argv[1]); p=json.load(open(r/"latest.json"))["path"]; print(json.load(open(r/p/"checkpoint.json"))["progress"].get("elapsed_s", 0))' "$WORK/run")
+  fi
+  # Setup (processes, model, FSDP) runs before the trainer's clock starts; the last log interval, the
+  # held-out evaluation and the final save come after it stops: TRAIN_TAIL_S for both.
+  limit_min=$(python3 -c "print(round(max($done_s + $s - $TRAIN_TAIL_S, $done_s + 10) / 60, 3))")
+  stamp "train: $NGPU process(es), up to $STEPS steps, $s s this call (time limit ${limit_min} min of training in all)${resume:+, resumed}"
+  train_cmd "$NGPU" "$WORK/run" --max-steps "$STEPS" --time-limit-min "$limit_min" --save-every "$SAVE_EVERY" --threads "$THREADS" ${resume[@]+"${resume[@]}"}
+  bounded "$s" "${cmd[@]}" 2>&1 | tee -a "$WORK/train.log" | grep --line-buffered -E '^!!|"step"|"event"|Error|error' || true
+  status "train stopped at step $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step"])' "$WORK/run/latest.json" 2>/dev/null || echo none)"
+else
+  stamp "train: skipped ($s s left for it)"
+fi
+[ -f "$WORK/run/latest.json" ] || { stamp "no checkpoint to export"; status "no checkpoint"; exit 1; }
+
+# The checkpoint as a model folder and a delta, into OUT at once: what comes back if nothing else does.
+stamp "export (model folder + delta) of $(tr -d ' \n' < "$WORK/run/latest.json")"
+bounded 120 python3 -m a2d_convert export --checkpoint "$WORK/run" --out "$WORK/model-candidate" --delta "$WORK/delta" --force | tail -3
+save_delta "$WORK/delta"; status "exported $(tr -d ' \n' < "$WORK/run/latest.json")"
+if [ "$PROBES" != 1 ]; then stamp "done (PROBES=0: the checkpoint's delta is in OUT)"; exit 0; fi
+
+s=$(budget 0 40)
+stamp "probes: base vs converted at thresholds $THRESHOLDS ($PROBES_PER_FAMILY per family, $PROBE_TOKENS tokens, limit $s s)"
+rm -f "$WORK/probes.json"
+bounded "$s" python3 -m a2d_convert evaluate-probes --model "$WORK/model-candidate" --base "$WORK/base" --device "$DEVICE" \
+  --per-family "$PROBES_PER_FAMILY" --max-tokens "$PROBE_TOKENS" --thresholds "$THRESHOLDS" --batch-size "$PROBE_BATCH" \
+  --threads "$THREADS" --out "$WORK/probes.json" --details "$WORK/probes-details.jsonl" > "$WORK/probes.log" 2>&1 || true
+grep -v 'it/s\|s/it' "$WORK/probes.log" | tail -40 || true
+if [ -f "$WORK/probes.json" ]; then
+  status "probes ok"
+  stamp "export with the probes' threshold"
+  bounded 120 python3 -m a2d_convert export --checkpoint "$WORK/run" --out "$WORK/model" --delta "$WORK/delta" --probes "$WORK/probes.json" --force | tail -3
+  save_delta "$WORK/delta"
+  py verify "$WORK/model" | tail -2
+  status "final export verified"
+else
+  status "probes failed or timed out"
+fi
 stamp done

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Stages the demo conversion for the device tool: splits the pinned base GGUF into parts that fit beside
+# the working tree that travels with every call (64 MiB in all: tracked files plus untracked ones that
+# are not ignored, plus what `carry` names), into .device/gguf-NN/ (ignored), and prints the calls that
+# bench/demo-conversion-device.sh expects. GGUF= the base file (default: npm run demo's download).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+GGUF=${GGUF:-.cache/demo/base.gguf}
+GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+LIMIT=$((64 * 1024 * 1024)); MARGIN=${MARGIN:-$((2 * 1024 * 1024))}  # room for the tree to grow meanwhile
+echo "$GGUF_SHA256  $GGUF" | sha256sum -c --quiet || { echo "$GGUF: not the pinned base (run npm run demo once, or set GGUF=)"; exit 1; }
+[ -n "$(ls .device/whl/gguf-*.whl 2>/dev/null)" ] || { echo ".device/whl/gguf-*.whl missing (python3 -m pip download gguf==0.19.0 --no-deps -d .device/whl)"; exit 1; }
+tree=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+whl=$(du -cb .device/whl | tail -1 | cut -f1)
+room=$(( LIMIT - tree - MARGIN - whl ))
+size=$(stat -c %s "$GGUF")
+[ "$room" -gt $((4 * 1024 * 1024)) ] || { echo "the tree takes $tree bytes: no room for GGUF parts"; exit 1; }
+n=$(( (size + room - 1) / room ))
+part=$(( (size + n - 1) / n ))
+rm -rf .device/gguf-*
+tmp=$(mktemp -d)
+split -b "$part" -d -a 2 "$GGUF" "$tmp/p"
+i=0
+for f in "$tmp"/p*; do
+  dir=$(printf '.device/gguf-%02d' "$i")
+  mkdir -p "$dir"
+  mv "$f" "$dir/$(printf 'gguf.part%02d-of-%02d' "$i" "$n")"
+  i=$((i + 1))
+done
+rmdir "$tmp"
+echo "tree $tree bytes + parts of $part bytes: $n parts of the GGUF ($size bytes) in .device/gguf-NN/"
+echo "calls (each within 30 s of the last, so the machine stays warm; kind nvidia-h200-x2, or nvidia-h200):"
+for ((i = 0; i < n - 1; i++)); do
+  printf '  %d. carry [".device/gguf-%02d"]: bash bench/demo-conversion-device.sh   (stashes part %d, a few seconds)\n' $((i + 1)) "$i" "$i"
+done
+printf '  %d. carry [".device/gguf-%02d", ".device/whl"], timeout_s 600: bash bench/demo-conversion-device.sh\n' "$n" $((n - 1))
+echo "     (joins the GGUF, imports, distils, trains until CALL_S=570 s less the export; delta + logs in \$OUT)"
+printf '  %d. no carry, timeout_s 600: PROBES=1 TRAIN_S=120 CALL_S=330 bash bench/demo-conversion-device.sh\n' $((n + 1))
+echo "     (same warm machine: resumes training, exports, evaluate-probes on the GPU, final delta in \$OUT)"

@@ -1,0 +1,94 @@
+"""convert/recipes/demo-conversion.sh on the CPU with a tiny base, as the GPU session runs it in two calls:
+call 1 imports, distils (greedy + sampled), trains until its stage timeout kills it, and still leaves the
+last checkpoint's delta and its logs in OUT; call 2 on the same WORK resumes training, stops on the
+trainer's own time limit, evaluates the probes and leaves the final, verified delta in OUT."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from a2d_convert.tiny import make_tiny_base
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPE = REPO / "convert" / "recipes" / "demo-conversion.sh"
+
+
+def run_recipe(tmp: Path, out: Path, **env) -> tuple[int, str]:
+    shim = tmp / "bin"
+    shim.mkdir(exist_ok=True)
+    python3 = shim / "python3"  # the recipe calls python3: this interpreter (a symlink would leave its venv)
+    python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python3.chmod(0o755)
+    base_env = {
+        **os.environ,
+        "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "convert"), os.environ.get("PYTHONPATH", "")]),
+        "SOURCE": str(tmp / "hf"), "WORK": str(tmp / "w"), "OUT": str(out),
+        "DISTILL_N": "24", "DISTILL_TOKENS": "8", "DISTILL_SAMPLES": "1", "DISTILL_BATCH": "8", "DISTILL_S": "120",
+        "SEQ_LEN": "64", "BATCH_ROWS": "2", "MICRO_ROWS": "1", "RANK": "4", "LR": "3e-3", "WARMUP": "2", "AC": "0",
+        "LOG_EVERY": "2", "SAVE_EVERY": "2", "MIN_TRAIN_S": "1", "DEADLINE": "0",
+        "PROBES_PER_FAMILY": "1", "PROBE_TOKENS": "6", "THRESHOLDS": "0.9,0.3", "PROBE_BATCH": "16",
+        "OMP_NUM_THREADS": "1",
+        **env,
+    }
+    done = subprocess.run(["bash", str(RECIPE)], env=base_env, capture_output=True, text=True, timeout=400)
+    return done.returncode, done.stdout + done.stderr
+
+
+def results(out: Path) -> dict[str, bytes]:
+    with tarfile.open(out / "results.tar.gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def delta_from(out: Path) -> bytes:
+    parts = sorted(out.glob("delta.safetensors.part-*"))
+    assert parts, f"no delta parts in {out}: {sorted(p.name for p in out.iterdir())}"
+    return b"".join(p.read_bytes() for p in parts)
+
+
+def train_log(files: dict[str, bytes]) -> list[dict]:
+    return [json.loads(line) for line in files["run/train_log.jsonl"].decode().splitlines()]
+
+
+def test_two_time_boxed_calls_leave_their_results_in_out(tmp_path):
+    make_tiny_base(tmp_path / "hf")
+    # Call 1: training has 10 s and no time limit of its own, so the stage's timeout ends it.
+    out1 = tmp_path / "out1"
+    rc, log = run_recipe(tmp_path, out1, PROBES="0", TRAIN_S="10", TRAIN_TAIL_S="-100000", STEPS="100000")
+    assert rc == 0, log
+    assert "timed out after 10 s" in log and "done (PROBES=0" in log
+    files = results(out1)
+    assert {"timings.txt", "status.txt", "train.log", "run/train_log.jsonl", "data/data_manifest.json", "delta.sha256", "delta/delta.json"} <= set(files)
+    sha = files["delta.sha256"].decode().split()[0]
+    assert hashlib.sha256(delta_from(out1)).hexdigest() == sha
+    status = files["status.txt"].decode()
+    assert "data ok" in status and "train stopped at step" in status and "exported" in status
+    manifest = json.loads(files["data/data_manifest.json"])
+    generator = manifest["sources"][0]["generator"]
+    assert generator["sampled"]["per_prompt"] == 1 and generator["responses_by_kind"]["main"] == 24
+    steps1 = json.loads((tmp_path / "w" / "run" / "latest.json").read_text())["step"]
+    assert steps1 >= 2 and not any(r.get("time_limit_reached") for r in train_log(files))
+
+    # Call 2, same WORK: resumes from that checkpoint; the trainer's own limit stops it (about 4 s of
+    # training), then probes, the final export and verify.
+    out2 = tmp_path / "out2"
+    rc, log = run_recipe(tmp_path, out2, PROBES="1", TRAIN_S="40", TRAIN_TAIL_S="36", STEPS="100000")
+    assert rc == 0, log
+    assert "resumed" in log and "timed out" not in log
+    files = results(out2)
+    status = files["status.txt"].decode()
+    assert "probes ok" in status and "final export verified" in status
+    records = train_log(files)
+    assert records[-1]["time_limit_reached"] and records[-1]["step"] > steps1
+    probes = json.loads(files["probes.json"])
+    assert set(probes["model"]) == {"0.9", "0.3"} and "base" in probes
+    assert hashlib.sha256(delta_from(out2)).hexdigest() == files["delta.sha256"].decode().split()[0]
+    decoder = json.loads(files["model/decoder_config.json"])
+    assert decoder["chosen_by"]["method"] == "probes"
+    assert "PASS" in log
