@@ -24,7 +24,7 @@
 #   DISTILL_N, DISTILL_TOKENS, DISTILL_SAMPLES (sampled responses per prompt besides the greedy one),
 #   DISTILL_BATCH (rows per generate call), DISTILL_WORKERS (processes; 0: 2 per GPU), DISTILL_S (its time limit)
 #   STEPS (the LR schedule's length; time decides where a call stops), MINUTES (training cap per call),
-#   TRAIN_S (training seconds this call; 0: all the time left), BATCH_ROWS, MICRO_ROWS, SEQ_LEN, LR, RANK,
+#   TRAIN (0: no training this call), TRAIN_S (training seconds this call; 0: all the time left), BATCH_ROWS, MICRO_ROWS, SEQ_LEN, LR, RANK,
 #   AC (1: activation checkpointing), SAVE_EVERY, MIN_TRAIN_S (train only with this much time, default 60),
 #   TRAIN_TAIL_S (setup + final save allowance kept off the trainer's own time limit, default 75)
 #   PROBES (1: evaluate-probes and the final export this call; 0: export the checkpoint only),
@@ -36,7 +36,7 @@ OUT=${OUT:-}; DEADLINE=${DEADLINE:-0}
 NGPU=${NGPU:-1}; SCALE_STEPS=${SCALE_STEPS:-0}; STEPS=${STEPS:-100000}; MINUTES=${MINUTES:-0}
 BATCH_ROWS=${BATCH_ROWS:-64}; MICRO_ROWS=${MICRO_ROWS:-16}; SEQ_LEN=${SEQ_LEN:-512}; LR=${LR:-5e-4}
 RANK=${RANK:-64}; AC=${AC:-1}; SAVE_EVERY=${SAVE_EVERY:-100}; TRAIN_S=${TRAIN_S:-0}; WARMUP=${WARMUP:-20}
-MIN_TRAIN_S=${MIN_TRAIN_S:-60}; TRAIN_TAIL_S=${TRAIN_TAIL_S:-75}
+MIN_TRAIN_S=${MIN_TRAIN_S:-60}; TRAIN_TAIL_S=${TRAIN_TAIL_S:-75}; TRAIN=${TRAIN:-1}
 DISTILL_N=${DISTILL_N:-4000}; DISTILL_TOKENS=${DISTILL_TOKENS:-256}; DISTILL_SAMPLES=${DISTILL_SAMPLES:-0}
 DISTILL_BATCH=${DISTILL_BATCH:-256}; DISTILL_WORKERS=${DISTILL_WORKERS:-0}; DISTILL_S=${DISTILL_S:-0}
 PROBES=${PROBES:-1}; PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-20}; PROBE_TOKENS=${PROBE_TOKENS:-48}
@@ -138,7 +138,9 @@ if [ "${SCALE_ONLY:-0}" = 1 ]; then stamp "done (SCALE_ONLY)"; exit 0; fi
 # already trained plus this call's share less what setup and the last save take.
 cap=$TRAIN_S; [ "$MINUTES" != 0 ] && cap=$(python3 -c "print(int(float('$MINUTES') * 60))")
 s=$(budget "$cap" "$RESERVE_S")
-if [ "$s" -ge "$MIN_TRAIN_S" ]; then
+if [ "$TRAIN" != 1 ]; then
+  stamp "train: skipped (TRAIN=$TRAIN)"
+elif [ "$s" -ge "$MIN_TRAIN_S" ]; then
   resume=(); done_s=0
   if [ -f "$WORK/run/latest.json" ]; then
     resume=(--resume)
@@ -157,9 +159,16 @@ fi
 [ -f "$WORK/run/latest.json" ] || { stamp "no checkpoint to export"; status "no checkpoint"; exit 1; }
 
 # The checkpoint as a model folder and a delta, into OUT at once: what comes back if nothing else does.
-stamp "export (model folder + delta) of $(tr -d ' \n' < "$WORK/run/latest.json")"
-bounded 120 python3 -m a2d_convert export --checkpoint "$WORK/run" --out "$WORK/model-candidate" --delta "$WORK/delta" --force | tail -3
-save_delta "$WORK/delta"; status "exported $(tr -d ' \n' < "$WORK/run/latest.json")"
+latest=$(tr -d ' \n' < "$WORK/run/latest.json")
+if [ "$latest" = "$(cat "$WORK/exported.txt" 2>/dev/null)" ] && [ -f "$WORK/model-candidate/config.json" ] && [ -f "$WORK/delta/delta.safetensors" ]; then
+  stamp "export of $latest: done already"
+else
+  stamp "export (model folder + delta) of $latest"
+  rm -f "$WORK/exported.txt"
+  bounded 120 python3 -m a2d_convert export --checkpoint "$WORK/run" --out "$WORK/model-candidate" --delta "$WORK/delta" --force | tail -3
+  echo "$latest" > "$WORK/exported.txt"
+fi
+save_delta "$WORK/delta"; status "exported $latest"
 if [ "$PROBES" != 1 ]; then stamp "done (PROBES=0: the checkpoint's delta is in OUT)"; exit 0; fi
 
 s=$(budget 0 40)

@@ -92,3 +92,12 @@ def test_two_time_boxed_calls_leave_their_results_in_out(tmp_path):
     decoder = json.loads(files["model/decoder_config.json"])
     assert decoder["chosen_by"]["method"] == "probes"
     assert "PASS" in log
+
+    # Call 3 (the probes-only variant): no training, the export of the same checkpoint is reused.
+    out3 = tmp_path / "out3"
+    rc, log = run_recipe(tmp_path, out3, PROBES="1", TRAIN="0")
+    assert rc == 0, log
+    assert "train: skipped (TRAIN=0)" in log and "done already" in log
+    files = results(out3)
+    assert "final export verified" in files["status.txt"].decode().splitlines()[-1]
+    assert hashlib.sha256(delta_from(out3)).hexdigest() == files["delta.sha256"].decode().split()[0]
