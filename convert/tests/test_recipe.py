@@ -30,7 +30,7 @@ def run_recipe(tmp: Path, out: Path, **env) -> tuple[int, str]:
         "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": os.pathsep.join([str(REPO / "convert"), os.environ.get("PYTHONPATH", "")]),
         "SOURCE": str(tmp / "hf"), "WORK": str(tmp / "w"), "OUT": str(out),
-        "DISTILL_N": "24", "DISTILL_TOKENS": "8", "DISTILL_SAMPLES": "1", "DISTILL_BATCH": "8", "DISTILL_S": "120",
+        "DISTILL_N": "16", "DISTILL_TOKENS": "8", "DISTILL_SAMPLES": "1", "DISTILL_BATCH": "8", "DISTILL_S": "120",
         "SEQ_LEN": "64", "BATCH_ROWS": "2", "MICRO_ROWS": "1", "RANK": "4", "LR": "3e-3", "WARMUP": "2", "AC": "0",
         "LOG_EVERY": "2", "SAVE_EVERY": "2", "MIN_TRAIN_S": "1", "DEADLINE": "0",
         "PROBES_PER_FAMILY": "1", "PROBE_TOKENS": "6", "THRESHOLDS": "0.9,0.3", "PROBE_BATCH": "16",
@@ -58,11 +58,11 @@ def train_log(files: dict[str, bytes]) -> list[dict]:
 
 def test_two_time_boxed_calls_leave_their_results_in_out(tmp_path):
     make_tiny_base(tmp_path / "hf")
-    # Call 1: training has 10 s and no time limit of its own, so the stage's timeout ends it.
+    # Call 1: training has 8 s and no time limit of its own, so the stage's timeout ends it.
     out1 = tmp_path / "out1"
-    rc, log = run_recipe(tmp_path, out1, PROBES="0", TRAIN_S="10", TRAIN_TAIL_S="-100000", STEPS="100000")
+    rc, log = run_recipe(tmp_path, out1, PROBES="0", TRAIN_S="8", TRAIN_TAIL_S="-100000", STEPS="100000")
     assert rc == 0, log
-    assert "timed out after 10 s" in log and "done (PROBES=0" in log
+    assert "timed out after 8 s" in log and "done (PROBES=0" in log
     files = results(out1)
     assert {"timings.txt", "status.txt", "train.log", "run/train_log.jsonl", "data/data_manifest.json", "delta.sha256", "delta/delta.json"} <= set(files)
     sha = files["delta.sha256"].decode().split()[0]
@@ -71,7 +71,7 @@ def test_two_time_boxed_calls_leave_their_results_in_out(tmp_path):
     assert "data ok" in status and "train stopped at step" in status and "exported" in status
     manifest = json.loads(files["data/data_manifest.json"])
     generator = manifest["sources"][0]["generator"]
-    assert generator["sampled"]["per_prompt"] == 1 and generator["responses_by_kind"]["main"] == 24
+    assert generator["sampled"]["per_prompt"] == 1 and generator["responses_by_kind"]["main"] == 16
     steps1 = json.loads((tmp_path / "w" / "run" / "latest.json").read_text())["step"]
     assert steps1 >= 2 and not any(r.get("time_limit_reached") for r in train_log(files))
 
