@@ -169,11 +169,13 @@ def ar_steps(ids: list[int], max_tokens: int, eos: set[int]):
     returns (tokens, forward passes)."""
     import numpy as np
 
+    from .decode import _to_numpy
+
     out: list[int] = []
     logits = yield (list(ids), [], [len(ids) - 1])
     passes = 1
     while len(out) < max_tokens:
-        token = int(np.argmax(np.asarray(logits[0])))  # first maximum, as torch.argmax
+        token = int(np.argmax(_to_numpy(logits)[0]))  # first maximum, as torch.argmax
         if token in eos:
             break
         out.append(token)
