@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # GPU-machine side of the 1-GPU vs N-GPU conversion comparison (bench/NOTES.md, "Scaling"): the same
 # training config for SCALE_STEPS steps on one process and on NGPU processes (torchrun, FSDP2), on the
-# demo base. The base GGUF arrives in two carried halves, as for bench/demo-conversion-device.sh:
-#   call 1 (carry .device/a):            mkdir -p /root/stash && cp .device/a/part00 /root/stash/
-#   call 2 (carry .device/b .device/whl): NGPU=2 SCALE_STEPS=200 bash bench/scaling-device.sh
+# demo base. The base GGUF arrives in parts as for bench/demo-conversion-device.sh (bash
+# bench/stage-demo-conversion.sh makes them here): each call carries the next part and runs
+#   NGPU=2 SCALE_STEPS=200 bash bench/scaling-device.sh
+# (the calls with a part only stash it; the last one, carrying .device/whl too, runs the comparison).
 # LIMIT_S (default 540) bounds the recipe so the logs reach $OUT inside the call's limit even when a run
 # is slow or stuck.
 set -uo pipefail
-GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-cat /root/stash/part00 .device/b/part01 > /root/base.gguf
-echo "$GGUF_SHA256  /root/base.gguf" | sha256sum -c || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device/whl/*.whl || exit 1
+bash bench/device-base-gguf.sh; status=$?
+[ "$status" = 10 ] && exit 0
+[ "$status" = 0 ] || exit "$status"
 export PYTHONPATH=$PWD/convert:/tmp/site PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# GPU-machine side, shared by the device scripts that need the demo base GGUF (demo-conversion-device.sh,
+# scaling-device.sh, rebuild-demo-device.sh): stashes the GGUF parts this call carried
+# (.device/gguf-*/gguf.partNN-of-MM from bench/stage-demo-conversion.sh, or the older halves
+# .device/a/part00 and .device/b/part01) in /root/stash, which a machine keeps while it stays warm (30 s
+# after a call), and once every part is there joins them into /root/base.gguf, checks the pinned sha256
+# and installs the carried wheels (.device/whl: gguf) into /tmp/site.
+# Exit 0: /root/base.gguf is ready; 10: more parts are to come in the next call; 3: no parts at all.
+set -euo pipefail
+GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+mkdir -p /root/stash
+shopt -s nullglob
+for part in .device/gguf-*/gguf.part*-of-* .device/a/part0[0] .device/b/part0[1]; do
+  cp "$part" /root/stash/ && echo "stashed $part"
+done
+if [ ! -f /root/base.gguf ] || ! echo "$GGUF_SHA256  /root/base.gguf" | sha256sum -c --quiet 2>/dev/null; then
+  parts=(/root/stash/gguf.part*-of-*)
+  if [ "${#parts[@]}" -gt 0 ]; then
+    want=${parts[0]##*-of-}
+    if [ "${#parts[@]}" -lt "$((10#$want))" ]; then
+      echo "base GGUF: ${#parts[@]} of $((10#$want)) parts stashed; carry the next part in the next call (within 30 s)"
+      exit 10
+    fi
+    cat "${parts[@]}" > /root/base.gguf
+  elif [ -f /root/stash/part00 ] && [ -f /root/stash/part01 ]; then
+    cat /root/stash/part00 /root/stash/part01 > /root/base.gguf
+  elif [ -f /root/stash/part00 ] || [ -f /root/stash/part01 ]; then
+    echo "base GGUF: one of the two halves stashed; carry the other in the next call (within 30 s)"
+    exit 10
+  else
+    echo "base GGUF: no parts here (a fresh machine?); start again with the first part's call"
+    exit 3
+  fi
+  echo "$GGUF_SHA256  /root/base.gguf" | sha256sum -c
+fi
+if ! PYTHONPATH=/tmp/site python3 -c 'import gguf' 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device/whl/*.whl
+fi
