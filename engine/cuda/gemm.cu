@@ -10,42 +10,23 @@ namespace {
 // starting at chunk*32 + 8c. Those 8 values fill the fragment slots {2c, 2c+1, 2c+8, 2c+9} of two
 // consecutive mma k-steps (first 4, then 4). Both operands are permuted the same way, so the dot
 // product is unchanged.
-//
-// An input fragment is loaded raw (RawInput), then finished: normalised (RMSNorm) and packed to bf16.
-struct RawInput {
-  uint4 x;         // bf16_rows
-  float4 h0, h1;   // rmsnorm_residual: 8 residual values
-  uint4 gamma;     // and their 8 norm weights
-};
 
 template <GemmInput kInput>
-__device__ __forceinline__ RawInput load_raw_input(const GemmParams& p, int input_row, int k) {
-  RawInput raw;
-  if (k >= p.k) {
-    raw.x = raw.gamma = make_uint4(0, 0, 0, 0);
-    raw.h0 = raw.h1 = make_float4(0.f, 0.f, 0.f, 0.f);
-  } else if constexpr (kInput == GemmInput::bf16_rows) {
-    raw.x = __ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(input_row) * p.x_stride + k));
+__device__ __forceinline__ uint4 load_input_row(const GemmParams& p, int input_row, int k, float scale) {
+  if (k >= p.k) return make_uint4(0, 0, 0, 0);
+  if constexpr (kInput == GemmInput::bf16_rows) {
+    return __ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(input_row) * p.x_stride + k));
   } else {
     const float4* h = reinterpret_cast<const float4*>(p.residual_in + static_cast<size_t>(input_row) * p.x_stride + k);
-    raw.h0 = __ldg(h);
-    raw.h1 = __ldg(h + 1);
-    raw.gamma = __ldg(reinterpret_cast<const uint4*>(p.norm_weight + k));
-  }
-  return raw;
-}
-
-template <GemmInput kInput>
-__device__ __forceinline__ uint4 finish_input(const RawInput& raw, float scale) {
-  if constexpr (kInput == GemmInput::bf16_rows) {
-    return raw.x;
-  } else {
-    const float2 w0 = unpack_bf16(raw.gamma.x), w1 = unpack_bf16(raw.gamma.y), w2 = unpack_bf16(raw.gamma.z),
-                 w3 = unpack_bf16(raw.gamma.w);
-    return make_uint4(pack_bf16(raw.h0.x * scale * w0.x, raw.h0.y * scale * w0.y),
-                      pack_bf16(raw.h0.z * scale * w1.x, raw.h0.w * scale * w1.y),
-                      pack_bf16(raw.h1.x * scale * w2.x, raw.h1.y * scale * w2.y),
-                      pack_bf16(raw.h1.z * scale * w3.x, raw.h1.w * scale * w3.y));
+    const float4 h0 = __ldg(h);
+    const float4 h1 = __ldg(h + 1);
+    const uint4 gamma = __ldg(reinterpret_cast<const uint4*>(p.norm_weight + k));
+    const float2 w0 = unpack_bf16(gamma.x), w1 = unpack_bf16(gamma.y), w2 = unpack_bf16(gamma.z),
+                 w3 = unpack_bf16(gamma.w);
+    return make_uint4(pack_bf16(h0.x * scale * w0.x, h0.y * scale * w0.y),
+                      pack_bf16(h0.z * scale * w1.x, h0.w * scale * w1.y),
+                      pack_bf16(h1.x * scale * w2.x, h1.y * scale * w2.y),
+                      pack_bf16(h1.z * scale * w3.x, h1.w * scale * w3.y));
   }
 }
 
@@ -121,7 +102,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
         if (j * 8 >= rows) break;
         const int t = min(j * 8 + g, rows - 1);
         const float scale = kInput == GemmInput::rmsnorm_residual ? row_scale[t] : 1.f;
-        const uint4 xv = finish_input<kInput>(load_raw_input<kInput>(p, input_row(t), k), scale);
+        const uint4 xv = load_input_row<kInput>(p, input_row(t), k, scale);
         mma_bf16_16816(acc[j], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
         mma_bf16_16816(acc[j], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
       }

@@ -301,6 +301,18 @@ void DeviceModel::enqueue_forward(int max_rows) {
   bf16* k_cache = kv_cache_;
   bf16* v_cache = kv_cache_ + kv_layer * s.layers;
 
+  // A GEMM's shape with what every GEMM of the forward shares: the step state and the split-K scratch.
+  auto gemm_params = [&](const bf16* weight, int n_rows, int n_out, int k) {
+    GemmParams g{};
+    g.weight = weight;
+    g.n_rows = n_rows;
+    g.n_out = n_out;
+    g.k = k;
+    g.state = state_;
+    g.split_partials = gemm_split_partials_;
+    g.split_counters = gemm_split_counters_;
+    return g;
+  };
   const bool run_gemms = options_.kernels & kGemmKernels;
   const bool run_attention = options_.kernels & kAttentionKernels;
   const bool run_other = options_.kernels & kOtherKernels;
@@ -309,14 +321,8 @@ void DeviceModel::enqueue_forward(int max_rows) {
   for (int l = 0; l < s.layers; ++l) {
     const LayerWeights& L = layers_[l];
 
-    GemmParams qkv{};
-    qkv.weight = L.qkv;
-    qkv.n_rows = qkv.n_out = qkv_rows_;
-    qkv.k = s.hidden;
+    GemmParams qkv = gemm_params(L.qkv, qkv_rows_, qkv_rows_, s.hidden);
     qkv.bias = s.qkv_bias ? L.qkv_bias : nullptr;
-    qkv.state = state_;
-    qkv.split_partials = gemm_split_partials_;
-    qkv.split_counters = gemm_split_counters_;
     qkv.residual_in = residual_;
     qkv.x_stride = s.hidden;
     qkv.ssq_in = ssq_layer_;
@@ -365,14 +371,8 @@ void DeviceModel::enqueue_forward(int max_rows) {
       attention_combine(ap, max_rows, st, pdl);
     }
 
-    GemmParams o{};
-    o.weight = L.o;
-    o.n_rows = o.n_out = s.hidden;
-    o.k = s.heads * s.head_dim;
+    GemmParams o = gemm_params(L.o, s.hidden, s.hidden, s.heads * s.head_dim);
     o.bias = s.o_bias ? L.o_bias : nullptr;
-    o.state = state_;
-    o.split_partials = gemm_split_partials_;
-    o.split_counters = gemm_split_counters_;
     o.x = attention_out_;
     o.x_stride = s.heads * s.head_dim;
     o.residual_out = residual_;
@@ -380,14 +380,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     o.ssq_out = ssq_attention_;
     if (run_gemms) gemm(o, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
 
-    GemmParams gate_up{};
-    gate_up.weight = L.gate_up;
-    gate_up.n_rows = gate_up_rows_;
-    gate_up.n_out = s.intermediate;
-    gate_up.k = s.hidden;
-    gate_up.state = state_;
-    gate_up.split_partials = gemm_split_partials_;
-    gate_up.split_counters = gemm_split_counters_;
+    GemmParams gate_up = gemm_params(L.gate_up, gate_up_rows_, s.intermediate, s.hidden);
     gate_up.residual_in = residual_;
     gate_up.x_stride = s.hidden;
     gate_up.ssq_in = ssq_attention_;
@@ -398,13 +391,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     gate_up.out_stride = s.intermediate;
     if (run_gemms) gemm(gate_up, GemmInput::rmsnorm_residual, GemmEpilogue::silu_mul, max_rows, options_.gemm, st, pdl);
 
-    GemmParams down{};
-    down.weight = L.down;
-    down.n_rows = down.n_out = s.hidden;
-    down.k = s.intermediate;
-    down.state = state_;
-    down.split_partials = gemm_split_partials_;
-    down.split_counters = gemm_split_counters_;
+    GemmParams down = gemm_params(L.down, s.hidden, s.hidden, s.intermediate);
     down.x = mlp_act_;
     down.x_stride = s.intermediate;
     down.residual_out = residual_;
@@ -413,13 +400,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     if (run_gemms) gemm(down, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
   }
 
-  GemmParams head{};
-  head.weight = lm_head_;
-  head.n_rows = head.n_out = s.vocab;
-  head.k = s.hidden;
-  head.state = state_;
-  head.split_partials = gemm_split_partials_;
-  head.split_counters = gemm_split_counters_;
+  GemmParams head = gemm_params(lm_head_, s.vocab, s.vocab, s.hidden);
   head.residual_in = residual_;
   head.x_stride = s.hidden;
   head.ssq_in = ssq_layer_;
