@@ -349,17 +349,26 @@ def load_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime) -> t
 
 
 def evaluate(objective, arrays: dict[str, np.ndarray], config: TrainConfig, rt: Runtime, mask_token_id: int, max_rows: int = 64) -> float:
-    """Mean masked-token CE on held-out rows with fixed masks (the same ones every time it runs)."""
+    """Mean masked-token CE on held-out rows with fixed masks (the same ones every time it runs).
+
+    Every process runs the same number of forwards (FSDP gathers each layer's weights collectively): a
+    process whose share of the rows has run out repeats the first micro-batch and does not count it."""
     rows = min(arrays["input_ids"].shape[0], max_rows)
     schedule = RowSchedule(arrays, replace(config, batch_rows=rows, seed=config.seed + 7919), mask_token_id)
     sums = torch.zeros(2, device=rt.device)
+    per_pass = rt.world * config.micro_batch_rows
     with torch.no_grad():
-        for first in range(rt.rank * config.micro_batch_rows, rows, rt.world * config.micro_batch_rows):
+        for index in range(-(-rows // per_pass)):
+            first = index * per_pass + rt.rank * config.micro_batch_rows
+            counted = first < rows
+            if not counted:
+                first = 0
             batch = schedule.batch(0, list(range(first, min(first + config.micro_batch_rows, rows))))
             with autocast(config, rt.device):
                 _, stats = objective(**to_device(batch, rt.device))
-            sums[0] += stats[0]
-            sums[1] += batch.pred_index.size
+            if counted:
+                sums[0] += stats[0]
+                sums[1] += batch.pred_index.size
     totals = all_reduce_sum(rt, sums).tolist()
     return totals[0] / max(totals[1], 1.0)
 

@@ -24,7 +24,9 @@ def test_two_fsdp_processes_match_one(tmp_path):
     base = make_tiny_base(tmp_path / "base", TinySpec(layers=2, hidden=64, heads=4, kv_heads=2))
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps(r) + "\n" for r in arithmetic_rows(32)))
-    data = build_data([Source(path=rows, name="arith")], base, tmp_path / "data", DataConfig(block_size=4, seq_len=96))
+    # One held-out row: the second process has no share of it, yet must join every collective of the
+    # final evaluation (uneven shares once hung a 2-GPU run at its end).
+    data = build_data([Source(path=rows, name="arith")], base, tmp_path / "data", DataConfig(block_size=4, seq_len=96, holdout_fraction=1 / 32))
 
     single = train(TrainConfig(base=str(base), data=str(data), out=str(tmp_path / "one"), **FLAGS))
 
@@ -49,3 +51,5 @@ def test_two_fsdp_processes_match_one(tmp_path):
         torch.testing.assert_close(one[name].float(), two[name].float(), rtol=1e-2, atol=1e-3)
     lineage = json.loads((tmp_path / "two" / "checkpoints" / "step_000003" / "lineage.json").read_text())
     assert lineage["stages"][-1]["config"]["world_size"] == 2
+    evals = [json.loads((tmp_path / run / "checkpoints" / "step_000003" / "checkpoint.json").read_text())["progress"]["eval_ce"] for run in ("one", "two")]
+    np.testing.assert_allclose(evals[0], evals[1], rtol=1e-3)
