@@ -299,7 +299,8 @@ class BatchBlockForward:
             pick_rows += [self.row_of[i]] * len(wanted)
             pick_slots += [j if j < c else Cm + j - c for j in wanted]
             counts.append(len(wanted))
-        picked = hidden[torch.tensor(pick_rows, device=self.device), torch.tensor(pick_slots, device=self.device)]
+        # (A forward may want no logits at all: every sequence only commits its last block.)
+        picked = hidden[torch.tensor(pick_rows, dtype=torch.long, device=self.device), torch.tensor(pick_slots, dtype=torch.long, device=self.device)]
         logits = self.model.logits(picked).float().cpu().numpy()
         out: list = [None] * len(requests)
         start = 0

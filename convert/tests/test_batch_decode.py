@@ -82,6 +82,21 @@ def test_batched_decoding_equals_one_by_one(tiny_models, name, spec, init):
     assert forward.forwards == max(r.forward_passes for r in alone) < sum(r.forward_passes for r in alone) / 4
 
 
+def test_a_batched_forward_that_wants_no_logits(tiny_models):
+    """Every sequence only commits (its last block): no logits rows, and the cache still grows as one by one."""
+    model, cfg, a2d = load_transformer(tiny_models("llama")[1])
+    prompts = prompts_of(cfg.vocab_size, a2d.mask_token_id, 3, seed=4)
+    batch = BatchBlockForward(model, len(prompts))
+    out = batch([(ids, [], []) for ids in prompts])
+    assert [tuple(o.shape) for o in out] == [(0, cfg.vocab_size)] * len(prompts)
+    window = [a2d.mask_token_id] * 4
+    after = batch([([5], window, [1, 2, 3, 4])] * len(prompts))
+    for ids, got in zip(prompts, after):
+        alone = BlockForward(model)
+        alone(ids, [], [])
+        np.testing.assert_allclose(got, alone([5], window, [1, 2, 3, 4]).numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_batched_ar_equals_one_by_one(tiny_models):
     model, cfg, a2d = load_transformer(tiny_models("llama")[0])
     prompts = prompts_of(cfg.vocab_size, -1, 13, seed=9)
