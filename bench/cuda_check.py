@@ -112,9 +112,9 @@ class Engine:
                       ctypes.byref(device), ctypes.byref(step))
         return device.value, step.value
 
-    def reconfigure(self, graphs, pdl, kernels=7, gemm_loads=-1, gemm_blocks_per_sm=-1, prefetch=-1, prefetch_kib=-1):
+    def reconfigure(self, graphs, pdl, kernels=7, gemm_loads=-1, gemm_blocks_per_sm=-1):
         self.lib.call("a2d_bench_reconfigure", self.handle, int(graphs), int(pdl), kernels, gemm_loads,
-                      gemm_blocks_per_sm, prefetch, prefetch_kib)
+                      gemm_blocks_per_sm)
 
     def fill_kv(self, seed=1):
         self.lib.call("a2d_bench_fill_kv", self.handle, ctypes.c_ulonglong(seed))
@@ -518,44 +518,19 @@ def section_2b(lib, out, summary):
     _, loads, bps = best
     summary["gemm_tuning_best"] = dict(loads=loads, blocks_per_sm=bps)
     log(f"  best GEMM tuning at rows 4: loads {loads}, blocks/SM {bps}")
-
-    # L2 prefetch of the weights (gemm.cuh GemmPrefetch: 1 own slice, 2 next weight at the start, 4 next
-    # weight after the main loop; KiB caps the next weight's share): a hint, so the logits must not move;
-    # then the whole forward, where the next weight can stream while attention runs.
-    engine.reconfigure(True, True, 7, loads, bps, 3, 16384)
-    gen = torch.Generator().manual_seed(5)
-    err, agree, _, self_agree, _ = check_case(engine, W, cfg, 1000, 4, 4, gen)
-    summary["check_2b_prefetch"] = dict(rel_err=err, argmax_agree=agree, device_argmax_vs_own_logits=self_agree)
-    log(f"  2B P=1000 C=4 W=4 with prefetch 3: rel_err {err:.2e} argmax agree {agree:.2f}")
-    engine.fill_kv()
-    prefetch_best = (None, 0, 16384)
-    for bits, kib in ((0, 0), (1, 0), (2, 8192), (2, 16384), (2, 32768), (3, 16384), (4, 16384), (5, 16384), (6, 16384)):
-        engine.reconfigure(True, True, 7, loads, bps, bits, kib)
-        label = f"prefetch {bits} {kib // 1024}M"
-        t4 = timed(label, 4, 1024)
-        for rows in (8, 32):
-            timed(label, rows, 1024)
-        engine.reconfigure(True, True, 1, loads, bps, bits, kib)
-        timed("gemm-only " + label, 4, 1024)
-        if prefetch_best[0] is None or t4 < prefetch_best[0]:
-            prefetch_best = (t4, bits, kib)
-    _, bits, kib = prefetch_best
-    summary["prefetch_best"] = dict(bits=bits, kib=kib)
-    log(f"  best prefetch at rows 4: bits {bits}, next-weight cap {kib} KiB")
-
-    engine.reconfigure(True, True, 7, loads, bps, bits, kib)
+    engine.reconfigure(True, True, 7, loads, bps)
     for rows in (1, 4, 8, 16, 32):
         for kv in (1024, 8192, 32768):
-            timed(f"graph+pdl s{loads} b{bps} p{bits}", rows, kv)
+            timed(f"graph+pdl s{loads} b{bps}", rows, kv)
     for label, graphs, pdl in (("graph", True, False), ("eager+pdl", False, True)):
-        engine.reconfigure(graphs, pdl, 7, loads, bps, bits, kib)
+        engine.reconfigure(graphs, pdl, 7, loads, bps)
         for rows in (4, 32):
-            timed(f"{label} s{loads} b{bps} p{bits}", rows, 1024, 20 if graphs else 8)
-    engine.reconfigure(True, True, 2, loads, bps, bits, kib)
+            timed(f"{label} s{loads} b{bps}", rows, 1024, 20 if graphs else 8)
+    engine.reconfigure(True, True, 2, loads, bps)
     for rows in (4, 8, 32):
         for kv in (1024, 8192, 32768):
             timed("attention-only", rows, kv)
-    engine.reconfigure(True, True, 7, loads, bps, bits, kib)
+    engine.reconfigure(True, True, 7, loads, bps)
     summary["timings_2b"] = timings
     engine.close()
     return W

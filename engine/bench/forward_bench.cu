@@ -119,10 +119,9 @@ int a2d_bench_finish(void* handle, double* times, char* error, int size) {
   });
 }
 
-// gemm_loads / gemm_blocks_per_sm / gemm_prefetch / prefetch_next_kib: the GEMM tuning (gemm.cuh);
-// negative keeps the default.
+// gemm_loads / gemm_blocks_per_sm: the GEMM tuning (gemm.cuh); negative keeps the default.
 int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int gemm_loads, int gemm_blocks_per_sm,
-                          int gemm_prefetch, int prefetch_next_kib, char* error, int size) {
+                          char* error, int size) {
   return guarded(error, size, [&] {
     ModelOptions options;
     options.graphs = graphs;
@@ -130,8 +129,6 @@ int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int ge
     options.kernels = static_cast<unsigned>(kernels);
     if (gemm_loads >= 0) options.gemm.loads = gemm_loads;
     if (gemm_blocks_per_sm >= 0) options.gemm.blocks_per_sm = gemm_blocks_per_sm;
-    if (gemm_prefetch >= 0) options.gemm.prefetch = gemm_prefetch;
-    if (prefetch_next_kib >= 0) options.gemm.prefetch_next_kib = prefetch_next_kib;
     static_cast<DeviceModel*>(handle)->reconfigure(options);
   });
 }

@@ -32,28 +32,6 @@ __device__ __forceinline__ uint4 load_input_row(const GemmParams& p, int input_r
 
 constexpr int kChunkElements = kGemmTileRows * 32;  // one 32-column chunk of a tile: 1 KiB
 
-// Requests [bytes) from `base` into L2 (a hint: nothing waits for it), in pieces of at most 16 KiB
-// spread over the lanes of the calling warp. `base` and `bytes` are multiples of 16.
-__device__ __forceinline__ void prefetch_l2(const char* base, size_t bytes, int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr size_t kPiece = 16384;
-  for (size_t offset = size_t(lane) * kPiece; offset < bytes; offset += 32 * kPiece) {
-    const unsigned size = static_cast<unsigned>(min(kPiece, bytes - offset));
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + offset), "r"(size) : "memory");
-  }
-#endif
-}
-
-// This block's share of the next weight: the blocks split its first prefetch bytes evenly.
-__device__ __forceinline__ void prefetch_next_share(const GemmParams& p, int lane) {
-  const size_t blocks = size_t(gridDim.x) * gridDim.y;
-  const size_t block = size_t(blockIdx.y) * gridDim.x + blockIdx.x;
-  const size_t share = (p.next_weight_bytes / blocks + 15) / 16 * 16;
-  const size_t begin = block * share;
-  if (begin >= p.next_weight_bytes) return;
-  prefetch_l2(reinterpret_cast<const char*>(p.next_weight) + begin, min(share, p.next_weight_bytes - begin), lane);
-}
-
 // One block: one 16-row tile of the weight over its split's K range, which is contiguous in the tiled
 // layout. The 8 warps take interleaved chunks; each lane keeps kLoads pairs of 16-byte weight loads in
 // flight (every warp load instruction reads 512 contiguous bytes), then multiplies them with the
@@ -91,11 +69,6 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
   };
   // The weights do not depend on earlier kernels: start streaming them before waiting. Nor does the
   // row count: the host wrote the step state before the forward's first kernel.
-  if ((p.prefetch & kPrefetchOwn) && warp == kGemmWarps - 1) {
-    prefetch_l2(reinterpret_cast<const char*>(tile_weights - lane * 8 + static_cast<size_t>(chunk_begin) * kChunkElements),
-                static_cast<size_t>(chunk_end - chunk_begin) * kChunkElements * sizeof(bf16), lane);
-  }
-  if ((p.prefetch & kPrefetchNext) && p.next_weight != nullptr && warp == kGemmWarps - 2) prefetch_next_share(p, lane);
   load_weights(chunk_begin);
   const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
   wait_for_previous_grid();
@@ -135,7 +108,6 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
       }
     }
   }
-  if ((p.prefetch & kPrefetchNextLate) && p.next_weight != nullptr && warp == 0) prefetch_next_share(p, lane);
   allow_next_grid();
 
   // Split-K reduction across the 8 warps through shared memory.
@@ -309,8 +281,6 @@ void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int 
   const GemmSplit split = gemm_split(p.n_rows, p.k, tuning);
   p.splits = split.splits;
   p.chunks_per_split = split.chunks_per_split;
-  p.prefetch = tuning.prefetch;
-  p.next_weight_bytes = std::min(p.next_weight_bytes, size_t(std::max(tuning.prefetch_next_kib, 0)) * 1024) / 16 * 16;
   if (p.splits > 1 && (p.split_partials == nullptr || p.split_counters == nullptr)) {
     throw std::logic_error("gemm: split K without scratch");
   }

@@ -26,19 +26,9 @@ enum class GemmEpilogue { store_bf16, silu_mul, residual_add, logits };
 constexpr int kGemmTileRows = 16;
 constexpr int kGemmWarps = 8;
 
-// L2 prefetch (cp.async.bulk.prefetch.L2, sm_90), a bit set: the weights do not depend on anything a
-// forward computes, so their bytes can be requested long before the loads that use them.
-enum GemmPrefetch : int {
-  kPrefetchOwn = 1,        // each block requests its whole weight slice at its start, before waiting
-  kPrefetchNext = 2,       // the blocks request the next weight of the forward (GemmParams::next_weight)
-  kPrefetchNextLate = 4,   // ... after their own main loop instead of at their start
-};
-
 struct GemmTuning {
   int loads = 4;          // pairs of 16-byte weight loads per lane in flight: 4 or 8
   int blocks_per_sm = 2;  // split K until a GEMM has about this many blocks per SM (0: never split)
-  int prefetch = 0;       // GemmPrefetch bits
-  int prefetch_next_kib = 16384;  // at most this much of the next weight is requested
   int sm_count = 132;
 };
 
@@ -89,11 +79,6 @@ struct GemmParams {
   unsigned* split_counters;
   int splits;
   int chunks_per_split;
-
-  // L2 prefetch (set by gemm() from the tuning, except next_weight: the forward's next GEMM weight).
-  int prefetch;
-  const bf16* next_weight;
-  size_t next_weight_bytes;
 };
 
 // `max_rows` (<= kMaxRows) fixes the tensor-core tile count; state->rows may be smaller at run time.

@@ -313,12 +313,6 @@ void DeviceModel::enqueue_forward(int max_rows) {
     g.split_counters = gemm_split_counters_;
     return g;
   };
-  // The weight each GEMM may prefetch into L2 for the one after it (GemmTuning::prefetch).
-  auto weight_bytes = [](int rows, int k) { return static_cast<size_t>(tiled_elements(rows, k)) * sizeof(bf16); };
-  auto then = [](GemmParams& g, const bf16* next, size_t bytes) {
-    g.next_weight = next;
-    g.next_weight_bytes = bytes;
-  };
   const bool run_gemms = options_.kernels & kGemmKernels;
   const bool run_attention = options_.kernels & kAttentionKernels;
   const bool run_other = options_.kernels & kOtherKernels;
@@ -337,7 +331,6 @@ void DeviceModel::enqueue_forward(int max_rows) {
     qkv.norm_eps = s.rms_eps;
     qkv.out = qkv_out_;
     qkv.out_stride = qkv_rows_;
-    then(qkv, L.o, weight_bytes(s.hidden, s.heads * s.head_dim));
     if (run_gemms) gemm(qkv, GemmInput::rmsnorm_residual, GemmEpilogue::store_bf16, max_rows, options_.gemm, st, pdl);
 
     RopeParams rp{};
@@ -385,7 +378,6 @@ void DeviceModel::enqueue_forward(int max_rows) {
     o.residual_out = residual_;
     o.out_stride = s.hidden;
     o.ssq_out = ssq_attention_;
-    then(o, L.gate_up, weight_bytes(gate_up_rows_, s.hidden));
     if (run_gemms) gemm(o, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
 
     GemmParams gate_up = gemm_params(L.gate_up, gate_up_rows_, s.intermediate, s.hidden);
@@ -397,7 +389,6 @@ void DeviceModel::enqueue_forward(int max_rows) {
     gate_up.norm_eps = s.rms_eps;
     gate_up.out = mlp_act_;
     gate_up.out_stride = s.intermediate;
-    then(gate_up, L.down, weight_bytes(s.hidden, s.intermediate));
     if (run_gemms) gemm(gate_up, GemmInput::rmsnorm_residual, GemmEpilogue::silu_mul, max_rows, options_.gemm, st, pdl);
 
     GemmParams down = gemm_params(L.down, s.hidden, s.hidden, s.intermediate);
@@ -406,11 +397,6 @@ void DeviceModel::enqueue_forward(int max_rows) {
     down.residual_out = residual_;
     down.out_stride = s.hidden;
     down.ssq_out = ssq_layer_;
-    if (l + 1 < s.layers) {
-      then(down, layers_[l + 1].qkv, weight_bytes(qkv_rows_, s.hidden));
-    } else {
-      then(down, lm_head_, weight_bytes(s.vocab, s.hidden));
-    }
     if (run_gemms) gemm(down, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
   }
 
