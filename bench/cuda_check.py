@@ -64,13 +64,13 @@ class Lib:
 class Engine:
     """A DeviceModel through the harness's C interface."""
 
-    def __init__(self, lib, cfg, graphs=True, pdl=True):
+    def __init__(self, lib, cfg, graphs=True, pdl=True, fuse_rope=True):
         self.lib, self.cfg = lib, cfg
         shape = Shape(cfg["hidden"], cfg["inter"], cfg["layers"], cfg["heads"], cfg["kv_heads"], cfg["head_dim"],
                       cfg["vocab"], cfg["max_context"], cfg["mask"], int(cfg["tied"]), int(cfg["qkv_bias"]),
                       int(cfg["o_bias"]), int(cfg["qk_norm"]), cfg["eps"], cfg["theta"])
         error = ctypes.create_string_buffer(2048)
-        self.handle = lib.lib.a2d_bench_create(ctypes.byref(shape), int(graphs), int(pdl), error, 2048)
+        self.handle = lib.lib.a2d_bench_create(ctypes.byref(shape), int(graphs), int(pdl), int(fuse_rope), error, 2048)
         if not self.handle:
             raise RuntimeError("a2d_bench_create: " + error.value.decode())
         self.handle = ctypes.c_void_p(self.handle)
@@ -522,6 +522,25 @@ def section_2b(lib, out, summary):
     for rows in (1, 4, 8, 16, 32):
         for kv in (1024, 8192, 32768):
             timed(f"graph+pdl s{loads} b{bps}", rows, kv)
+    # RoPE in the QKV GEMM's epilogue (the default where the shape allows) against the separate rope
+    # kernel, on a second engine with the same weights: the same logits up to rounding, then the time,
+    # alternating between the two so that clock drift hits both alike.
+    plain = Engine(lib, cfg, fuse_rope=False)
+    plain.upload(W)
+    plain.reconfigure(True, True, 7, loads, bps)
+    err, agree, _, _, _ = check_case(plain, W, cfg, 1000, 4, 4, torch.Generator().manual_seed(5))
+    summary["check_2b_rope_kernel"] = dict(rel_err=err, argmax_agree=agree)
+    log(f"  2B P=1000 C=4 W=4 with the rope kernel: rel_err {err:.2e} argmax agree {agree:.2f}")
+    plain.fill_kv()
+    engine.fill_kv()
+    for round_ in range(2):
+        for label, e in (("rope kernel", plain), ("rope fused", engine)):
+            for rows, kv in ((1, 1024), (4, 1024), (8, 1024), (32, 1024), (4, 32768)):
+                device_ms, step_ms = e.time(kv, 0, rows, rows, iterations=20)
+                timings.append(dict(variant=f"{label} r{round_}", rows=rows, kv=kv, device_ms=device_ms,
+                                    step_ms=step_ms, ratio=device_ms / floor_ms))
+                log(f"  {label} r{round_} rows {rows:2d} kv {kv:5d}: {device_ms:.3f} ms/forward")
+    plain.close()
     for label, graphs, pdl in (("graph", True, False), ("eager+pdl", False, True)):
         engine.reconfigure(graphs, pdl, 7, loads, bps)
         for rows in (4, 32):

@@ -5,7 +5,8 @@
 # Two processes: the tiny/backend parity sections, then the 2B sections, so a device fault in one
 # leaves the other. SMALL_S / BIG_S bound each; BIG_SKIP=peers,load skips more of the second;
 # SANITIZE=1 (the default) reruns the tiny section under memcheck if it failed; TRAINED=DIR adds the
-# CUDA vs CPU comparison on a trained model folder (bench/rebuild-demo-device.sh makes the demo model).
+# CUDA vs CPU comparison on a trained model folder (bench/rebuild-demo-device.sh makes the demo model);
+# ISOLATION=1 (the default) first runs bench/engine_isolation.py (several 2B engines in one process).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out="${OUT:-/tmp/a2d-out}"
@@ -30,6 +31,10 @@ if [ "${SANITIZE:-1}" = 1 ] && ! grep -q "failures: none" "$out/small.log"; then
   timeout 150 compute-sanitizer --tool memcheck --print-limit 20 python3 bench/cuda_check.py --lib "$lib" \
     --out /tmp/san --skip backend,2b,peers,load > "$out/sanitizer.log" 2>&1
   echo "sanitizer: exit $?"; grep -m 40 -E "=========|Error|error" "$out/sanitizer.log"
+fi
+if [ "${ISOLATION:-1}" = 1 ]; then
+  timeout 150 python3 bench/engine_isolation.py --lib "$lib" > "$out/isolation.log" 2>&1
+  echo "engine isolation: exit $?"; cat "$out/isolation.log" | grep -v Warning | tail -n 12
 fi
 timeout "${BIG_S:-330}" python3 bench/cuda_check.py --lib "$lib" --out "$out/big" --peers build/device \
   --skip "tiny,backend${BIG_SKIP:+,$BIG_SKIP}" --deadline "${DEADLINE_S:-240}" > "$out/big.log" 2>&1

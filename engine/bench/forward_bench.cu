@@ -69,7 +69,8 @@ struct BenchShape {
   double rms_eps, rope_theta;
 };
 
-void* a2d_bench_create(const BenchShape* b, int graphs, int pdl, char* error, int size) {
+// fuse_rope: ModelOptions::fuse_rope.
+void* a2d_bench_create(const BenchShape* b, int graphs, int pdl, int fuse_rope, char* error, int size) {
   DeviceModel* model = nullptr;
   guarded(error, size, [&] {
     ModelShape s;
@@ -91,6 +92,7 @@ void* a2d_bench_create(const BenchShape* b, int graphs, int pdl, char* error, in
     ModelOptions options;
     options.graphs = graphs;
     options.pdl = pdl;
+    options.fuse_rope = fuse_rope != 0;
     model = new DeviceModel(s, options);
   });
   return model;

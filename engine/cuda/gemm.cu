@@ -195,6 +195,34 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
       for (int r = 0; r < kGemmTileRows; ++r) sum += partial[1][r][t];
       p.ssq_out[tile * kMaxRows + t] = sum;
     }
+  } else if constexpr (kEpilogue == GemmEpilogue::rope_qkv) {
+    const int first_row = tile * kGemmTileRows;
+    const int head = first_row / p.head_dim;
+    const int j = first_row % p.head_dim / kGemmTileRows;
+    const int cached = p.state->cached;
+    if (head < p.num_heads + p.num_kv_heads) {
+      // Tile rows r and r + 8 are the dims i = 8j + r and i + half of one q or k head.
+      const int half = p.head_dim / 2;
+      for (int e = threadIdx.x; e < 8 * active_cols; e += blockDim.x) {
+        const int r = e % 8, t = e / 8;
+        const int i = 8 * j + r;
+        const int position = cached + t;
+        const float x1 = partial[0][r][t], x2 = partial[0][r + 8][t];
+        const float2 cs = p.rope_table[static_cast<size_t>(position) * half + i];
+        bf16* out = head < p.num_heads
+                        ? p.q_out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim
+                        : p.k_cache + (static_cast<size_t>(head - p.num_heads) * p.max_context + position) * p.head_dim;
+        out[i] = __float2bfloat16(x1 * cs.x - x2 * cs.y);
+        out[i + half] = __float2bfloat16(x2 * cs.x + x1 * cs.y);
+      }
+    } else {
+      const int kv_head = head - p.num_heads - p.num_kv_heads;
+      for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += blockDim.x) {
+        const int r = e % kGemmTileRows, t = e / kGemmTileRows;
+        p.v_cache[(static_cast<size_t>(kv_head) * p.max_context + cached + t) * p.head_dim + j * kGemmTileRows + r] =
+            __float2bfloat16(partial[0][r][t]);
+      }
+    }
   } else {
     if (p.state->write_logits) {
       for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += blockDim.x) {
@@ -233,6 +261,8 @@ void launch_gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogu
     launch(gemm_kernel<kTiles, In::rmsnorm_residual, Ep::store_bf16, kLoads>, grid, block, 0, stream, pdl, params);
   } else if (input == In::rmsnorm_residual && epilogue == Ep::silu_mul) {
     launch(gemm_kernel<kTiles, In::rmsnorm_residual, Ep::silu_mul, kLoads>, grid, block, 0, stream, pdl, params);
+  } else if (input == In::rmsnorm_residual && epilogue == Ep::rope_qkv) {
+    launch(gemm_kernel<kTiles, In::rmsnorm_residual, Ep::rope_qkv, kLoads>, grid, block, 0, stream, pdl, params);
   } else if (input == In::rmsnorm_residual && epilogue == Ep::logits) {
     launch(gemm_kernel<kTiles, In::rmsnorm_residual, Ep::logits, kLoads>, grid, block, 0, stream, pdl, params);
   } else if (input == In::bf16_rows && epilogue == Ep::residual_add) {

@@ -7,7 +7,9 @@
 // Fusions (template flags): the input may be the fp32 residual stream normalised on the fly (RMSNorm:
 // the producer left per-tile partial sums of squares, so no separate norm kernel runs), and the
 // epilogue may store bf16, apply SiLU(gate) * up, add into the residual (writing the next norm's
-// partial sums of squares), or write logits with per-tile argmax / softmax partials.
+// partial sums of squares), write logits with per-tile argmax / softmax partials, or apply RoPE to the
+// q and k heads of a QKV projection whose rows are in rope-pair order (weights.cuh) and write q for
+// attention and k, v into the KV cache (the rope kernel's work, without the kernel).
 #pragma once
 
 #include "common.cuh"
@@ -17,7 +19,7 @@
 namespace a2d::cuda {
 
 enum class GemmInput { bf16_rows, rmsnorm_residual };
-enum class GemmEpilogue { store_bf16, silu_mul, residual_add, logits };
+enum class GemmEpilogue { store_bf16, silu_mul, residual_add, logits, rope_qkv };
 
 // Rows of the weight processed by one block (the tiled layout's tile, weights.cuh); the block's 8 warps
 // split its K range. Small matrices also split K across blocks (GemmTuning): each block leaves an fp32
@@ -72,6 +74,17 @@ struct GemmParams {
   float* logits;        // logits: [rows][out_stride] when state->write_logits
   ArgmaxPartial* argmax_out;  // logits: [n_tiles][kMaxRows]
   int mask_token_id;          // logits: excluded from the argmax (its logit counts as -inf)
+
+  // rope_qkv: rows are heads of head_dim (q heads, then k, then v), q and k in rope-pair order; row t sits
+  // at position state->cached + t. head_dim is a multiple of 16 and needs no padding.
+  const float2* rope_table;  // [max_context][head_dim / 2] (cos, sin)
+  int head_dim;
+  int num_heads;
+  int num_kv_heads;
+  int max_context;
+  bf16* q_out;    // [rows][num_heads][head_dim]
+  bf16* k_cache;  // [num_kv_heads][max_context][head_dim]
+  bf16* v_cache;
 
   // Split K (set by gemm() from the tuning): [n_tiles][splits][kMaxRows][16] fp32 partials and one
   // arrival counter per tile, zero between launches (the last block resets it).

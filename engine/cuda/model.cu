@@ -60,6 +60,7 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
     throw std::runtime_error("the CUDA backend needs hidden_size, intermediate_size and heads*head_dim to be multiples of 8");
   }
   head_dim_padded_ = s.head_dim <= 32 ? 32 : (s.head_dim <= 64 ? 64 : 128);
+  fused_rope_ = options.fuse_rope && !s.qk_norm && s.head_dim == head_dim_padded_ && s.head_dim % 16 == 0;
   if (s.head_dim > 128) throw std::runtime_error("the CUDA backend supports head_dim up to 128, got " + std::to_string(s.head_dim));
   qkv_rows_ = (s.heads + 2 * s.kv_heads) * s.head_dim;
   gate_up_rows_ = ceil_div(s.intermediate, 8) * 16;
@@ -210,6 +211,8 @@ void DeviceModel::upload(WeightName name, int layer, const WeightSource& source)
   const bool per_layer = name != WeightName::embed && name != WeightName::lm_head && name != WeightName::final_norm;
   if (per_layer && (layer < 0 || layer >= s.layers)) throw std::runtime_error("upload: layer out of range");
   LayerWeights* L = per_layer ? &layers_[layer] : nullptr;
+  // q and k rows (and biases) in rope-pair order when the QKV GEMM applies RoPE itself.
+  auto qk_rows = [&](int64_t first_row) { return fused_rope_ ? rope_pair_rows(first_row, D / 2) : contiguous_rows(first_row); };
   switch (name) {
     case WeightName::embed:
       place(source, s.vocab, H, embed_, contiguous_rows(0), false);
@@ -221,11 +224,11 @@ void DeviceModel::upload(WeightName name, int layer, const WeightSource& source)
     case WeightName::final_norm: return place(source, 1, H, final_norm_, contiguous_rows(0), false);
     case WeightName::input_norm: return place(source, 1, H, L->input_norm, contiguous_rows(0), false);
     case WeightName::post_norm: return place(source, 1, H, L->post_norm, contiguous_rows(0), false);
-    case WeightName::q: return place(source, s.heads * D, H, L->qkv, contiguous_rows(0), true);
-    case WeightName::k: return place(source, s.kv_heads * D, H, L->qkv, contiguous_rows(s.heads * D), true);
+    case WeightName::q: return place(source, s.heads * D, H, L->qkv, qk_rows(0), true);
+    case WeightName::k: return place(source, s.kv_heads * D, H, L->qkv, qk_rows(s.heads * D), true);
     case WeightName::v: return place(source, s.kv_heads * D, H, L->qkv, contiguous_rows((s.heads + s.kv_heads) * D), true);
-    case WeightName::q_bias: return place(source, s.heads * D, 1, L->qkv_bias, contiguous_rows(0), false);
-    case WeightName::k_bias: return place(source, s.kv_heads * D, 1, L->qkv_bias, contiguous_rows(s.heads * D), false);
+    case WeightName::q_bias: return place(source, s.heads * D, 1, L->qkv_bias, qk_rows(0), false);
+    case WeightName::k_bias: return place(source, s.kv_heads * D, 1, L->qkv_bias, qk_rows(s.heads * D), false);
     case WeightName::v_bias:
       return place(source, s.kv_heads * D, 1, L->qkv_bias, contiguous_rows((s.heads + s.kv_heads) * D), false);
     case WeightName::o: return place(source, H, s.heads * D, L->o, contiguous_rows(0), true);
@@ -331,7 +334,20 @@ void DeviceModel::enqueue_forward(int max_rows) {
     qkv.norm_eps = s.rms_eps;
     qkv.out = qkv_out_;
     qkv.out_stride = qkv_rows_;
-    if (run_gemms) gemm(qkv, GemmInput::rmsnorm_residual, GemmEpilogue::store_bf16, max_rows, options_.gemm, st, pdl);
+    if (fused_rope_) {
+      qkv.rope_table = rope_table_;
+      qkv.head_dim = s.head_dim;
+      qkv.num_heads = s.heads;
+      qkv.num_kv_heads = s.kv_heads;
+      qkv.max_context = s.max_context;
+      qkv.q_out = q_roped_;
+      qkv.k_cache = k_cache + kv_layer * l;
+      qkv.v_cache = v_cache + kv_layer * l;
+    }
+    if (run_gemms) {
+      gemm(qkv, GemmInput::rmsnorm_residual, fused_rope_ ? GemmEpilogue::rope_qkv : GemmEpilogue::store_bf16, max_rows,
+           options_.gemm, st, pdl);
+    }
 
     RopeParams rp{};
     rp.qkv = qkv_out_;
@@ -348,7 +364,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     rp.k_cache = k_cache + kv_layer * l;
     rp.v_cache = v_cache + kv_layer * l;
     rp.max_context = s.max_context;
-    if (run_attention) rope(rp, max_rows, st, pdl);
+    if (run_attention && !fused_rope_) rope(rp, max_rows, st, pdl);
 
     AttentionParams ap{};
     ap.q = q_roped_;

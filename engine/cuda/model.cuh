@@ -51,6 +51,9 @@ enum KernelSet : unsigned { kGemmKernels = 1, kAttentionKernels = 2, kOtherKerne
 struct ModelOptions {
   bool graphs = true;  // replay captured graphs; false launches every kernel (debugging, comparisons)
   bool pdl = true;     // programmatic dependent launch between consecutive kernels
+  // RoPE in the QKV GEMM's epilogue (no rope kernel) where the shape allows: no QK-norm, head_dim a
+  // multiple of 16 that needs no padding. Fixed at construction (it decides the weight layout).
+  bool fuse_rope = true;
   unsigned kernels = kAllKernels;
   GemmTuning gemm;     // sm_count is filled in from the device
 };
@@ -149,6 +152,7 @@ class DeviceModel {
   float2* rope_table_ = nullptr;
 
   int head_dim_padded_ = 0;
+  bool fused_rope_ = false;  // ModelOptions::fuse_rope where the shape allows it
   int qkv_rows_ = 0;
   int gate_up_rows_ = 0;
   int hidden_tiles_ = 0;
