@@ -36,7 +36,8 @@ for ((i = 0; i < n - 1; i++)); do
 done
 printf '  %d. carry [".device/gguf-%02d", ".device/whl"], timeout_s 600: bash bench/demo-conversion-device.sh\n' "$n" $((n - 1))
 echo "     (joins the GGUF, imports, distils, trains until CALL_S=570 s less the export; delta + logs in \$OUT)"
-printf '  %d. no carry, timeout_s 600: PROBES=1 TRAIN=0 CALL_S=240 bash bench/demo-conversion-device.sh\n' $((n + 1))
-echo "     (same warm machine: evaluate-probes on the GPU, the final export and its delta in \$OUT; with more"
-echo "      time: STEPS=400 in call 5 and PROBES=1 TRAIN_S=150 CALL_S=360 here, 150 s more training first)"
+printf '  %d. no carry, timeout_s 300: TRAIN_S=140 CALL_S=230 MIN_TRAIN_S=30 bash bench/demo-conversion-device.sh\n' $((n + 1))
+echo "     (same warm machine: resumes to the end of the LR schedule, exports; the delta in \$OUT. Then here:"
+echo "      python -m a2d_convert rebuild and evaluate-probes on the CPU, about 6 min: bench/NOTES.md, second conversion."
+echo "      PROBES=1 TRAIN=0 CALL_S=240 instead runs the probes on the GPU machine)"
 echo "with models/ out of the tree (44 MB less), the older halves fit instead: carry .device/a, then .device/b + .device/whl"
