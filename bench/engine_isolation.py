@@ -36,31 +36,40 @@ def main():
         toks[args.prefix + 4 + j] = cfg["mask"]
     rows = list(range(8))
     want = cc.reference_logits(W, cfg, toks, args.prefix + 4, [args.prefix + r for r in rows])
+    want_short = cc.reference_logits(W, cfg, toks[args.prefix:], 4, rows)  # the same block with no prefix
     clean = checksum(W)
-    print(f"reference computed; weights checksum {clean:.6e}", flush=True)
+    print(f"references computed; weights checksum {clean:.6e}", flush=True)
+
+    def same(value):
+        return "same" if value == clean else f"CHANGED {value:.6e}"
 
     def run(engine, label):
+        # Without a prefix first (a fresh position 0, no KV prefill), then after the prefix.
+        logits, _, _ = engine.forward(0, 4, toks[args.prefix:], rows)
+        short = max(cc.rel_errors(logits.to(cc.DEV), want_short))
         engine.prefill(toks[:args.prefix])
         after_prefill = checksum(W)
         logits, _, _ = engine.forward(args.prefix, 4, toks[args.prefix:], rows)
         after_forward = checksum(W)
         err = max(cc.rel_errors(logits.to(cc.DEV), want))
-        print(f"{label}: rel_err {err:.3e}; weights checksum after prefill {'same' if after_prefill == clean else after_prefill}, "
-              f"after forward {'same' if after_forward == clean else after_forward}", flush=True)
+        print(f"{label}: rel_err no prefix {short:.3e}, after {args.prefix} {err:.3e}; weights after prefill "
+              f"{same(after_prefill)}, after forward {same(after_forward)}", flush=True)
 
     engines = []
-    for label, fuse, source, reconfigure in (("first: fused, host upload", True, "host", False),
-                                              ("second: plain, host upload", False, "host", False),
-                                              ("third: fused, device upload, reconfigured", True, "device", True),
-                                              ("fourth: plain, device upload, reconfigured", False, "device", True)):
-        engine = cc.Engine(lib, cfg, fuse_rope=fuse)
+    for label, fuse, source, reconfigure, graphs in (
+            ("first: fused, host upload", True, "host", False, True),
+            ("second: plain, host upload", False, "host", False, True),
+            ("third: fused, device upload, reconfigured", True, "device", True, True),
+            ("fourth: plain, device upload, reconfigured", False, "device", True, True),
+            ("fifth: fused, host upload, no graphs", True, "host", False, False)):
+        engine = cc.Engine(lib, cfg, graphs=graphs, fuse_rope=fuse)
         engine.upload(host if source == "host" else W, on_host=source == "host")
-        print(f"{label}: uploaded; weights checksum {'same' if checksum(W) == clean else checksum(W)}", flush=True)
+        print(f"{label}: uploaded; weights {same(checksum(W))}", flush=True)
         if reconfigure:
             engine.reconfigure(True, True, 7, 4, 2)
         run(engine, label)
         engines.append(engine)
-    run(engines[0], "first again, all four alive")
+    run(engines[0], "first again, all five alive")
     for engine in engines:
         engine.close()
 
