@@ -33,12 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-import numpy as np
-
 from .errors import A2DError
-from .rng import MASK64, SplitMix64
+from .rng import MASK64, SplitMix64, uniforms
 
-GAMMA = 0x9E3779B97F4A7C15
 SEEDING = (
     "sampled response k of prompt i: SplitMix64 seeded with sample_seed(seed, i, k), one uniform per new token; "
     "token by inverse CDF over the top-p nucleus of softmax(logits / sample_temperature) (a2d_convert.distill)"
@@ -49,18 +46,6 @@ def sample_seed(seed: int, index: int, sample: int) -> int:
     """The SplitMix64 seed of prompt `index`'s sampled response `sample` (1-based)."""
     mixed = ((seed & MASK64) * 0x100000001B3) & MASK64
     return SplitMix64(mixed ^ ((index & ((1 << 44) - 1)) << 20) ^ (sample & 0xFFFFF)).next_u64()
-
-
-def uniforms(seeds: Sequence[int], steps: int) -> np.ndarray:
-    """[len(seeds), steps] doubles in [0, 1): column t of row r is the (t+1)-th SplitMix64(seeds[r]).uniform()."""
-    state = np.array([s & MASK64 for s in seeds], dtype=np.uint64)[:, None]
-    t = np.arange(1, steps + 1, dtype=np.uint64)[None, :]
-    with np.errstate(over="ignore"):
-        z = state + t * np.uint64(GAMMA)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 @dataclass

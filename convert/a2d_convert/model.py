@@ -300,7 +300,8 @@ class BatchBlockForward:
             pick_slots += [j if j < c else Cm + j - c for j in wanted]
             counts.append(len(wanted))
         # (A forward may want no logits at all: every sequence only commits its last block.)
-        picked = hidden[torch.tensor(pick_rows, dtype=torch.long, device=self.device), torch.tensor(pick_slots, dtype=torch.long, device=self.device)]
+        index = [torch.tensor(v, dtype=torch.long, device=self.device) for v in (pick_rows, pick_slots)]
+        picked = hidden[index[0], index[1]]
         logits = self.model.logits(picked).float().cpu().numpy()
         out: list = [None] * len(requests)
         start = 0

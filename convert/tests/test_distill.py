@@ -13,7 +13,7 @@ import torch
 from a2d_convert import distill as gen
 from a2d_convert.data import MANIFEST_FILE, DataConfig, build_data, parse_source_flag
 from a2d_convert.errors import A2DError
-from a2d_convert.rng import SplitMix64
+from a2d_convert.rng import SplitMix64, uniforms
 from a2d_convert.tiny import make_tiny_base
 
 
@@ -40,7 +40,7 @@ def distilled(base: Path, prompts: Path, out: Path, **options) -> tuple[list[dic
 
 def test_uniforms_are_splitmix64_streams():
     seeds = [0, 1, 2**64 - 1, gen.sample_seed(7, 12, 3)]
-    table = gen.uniforms(seeds, 5)
+    table = uniforms(seeds, 5)
     for row, seed in zip(table, seeds):
         rng = SplitMix64(seed)
         assert row.tolist() == [rng.uniform() for _ in range(5)]
@@ -133,4 +133,4 @@ def test_bad_sampling_options_are_named(base, prompts, tmp_path):
         distilled(base, prompts, tmp_path / "a", samples=1, sample_temperature=0)
     with pytest.raises(A2DError, match="workers"):
         distilled(base, prompts, tmp_path / "b", workers=-1)
-    assert np.all(gen.uniforms([1], 3) < 1)
+    assert np.all(uniforms([1], 3) < 1)
