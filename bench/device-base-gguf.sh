@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU-machine side, shared by the device scripts that need the demo base GGUF (demo-conversion-device.sh,
-# scaling-device.sh, rebuild-demo-device.sh): stashes the GGUF parts this call carried
+# rebuild-demo-device.sh): stashes the GGUF parts this call carried
 # (.device/gguf-*/gguf.partNN-of-MM from bench/stage-demo-conversion.sh, or the older halves
 # .device/a/part00 and .device/b/part01) in /root/stash, which a machine keeps while it stays warm (30 s
 # after a call), and once every part is there joins them into /root/base.gguf, checks the pinned sha256
