@@ -491,8 +491,8 @@ def section_2b(lib, out, summary):
     summary["floor_ms"] = floor_ms
     timings = []
 
-    def timed(label, rows, kv, iterations=20):
-        device_ms, step_ms = engine.time(kv, 0, rows, rows, iterations=iterations)
+    def timed(label, rows, kv, iterations=20, on=None):
+        device_ms, step_ms = (on or engine).time(kv, 0, rows, rows, iterations=iterations)
         timings.append(dict(variant=label, rows=rows, kv=kv, device_ms=device_ms, step_ms=step_ms,
                             ratio=device_ms / floor_ms))
         log(f"  {label:22s} rows {rows:2d} kv {kv:5d}: {device_ms:.3f} ms/forward (step {step_ms:.3f} ms), "
@@ -536,10 +536,7 @@ def section_2b(lib, out, summary):
     for round_ in range(2):
         for label, e in (("rope kernel", plain), ("rope fused", engine)):
             for rows, kv in ((1, 1024), (4, 1024), (8, 1024), (32, 1024), (4, 32768)):
-                device_ms, step_ms = e.time(kv, 0, rows, rows, iterations=20)
-                timings.append(dict(variant=f"{label} r{round_}", rows=rows, kv=kv, device_ms=device_ms,
-                                    step_ms=step_ms, ratio=device_ms / floor_ms))
-                log(f"  {label} r{round_} rows {rows:2d} kv {kv:5d}: {device_ms:.3f} ms/forward")
+                timed(f"{label} r{round_}", rows, kv, on=e)
     plain.close()
     for label, graphs, pdl in (("graph", True, False), ("eager+pdl", False, True)):
         engine.reconfigure(graphs, pdl, 7, loads, bps)
