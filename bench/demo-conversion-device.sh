@@ -13,7 +13,8 @@
 # evaluate-probes on the GPU and the final export. Knobs: CALL_S (default 570), and any of the recipe's
 # (its defaults here are the next session's plan: DISTILL_N=40000 DISTILL_SAMPLES=0 DISTILL_BATCH=512
 # DISTILL_S=150 STEPS=400 LR=8e-4 SAVE_EVERY=50 PROBES=0 PROBES_PER_FAMILY=16 PROBE_TOKENS=48
-# THRESHOLDS=0.3,0.5,0.7,0.9 PROBE_BATCH=512).
+# THRESHOLDS=0.3,0.5,0.7,0.9 PROBE_BATCH=512). VARIANTS (below) trains several configurations side by
+# side, one per GPU, and lets the probes choose.
 set -euo pipefail
 start=$(date +%s)
 status=0
@@ -30,6 +31,57 @@ export DISTILL_BATCH=${DISTILL_BATCH:-512} DISTILL_S=${DISTILL_S:-150} STEPS=${S
 export SAVE_EVERY=${SAVE_EVERY:-50} PROBES=${PROBES:-0} PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-16}
 export PROBE_TOKENS=${PROBE_TOKENS:-48} THRESHOLDS=${THRESHOLDS:-0.3,0.5,0.7,0.9} PROBE_BATCH=${PROBE_BATCH:-512}
 status=0
-bash convert/recipes/demo-conversion.sh 2>&1 | tee -a "$OUT/log.txt" || status=$?
-ls -la "$OUT"
+if [ -z "${VARIANTS:-}" ]; then
+  bash convert/recipes/demo-conversion.sh 2>&1 | tee -a "$OUT/log.txt" || status=$?
+  ls -la "$OUT"
+  exit $status
+fi
+
+# VARIANTS="name=train flags;name=train flags;...": the data once on every GPU, then one training run per
+# variant, each on its own GPU in its own WORK (/root/w-name, sharing base, prompts and data), results in
+# OUT/name/ without the delta's weights. With PROBES=1 each variant is probed and exported; then the one
+# that the probes rank first (meets >= 80 % of the base's accuracy at >= 2 tokens/forward at its
+# recommended threshold, then accuracy there, then tokens/forward) has its delta's weights copied to OUT.
+DATA_ONLY=1 bash convert/recipes/demo-conversion.sh 2>&1 | tee -a "$OUT/log.txt" || status=$?
+[ "$status" = 0 ] || exit "$status"
+IFS=';' read -r -a variants <<< "$VARIANTS"
+[ "${#variants[@]}" -le "$gpus" ] || { echo "VARIANTS: ${#variants[@]} variants for $gpus GPUs"; exit 2; }
+pids=(); names=()
+for i in "${!variants[@]}"; do
+  name=${variants[$i]%%=*}; flags=${variants[$i]#*=}; names+=("$name")
+  mkdir -p "/root/w-$name" "$OUT/$name"
+  for f in base data prompts.jsonl; do [ -e "/root/w-$name/$f" ] || ln -s "/root/w/$f" "/root/w-$name/$f"; done
+  echo "== variant $name on GPU $i: $flags" | tee -a "$OUT/log.txt"
+  CUDA_VISIBLE_DEVICES=$i NGPU=1 WORK=/root/w-$name OUT=$OUT/$name SAVE_DELTA=0 TRAIN_EXTRA="$flags" \
+    bash convert/recipes/demo-conversion.sh > "$OUT/$name/log.txt" 2>&1 &
+  pids+=($!)
+done
+for i in "${!pids[@]}"; do wait "${pids[$i]}" || echo "variant ${names[$i]} exited with $?" | tee -a "$OUT/log.txt"; done
+for name in "${names[@]}"; do echo "== $name"; grep -E '^==|"step"' "$OUT/$name/log.txt" | tail -4; done | tee -a "$OUT/log.txt"
+if [ "$PROBES" = 1 ]; then
+  best=$(python3 - "${names[@]}" <<'PY'
+import json, sys
+from pathlib import Path
+ranked = []
+for name in sys.argv[1:]:
+    path = Path(f"/root/w-{name}/probes.json")
+    if not path.is_file():
+        print(f"{name}: no probes", file=sys.stderr)
+        continue
+    probes = json.loads(path.read_text())
+    threshold = probes["recommended"]["threshold"]
+    row = probes["model"][f"{threshold:g}"] if f"{threshold:g}" in probes["model"] else probes["model"][str(threshold)]
+    meets = row["accuracy_vs_base"] >= 0.8 and row["tokens_per_forward"] >= 2
+    print(f"{name}: threshold {threshold}, accuracy {row['accuracy']:.3f} ({row['accuracy_vs_base']:.2f} of the base), {row['tokens_per_forward']:.2f} tokens/forward", file=sys.stderr)
+    ranked.append(((meets, round(row["accuracy"], 4), row["tokens_per_forward"]), name))
+print(max(ranked)[1] if ranked else "")
+PY
+  )
+  echo "== chosen by the probes: ${best:-none}" | tee -a "$OUT/log.txt"
+  if [ -n "$best" ] && [ -f "/root/w-$best/delta/delta.safetensors" ]; then
+    split -b 15000000 -d "/root/w-$best/delta/delta.safetensors" "$OUT/delta.safetensors.part-"
+    echo "$best" > "$OUT/chosen.txt"
+  fi
+fi
+ls -la "$OUT" "$OUT"/*/
 exit $status

@@ -162,8 +162,9 @@ def causal_segment_mask(segment_ids: torch.Tensor) -> torch.Tensor:
     return (same & (idx[:, None] >= idx[None, :])) | torch.eye(L, dtype=torch.bool, device=segment_ids.device)[None]
 
 
-def _chunk_terms(head, hidden, targets, weights, teacher_hidden, teacher_head):
-    """Weighted CE sum, plain CE sum and KL(teacher || model) sum of a chunk of target rows."""
+def _chunk_terms(head, hidden, targets, weights, teacher_hidden, teacher_head, confidence: bool):
+    """Sums over a chunk of target rows: weighted CE, plain CE, KL(teacher || model), and the entropy of
+    the rows whose argmax is already the target (the certainty term; 0 unless `confidence`)."""
     logp = F.log_softmax(head(hidden).float(), dim=-1)
     ce = -logp.gather(1, targets[:, None])[:, 0]
     kl = torch.zeros((), device=hidden.device)
@@ -171,18 +172,22 @@ def _chunk_terms(head, hidden, targets, weights, teacher_hidden, teacher_head):
         with torch.no_grad():
             t_logp = F.log_softmax(teacher_head(teacher_hidden).float(), dim=-1)
         kl = (t_logp.exp() * (t_logp - logp)).sum()
-    return (weights * ce).sum(), ce.detach().sum(), kl
+    certainty = torch.zeros((), device=hidden.device)
+    if confidence:
+        entropy = -(logp.exp() * logp).sum(-1)
+        certainty = (entropy * (logp.detach().argmax(-1) == targets)).sum()
+    return (weights * ce).sum(), ce.detach().sum(), kl, certainty
 
 
-def chunked_terms(head, hidden, index, targets, weights, teacher_hidden=None, teacher_index=None, teacher_head=None, chunk=4096):
+def chunked_terms(head, hidden, index, targets, weights, teacher_hidden=None, teacher_index=None, teacher_head=None, chunk=4096, confidence=False):
     """Sums of `_chunk_terms` over chunks of target rows; each chunk is checkpointed so its [rows, vocab]
     logits live only while that chunk is computed (forward and backward)."""
-    totals = [torch.zeros((), device=hidden.device) for _ in range(3)]
+    totals = [torch.zeros((), device=hidden.device) for _ in range(4)]
     for start in range(0, index.numel(), chunk):
         sl = slice(start, start + chunk)
         t_rows = None if teacher_hidden is None else teacher_hidden[teacher_index[sl]]
         terms = torch.utils.checkpoint.checkpoint(
-            _chunk_terms, head, hidden[index[sl]], targets[sl], weights[sl], t_rows, teacher_head, use_reentrant=False
+            _chunk_terms, head, hidden[index[sl]], targets[sl], weights[sl], t_rows, teacher_head, confidence, use_reentrant=False
         )
         totals = [a + b for a, b in zip(totals, terms)]
     return totals
@@ -225,10 +230,11 @@ class Objective(nn.Module):
         hidden, _ = self.model(input_ids, position_ids, training_attention_mask(segment_ids, cfg.block_size, copies))
         flat = hidden.reshape(-1, hidden.shape[-1])
         t_hidden, t_head = self.teacher_pass(input_ids[:, :L], segment_ids, position_ids[:, :L])
-        weighted, ce_sum, kl_sum = chunked_terms(
-            self.model.logits, flat, pred_index, targets, weights, t_hidden, teacher_index, t_head, cfg.logits_chunk
+        weighted, ce_sum, kl_sum, certainty = chunked_terms(
+            self.model.logits, flat, pred_index, targets, weights, t_hidden, teacher_index, t_head, cfg.logits_chunk,
+            confidence=cfg.confidence_weight > 0,
         )
-        loss = weighted + cfg.kl_weight * kl_sum
+        loss = weighted + cfg.kl_weight * kl_sum + cfg.confidence_weight * certainty
         if pred_index.numel() == 0:
             # Every process must run a backward through every parameter (FSDP reduces gradients
             # collectively), even when its rows happen to hold no target.
@@ -236,8 +242,8 @@ class Objective(nn.Module):
         ar_sum = torch.zeros((), device=flat.device)
         if cfg.ar_weight > 0:
             ones = torch.ones(ar_targets.shape, device=flat.device)
-            ar_loss, ar_sum, _ = chunked_terms(self.model.logits, flat, ar_index, ar_targets, ones, chunk=cfg.logits_chunk)
+            ar_loss, ar_sum, _, _ = chunked_terms(self.model.logits, flat, ar_index, ar_targets, ones, chunk=cfg.logits_chunk)
             loss = loss + cfg.ar_weight * ar_loss
-        return loss, torch.stack([ce_sum, kl_sum.detach(), ar_sum])
+        return loss, torch.stack([ce_sum, kl_sum.detach(), ar_sum, certainty.detach()])
 
 

@@ -423,7 +423,7 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
 
     started = time.perf_counter() - progress.get("elapsed_s", 0.0)
     window_start, window_tokens, window_steps = time.perf_counter(), 0, 0
-    stats_sum = torch.zeros(3, device=rt.device)
+    stats_sum = torch.zeros(4, device=rt.device)
     counts = np.zeros(2)  # targets, ar targets (host: known without a device sync)
     loss_sum = torch.zeros((), device=rt.device)
     last_folder = None
@@ -465,8 +465,8 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
                 grad_norm = grad_norm.full_tensor()
             record = {
                 "step": step,
-                "loss": values[3] / window_steps,
-                "ce": values[0] / max(values[4], 1.0),
+                "loss": values[4] / window_steps,
+                "ce": values[0] / max(values[5], 1.0),
                 "lr": lr,
                 "grad_norm": float(grad_norm),
                 "tokens": progress["tokens"],
@@ -474,9 +474,11 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
                 "elapsed_s": now - started,
             }
             if config.kl_weight > 0:
-                record["kl"] = values[1] / max(values[4], 1.0)
+                record["kl"] = values[1] / max(values[5], 1.0)
             if config.ar_weight > 0:
-                record["ar_ce"] = values[2] / max(values[5], 1.0)
+                record["ar_ce"] = values[2] / max(values[6], 1.0)
+            if config.confidence_weight > 0:
+                record["certainty"] = values[3] / max(values[5], 1.0)
             if rt.device.type == "cuda":
                 record["peak_mem_gb"] = torch.cuda.max_memory_allocated(rt.device) / 2**30
             stats_sum.zero_()

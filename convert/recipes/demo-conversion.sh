@@ -29,6 +29,8 @@
 #   TRAIN_TAIL_S (setup + final save allowance kept off the trainer's own time limit, default 75)
 #   PROBES (1: evaluate-probes and the final export this call; 0: export the checkpoint only),
 #   PROBES_PER_FAMILY, PROBE_TOKENS, THRESHOLDS, PROBE_BATCH, RESERVE_S (seconds kept after training)
+#   TRAIN_EXTRA (more `train` flags, e.g. "--ar-weight 1 --kl-weight 1"), DATA_ONLY (1: stop once the data
+#   exists), SAVE_DELTA (0: leave the delta's weights out of OUT, e.g. when several runs share one OUT)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 : "${SOURCE:?SOURCE= the base GGUF file or HF folder}" "${WORK:?WORK= a working folder}"
@@ -41,6 +43,7 @@ DISTILL_N=${DISTILL_N:-4000}; DISTILL_TOKENS=${DISTILL_TOKENS:-256}; DISTILL_SAM
 DISTILL_BATCH=${DISTILL_BATCH:-256}; DISTILL_WORKERS=${DISTILL_WORKERS:-0}; DISTILL_S=${DISTILL_S:-0}
 PROBES=${PROBES:-1}; PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-20}; PROBE_TOKENS=${PROBE_TOKENS:-48}
 THRESHOLDS=${THRESHOLDS:-0.5,0.7,0.9}; PROBE_BATCH=${PROBE_BATCH:-256}; LOG_EVERY=${LOG_EVERY:-5}
+read -r -a TRAIN_EXTRA_ARGS <<< "${TRAIN_EXTRA:-}"; DATA_ONLY=${DATA_ONLY:-0}; SAVE_DELTA=${SAVE_DELTA:-1}
 read -r DEVICE GPUS < <(python3 -c 'import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; print("cuda" if n else "cpu", n)')
 THREADS=$(( $(nproc) > 8 ? 8 : $(nproc) ))
 RESERVE_S=${RESERVE_S:-$([ "$PROBES" = 1 ] && echo 150 || echo 60)}
@@ -73,7 +76,7 @@ save_results() {  # the small results into OUT/results.tar.gz (replaced whole; t
     mv "$OUT/.results.tar.gz" "$OUT/results.tar.gz" )
 }
 save_delta() {  # DIR: the delta's weights into OUT in 15 MB parts, its sha256 alongside
-  [ -n "$OUT" ] && [ -f "$1/delta.safetensors" ] || return 0
+  [ -n "$OUT" ] && [ "$SAVE_DELTA" = 1 ] && [ -f "$1/delta.safetensors" ] || return 0
   rm -f "$OUT"/delta.safetensors.part-*
   split -b 15000000 -d "$1/delta.safetensors" "$OUT/delta.safetensors.part-"
   (cd "$1" && sha256sum delta.safetensors) > "$WORK/delta.sha256"
@@ -108,9 +111,11 @@ if [ ! -f "$WORK/data/data_manifest.json" ]; then
   stamp "data done: $(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); t=m["totals"]["train.safetensors"]; g=m["sources"][0].get("generator",{}); print(t["samples"], "samples,", t["tokens_in_samples"], "tokens,", t["loss_tokens"], "loss tokens,", t["rows"], "rows;", g.get("responses"), "responses,", g.get("unfinished"), "unfinished,", g.get("batching",{}).get("seconds"), "s generating")' "$WORK/data/data_manifest.json")"
   status "data ok"
 fi
+if [ "$DATA_ONLY" = 1 ]; then stamp "done (DATA_ONLY)"; exit 0; fi
 
 train_args=(--base "$WORK/base" --data "$WORK/data" --block-size 4 --batch-rows "$BATCH_ROWS"
-  --micro-batch-rows "$MICRO_ROWS" --lr "$LR" --lora-rank "$RANK" --warmup-steps "$WARMUP" --log-every "$LOG_EVERY")
+  --micro-batch-rows "$MICRO_ROWS" --lr "$LR" --lora-rank "$RANK" --warmup-steps "$WARMUP" --log-every "$LOG_EVERY"
+  ${TRAIN_EXTRA_ARGS[@]+"${TRAIN_EXTRA_ARGS[@]}"})
 [ "$AC" = 1 ] || train_args+=(--no-activation-checkpointing)
 train_cmd() {  # NPROC OUT extra args...: sets cmd=(the train command line)
   local n=$1 out=$2; shift 2

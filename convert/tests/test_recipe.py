@@ -101,3 +101,25 @@ def test_two_time_boxed_calls_leave_their_results_in_out(tmp_path):
     files = results(out3)
     assert "final export verified" in files["status.txt"].decode().splitlines()[-1]
     assert hashlib.sha256(delta_from(out3)).hexdigest() == files["delta.sha256"].decode().split()[0]
+
+
+def test_a_variant_shares_the_data_and_adds_its_train_flags(tmp_path):
+    """How the device script runs variants: DATA_ONLY stops once the data exists; a second WORK linking
+    that base, prompts and data trains with TRAIN_EXTRA's flags and, with SAVE_DELTA=0, leaves the delta's
+    weights out of its OUT (several variants share one call's return)."""
+    make_tiny_base(tmp_path / "hf")
+    rc, log = run_recipe(tmp_path, tmp_path / "out-data", DATA_ONLY="1", DISTILL_SAMPLES="0")
+    assert rc == 0, log
+    assert "done (DATA_ONLY)" in log and not (tmp_path / "w" / "run").exists()
+    variant = tmp_path / "w-ar"
+    variant.mkdir()
+    for name in ("base", "data", "prompts.jsonl"):
+        (variant / name).symlink_to(tmp_path / "w" / name)
+    out = tmp_path / "out-ar"
+    rc, log = run_recipe(tmp_path, out, WORK=str(variant), PROBES="0", SAVE_DELTA="0", TRAIN_S="30", TRAIN_TAIL_S="26",
+                         STEPS="100000", TRAIN_EXTRA="--ar-weight 0.5 --confidence-weight 0.2")
+    assert rc == 0, log
+    config = json.loads((variant / "run" / "train_config.json").read_text())
+    assert config["ar_weight"] == 0.5 and config["confidence_weight"] == 0.2 and config["kl_weight"] == 0.0
+    assert "certainty" in train_log(results(out))[-1]
+    assert (variant / "delta" / "delta.safetensors").is_file() and not list(out.glob("delta.safetensors.part-*"))

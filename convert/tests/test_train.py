@@ -158,3 +158,37 @@ def test_time_limit_stops_and_saves(workspace):
     log = [json.loads(line) for line in (root / "timed" / LOG_FILE).read_text().splitlines()]
     assert len(log) == 1 and log[0]["time_limit_reached"] is True
     assert folder.name == "step_000001" and (folder / "model.safetensors").is_file()
+
+
+def test_certainty_term_is_the_entropy_of_rows_already_right():
+    """The certainty term sums the predictive entropy over exactly the target rows whose argmax is the
+    target, and its gradient flows only through those rows."""
+    from a2d_convert.objective import chunked_terms
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(8, 5, bias=False)
+    hidden = torch.randn(6, 8, requires_grad=True)
+    argmax = head(hidden).argmax(-1).detach()
+    targets = argmax.clone()
+    targets[::2] = (argmax[::2] + 1) % 5  # rows 0, 2, 4 wrong; 1, 3, 5 right
+    index, weights = torch.arange(6), torch.ones(6)
+    _, _, _, certainty = chunked_terms(head, hidden, index, targets, weights, chunk=4, confidence=True)
+    logp = torch.log_softmax(head(hidden).float(), -1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    assert torch.allclose(certainty, entropy[1::2].sum())
+    certainty.backward()
+    assert hidden.grad[::2].abs().sum() == 0 and hidden.grad[1::2].abs().sum() > 0
+    _, _, _, off = chunked_terms(head, hidden, index, targets, weights, chunk=4)
+    assert off.item() == 0.0
+
+
+def test_run_with_every_extra_term_logs_each(workspace):
+    """KL, next-token and certainty terms together: each logged per target, finite, and the run trains."""
+    root, base, data = workspace
+    train(tiny_config(root, base, data, "terms", max_steps=10, lora_rank=4, kl_weight=0.5, ar_weight=0.5, confidence_weight=0.3, lr=1e-2))
+    log = [json.loads(line) for line in (root / "terms" / LOG_FILE).read_text().splitlines()]
+    assert [r["step"] for r in log] == [5, 10]
+    for r in log:
+        assert all(np.isfinite(r[k]) for k in ("loss", "ce", "kl", "ar_ce", "certainty"))
+        assert r["kl"] >= 0 and r["ar_ce"] > 0 and r["certainty"] >= 0 and r["ce"] > 0
+    assert log[-1]["ce"] < log[0]["ce"]
