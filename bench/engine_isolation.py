@@ -56,13 +56,16 @@ def main():
               f"{same(after_prefill)}, after forward {same(after_forward)}", flush=True)
 
     engines = []
-    for label, fuse, source, reconfigure, graphs in (
-            ("first: fused, host upload", True, "host", False, True),
-            ("second: plain, host upload", False, "host", False, True),
-            ("third: fused, device upload, reconfigured", True, "device", True, True),
-            ("fourth: plain, device upload, reconfigured", False, "device", True, True),
-            ("fifth: fused, host upload, no graphs", True, "host", False, False)):
+    for label, fuse, source, reconfigure, graphs, settle in (
+            ("first: fused, host upload", True, "host", False, True, False),
+            ("second: plain, host upload", False, "host", False, True, False),
+            ("third: fused, device upload, reconfigured", True, "device", True, True, False),
+            ("fourth: plain, device upload, reconfigured", False, "device", True, True, False),
+            ("fifth: fused, host upload, no graphs", True, "host", False, False, False),
+            ("sixth: fused, host upload, device synchronized after creation", True, "host", False, True, True)):
         engine = cc.Engine(lib, cfg, graphs=graphs, fuse_rope=fuse)
+        if settle:
+            torch.cuda.synchronize()  # every stream of the device, the legacy default stream included
         engine.upload(host if source == "host" else W, on_host=source == "host")
         print(f"{label}: uploaded; weights {same(checksum(W))}", flush=True)
         if reconfigure:

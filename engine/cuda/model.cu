@@ -21,11 +21,14 @@ size_t source_size(SourceType type) { return type == SourceType::f32 ? 4 : 2; }
 constexpr int64_t kAlignElements = 128;  // 256 bytes: every weight starts 16-byte aligned for the loads
 int64_t aligned(int64_t elements) { return (elements + kAlignElements - 1) / kAlignElements * kAlignElements; }
 
+// Zeroed on the model's stream: a plain cudaMemset goes to the legacy default stream, which does not order
+// with the model's non-blocking stream, so a kernel could read the memory before it is cleared (memory that
+// an earlier engine of the process freed holds its old bytes until then).
 template <typename T>
-T* device_alloc(size_t count) {
+T* device_alloc(size_t count, cudaStream_t stream) {
   void* pointer = nullptr;
   A2D_CUDA_CHECK(cudaMalloc(&pointer, count * sizeof(T)));
-  A2D_CUDA_CHECK(cudaMemset(pointer, 0, count * sizeof(T)));
+  A2D_CUDA_CHECK(cudaMemsetAsync(pointer, 0, count * sizeof(T), stream));
   return static_cast<T*>(pointer);
 }
 
@@ -79,7 +82,7 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
                             2 * aligned(H) + 2 * aligned(s.head_dim);
   total += per_layer * s.layers;
   weight_arena_elements_ = total;
-  weight_arena_ = device_alloc<bf16>(total);
+  weight_arena_ = device_alloc<bf16>(total, stream_);
   embed_ = allocate_weight(int64_t(s.vocab) * H);
   lm_head_ = allocate_weight(tiled_elements(s.vocab, H));
   final_norm_ = allocate_weight(H);
@@ -100,8 +103,8 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
 
   // KV cache and RoPE table for the whole context.
   kv_elements_ = int64_t(2) * s.layers * s.kv_heads * s.max_context * head_dim_padded_;
-  kv_cache_ = device_alloc<bf16>(kv_elements_);
-  rope_table_ = device_alloc<float2>(size_t(s.max_context) * (s.head_dim / 2));
+  kv_cache_ = device_alloc<bf16>(kv_elements_, stream_);
+  rope_table_ = device_alloc<float2>(size_t(s.max_context) * (s.head_dim / 2), stream_);
   fill_rope_table(rope_table_, s.max_context, s.head_dim, s.rope_theta, stream_);
 
   // Activations of one forward, sized for kMaxRows rows.
@@ -111,27 +114,28 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   A2D_CUDA_CHECK(cudaMalloc(&state_, sizeof(StepState)));
   A2D_CUDA_CHECK(cudaMallocHost(&state_host_, sizeof(StepState)));
   std::memset(state_host_, 0, sizeof(StepState));
-  residual_ = device_alloc<float>(size_t(kMaxRows) * H);
-  ssq_attention_ = device_alloc<float>(size_t(hidden_tiles_) * kMaxRows);
-  ssq_layer_ = device_alloc<float>(size_t(hidden_tiles_) * kMaxRows);
-  qkv_out_ = device_alloc<bf16>(size_t(kMaxRows) * qkv_rows_);
-  q_roped_ = device_alloc<bf16>(size_t(kMaxRows) * s.heads * head_dim_padded_);
-  attention_out_ = device_alloc<bf16>(size_t(kMaxRows) * s.heads * s.head_dim);
-  mlp_act_ = device_alloc<bf16>(size_t(kMaxRows) * s.intermediate);
+  residual_ = device_alloc<float>(size_t(kMaxRows) * H, stream_);
+  ssq_attention_ = device_alloc<float>(size_t(hidden_tiles_) * kMaxRows, stream_);
+  ssq_layer_ = device_alloc<float>(size_t(hidden_tiles_) * kMaxRows, stream_);
+  qkv_out_ = device_alloc<bf16>(size_t(kMaxRows) * qkv_rows_, stream_);
+  q_roped_ = device_alloc<bf16>(size_t(kMaxRows) * s.heads * head_dim_padded_, stream_);
+  attention_out_ = device_alloc<bf16>(size_t(kMaxRows) * s.heads * s.head_dim, stream_);
+  mlp_act_ = device_alloc<bf16>(size_t(kMaxRows) * s.intermediate, stream_);
   // Splits x KV heads x rows: the largest over the buckets, each bucket's grid covers rows up to its size.
   size_t partial_slots = 0;
   for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
     partial_slots = std::max(partial_slots, size_t(attention_splits_[bucket]) * s.kv_heads * attention_row_capacity_);
   }
-  attention_partial_o_ = device_alloc<float>(partial_slots * head_dim_padded_);
-  attention_partial_ml_ = device_alloc<float2>(partial_slots);
-  logits_ = device_alloc<float>(size_t(kMaxRows) * s.vocab);
-  anchor_logits_ = device_alloc<float>(s.vocab);
-  argmax_partials_ = device_alloc<ArgmaxPartial>(size_t(vocab_tiles_) * kMaxRows);
-  choices_ = device_alloc<TokenChoice>(kMaxRows);
+  attention_partial_o_ = device_alloc<float>(partial_slots * head_dim_padded_, stream_);
+  attention_partial_ml_ = device_alloc<float2>(partial_slots, stream_);
+  logits_ = device_alloc<float>(size_t(kMaxRows) * s.vocab, stream_);
+  anchor_logits_ = device_alloc<float>(s.vocab, stream_);
+  argmax_partials_ = device_alloc<ArgmaxPartial>(size_t(vocab_tiles_) * kMaxRows, stream_);
+  choices_ = device_alloc<TokenChoice>(kMaxRows, stream_);
   options_.gemm.sm_count = sm_count_;
   gemm_split_counters_ = device_alloc<unsigned>(size_t(std::max({vocab_tiles_, hidden_tiles_, ceil_div(qkv_rows_, kGemmTileRows),
-                                                                 ceil_div(gate_up_rows_, kGemmTileRows)})));
+                                                                 ceil_div(gate_up_rows_, kGemmTileRows)})),
+                                                  stream_);
   prepare_gemm_scratch();
 
   for (int i = 0; i < 2; ++i) {
@@ -275,7 +279,7 @@ void DeviceModel::prepare_gemm_scratch() {
   }
   if (needed <= gemm_split_floats_) return;
   if (gemm_split_partials_ != nullptr) A2D_CUDA_CHECK(cudaFree(gemm_split_partials_));
-  gemm_split_partials_ = device_alloc<float>(needed);
+  gemm_split_partials_ = device_alloc<float>(needed, stream_);
   gemm_split_floats_ = needed;
 }
 
