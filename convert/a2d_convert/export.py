@@ -81,6 +81,8 @@ def decoder_choice(init_config: dict, args_decoding: dict[str, Any], probes_file
     chosen_by: dict[str, Any] = {"method": "defaults"}
     if probes_file is not None:
         probes = read_json(probes_file)
+        if probes.get("diagnostic"):
+            raise A2DError(f"{probes_file}: {probes['diagnostic']}; export takes a report made with the model's own block size")
         recommended = probes.get("recommended")
         if not isinstance(recommended, dict):
             raise A2DError(f"{probes_file}: no 'recommended' decoding in it; run `evaluate-probes` with --thresholds")

@@ -303,6 +303,7 @@ def evaluate_probes(
     engine: str = "reference",
     threads: int = 1,
     batch_size: int = 64,
+    block_size: int | None = None,
 ) -> dict[str, Any]:
     from .config import load_config
     from .decode import DecodeParams
@@ -314,6 +315,10 @@ def evaluate_probes(
     _, a2d, _ = load_config(model_dir)
     if a2d is None:
         raise A2DError(f"{model_dir}/config.json: not an a2d model (no a2d section); pass the converted model as --model")
+    own_block = block_size is None or block_size == a2d.block_size
+    block_size = a2d.block_size if block_size is None else block_size
+    if block_size < 1:
+        raise A2DError(f"--block-size {block_size} must be at least 1")
     codec = load_prompt_codec(model_dir)
     eos = set(a2d.eos_token_ids)
     prompts = [prompt_ids(codec, p, enable_thinking) for p in probes]
@@ -340,7 +345,7 @@ def evaluate_probes(
         del base_model
     # Every (threshold, probe) pair in one list, so the C++ engine loads once for all of them.
     per_threshold = [
-        DecodeParams.from_defaults(a2d.decoding, block_size=a2d.block_size, max_tokens=max_tokens, eos_token_ids=a2d.eos_token_ids, threshold=t, temperature=0.0)
+        DecodeParams.from_defaults(a2d.decoding, block_size=block_size, max_tokens=max_tokens, eos_token_ids=a2d.eos_token_ids, threshold=t, temperature=0.0)
         for t in thresholds
     ]
     all_prompts = [ids for _ in thresholds for ids in prompts]
@@ -354,6 +359,14 @@ def evaluate_probes(
         rows = decoded[i * len(probes):(i + 1) * len(probes)]
         answers = [record(f"model@{threshold}", probe, tokens, passes) for probe, (tokens, passes) in zip(probes, rows)]
         report["model"][str(threshold)] = summarise(probes, answers, base_answers)
+    report["block_size"] = block_size
+    if not own_block:
+        # A diagnostic (block size 1 reads the model's clean stream as a plain AR model): no decoding for
+        # the model to ship with comes out of it.
+        report["diagnostic"] = f"decoded with block size {block_size}, not the model's {a2d.block_size}"
+        if details is not None:
+            details.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        return report
     best = max(r["accuracy"] for r in report["model"].values())
     eligible = [(float(t), r) for t, r in report["model"].items() if r["accuracy"] >= best - tolerance]
     threshold, _ = max(eligible, key=lambda item: (item[1]["tokens_per_forward"], item[0]))
@@ -389,6 +402,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--batch-size", type=int, default=64,
                    help="sequences decoded together by the PyTorch reference (AR base and --engine reference); the same answers as one by one (1), far fewer forwards (default: %(default)s)")
     p.add_argument("--no-think", action="store_true", help="render chats with enable_thinking=false")
+    p.add_argument("--block-size", type=int,
+                   help="decode with this block size instead of the model's (a diagnostic: 1 reads the clean stream as a plain AR model, "
+                        "showing how far training moved it from its base); the report then recommends no decoding")
     p.add_argument("--out", type=Path, required=True, help="JSON report to write")
     p.add_argument("--details", type=Path, help="also write every answer as JSONL")
     p.set_defaults(run=run)
@@ -411,7 +427,7 @@ def run(args) -> int:
         raise A2DError("--thresholds: give at least one threshold")
     report = evaluate_probes(
         args.model, args.base, probes, thresholds, args.max_tokens, args.tolerance, args.device,
-        False if args.no_think else None, args.details, args.engine, args.threads, args.batch_size,
+        False if args.no_think else None, args.details, args.engine, args.threads, args.batch_size, args.block_size,
     )
     report["probes"] = {
         "source": str(args.probes) if args.probes else f"built-in, seed {args.seed}, {args.per_family} per family",
@@ -423,5 +439,5 @@ def run(args) -> int:
     report["base_dir"] = str(args.base) if args.base else None
     write_json(args.out, report)
     summary = {t: {"accuracy": r["accuracy"], "tokens_per_forward": r["tokens_per_forward"]} for t, r in report["model"].items()}
-    print(json.dumps({"base_accuracy": report.get("base", {}).get("accuracy"), "model": summary, "recommended": report["recommended"]}, indent=2))
+    print(json.dumps({"base_accuracy": report.get("base", {}).get("accuracy"), "model": summary, "recommended": report.get("recommended"), **({"diagnostic": report["diagnostic"]} if "diagnostic" in report else {})}, indent=2))
     return 0

@@ -117,3 +117,32 @@ def test_evaluate_probes_batched_equals_one_by_one(tiny_models, tmp_path):
     rows = {b: [json.loads(line) for line in path.read_text().splitlines()] for b, path in details.items()}
     assert len(rows[9]) == 3 * len(probes) and rows[9] == rows[1]
     assert reports[9] == reports[1]
+
+
+def test_block_size_one_reads_the_clean_stream_as_the_ar_base(tiny_models, tmp_path):
+    """--block-size 1 (a diagnostic): with shifted logits every block is the anchor row alone, so an
+    untrained model (the base plus a mask token) answers every probe exactly as its base does; the report
+    recommends no decoding and export refuses it."""
+    from a2d_convert.errors import A2DError
+    from a2d_convert.export import decoder_choice
+
+    base, model = tiny_models("llama")
+    probes = generated_probes(2, seed=4)
+    details = tmp_path / "b1.jsonl"
+    report = evaluate_probes(model, base, probes, [0.9], max_tokens=10, tolerance=0.0, details=details, batch_size=9, block_size=1)
+    rows = [json.loads(line) for line in details.read_text().splitlines()]
+    base_rows = [r for r in rows if r["kind"] == "base"]
+    model_rows = [r for r in rows if r["kind"] == "model@0.9"]
+    assert [r["text"] for r in model_rows] == [r["text"] for r in base_rows]
+    assert report["model"]["0.9"]["agreement"] == 1.0 and report["block_size"] == 1
+    assert "recommended" not in report and "block size 1, not the model's 4" in report["diagnostic"]
+    # At the model's own block size the untrained model does not answer as its base.
+    own_details = tmp_path / "b4.jsonl"
+    own = evaluate_probes(model, base, probes, [0.9], max_tokens=10, tolerance=0.0, details=own_details, batch_size=9)
+    own_rows = [json.loads(line) for line in own_details.read_text().splitlines() if '"model@0.9"' in line]
+    assert [r["text"] for r in own_rows] != [r["text"] for r in base_rows]
+    assert own["block_size"] == 4 and own["recommended"] == {"threshold": 0.9}
+    path = tmp_path / "b1.json"
+    path.write_text(json.dumps(report))
+    with pytest.raises(A2DError, match="block size 1.*own block size"):
+        decoder_choice(json.loads((model / "config.json").read_text()), {}, path)
