@@ -30,6 +30,8 @@ class Batch:
     teacher_index: np.ndarray  # [N] rows of the flattened clean [b*L] stream (the AR base's predictor)
     ar_index: np.ndarray  # [M] clean-stream predictor rows for the optional AR loss
     ar_targets: np.ndarray  # [M]
+    clean_index: np.ndarray  # [C] every in-sample row of the clean stream, flattened [b*copies*L] (clean KL)
+    clean_teacher_index: np.ndarray  # [C] the same rows in the flattened clean [b*L] stream
     eligible: int  # target positions in this micro-batch (the normaliser's share)
 
 
@@ -115,6 +117,11 @@ class RowSchedule:
             ar_index, ar_targets = r_idx * copies * L + p_idx - 1, ids[r_idx, p_idx]
         else:
             ar_index = ar_targets = np.zeros(0, dtype=np.int64)
+        if cfg.clean_kl_weight > 0:
+            r_idx, p_idx = np.nonzero(seg > 0)
+            clean_index, clean_teacher_index = r_idx * copies * L + p_idx, r_idx * L + p_idx
+        else:
+            clean_index = clean_teacher_index = np.zeros(0, dtype=np.int64)
         return Batch(
             input_ids=input_ids,
             position_ids=position_ids,
@@ -125,6 +132,8 @@ class RowSchedule:
             teacher_index=np.concatenate(teacher),
             ar_index=ar_index,
             ar_targets=ar_targets,
+            clean_index=clean_index,
+            clean_teacher_index=clean_teacher_index,
             eligible=int(eligible.sum()),
         )
 
@@ -207,7 +216,7 @@ class Objective(nn.Module):
     def teacher_pass(self, ids, seg, pos):
         """(hidden rows, head) of the frozen AR base on the clean stream, or (None, None) without KL.
         With LoRA the base is the student with its adapters off: the lm_head is never adapted."""
-        if self.config.kl_weight <= 0:
+        if self.config.kl_weight <= 0 and self.config.clean_kl_weight <= 0:
             return None, None
         teacher = self._teacher[0]
         with torch.no_grad():
@@ -223,7 +232,8 @@ class Objective(nn.Module):
                 head = teacher.logits
         return hidden.reshape(-1, hidden.shape[-1]), head
 
-    def forward(self, input_ids, position_ids, segment_ids, pred_index, targets, weights, teacher_index, ar_index, ar_targets):
+    def forward(self, input_ids, position_ids, segment_ids, pred_index, targets, weights, teacher_index, ar_index, ar_targets,
+                clean_index, clean_teacher_index):
         cfg = self.config
         L = segment_ids.shape[1]
         copies = input_ids.shape[1] // L
@@ -231,8 +241,8 @@ class Objective(nn.Module):
         flat = hidden.reshape(-1, hidden.shape[-1])
         t_hidden, t_head = self.teacher_pass(input_ids[:, :L], segment_ids, position_ids[:, :L])
         weighted, ce_sum, kl_sum, certainty = chunked_terms(
-            self.model.logits, flat, pred_index, targets, weights, t_hidden, teacher_index, t_head, cfg.logits_chunk,
-            confidence=cfg.confidence_weight > 0,
+            self.model.logits, flat, pred_index, targets, weights, t_hidden if cfg.kl_weight > 0 else None, teacher_index,
+            t_head, cfg.logits_chunk, confidence=cfg.confidence_weight > 0,
         )
         loss = weighted + cfg.kl_weight * kl_sum + cfg.confidence_weight * certainty
         if pred_index.numel() == 0:
@@ -244,6 +254,14 @@ class Objective(nn.Module):
             ones = torch.ones(ar_targets.shape, device=flat.device)
             ar_loss, ar_sum, _, _ = chunked_terms(self.model.logits, flat, ar_index, ar_targets, ones, chunk=cfg.logits_chunk)
             loss = loss + cfg.ar_weight * ar_loss
-        return loss, torch.stack([ce_sum, kl_sum.detach(), ar_sum, certainty.detach()])
+        clean_kl = torch.zeros((), device=flat.device)
+        if cfg.clean_kl_weight > 0:
+            # KL(base || model) on every row of the clean stream, prompts included: the plain AR reading of
+            # the model held to its base's, so that training on one prompt distribution moves it less.
+            none = torch.zeros(clean_index.shape, device=flat.device)
+            _, _, clean_kl, _ = chunked_terms(self.model.logits, flat, clean_index, none.long(), none, t_hidden,
+                                              clean_teacher_index, t_head, cfg.logits_chunk)
+            loss = loss + cfg.clean_kl_weight * clean_kl
+        return loss, torch.stack([ce_sum, kl_sum.detach(), ar_sum, certainty.detach(), clean_kl.detach()])
 
 

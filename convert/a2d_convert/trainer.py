@@ -180,7 +180,7 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
             train_mask_embedding=config.lora_train_mask_embedding,
         )
         lora_mod.attach(model, lora_config, a2d.mask_token_id, torch.Generator().manual_seed(config.seed))
-    elif config.kl_weight > 0:
+    elif config.kl_weight > 0 or config.clean_kl_weight > 0:
         teacher, _, _ = load_transformer(init_dir)
         teacher.requires_grad_(False)
         if use_bf16(config, rt.device):
@@ -243,6 +243,8 @@ def to_device(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
         "teacher_index": move(batch.teacher_index, torch.long),
         "ar_index": move(batch.ar_index, torch.long),
         "ar_targets": move(batch.ar_targets, torch.long),
+        "clean_index": move(batch.clean_index, torch.long),
+        "clean_teacher_index": move(batch.clean_teacher_index, torch.long),
     }
 
 
@@ -423,8 +425,8 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
 
     started = time.perf_counter() - progress.get("elapsed_s", 0.0)
     window_start, window_tokens, window_steps = time.perf_counter(), 0, 0
-    stats_sum = torch.zeros(4, device=rt.device)
-    counts = np.zeros(2)  # targets, ar targets (host: known without a device sync)
+    stats_sum = torch.zeros(5, device=rt.device)
+    counts = np.zeros(3)  # targets, ar targets, clean rows (host: known without a device sync)
     loss_sum = torch.zeros((), device=rt.device)
     last_folder = None
     bar = tqdm(total=config.max_steps, initial=step, desc="train", unit="step", disable=not rt.main, dynamic_ncols=True)
@@ -447,7 +449,7 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
             (loss * (rt.world / normaliser)).backward()
             stats_sum += stats.detach()
             loss_sum += loss.detach() / normaliser
-            counts += (batch.pred_index.size, batch.ar_index.size)
+            counts += (batch.pred_index.size, batch.ar_index.size, batch.clean_index.size)
         grad_norm = torch.nn.utils.clip_grad_norm_(trainable, config.grad_clip if config.grad_clip > 0 else float("inf"))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -465,8 +467,8 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
                 grad_norm = grad_norm.full_tensor()
             record = {
                 "step": step,
-                "loss": values[4] / window_steps,
-                "ce": values[0] / max(values[5], 1.0),
+                "loss": values[5] / window_steps,
+                "ce": values[0] / max(values[6], 1.0),
                 "lr": lr,
                 "grad_norm": float(grad_norm),
                 "tokens": progress["tokens"],
@@ -474,11 +476,13 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
                 "elapsed_s": now - started,
             }
             if config.kl_weight > 0:
-                record["kl"] = values[1] / max(values[5], 1.0)
+                record["kl"] = values[1] / max(values[6], 1.0)
             if config.ar_weight > 0:
-                record["ar_ce"] = values[2] / max(values[6], 1.0)
+                record["ar_ce"] = values[2] / max(values[7], 1.0)
             if config.confidence_weight > 0:
-                record["certainty"] = values[3] / max(values[5], 1.0)
+                record["certainty"] = values[3] / max(values[6], 1.0)
+            if config.clean_kl_weight > 0:
+                record["clean_kl"] = values[4] / max(values[8], 1.0)
             if rt.device.type == "cuda":
                 record["peak_mem_gb"] = torch.cuda.max_memory_allocated(rt.device) / 2**30
             stats_sum.zero_()

@@ -185,10 +185,21 @@ def test_certainty_term_is_the_entropy_of_rows_already_right():
 def test_run_with_every_extra_term_logs_each(workspace):
     """KL, next-token and certainty terms together: each logged per target, finite, and the run trains."""
     root, base, data = workspace
-    train(tiny_config(root, base, data, "terms", max_steps=10, lora_rank=4, kl_weight=0.5, ar_weight=0.5, confidence_weight=0.3, lr=1e-2))
+    train(tiny_config(root, base, data, "terms", max_steps=10, lora_rank=4, kl_weight=0.5, ar_weight=0.5, confidence_weight=0.3,
+                      clean_kl_weight=0.5, lr=1e-2))
     log = [json.loads(line) for line in (root / "terms" / LOG_FILE).read_text().splitlines()]
     assert [r["step"] for r in log] == [5, 10]
     for r in log:
-        assert all(np.isfinite(r[k]) for k in ("loss", "ce", "kl", "ar_ce", "certainty"))
-        assert r["kl"] >= 0 and r["ar_ce"] > 0 and r["certainty"] >= 0 and r["ce"] > 0
+        assert all(np.isfinite(r[k]) for k in ("loss", "ce", "kl", "ar_ce", "certainty", "clean_kl"))
+        assert r["kl"] >= 0 and r["ar_ce"] > 0 and r["certainty"] >= 0 and r["ce"] > 0 and r["clean_kl"] >= 0
     assert log[-1]["ce"] < log[0]["ce"]
+
+
+def test_clean_kl_is_zero_while_the_adapters_are_zero(workspace):
+    """The first step's forward runs with LoRA's B at zero, so the clean stream is the base itself: its KL
+    to the base is 0, while the masked targets' KL (noisy rows against the base's clean prefix) is not.
+    This pins the clean-KL rows to the clean stream and the base's rows to the same positions."""
+    root, base, data = workspace
+    train(tiny_config(root, base, data, "clean-kl", max_steps=1, log_every=1, lora_rank=4, kl_weight=1.0, clean_kl_weight=1.0))
+    first = json.loads((root / "clean-kl" / LOG_FILE).read_text().splitlines()[0])
+    assert abs(first["clean_kl"]) < 1e-6 and first["kl"] > 1e-2
