@@ -11,10 +11,9 @@
 # A later call on the same warm machine resumes: /root/w keeps the base, the data and the run, so it
 # continues training from the last checkpoint (TRAIN_S seconds) and with PROBES=1 ends with
 # evaluate-probes on the GPU and the final export. Knobs: CALL_S (default 570), and any of the recipe's
-# (its defaults here are the next session's plan: DISTILL_N=40000 DISTILL_SAMPLES=0 DISTILL_BATCH=512
-# DISTILL_S=150 STEPS=400 LR=8e-4 SAVE_EVERY=50 PROBES=0 PROBES_PER_FAMILY=16 PROBE_TOKENS=48
-# THRESHOLDS=0.3,0.5,0.7,0.9 PROBE_BATCH=512). VARIANTS (below) trains several configurations side by
-# side, one per GPU, and lets the probes choose.
+# (defaults here: DISTILL_N=40000 DISTILL_SAMPLES=0 DISTILL_BATCH=512 DISTILL_S=150 STEPS=400 LR=8e-4
+# SAVE_EVERY=50 PROBES=0 PROBES_PER_FAMILY=16 PROBE_TOKENS=48 THRESHOLDS=0.3,0.5,0.7,0.9 PROBE_BATCH=512).
+# VARIANTS (below) trains several configurations side by side, one per GPU, and lets the probes choose.
 set -euo pipefail
 start=$(date +%s)
 status=0
@@ -39,7 +38,8 @@ fi
 
 # VARIANTS="name=train flags;name=train flags;...": the data once on every GPU, then one training run per
 # variant, each on its own GPU in its own WORK (/root/w-name, sharing base, prompts and data), results in
-# OUT/name/ without the delta's weights. With PROBES=1 each variant is probed and exported; then the one
+# /root/vout/name/ without the delta's weights, packed at the end into OUT/variants.tar.gz (a call returns
+# at most 8 files). With PROBES=1 each variant is probed and exported; then the one
 # that the probes rank first (meets >= 80 % of the base's accuracy at >= 2 tokens/forward at its
 # recommended threshold, then accuracy there, then tokens/forward) has its delta's weights copied to OUT.
 DATA_ONLY=1 bash convert/recipes/demo-conversion.sh 2>&1 | tee -a "$OUT/log.txt" || status=$?
@@ -49,15 +49,15 @@ IFS=';' read -r -a variants <<< "$VARIANTS"
 pids=(); names=()
 for i in "${!variants[@]}"; do
   name=${variants[$i]%%=*}; flags=${variants[$i]#*=}; names+=("$name")
-  mkdir -p "/root/w-$name" "$OUT/$name"
+  mkdir -p "/root/w-$name" "/root/vout/$name"
   for f in base data prompts.jsonl; do [ -e "/root/w-$name/$f" ] || ln -s "/root/w/$f" "/root/w-$name/$f"; done
   echo "== variant $name on GPU $i: $flags" | tee -a "$OUT/log.txt"
-  CUDA_VISIBLE_DEVICES=$i NGPU=1 WORK=/root/w-$name OUT=$OUT/$name SAVE_DELTA=0 TRAIN_EXTRA="$flags" \
-    bash convert/recipes/demo-conversion.sh > "$OUT/$name/log.txt" 2>&1 &
+  CUDA_VISIBLE_DEVICES=$i NGPU=1 WORK=/root/w-$name OUT=/root/vout/$name SAVE_DELTA=0 TRAIN_EXTRA="$flags" \
+    bash convert/recipes/demo-conversion.sh > "/root/vout/$name/log.txt" 2>&1 &
   pids+=($!)
 done
 for i in "${!pids[@]}"; do wait "${pids[$i]}" || echo "variant ${names[$i]} exited with $?" | tee -a "$OUT/log.txt"; done
-for name in "${names[@]}"; do echo "== $name"; grep -E '^==|"step"' "$OUT/$name/log.txt" | tail -4; done | tee -a "$OUT/log.txt"
+for name in "${names[@]}"; do echo "== $name"; grep -E '^==|"step"' "/root/vout/$name/log.txt" | tail -4; done | tee -a "$OUT/log.txt"
 if [ "$PROBES" = 1 ]; then
   best=$(python3 - "${names[@]}" <<'PY'
 import json, sys
@@ -83,5 +83,6 @@ PY
     echo "$best" > "$OUT/chosen.txt"
   fi
 fi
-ls -la "$OUT" "$OUT"/*/
+(cd /root/vout && tar czf "$OUT/variants.tar.gz" "${names[@]}")
+ls -la "$OUT"
 exit $status

@@ -26,7 +26,10 @@ if [ ! -f "$work/base.gguf" ]; then
   mv "$work/base.gguf.part" "$work/base.gguf"
 fi
 
-if ! .venv/bin/python -m a2d_convert verify "$work/model" >/dev/null 2>&1; then
+# Rebuild unless the cached model verifies and is the one this delta makes (a newer delta replaces it).
+sha_of() { .venv/bin/python -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d[sys.argv[2]]["weights_sha256"] if sys.argv[2] in d else d["weights_sha256"])' "$@" 2>/dev/null || true; }
+if [ "$(sha_of "$work/model/lineage.json" shipped)" != "$(sha_of "$delta/delta.json" -)" ] ||
+   ! .venv/bin/python -m a2d_convert verify "$work/model" >/dev/null 2>&1; then
   echo "== rebuilding the converted model from the base and $delta"
   .venv/bin/python -m a2d_convert rebuild --base "$work/base.gguf" --delta "$delta" --out "$work/model" --force
 fi
