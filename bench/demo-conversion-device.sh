@@ -12,7 +12,8 @@
 # continues training from the last checkpoint (TRAIN_S seconds) and with PROBES=1 ends with
 # evaluate-probes on the GPU and the final export. Knobs: CALL_S (default 570), and any of the recipe's
 # (defaults here: DISTILL_N=40000 DISTILL_SAMPLES=0 DISTILL_BATCH=512 DISTILL_S=150 STEPS=400 LR=8e-4
-# SAVE_EVERY=50 PROBES=0 PROBES_PER_FAMILY=16 PROBE_TOKENS=48 THRESHOLDS=0.3,0.5,0.7,0.9 PROBE_BATCH=512).
+# SAVE_EVERY=50 PROBES=0 PROBES_PER_FAMILY=16 PROBE_TOKENS=48 THRESHOLDS=0.3,0.5,0.7,0.9 PROBE_BATCH=512
+# PROBES_AR=1).
 # VARIANTS (below) trains several configurations side by side, one per GPU, and lets the probes choose.
 set -euo pipefail
 start=$(date +%s)
@@ -29,6 +30,7 @@ export NGPU=${NGPU:-$gpus} DISTILL_N=${DISTILL_N:-40000} DISTILL_SAMPLES=${DISTI
 export DISTILL_BATCH=${DISTILL_BATCH:-512} DISTILL_S=${DISTILL_S:-150} STEPS=${STEPS:-400} LR=${LR:-8e-4}
 export SAVE_EVERY=${SAVE_EVERY:-50} PROBES=${PROBES:-0} PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-16}
 export PROBE_TOKENS=${PROBE_TOKENS:-48} THRESHOLDS=${THRESHOLDS:-0.3,0.5,0.7,0.9} PROBE_BATCH=${PROBE_BATCH:-512}
+export PROBES_AR=${PROBES_AR:-1}
 status=0
 if [ -z "${VARIANTS:-}" ]; then
   bash convert/recipes/demo-conversion.sh 2>&1 | tee -a "$OUT/log.txt" || status=$?
@@ -72,7 +74,12 @@ for name in sys.argv[1:]:
     threshold = probes["recommended"]["threshold"]
     row = probes["model"][f"{threshold:g}"] if f"{threshold:g}" in probes["model"] else probes["model"][str(threshold)]
     meets = row["accuracy_vs_base"] >= 0.8 and row["tokens_per_forward"] >= 2
-    print(f"{name}: threshold {threshold}, accuracy {row['accuracy']:.3f} ({row['accuracy_vs_base']:.2f} of the base), {row['tokens_per_forward']:.2f} tokens/forward", file=sys.stderr)
+    ar = Path(f"/root/w-{name}/probes-ar.json")
+    ar_note = ""
+    if ar.is_file():
+        ar_row = next(iter(json.loads(ar.read_text())["model"].values()))
+        ar_note = f"; as a plain AR model (block size 1) accuracy {ar_row['accuracy']:.3f}, agreement {ar_row['agreement']:.2f}"
+    print(f"{name}: threshold {threshold}, accuracy {row['accuracy']:.3f} ({row['accuracy_vs_base']:.2f} of the base), {row['tokens_per_forward']:.2f} tokens/forward{ar_note}", file=sys.stderr)
     ranked.append(((meets, round(row["accuracy"], 4), row["tokens_per_forward"]), name))
 print(max(ranked)[1] if ranked else "")
 PY

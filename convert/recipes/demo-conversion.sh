@@ -29,6 +29,8 @@
 #   TRAIN_TAIL_S (setup + final save allowance kept off the trainer's own time limit, default 75)
 #   PROBES (1: evaluate-probes and the final export this call; 0: export the checkpoint only),
 #   PROBES_PER_FAMILY, PROBE_TOKENS, THRESHOLDS, PROBE_BATCH, RESERVE_S (seconds kept after training)
+#   PROBES_AR (1: after the final export, the same probes with --block-size 1 into probes-ar.json: how far
+#   training moved the model read as a plain AR model)
 #   TRAIN_EXTRA (more `train` flags, e.g. "--ar-weight 1 --kl-weight 1"), DATA_ONLY (1: stop once the data
 #   exists), SAVE_DELTA (0: leave the delta's weights out of OUT, e.g. when several runs share one OUT)
 set -euo pipefail
@@ -41,7 +43,7 @@ RANK=${RANK:-64}; AC=${AC:-1}; SAVE_EVERY=${SAVE_EVERY:-100}; TRAIN_S=${TRAIN_S:
 MIN_TRAIN_S=${MIN_TRAIN_S:-60}; TRAIN_TAIL_S=${TRAIN_TAIL_S:-75}; TRAIN=${TRAIN:-1}
 DISTILL_N=${DISTILL_N:-4000}; DISTILL_TOKENS=${DISTILL_TOKENS:-256}; DISTILL_SAMPLES=${DISTILL_SAMPLES:-0}
 DISTILL_BATCH=${DISTILL_BATCH:-256}; DISTILL_WORKERS=${DISTILL_WORKERS:-0}; DISTILL_S=${DISTILL_S:-0}
-PROBES=${PROBES:-1}; PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-20}; PROBE_TOKENS=${PROBE_TOKENS:-48}
+PROBES=${PROBES:-1}; PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-20}; PROBE_TOKENS=${PROBE_TOKENS:-48}; PROBES_AR=${PROBES_AR:-0}
 THRESHOLDS=${THRESHOLDS:-0.5,0.7,0.9}; PROBE_BATCH=${PROBE_BATCH:-256}; LOG_EVERY=${LOG_EVERY:-5}
 read -r -a TRAIN_EXTRA_ARGS <<< "${TRAIN_EXTRA:-}"; DATA_ONLY=${DATA_ONLY:-0}; SAVE_DELTA=${SAVE_DELTA:-1}
 read -r DEVICE GPUS < <(python3 -c 'import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; print("cuda" if n else "cpu", n)')
@@ -71,7 +73,7 @@ save_results() {  # the small results into OUT/results.tar.gz (replaced whole; t
   ( cd "$WORK" && { [ -f data/distill/self-distill.jsonl ] && head -n 300 data/distill/self-distill.jsonl > distill-sample.jsonl || true; }
     tar czf "$OUT/.results.tar.gz" --ignore-failed-read timings.txt status.txt delta.sha256 distill-sample.jsonl data.log \
       train.log run/train_log.jsonl run/latest.json run/train_config.json scale-*/train_log.jsonl scale-*.log \
-      data/data_manifest.json probes.json probes-details.jsonl probes.log delta/*.json delta/*.txt model/*.json \
+      data/data_manifest.json probes.json probes-details.jsonl probes.log probes-ar.json delta/*.json delta/*.txt model/*.json \
       model-candidate/*.json 2>/dev/null || true
     mv "$OUT/.results.tar.gz" "$OUT/results.tar.gz" )
 }
@@ -192,5 +194,14 @@ if [ -f "$WORK/probes.json" ]; then
   status "final export verified"
 else
   status "probes failed or timed out"
+fi
+if [ "$PROBES_AR" = 1 ]; then
+  s=$(budget 0 10)
+  stamp "probes at block size 1 (the model read as a plain AR model; limit $s s)"
+  rm -f "$WORK/probes-ar.json"
+  bounded "$s" python3 -m a2d_convert evaluate-probes --model "$WORK/model-candidate" --base "$WORK/base" --device "$DEVICE" \
+    --per-family "$PROBES_PER_FAMILY" --max-tokens "$PROBE_TOKENS" --thresholds 1.0 --block-size 1 --batch-size "$PROBE_BATCH" \
+    --threads "$THREADS" --out "$WORK/probes-ar.json" >> "$WORK/probes.log" 2>&1 || true
+  [ -f "$WORK/probes-ar.json" ] && status "probes at block size 1 ok"
 fi
 stamp done

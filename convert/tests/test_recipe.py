@@ -78,7 +78,7 @@ def test_two_time_boxed_calls_leave_their_results_in_out(tmp_path):
     # Call 2, same WORK: resumes from that checkpoint; the trainer's own limit stops it (about 4 s of
     # training), then probes, the final export and verify.
     out2 = tmp_path / "out2"
-    rc, log = run_recipe(tmp_path, out2, PROBES="1", TRAIN_S="40", TRAIN_TAIL_S="36", STEPS="100000")
+    rc, log = run_recipe(tmp_path, out2, PROBES="1", PROBES_AR="1", TRAIN_S="40", TRAIN_TAIL_S="36", STEPS="100000")
     assert rc == 0, log
     assert "resumed" in log and "timed out" not in log
     files = results(out2)
@@ -88,6 +88,9 @@ def test_two_time_boxed_calls_leave_their_results_in_out(tmp_path):
     assert records[-1]["time_limit_reached"] and records[-1]["step"] > steps1
     probes = json.loads(files["probes.json"])
     assert set(probes["model"]) == {"0.9", "0.3"} and "base" in probes
+    as_ar = json.loads(files["probes-ar.json"])
+    assert as_ar["block_size"] == 1 and "recommended" not in as_ar and set(as_ar["model"]) == {"1.0"}
+    assert "probes at block size 1 ok" in status
     assert hashlib.sha256(delta_from(out2)).hexdigest() == files["delta.sha256"].decode().split()[0]
     decoder = json.loads(files["model/decoder_config.json"])
     assert decoder["chosen_by"]["method"] == "probes"
