@@ -7,24 +7,17 @@
 //   prefetch  the same barriers, but each thread issues its loads of the next phase's weights before it
 //             arrives at the barrier (weights never depend on activations), so HBM stays busy across it
 // and, for reference, the same 169 phases as 169 ordinary launches. Prints ms per forward and TB/s.
-// Standalone: nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o stream_probe bench/stream_probe.cu
-#include <cuda_runtime.h>
-#include <cuda_bf16.h>
+// The loads are the engine's own (common.cuh's load_stream16). Built outside the engine's CMake:
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o build/probe/stream_probe bench/stream_probe.cu
+#include "../engine/cuda/common.cuh"
 
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(x)                                                                           \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
 namespace {
+
+using a2d::cuda::load_stream16;
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread per round
@@ -46,14 +39,6 @@ __device__ __forceinline__ float dot8(uint4 w, float x) {
   return s;
 }
 
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // Streams [begin, end) of the weights, grid-stride, kUnroll loads in flight; with `has_first`, `first` holds
 // this thread's loads of the range's first round, issued already by the caller (prefetch).
 __device__ __forceinline__ float stream_range(const uint4* w, long long begin, long long end, float x,
@@ -72,7 +57,7 @@ __device__ __forceinline__ float stream_range(const uint4* w, long long begin, l
   for (; i < end; i += kUnroll * stride) {
     uint4 v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = i + u * stride < end ? load_stream(w + i + u * stride) : make_uint4(0, 0, 0, 0);
+    for (int u = 0; u < kUnroll; ++u) v[u] = i + u * stride < end ? load_stream16(w + i + u * stride) : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) acc += dot8(v[u], x);
   }
@@ -125,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) persistent_kernel(const uint4* w, Ph
     if (kPrefetch && p + 1 < phases.count) {
       const long long b = phases.begin[p + 1], e = phases.begin[p + 2];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) next[u] = b + tid + u * stride < e ? load_stream(w + b + tid + u * stride) : make_uint4(0, 0, 0, 0);
+      for (int u = 0; u < kUnroll; ++u) next[u] = b + tid + u * stride < e ? load_stream16(w + b + tid + u * stride) : make_uint4(0, 0, 0, 0);
       have = true;
     }
     grid_barrier(count, generation);
@@ -157,31 +142,31 @@ int main(int argc, char** argv) {
   phases.begin[phases.count] = total / 16;
 
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, 0));
+  A2D_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   uint4* w = nullptr;
   float* out = nullptr;
   unsigned* sync = nullptr;
-  CHECK(cudaMalloc(&w, total));
-  CHECK(cudaMemset(w, 0, total));
-  CHECK(cudaMalloc(&out, 1 << 20));
-  CHECK(cudaMalloc(&sync, 2 * sizeof(unsigned)));
-  CHECK(cudaMemset(sync, 0, 2 * sizeof(unsigned)));
-  CHECK(cudaDeviceSynchronize());
+  A2D_CUDA_CHECK(cudaMalloc(&w, total));
+  A2D_CUDA_CHECK(cudaMemset(w, 0, total));
+  A2D_CUDA_CHECK(cudaMalloc(&out, 1 << 20));
+  A2D_CUDA_CHECK(cudaMalloc(&sync, 2 * sizeof(unsigned)));
+  A2D_CUDA_CHECK(cudaMemset(sync, 0, 2 * sizeof(unsigned)));
+  A2D_CUDA_CHECK(cudaDeviceSynchronize());
 
   cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
+  A2D_CUDA_CHECK(cudaEventCreate(&start));
+  A2D_CUDA_CHECK(cudaEventCreate(&stop));
   auto timed = [&](const char* name, int blocks_per_sm, auto&& launch_once) {
     launch_once();
-    CHECK(cudaGetLastError());
-    CHECK(cudaDeviceSynchronize());
-    CHECK(cudaEventRecord(start));
+    A2D_CUDA_CHECK(cudaGetLastError());
+    A2D_CUDA_CHECK(cudaDeviceSynchronize());
+    A2D_CUDA_CHECK(cudaEventRecord(start));
     for (int i = 0; i < iterations; ++i) launch_once();
-    CHECK(cudaEventRecord(stop));
-    CHECK(cudaEventSynchronize(stop));
-    CHECK(cudaGetLastError());
+    A2D_CUDA_CHECK(cudaEventRecord(stop));
+    A2D_CUDA_CHECK(cudaEventSynchronize(stop));
+    A2D_CUDA_CHECK(cudaGetLastError());
     float ms = 0.f;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    A2D_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     ms /= iterations;
     std::printf("%-10s blocks/SM %d: %.3f ms per forward, %.2f TB/s\n", name, blocks_per_sm, ms, total / (ms * 1e-3) / 1e12);
     return ms;
@@ -190,7 +175,7 @@ int main(int argc, char** argv) {
   std::printf("gpu %s, %d SMs; %d phases, %.3f GB of weights\n", prop.name, prop.multiProcessorCount, phases.count, total / 1e9);
   for (int per_sm : {1, 2, 4, 8}) {
     int fits = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fits, persistent_kernel<true>, kThreads, 0));
+    A2D_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fits, persistent_kernel<true>, kThreads, 0));
     if (per_sm > fits) continue;
     const int grid = per_sm * prop.multiProcessorCount;
     const float flat = timed("flat", per_sm, [&] { flat_kernel<<<grid, kThreads>>>(w, total / 16, 1.f, out); });
