@@ -360,18 +360,16 @@ def evaluate_probes(
         answers = [record(f"model@{threshold}", probe, tokens, passes) for probe, (tokens, passes) in zip(probes, rows)]
         report["model"][str(threshold)] = summarise(probes, answers, base_answers)
     report["block_size"] = block_size
-    if not own_block:
+    if own_block:
+        best = max(r["accuracy"] for r in report["model"].values())
+        eligible = [(float(t), r) for t, r in report["model"].items() if r["accuracy"] >= best - tolerance]
+        threshold, _ = max(eligible, key=lambda item: (item[1]["tokens_per_forward"], item[0]))
+        report["recommended"] = {"threshold": threshold}
+        report["rule"] = f"most tokens/forward among thresholds within {tolerance} accuracy of the best ({best:.4f})"
+    else:
         # A diagnostic (block size 1 reads the model's clean stream as a plain AR model): no decoding for
         # the model to ship with comes out of it.
         report["diagnostic"] = f"decoded with block size {block_size}, not the model's {a2d.block_size}"
-        if details is not None:
-            details.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-        return report
-    best = max(r["accuracy"] for r in report["model"].values())
-    eligible = [(float(t), r) for t, r in report["model"].items() if r["accuracy"] >= best - tolerance]
-    threshold, _ = max(eligible, key=lambda item: (item[1]["tokens_per_forward"], item[0]))
-    report["recommended"] = {"threshold": threshold}
-    report["rule"] = f"most tokens/forward among thresholds within {tolerance} accuracy of the best ({best:.4f})"
     if details is not None:
         details.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     return report
