@@ -27,8 +27,14 @@ if [ ! -f "$work/base.gguf" ]; then
 fi
 
 # Rebuild unless the cached model verifies and is the one this delta makes (a newer delta replaces it).
-sha_of() { .venv/bin/python -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d[sys.argv[2]]["weights_sha256"] if sys.argv[2] in d else d["weights_sha256"])' "$@" 2>/dev/null || true; }
-if [ "$(sha_of "$work/model/lineage.json" shipped)" != "$(sha_of "$delta/delta.json" -)" ] ||
+json_get() {  # FILE KEY...: the value at that path of keys, or nothing
+  .venv/bin/python -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+for key in sys.argv[2:]:
+    d = d[key]
+print(d)' "$@" 2>/dev/null || true
+}
+if [ "$(json_get "$work/model/lineage.json" shipped weights_sha256)" != "$(json_get "$delta/delta.json" weights_sha256)" ] ||
    ! .venv/bin/python -m a2d_convert verify "$work/model" >/dev/null 2>&1; then
   echo "== rebuilding the converted model from the base and $delta"
   .venv/bin/python -m a2d_convert rebuild --base "$work/base.gguf" --delta "$delta" --out "$work/model" --force
