@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import random
 import re
 import shutil
@@ -268,6 +269,26 @@ def engine_answers(model_dir: Path, threads: int, prompts: list[list[int]], para
     return [(r["token_ids"], r["forward_passes"]) for r in results]
 
 
+def wilson_interval(correct: int, n: int, z: float = 1.96) -> list[float]:
+    """95 % Wilson score interval of an accuracy: how far a probe set of this size pins it down."""
+    if n == 0:
+        return [0.0, 1.0]
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def sign_test(only_a: int, only_b: int) -> float:
+    """Exact two-sided sign (McNemar) test on the probes only one side got right: the chance of a split at
+    least this uneven if neither side were better."""
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
 def summarise(probes: list[Probe], answers: list[dict], base_answers: list[dict] | None) -> dict[str, Any]:
     families: dict[str, dict[str, float]] = {}
     for i, (probe, answer) in enumerate(zip(probes, answers)):
@@ -276,14 +297,19 @@ def summarise(probes: list[Probe], answers: list[dict], base_answers: list[dict]
         fam["correct"] += answer["correct"]
         if base_answers is not None:
             fam["agree"] += answer["extracted"] == base_answers[i]["extracted"]
+    correct = sum(a["correct"] for a in answers)
     result: dict[str, Any] = {
-        "accuracy": sum(a["correct"] for a in answers) / len(answers),
+        "accuracy": correct / len(answers),
+        "accuracy_ci95": wilson_interval(correct, len(answers)),
         "families": {k: {"n": v["n"], "accuracy": v["correct"] / v["n"], **({"agreement": v["agree"] / v["n"]} if base_answers else {})} for k, v in sorted(families.items())},
     }
     if base_answers is not None:
         result["agreement"] = sum(a["extracted"] == b["extracted"] for a, b in zip(answers, base_answers)) / len(answers)
         base_correct = sum(b["correct"] for b in base_answers)
-        result["accuracy_vs_base"] = (sum(a["correct"] for a in answers) / base_correct) if base_correct else None
+        result["accuracy_vs_base"] = (correct / base_correct) if base_correct else None
+        only_model = sum(a["correct"] and not b["correct"] for a, b in zip(answers, base_answers))
+        only_base = sum(b["correct"] and not a["correct"] for a, b in zip(answers, base_answers))
+        result["vs_base"] = {"only_model_right": only_model, "only_base_right": only_base, "sign_test_p": sign_test(only_model, only_base)}
     tokens = sum(a["tokens"] for a in answers)
     passes = sum(a["forward_passes"] for a in answers)
     result["tokens_per_forward"] = tokens / passes if passes else 0.0

@@ -1,0 +1,36 @@
+"""The probe report's noise figures: a Wilson interval per accuracy and an exact sign test against the base."""
+
+from __future__ import annotations
+
+import pytest
+
+from a2d_convert.probes import evaluate_probes, generated_probes, sign_test, wilson_interval
+
+
+def test_wilson_interval_known_values():
+    assert wilson_interval(0, 10) == pytest.approx([0.0, 0.27754], abs=1e-5)
+    assert wilson_interval(5, 10) == pytest.approx([0.23659, 0.76341], abs=1e-5)
+    assert wilson_interval(18, 56) == pytest.approx([0.21401, 0.45178], abs=1e-5)  # the base on the 56 built-in probes
+    assert wilson_interval(0, 0) == [0.0, 1.0]
+
+
+def test_sign_test_known_values():
+    assert sign_test(0, 6) == pytest.approx(2 / 64)  # all six discordant probes on one side
+    assert sign_test(6, 0) == sign_test(0, 6)
+    assert sign_test(3, 3) == 1.0 and sign_test(0, 0) == 1.0
+    assert sign_test(2, 10) == pytest.approx(2 * (1 + 12 + 66) / 4096)
+
+
+def test_report_counts_match_the_accuracies(tiny_models):
+    base, model = tiny_models("llama")
+    probes = generated_probes(2, seed=4)
+    report = evaluate_probes(model, base, probes, [0.9, 0.3], max_tokens=10, tolerance=0.0, batch_size=9)
+    n = len(probes)
+    base_acc = report["base"]["accuracy"]
+    assert report["base"]["accuracy_ci95"] == wilson_interval(round(base_acc * n), n)
+    for row in report["model"].values():
+        lo, hi = row["accuracy_ci95"]
+        assert lo <= row["accuracy"] <= hi
+        vs = row["vs_base"]
+        assert vs["only_model_right"] - vs["only_base_right"] == round((row["accuracy"] - base_acc) * n)
+        assert vs["sign_test_p"] == sign_test(vs["only_model_right"], vs["only_base_right"])
