@@ -72,7 +72,7 @@ for name in sys.argv[1:]:
         continue
     probes = json.loads(path.read_text())
     threshold = probes["recommended"]["threshold"]
-    row = probes["model"][f"{threshold:g}"] if f"{threshold:g}" in probes["model"] else probes["model"][str(threshold)]
+    row = probes["model"][str(threshold)]  # the report's keys are str() of the same floats
     meets = row["accuracy_vs_base"] >= 0.8 and row["tokens_per_forward"] >= 2
     ar = Path(f"/root/w-{name}/probes-ar.json")
     ar_note = ""
