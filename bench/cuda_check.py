@@ -36,6 +36,13 @@ REL_TOL = 1e-2
 # CPU (checking the reference itself against transformers, no GPU needed).
 DEV = os.environ.get("A2D_CHECK_DEVICE", "cuda")
 STARTED = time.time()
+# The stream GEMM schedule's tuning that the tiny checks run (stream, loads, blocks per SM; gemm.cuh).
+STREAM_TUNING = (1, 4, 2)
+
+
+def tuning_label(tuning):
+    stream, loads, blocks_per_sm = tuning
+    return f"{'stream' if stream else 'tile'} s{loads} b{blocks_per_sm}"
 
 
 class Shape(ctypes.Structure):
@@ -112,9 +119,11 @@ class Engine:
                       ctypes.byref(device), ctypes.byref(step))
         return device.value, step.value
 
-    def reconfigure(self, graphs, pdl, kernels=7, gemm_loads=-1, gemm_blocks_per_sm=-1):
-        self.lib.call("a2d_bench_reconfigure", self.handle, int(graphs), int(pdl), kernels, gemm_loads,
-                      gemm_blocks_per_sm)
+    def reconfigure(self, graphs, pdl, kernels=7, tuning=(-1, -1, -1)):
+        """tuning: (stream, loads, blocks per SM) of the GEMMs (gemm.cuh); -1 keeps the default."""
+        stream, loads, blocks_per_sm = tuning
+        self.lib.call("a2d_bench_reconfigure", self.handle, int(graphs), int(pdl), kernels, stream, loads,
+                      blocks_per_sm)
 
     def fill_kv(self, seed=1):
         self.lib.call("a2d_bench_fill_kv", self.handle, ctypes.c_ulonglong(seed))
@@ -265,16 +274,23 @@ def section_tiny(lib, out):
              for key, t in W.items()}  # the reference sees the values the engine receives
         engine = Engine(lib, cfg)
         engine.upload(W, dtypes, on_host)
-        gen = torch.Generator().manual_seed(7 + i)
-        rows = []
-        for prefix, commit, window in cases:
-            err, agree, conf_diff, self_agree, self_conf = check_case(engine, W, cfg, prefix, commit, window, gen)
-            rows.append(dict(prefix=prefix, commit=commit, window=window, rel_err=err, argmax_agree=agree,
-                             conf_diff=conf_diff, device_argmax_vs_own_logits=self_agree, device_conf_vs_own=self_conf))
-            log(f"  tiny {name:24s} P={prefix:5d} C={commit:2d} W={window:2d}: rel_err {err:.2e}  argmax agree "
-                f"{agree:.2f}  conf diff {conf_diff:.1e}  device argmax vs own logits {self_agree:.2f} ({self_conf:.1e})")
+        # Both GEMM schedules (gemm.cuh): tile per block (the default) and stream.
+        for schedule, tuning in (("tile", (-1, -1, -1)), ("stream", STREAM_TUNING)):
+            engine.reconfigure(True, True, 7, tuning)
+            gen = torch.Generator().manual_seed(7 + i)
+            rows = []
+            for prefix, commit, window in cases:
+                err, agree, conf_diff, self_agree, self_conf = check_case(engine, W, cfg, prefix, commit, window, gen)
+                rows.append(dict(prefix=prefix, commit=commit, window=window, rel_err=err, argmax_agree=agree,
+                                 conf_diff=conf_diff, device_argmax_vs_own_logits=self_agree, device_conf_vs_own=self_conf))
+                log(f"  tiny {name:24s} {schedule:6s} P={prefix:5d} C={commit:2d} W={window:2d}: rel_err {err:.2e}  "
+                    f"argmax agree {agree:.2f}  conf diff {conf_diff:.1e}  device argmax vs own logits {self_agree:.2f} "
+                    f"({self_conf:.1e})")
+            results[f"{name}/{schedule}"] = rows
         engine.close()
-        results[name] = rows
+    for schedule in ("tile", "stream"):
+        worst = max(r["rel_err"] for key, rows in results.items() if key.endswith("/" + schedule) for r in rows)
+        log(f"  tiny worst rel_err, {schedule} GEMMs: {worst:.2e} ({'PASS' if worst <= 1e-2 else 'FAIL'}: <= 1e-2)")
     return results
 
 
@@ -424,11 +440,11 @@ def copy_bandwidth():
     return 2 * 2 * n / (times[len(times) // 2] * 1e-3) / 1e12
 
 
-def profile_forward(engine, rows, kv, out, summary):
+def profile_forward(engine, rows, kv, out, summary, tuning=(-1, -1, -1)):
     """Kernel by kernel (CUPTI through torch.profiler; eager launches without PDL, so no kernel's time
     includes waiting for its predecessor): where a forward's time goes."""
     from torch.profiler import ProfilerActivity, profile
-    engine.reconfigure(False, False, 7)
+    engine.reconfigure(False, False, 7, tuning)
     engine.time(kv, 0, rows, rows, iterations=2)
     forwards = 5
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -440,12 +456,13 @@ def profile_forward(engine, rows, kv, out, summary):
             continue
         table.append((total / forwards, e.count // forwards, e.key))
     table.sort(reverse=True)
-    lines = [f"rows {rows} kv {kv}: us per forward, launches per forward, kernel"]
+    lines = [f"rows {rows} kv {kv} {tuning_label(tuning)}: us per forward, launches per forward, kernel"]
     lines += [f"{t:9.1f} {n:4d}  {name[:150]}" for t, n, name in table[:14]]
     lines.append(f"{sum(t for t, _, _ in table):9.1f}       all kernels")
     with open(os.path.join(out, "profile.txt"), "a") as fh:
         fh.write("\n".join(lines) + "\n\n")
-    summary.setdefault("profile", {})[f"rows{rows}_kv{kv}"] = [dict(us=t, launches=n, kernel=name) for t, n, name in table]
+    summary.setdefault("profile", {})[f"rows{rows}_kv{kv}_{tuning_label(tuning)}"] = [
+        dict(us=t, launches=n, kernel=name) for t, n, name in table]
     log("  " + "\n  ".join(lines))
     engine.reconfigure(True, True, 7)
 
@@ -468,20 +485,20 @@ def section_2b(lib, out, summary):
 
     # GEMM tuning (16-byte load pairs in flight per lane, split-K target blocks per SM): checked, then
     # timed GEMM-only.
-    tunings = [(4, 2), (4, 0), (8, 0), (4, 4), (8, 2)]
+    # (stream, loads, blocks per SM): the tile-per-block default, then the stream schedule's variants.
+    tunings = [(0, 4, 2), STREAM_TUNING, (1, 8, 2), (1, 4, 1)]
     checks = {}
-    for loads, bps in tunings[:2]:
-        engine.reconfigure(True, True, 7, loads, bps)
+    for tuning in tunings:
+        engine.reconfigure(True, True, 7, tuning)
         gen = torch.Generator().manual_seed(5)
         yard = []
         err, agree, conf_diff, self_agree, self_conf = check_case(engine, W, cfg, 1000, 4, 4, gen, yard)
-        checks[f"loads{loads}_bps{bps}"] = dict(rel_err=err, argmax_agree=agree, conf_diff=conf_diff,
-                                                 device_argmax_vs_own_logits=self_agree, device_conf_vs_own=self_conf,
-                                                 torch_bf16_rel_err=yard[0])
-        log(f"  2B P=1000 C=4 W=4 loads {loads} bps {bps}: rel_err {err:.2e} (PyTorch bf16 forward: {yard[0]:.2e}) "
+        checks[tuning_label(tuning)] = dict(rel_err=err, argmax_agree=agree, conf_diff=conf_diff,
+                                            device_argmax_vs_own_logits=self_agree, device_conf_vs_own=self_conf,
+                                            torch_bf16_rel_err=yard[0])
+        log(f"  2B P=1000 C=4 W=4 {tuning_label(tuning)}: rel_err {err:.2e} (PyTorch bf16 forward: {yard[0]:.2e}) "
             f"argmax agree {agree:.2f} conf diff {conf_diff:.1e} device argmax vs own {self_agree:.2f} ({self_conf:.1e})")
-    summary["check_2b"] = dict(prefix=1000, commit=4, window=4, **checks[f"loads{tunings[0][0]}_bps{tunings[0][1]}"],
-                               all=checks)
+    summary["check_2b"] = dict(prefix=1000, commit=4, window=4, **checks[tuning_label(tunings[0])], all=checks)
 
     engine.fill_kv()
     floor_bytes = stream_bytes(cfg)
@@ -501,33 +518,37 @@ def section_2b(lib, out, summary):
 
     for rows, kv in ((4, 1024), (4, 32768), (32, 1024)):
         profile_forward(engine, rows, kv, out, summary)
+    profile_forward(engine, 4, 1024, out, summary, STREAM_TUNING)
     for pdl in (1, 0):
         per_kernel = ctypes.c_double()
         lib.call("a2d_bench_launch_overhead", 300, pdl, ctypes.byref(per_kernel))
         summary[f"empty_kernel_us_pdl{pdl}"] = per_kernel.value
         log(f"  300 empty dependent kernels in one graph, pdl {pdl}: {per_kernel.value:.2f} us per kernel")
     best = None
-    for loads, bps in tunings:
-        engine.reconfigure(True, True, 1, loads, bps)
-        label = f"gemm-only s{loads} b{bps}"
+    for tuning in tunings:
+        engine.reconfigure(True, True, 1, tuning)
+        label = f"gemm-only {tuning_label(tuning)}"
         t4 = timed(label, 4, 1024)
         for rows in (8, 32):
             timed(label, rows, 1024)
+        engine.reconfigure(True, True, 7, tuning)
+        timed(f"graph+pdl {tuning_label(tuning)}", 4, 1024)
         if best is None or t4 < best[0]:
-            best = (t4, loads, bps)
-    _, loads, bps = best
-    summary["gemm_tuning_best"] = dict(loads=loads, blocks_per_sm=bps)
-    log(f"  best GEMM tuning at rows 4: loads {loads}, blocks/SM {bps}")
-    engine.reconfigure(True, True, 7, loads, bps)
+            best = (t4, tuning)
+    tuning = best[1]
+    name = tuning_label(tuning)
+    summary["gemm_tuning_best"] = dict(stream=tuning[0], loads=tuning[1], blocks_per_sm=tuning[2])
+    log(f"  best GEMM tuning at rows 4: {name}")
+    engine.reconfigure(True, True, 7, tuning)
     for rows in (1, 4, 8, 16, 32):
         for kv in (1024, 8192, 32768):
-            timed(f"graph+pdl s{loads} b{bps}", rows, kv)
+            timed(f"graph+pdl {name}", rows, kv)
     # RoPE in the QKV GEMM's epilogue (the default where the shape allows) against the separate rope
     # kernel, on a second engine with the same weights: the same logits up to rounding, then the time,
     # alternating between the two so that clock drift hits both alike.
     plain = Engine(lib, cfg, fuse_rope=False)
     plain.upload(W)
-    plain.reconfigure(True, True, 7, loads, bps)
+    plain.reconfigure(True, True, 7, tuning)
     err, agree, _, _, _ = check_case(plain, W, cfg, 1000, 4, 4, torch.Generator().manual_seed(5))
     summary["check_2b_rope_kernel"] = dict(rel_err=err, argmax_agree=agree)
     log(f"  2B P=1000 C=4 W=4 with the rope kernel: rel_err {err:.2e} argmax agree {agree:.2f}")
@@ -539,14 +560,14 @@ def section_2b(lib, out, summary):
                 timed(f"{label} r{round_}", rows, kv, on=e)
     plain.close()
     for label, graphs, pdl in (("graph", True, False), ("eager+pdl", False, True)):
-        engine.reconfigure(graphs, pdl, 7, loads, bps)
+        engine.reconfigure(graphs, pdl, 7, tuning)
         for rows in (4, 32):
-            timed(f"{label} s{loads} b{bps}", rows, 1024, 20 if graphs else 8)
-    engine.reconfigure(True, True, 2, loads, bps)
+            timed(f"{label} {name}", rows, 1024, 20 if graphs else 8)
+    engine.reconfigure(True, True, 2, tuning)
     for rows in (4, 8, 32):
         for kv in (1024, 8192, 32768):
             timed("attention-only", rows, kv)
-    engine.reconfigure(True, True, 7, loads, bps)
+    engine.reconfigure(True, True, 7, tuning)
     summary["timings_2b"] = timings
     engine.close()
     return W

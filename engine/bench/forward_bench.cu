@@ -121,14 +121,15 @@ int a2d_bench_finish(void* handle, double* times, char* error, int size) {
   });
 }
 
-// gemm_loads / gemm_blocks_per_sm: the GEMM tuning (gemm.cuh); negative keeps the default.
-int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int gemm_loads, int gemm_blocks_per_sm,
-                          char* error, int size) {
+// gemm_stream / gemm_loads / gemm_blocks_per_sm: the GEMM tuning (gemm.cuh); negative keeps the default.
+int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int gemm_stream, int gemm_loads,
+                          int gemm_blocks_per_sm, char* error, int size) {
   return guarded(error, size, [&] {
     ModelOptions options;
     options.graphs = graphs;
     options.pdl = pdl;
     options.kernels = static_cast<unsigned>(kernels);
+    if (gemm_stream >= 0) options.gemm.stream = gemm_stream != 0;
     if (gemm_loads >= 0) options.gemm.loads = gemm_loads;
     if (gemm_blocks_per_sm >= 0) options.gemm.blocks_per_sm = gemm_blocks_per_sm;
     static_cast<DeviceModel*>(handle)->reconfigure(options);

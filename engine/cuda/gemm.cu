@@ -32,6 +32,117 @@ __device__ __forceinline__ uint4 load_input_row(const GemmParams& p, int input_r
 
 constexpr int kChunkElements = kGemmTileRows * 32;  // one 32-column chunk of a tile: 1 KiB
 
+// The epilogue of one finished 16-row tile, run by a team of `team` threads (a whole block, or one warp of
+// the stream kernel), `rank` being this thread's index in it and `sync` the team's barrier: the bias, then
+// the epilogue's own work. tile_sum[r][t] holds row r of the tile for token column t; tile_scratch is a
+// second buffer of the same shape the epilogue may overwrite.
+template <GemmEpilogue kEpilogue, int kCols, typename Sync>
+__device__ __forceinline__ void tile_epilogue(const GemmParams& p, int tile, float (*tile_sum)[kCols + 1],
+                                              float (*tile_scratch)[kCols + 1], int active_cols, int rank, int team,
+                                              Sync sync) {
+  if (p.bias != nullptr) {
+    sync();
+    for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
+      const int r = e % kGemmTileRows;
+      const int row = tile * kGemmTileRows + r;
+      if (row < p.n_rows) tile_sum[r][e / kGemmTileRows] += __bfloat162float(p.bias[row]);
+    }
+  }
+  sync();
+
+  if constexpr (kEpilogue == GemmEpilogue::store_bf16) {
+    for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
+      const int r = e % kGemmTileRows, t = e / kGemmTileRows;
+      const int row = tile * kGemmTileRows + r;
+      if (row < p.n_out) p.out[static_cast<size_t>(t) * p.out_stride + row] = __float2bfloat16(tile_sum[r][t]);
+    }
+  } else if constexpr (kEpilogue == GemmEpilogue::silu_mul) {
+    // Tile rows 0..7 are gate rows i..i+7 and rows 8..15 the up rows of the same i.
+    for (int e = rank; e < 8 * active_cols; e += team) {
+      const int r = e % 8, t = e / 8;
+      const int i = tile * 8 + r;
+      if (i < p.n_out) {
+        const float gate = tile_sum[r][t];
+        const float up = tile_sum[r + 8][t];
+        p.out[static_cast<size_t>(t) * p.out_stride + i] = __float2bfloat16(gate / (1.f + __expf(-gate)) * up);
+      }
+    }
+  } else if constexpr (kEpilogue == GemmEpilogue::residual_add) {
+    for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
+      const int r = e % kGemmTileRows, t = e / kGemmTileRows;
+      const int row = tile * kGemmTileRows + r;
+      float square = 0.f;
+      if (row < p.n_out) {
+        float* h = p.residual_out + static_cast<size_t>(t) * p.out_stride + row;
+        const float v = *h + tile_sum[r][t];
+        *h = v;
+        square = v * v;
+      }
+      tile_scratch[r][t] = square;
+    }
+    sync();
+    for (int t = rank; t < active_cols; t += team) {
+      float sum = 0.f;
+#pragma unroll
+      for (int r = 0; r < kGemmTileRows; ++r) sum += tile_scratch[r][t];
+      p.ssq_out[tile * kMaxRows + t] = sum;
+    }
+  } else if constexpr (kEpilogue == GemmEpilogue::rope_qkv) {
+    const int first_row = tile * kGemmTileRows;
+    const int head = first_row / p.head_dim;
+    const int j = first_row % p.head_dim / kGemmTileRows;
+    const int cached = p.state->cached;
+    if (head < p.num_heads + p.num_kv_heads) {
+      // Tile rows r and r + 8 are the dims i = 8j + r and i + half of one q or k head.
+      const int half = p.head_dim / 2;
+      for (int e = rank; e < 8 * active_cols; e += team) {
+        const int r = e % 8, t = e / 8;
+        const int i = 8 * j + r;
+        const int position = cached + t;
+        const float x1 = tile_sum[r][t], x2 = tile_sum[r + 8][t];
+        const float2 cs = p.rope_table[static_cast<size_t>(position) * half + i];
+        bf16* out = head < p.num_heads
+                        ? p.q_out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim
+                        : p.k_cache + (static_cast<size_t>(head - p.num_heads) * p.max_context + position) * p.head_dim;
+        out[i] = __float2bfloat16(x1 * cs.x - x2 * cs.y);
+        out[i + half] = __float2bfloat16(x2 * cs.x + x1 * cs.y);
+      }
+    } else {
+      const int kv_head = head - p.num_heads - p.num_kv_heads;
+      for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
+        const int r = e % kGemmTileRows, t = e / kGemmTileRows;
+        p.v_cache[(static_cast<size_t>(kv_head) * p.max_context + cached + t) * p.head_dim + j * kGemmTileRows + r] =
+            __float2bfloat16(tile_sum[r][t]);
+      }
+    }
+  } else {
+    if (p.state->write_logits) {
+      for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
+        const int r = e % kGemmTileRows, t = e / kGemmTileRows;
+        const int row = tile * kGemmTileRows + r;
+        if (row < p.n_out) p.logits[static_cast<size_t>(t) * p.out_stride + row] = tile_sum[r][t];
+      }
+    }
+    for (int t = rank; t < active_cols; t += team) {
+      float best = -INFINITY;
+      int index = -1;
+      for (int r = 0; r < kGemmTileRows; ++r) {
+        const int row = tile * kGemmTileRows + r;
+        if (row < p.n_out && row != p.mask_token_id && tile_sum[r][t] > best) {
+          best = tile_sum[r][t];
+          index = row;
+        }
+      }
+      float sum = 0.f;
+      for (int r = 0; r < kGemmTileRows; ++r) {
+        const int row = tile * kGemmTileRows + r;
+        if (row < p.n_out && row != p.mask_token_id) sum += __expf(tile_sum[r][t] - best);
+      }
+      p.argmax_out[tile * kMaxRows + t] = ArgmaxPartial{best, index < 0 ? 0.f : sum, index};
+    }
+  }
+}
+
 // One block: one 16-row tile of the weight over its split's K range, which is contiguous in the tiled
 // layout. The 8 warps take interleaved chunks; each lane keeps kLoads pairs of 16-byte weight loads in
 // flight (every warp load instruction reads 512 contiguous bytes), then multiplies them with the
@@ -148,159 +259,295 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
     }
     if (threadIdx.x == 0) p.split_counters[tile] = 0;
   }
-  if (p.bias != nullptr) {
-    __syncthreads();
-    for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += blockDim.x) {
-      const int r = e % kGemmTileRows;
-      const int row = tile * kGemmTileRows + r;
-      if (row < p.n_rows) partial[0][r][e / kGemmTileRows] += __bfloat162float(p.bias[row]);
+  tile_epilogue<kEpilogue, kCols>(p, tile, partial[0], partial[1], active_cols, threadIdx.x, blockDim.x,
+                                 [] { __syncthreads(); });
+}
+
+// Persistent schedule (GemmTuning::stream): a grid of as many blocks as stay resident. The work is cut into
+// units, one K split of one tile (splits chosen on the host so that units are at least 32 chunks and a few
+// per block), and block b takes units b, b + G, b + 2G, ... (G blocks), so the blocks at work read
+// neighbouring units, as a grid of one block per unit would. Within a block, warp w < 8 takes chunks w,
+// w + 8, ... of each of its units in turn and keeps kDepth chunks (kDepth KiB) in flight in registers
+// without a break between units: a chunk's loads are issued as soon as the one kDepth before it is
+// multiplied, whichever unit either belongs to. At the end of a unit a warp leaves its partial sums in a
+// shared slot and streams on. A ninth warp does nothing but the epilogues: it waits for the 8 partials of
+// each unit in turn, sums them in warp order, merges the splits of a tile as the tile-per-block kernel
+// does (the last split to finish adds all of them in split order, so results are deterministic) and runs
+// the tile's epilogue. A streaming warp waits only when the epilogue warp is kSlots units behind, and it
+// never runs a memory fence (a fence waits for the loads in flight): the slots are handed over with named
+// barriers, which order shared memory without that wait.
+constexpr int kStreamThreads = (kGemmWarps + 1) * 32;
+
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kStreamThreads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(kStreamThreads) : "memory");
+}
+
+template <int kTiles, GemmInput kInput, GemmEpilogue kEpilogue, int kDepth>
+__global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __grid_constant__ GemmParams p) {
+  constexpr int kCols = kTiles * 8;
+  constexpr int kSlots = kTiles <= 2 ? 4 : 2;  // what fits in 48 KiB of static shared memory
+  __shared__ float partial[kSlots][kGemmWarps][kGemmTileRows][kCols + 1];
+  __shared__ float row_scale[kCols];
+  __shared__ bool last_split;
+  // Slot i is full once barrier 1 + i completes (8 streaming warps arrive, the epilogue warp waits) and
+  // empty again once barrier 1 + kSlots + i completes (the epilogue warp arrives, the streaming warps wait).
+  auto full = [](int slot) { return 1 + slot; };
+  auto empty = [](int slot) { return 1 + kSlots + slot; };
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int c = lane % 4;
+  const int chunks = (p.k + 31) / 32;
+  const int units = ceil_div(p.n_rows, kGemmTileRows) * p.splits;
+  const int mine = units > static_cast<int>(blockIdx.x) ? ceil_div(units - blockIdx.x, gridDim.x) : 0;
+  const bool streaming = warp < kGemmWarps;
+  // Unit i of this block: its tile and chunk range within the tile.
+  auto unit_tile = [&](int i) { return (blockIdx.x + i * gridDim.x) / p.splits; };
+  auto unit_begin = [&](int i) { return (blockIdx.x + i * gridDim.x) % p.splits * p.chunks_per_split; };
+  auto unit_end = [&](int i) { return min(unit_begin(i) + p.chunks_per_split, chunks); };
+
+  // This warp's chunks of unit i: its first chunk's weights and k, and how many (every 8th of the range).
+  struct Cursor {
+    int unit;
+    int left;  // chunks left in the unit
+    const bf16* weight;
+    int k;
+  };
+  auto enter = [&](Cursor& at, int i) {
+    at.unit = i;
+    if (i >= mine) {
+      at.left = 0;
+      return;
+    }
+    const int first = unit_begin(i) + warp;
+    at.left = max(0, ceil_div(unit_end(i) - first, kGemmWarps));
+    at.weight = p.weight + (static_cast<size_t>(unit_tile(i)) * chunks + first) * kChunkElements + lane * 8;
+    at.k = first * 32 + c * 8;
+  };
+  // The cursor moves by one chunk per step, the per-unit work only where a unit ends (at most once a step).
+  auto step = [&](Cursor& at) {
+    at.weight += kGemmWarps * kChunkElements;
+    at.k += kGemmWarps * 32;
+    --at.left;
+  };
+  int my_chunks = 0;
+  for (int i = 0; i < mine; ++i) my_chunks += max(0, ceil_div(unit_end(i) - unit_begin(i) - warp, kGemmWarps));
+  Cursor loading;
+  enter(loading, 0);
+  uint4 wa[kDepth], wb[kDepth];
+  auto load = [&](int d) {
+    while (loading.left == 0 && loading.unit < mine) enter(loading, loading.unit + 1);
+    wa[d] = load_stream16(loading.weight);
+    wb[d] = load_stream16(loading.weight + kChunkElements / 2);
+    step(loading);
+  };
+  if (streaming) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      if (d < my_chunks) load(d);
+    }
+  }
+  const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
+  wait_for_previous_grid();
+  if (rows <= 0 || mine == 0) return;
+  auto input_row = [&](int t) { return p.use_row_map ? p.state->logit_rows[t] : t; };
+  if constexpr (kInput == GemmInput::rmsnorm_residual) {
+    for (int t = warp; t < min(rows, kCols); t += kGemmWarps + 1) {
+      const int r = input_row(t);
+      float sum = 0.f;
+      for (int part = lane; part < p.ssq_in_parts; part += 32) sum += p.ssq_in[part * kMaxRows + r];
+      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      if (lane == 0) row_scale[t] = rsqrtf(sum / static_cast<float>(p.k) + p.norm_eps);
     }
   }
   __syncthreads();
+  const int active_cols = min(rows, kCols);
 
-  if constexpr (kEpilogue == GemmEpilogue::store_bf16) {
-    for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += blockDim.x) {
-      const int r = e % kGemmTileRows, t = e / kGemmTileRows;
-      const int row = tile * kGemmTileRows + r;
-      if (row < p.n_out) p.out[static_cast<size_t>(t) * p.out_stride + row] = __float2bfloat16(partial[0][r][t]);
-    }
-  } else if constexpr (kEpilogue == GemmEpilogue::silu_mul) {
-    // Tile rows 0..7 are gate rows i..i+7 and rows 8..15 the up rows of the same i.
-    for (int e = threadIdx.x; e < 8 * active_cols; e += blockDim.x) {
-      const int r = e % 8, t = e / 8;
-      const int i = tile * 8 + r;
-      if (i < p.n_out) {
-        const float gate = partial[0][r][t];
-        const float up = partial[0][r + 8][t];
-        p.out[static_cast<size_t>(t) * p.out_stride + i] = __float2bfloat16(gate / (1.f + __expf(-gate)) * up);
-      }
-    }
-  } else if constexpr (kEpilogue == GemmEpilogue::residual_add) {
-    for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += blockDim.x) {
-      const int r = e % kGemmTileRows, t = e / kGemmTileRows;
-      const int row = tile * kGemmTileRows + r;
-      float square = 0.f;
-      if (row < p.n_out) {
-        float* h = p.residual_out + static_cast<size_t>(t) * p.out_stride + row;
-        const float v = *h + partial[0][r][t];
-        *h = v;
-        square = v * v;
-      }
-      partial[1][r][t] = square;
-    }
-    __syncthreads();
-    for (int t = threadIdx.x; t < active_cols; t += blockDim.x) {
-      float sum = 0.f;
+  if (!streaming) {
+    // The epilogue warp. It loads no weights, so the next kernel may be scheduled as far as it is concerned.
+    allow_next_grid();
+    for (int i = 0; i < mine; ++i) {
+      const int slot = i % kSlots;
+      const int tile = unit_tile(i);
+      named_barrier_sync(full(slot));
+      float (*sums)[kCols + 1] = partial[slot][0];
+      for (int e = lane; e < kGemmTileRows * active_cols; e += 32) {
+        const int r = e % kGemmTileRows, t = e / kGemmTileRows;
+        float sum = 0.f;
 #pragma unroll
-      for (int r = 0; r < kGemmTileRows; ++r) sum += partial[1][r][t];
-      p.ssq_out[tile * kMaxRows + t] = sum;
-    }
-  } else if constexpr (kEpilogue == GemmEpilogue::rope_qkv) {
-    const int first_row = tile * kGemmTileRows;
-    const int head = first_row / p.head_dim;
-    const int j = first_row % p.head_dim / kGemmTileRows;
-    const int cached = p.state->cached;
-    if (head < p.num_heads + p.num_kv_heads) {
-      // Tile rows r and r + 8 are the dims i = 8j + r and i + half of one q or k head.
-      const int half = p.head_dim / 2;
-      for (int e = threadIdx.x; e < 8 * active_cols; e += blockDim.x) {
-        const int r = e % 8, t = e / 8;
-        const int i = 8 * j + r;
-        const int position = cached + t;
-        const float x1 = partial[0][r][t], x2 = partial[0][r + 8][t];
-        const float2 cs = p.rope_table[static_cast<size_t>(position) * half + i];
-        bf16* out = head < p.num_heads
-                        ? p.q_out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim
-                        : p.k_cache + (static_cast<size_t>(head - p.num_heads) * p.max_context + position) * p.head_dim;
-        out[i] = __float2bfloat16(x1 * cs.x - x2 * cs.y);
-        out[i + half] = __float2bfloat16(x2 * cs.x + x1 * cs.y);
+        for (int w = 0; w < kGemmWarps; ++w) sum += partial[slot][w][r][t];
+        sums[r][t] = sum;
       }
-    } else {
-      const int kv_head = head - p.num_heads - p.num_kv_heads;
-      for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += blockDim.x) {
-        const int r = e % kGemmTileRows, t = e / kGemmTileRows;
-        p.v_cache[(static_cast<size_t>(kv_head) * p.max_context + cached + t) * p.head_dim + j * kGemmTileRows + r] =
-            __float2bfloat16(partial[0][r][t]);
-      }
-    }
-  } else {
-    if (p.state->write_logits) {
-      for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += blockDim.x) {
-        const int r = e % kGemmTileRows, t = e / kGemmTileRows;
-        const int row = tile * kGemmTileRows + r;
-        if (row < p.n_out) p.logits[static_cast<size_t>(t) * p.out_stride + row] = partial[0][r][t];
-      }
-    }
-    for (int t = threadIdx.x; t < active_cols; t += blockDim.x) {
-      float best = -INFINITY;
-      int index = -1;
-      for (int r = 0; r < kGemmTileRows; ++r) {
-        const int row = tile * kGemmTileRows + r;
-        if (row < p.n_out && row != p.mask_token_id && partial[0][r][t] > best) {
-          best = partial[0][r][t];
-          index = row;
+      __syncwarp();
+      bool finish = true;
+      if (p.splits > 1) {
+        float* tile_partials = p.split_partials + static_cast<size_t>(tile) * p.splits * kMaxRows * kGemmTileRows;
+        float* own = tile_partials + static_cast<size_t>((blockIdx.x + i * gridDim.x) % p.splits) * kMaxRows * kGemmTileRows;
+        for (int e = lane; e < kGemmTileRows * active_cols; e += 32) own[e] = sums[e % kGemmTileRows][e / kGemmTileRows];
+        __threadfence();
+        __syncwarp();
+        if (lane == 0) last_split = atomicAdd(&p.split_counters[tile], 1u) == static_cast<unsigned>(p.splits - 1);
+        __syncwarp();
+        finish = last_split;
+        if (finish) {
+          __threadfence();
+          for (int e = lane; e < kGemmTileRows * active_cols; e += 32) {
+            float sum = 0.f;
+            for (int split = 0; split < p.splits; ++split) {
+              sum += __ldcg(tile_partials + static_cast<size_t>(split) * kMaxRows * kGemmTileRows + e);
+            }
+            sums[e % kGemmTileRows][e / kGemmTileRows] = sum;
+          }
+          if (lane == 0) p.split_counters[tile] = 0;
         }
       }
-      float sum = 0.f;
-      for (int r = 0; r < kGemmTileRows; ++r) {
-        const int row = tile * kGemmTileRows + r;
-        if (row < p.n_out && row != p.mask_token_id) sum += __expf(partial[0][r][t] - best);
+      if (finish) {
+        tile_epilogue<kEpilogue, kCols>(p, tile, sums, partial[slot][1], active_cols, lane, 32, [] { __syncwarp(); });
       }
-      p.argmax_out[tile * kMaxRows + t] = ArgmaxPartial{best, index < 0 ? 0.f : sum, index};
+      __syncwarp();
+      if (i + kSlots < mine) named_barrier_arrive(empty(slot));
     }
+    return;
+  }
+
+  float acc[kTiles][4];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  int unit = 0;  // the unit acc belongs to
+  // Leaves acc (this warp's part of the unit) in the unit's slot for the epilogue warp.
+  auto finish_unit = [&] {
+    const int slot = unit % kSlots;
+    if (unit >= kSlots) named_barrier_sync(empty(slot));
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      partial[slot][warp][g][j * 8 + 2 * c] = acc[j][0];
+      partial[slot][warp][g][j * 8 + 2 * c + 1] = acc[j][1];
+      partial[slot][warp][g + 8][j * 8 + 2 * c] = acc[j][2];
+      partial[slot][warp][g + 8][j * 8 + 2 * c + 1] = acc[j][3];
+      acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    }
+    named_barrier_arrive(full(slot));
+    ++unit;
+  };
+
+  // The compute side walks the same chunks as the loads, kDepth behind.
+  Cursor computing;
+  enter(computing, 0);
+  for (int n = 0; n < my_chunks; n += kDepth) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      if (n + d >= my_chunks) break;
+      while (computing.left == 0) {
+        finish_unit();
+        enter(computing, computing.unit + 1);
+      }
+      const int k = computing.k;
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        if (j * 8 >= rows) break;
+        const int t = min(j * 8 + g, rows - 1);
+        const float scale = kInput == GemmInput::rmsnorm_residual ? row_scale[t] : 1.f;
+        const uint4 xv = load_input_row<kInput>(p, input_row(t), k, scale);
+        mma_bf16_16816(acc[j], wa[d].x, wb[d].x, wa[d].y, wb[d].y, xv.x, xv.y);
+        mma_bf16_16816(acc[j], wa[d].z, wb[d].z, wa[d].w, wb[d].w, xv.z, xv.w);
+      }
+      step(computing);
+      if (n + d + kDepth < my_chunks) load(d);
+    }
+  }
+  allow_next_grid();
+  while (unit < mine) finish_unit();
+}
+
+template <bool kStream, int kTiles, int kLoads, GemmInput kInput, GemmEpilogue kEpilogue>
+void launch_kernel(const GemmParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
+  if constexpr (kStream) {
+    launch(gemm_stream_kernel<kTiles, kInput, kEpilogue, kLoads>, grid, dim3(kStreamThreads), 0, stream, pdl, p);
+  } else {
+    launch(gemm_kernel<kTiles, kInput, kEpilogue, kLoads>, grid, dim3(kGemmWarps * 32), 0, stream, pdl, p);
   }
 }
 
-template <int kTiles, int kLoads>
-void launch_gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, cudaStream_t stream, bool pdl) {
-  const dim3 grid(ceil_div(params.n_rows, kGemmTileRows), params.splits);
-  const dim3 block(kGemmWarps * 32);
+template <bool kStream, int kTiles, int kLoads>
+void launch_gemm(const GemmParams& p, GemmInput input, GemmEpilogue epilogue, dim3 grid, cudaStream_t stream, bool pdl) {
   using In = GemmInput;
   using Ep = GemmEpilogue;
   if (input == In::rmsnorm_residual && epilogue == Ep::store_bf16) {
-    launch(gemm_kernel<kTiles, In::rmsnorm_residual, Ep::store_bf16, kLoads>, grid, block, 0, stream, pdl, params);
+    launch_kernel<kStream, kTiles, kLoads, In::rmsnorm_residual, Ep::store_bf16>(p, grid, stream, pdl);
   } else if (input == In::rmsnorm_residual && epilogue == Ep::silu_mul) {
-    launch(gemm_kernel<kTiles, In::rmsnorm_residual, Ep::silu_mul, kLoads>, grid, block, 0, stream, pdl, params);
+    launch_kernel<kStream, kTiles, kLoads, In::rmsnorm_residual, Ep::silu_mul>(p, grid, stream, pdl);
   } else if (input == In::rmsnorm_residual && epilogue == Ep::rope_qkv) {
-    launch(gemm_kernel<kTiles, In::rmsnorm_residual, Ep::rope_qkv, kLoads>, grid, block, 0, stream, pdl, params);
+    launch_kernel<kStream, kTiles, kLoads, In::rmsnorm_residual, Ep::rope_qkv>(p, grid, stream, pdl);
   } else if (input == In::rmsnorm_residual && epilogue == Ep::logits) {
-    launch(gemm_kernel<kTiles, In::rmsnorm_residual, Ep::logits, kLoads>, grid, block, 0, stream, pdl, params);
+    launch_kernel<kStream, kTiles, kLoads, In::rmsnorm_residual, Ep::logits>(p, grid, stream, pdl);
   } else if (input == In::bf16_rows && epilogue == Ep::residual_add) {
-    launch(gemm_kernel<kTiles, In::bf16_rows, Ep::residual_add, kLoads>, grid, block, 0, stream, pdl, params);
+    launch_kernel<kStream, kTiles, kLoads, In::bf16_rows, Ep::residual_add>(p, grid, stream, pdl);
   } else if (input == In::bf16_rows && epilogue == Ep::store_bf16) {
-    launch(gemm_kernel<kTiles, In::bf16_rows, Ep::store_bf16, kLoads>, grid, block, 0, stream, pdl, params);
+    launch_kernel<kStream, kTiles, kLoads, In::bf16_rows, Ep::store_bf16>(p, grid, stream, pdl);
   } else {
     throw std::runtime_error("gemm: unsupported input/epilogue combination");
   }
 }
 
-}  // namespace
-
-GemmSplit gemm_split(int n_rows, int k, const GemmTuning& tuning) {
-  const int chunks = ceil_div(k, 32);
-  const int round = tuning.loads * kGemmWarps;  // chunks one block streams per round of loads
-  const int rounds = ceil_div(chunks, round);
-  const int tiles = ceil_div(n_rows, kGemmTileRows);
-  const int splits = tuning.blocks_per_sm <= 0 ? 1 : std::min(rounds, ceil_div(tuning.blocks_per_sm * tuning.sm_count, tiles));
-  if (splits <= 1) return {1, chunks};
-  // Whole rounds per split, and no empty split.
-  const int per_split = ceil_div(rounds, splits) * round;
-  return {ceil_div(chunks, per_split), per_split};
+template <int kLoads>
+void dispatch_rows(const GemmParams& p, const GemmPlan& plan, GemmInput input, GemmEpilogue epilogue, int max_rows,
+                   cudaStream_t stream, bool pdl) {
+  const dim3 grid(plan.blocks, plan.stream ? 1 : plan.splits);
+  if (plan.stream) {
+    switch (ceil_div(max_rows, 8)) {
+      case 1: return launch_gemm<true, 1, kLoads>(p, input, epilogue, grid, stream, pdl);
+      case 2: return launch_gemm<true, 2, kLoads>(p, input, epilogue, grid, stream, pdl);
+      case 3: return launch_gemm<true, 3, kLoads>(p, input, epilogue, grid, stream, pdl);
+      default: return launch_gemm<true, 4, kLoads>(p, input, epilogue, grid, stream, pdl);
+    }
+  }
+  switch (ceil_div(max_rows, 8)) {
+    case 1: return launch_gemm<false, 1, kLoads>(p, input, epilogue, grid, stream, pdl);
+    case 2: return launch_gemm<false, 2, kLoads>(p, input, epilogue, grid, stream, pdl);
+    case 3: return launch_gemm<false, 3, kLoads>(p, input, epilogue, grid, stream, pdl);
+    case 4: return launch_gemm<false, 4, kLoads>(p, input, epilogue, grid, stream, pdl);
+    case 5: return launch_gemm<false, 5, kLoads>(p, input, epilogue, grid, stream, pdl);
+    case 6: return launch_gemm<false, 6, kLoads>(p, input, epilogue, grid, stream, pdl);
+    case 7: return launch_gemm<false, 7, kLoads>(p, input, epilogue, grid, stream, pdl);
+    default: return launch_gemm<false, 8, kLoads>(p, input, epilogue, grid, stream, pdl);
+  }
 }
 
-template <int kLoads>
-void dispatch_rows(const GemmParams& p, GemmInput input, GemmEpilogue epilogue, int max_rows, cudaStream_t stream,
-                   bool pdl) {
-  switch (ceil_div(max_rows, 8)) {
-    case 1: return launch_gemm<1, kLoads>(p, input, epilogue, stream, pdl);
-    case 2: return launch_gemm<2, kLoads>(p, input, epilogue, stream, pdl);
-    case 3: return launch_gemm<3, kLoads>(p, input, epilogue, stream, pdl);
-    case 4: return launch_gemm<4, kLoads>(p, input, epilogue, stream, pdl);
-    case 5: return launch_gemm<5, kLoads>(p, input, epilogue, stream, pdl);
-    case 6: return launch_gemm<6, kLoads>(p, input, epilogue, stream, pdl);
-    case 7: return launch_gemm<7, kLoads>(p, input, epilogue, stream, pdl);
-    default: return launch_gemm<8, kLoads>(p, input, epilogue, stream, pdl);
+}  // namespace
+
+GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning) {
+  const int chunks = ceil_div(k, 32);
+  const int tiles = ceil_div(n_rows, kGemmTileRows);
+  GemmPlan plan;
+  if (tuning.stream && ceil_div(max_rows, 8) <= kGemmStreamMaxTiles) {
+    // Units of at least 32 chunks (so the epilogue warp keeps up), about four per block where K allows.
+    const int blocks = std::max(1, tuning.blocks_per_sm) * tuning.sm_count;
+    const int splits = std::max(1, std::min(ceil_div(4 * blocks, tiles), chunks / 32));
+    plan.stream = true;
+    plan.chunks_per_split = ceil_div(chunks, splits);
+    plan.splits = ceil_div(chunks, plan.chunks_per_split);
+    plan.blocks = std::min(blocks, tiles * plan.splits);
+    if (plan.splits > 1) plan.scratch_floats = static_cast<size_t>(tiles) * plan.splits * kMaxRows * kGemmTileRows;
+    return plan;
   }
+  const int round = tuning.loads * kGemmWarps;  // chunks one block streams per round of loads
+  const int rounds = ceil_div(chunks, round);
+  const int splits = tuning.blocks_per_sm <= 0 ? 1 : std::min(rounds, ceil_div(tuning.blocks_per_sm * tuning.sm_count, tiles));
+  plan.blocks = tiles;
+  if (splits <= 1) {
+    plan.splits = 1;
+    plan.chunks_per_split = chunks;
+    return plan;
+  }
+  // Whole rounds per split, and no empty split.
+  plan.chunks_per_split = ceil_div(rounds, splits) * round;
+  plan.splits = ceil_div(chunks, plan.chunks_per_split);
+  if (plan.splits > 1) plan.scratch_floats = static_cast<size_t>(tiles) * plan.splits * kMaxRows * kGemmTileRows;
+  return plan;
 }
 
 void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int max_rows, const GemmTuning& tuning,
@@ -308,15 +555,15 @@ void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int 
   if (params.k % 8 != 0) throw std::runtime_error("gemm: k must be a multiple of 8, got " + std::to_string(params.k));
   if (max_rows < 1 || max_rows > kMaxRows) throw std::runtime_error("gemm: max_rows out of range");
   GemmParams p = params;
-  const GemmSplit split = gemm_split(p.n_rows, p.k, tuning);
-  p.splits = split.splits;
-  p.chunks_per_split = split.chunks_per_split;
-  if (p.splits > 1 && (p.split_partials == nullptr || p.split_counters == nullptr)) {
+  const GemmPlan plan = gemm_plan(p.n_rows, p.k, max_rows, tuning);
+  p.splits = plan.splits;
+  p.chunks_per_split = plan.chunks_per_split;
+  if (plan.scratch_floats > 0 && (p.split_partials == nullptr || p.split_counters == nullptr)) {
     throw std::logic_error("gemm: split K without scratch");
   }
   switch (tuning.loads) {
-    case 4: return dispatch_rows<4>(p, input, epilogue, max_rows, stream, pdl);
-    case 8: return dispatch_rows<8>(p, input, epilogue, max_rows, stream, pdl);
+    case 4: return dispatch_rows<4>(p, plan, input, epilogue, max_rows, stream, pdl);
+    case 8: return dispatch_rows<8>(p, plan, input, epilogue, max_rows, stream, pdl);
     default: throw std::runtime_error("gemm: loads must be 4 or 8");
   }
 }

@@ -29,16 +29,29 @@ constexpr int kGemmTileRows = 16;
 constexpr int kGemmWarps = 8;
 
 struct GemmTuning {
-  int loads = 4;          // pairs of 16-byte weight loads per lane in flight: 4 or 8
-  int blocks_per_sm = 2;  // split K until a GEMM has about this many blocks per SM (0: never split)
+  // Tile per block (false): a grid of one block per 16-row tile (and per K split); each lane keeps
+  // `loads` pairs of 16-byte weight loads in flight, and K is split until a GEMM has about
+  // `blocks_per_sm` blocks per SM (0: never split).
+  // Stream (true): a persistent grid of `blocks_per_sm` blocks per SM, each streaming its units (K splits
+  // of tiles) with `loads` chunks (KiB) per warp in flight across unit boundaries and a ninth warp for the
+  // epilogues (gemm.cu); up to kGemmStreamMaxTiles * 8 rows, more rows take the tile-per-block kernel.
+  // Measured slower than tile per block on the H200 (bench/NOTES.md, runs 17-21): an option, not the default.
+  bool stream = false;
+  int loads = 4;  // 4 or 8
+  int blocks_per_sm = 2;
   int sm_count = 132;
 };
+constexpr int kGemmStreamMaxTiles = 4;
 
-struct GemmSplit {
-  int splits;            // blocks per tile along K
-  int chunks_per_split;  // 32-column chunks each of them covers
+// How one GEMM launches under a tuning, and the split scratch it needs.
+struct GemmPlan {
+  bool stream = false;
+  int blocks = 0;            // grid.x: tiles, or the stream kernel's resident blocks
+  int splits = 1;            // tile per block: blocks per tile along K
+  int chunks_per_split = 0;  // 32-column chunks each split covers
+  size_t scratch_floats = 0;
 };
-GemmSplit gemm_split(int n_rows, int k, const GemmTuning& tuning);
+GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning);
 
 // Per-tile partials of the logits epilogue: max logit, sum of exp(logit - max), argmax.
 struct ArgmaxPartial {

@@ -272,9 +272,8 @@ void DeviceModel::prepare_gemm_scratch() {
                                         {gate_up_rows_, s.hidden}, {s.hidden, s.intermediate}, {s.vocab, s.hidden}};
   size_t needed = 0;
   for (const auto& [rows, k] : shapes) {
-    const GemmSplit split = gemm_split(rows, k, options_.gemm);
-    if (split.splits > 1) {
-      needed = std::max(needed, size_t(ceil_div(rows, kGemmTileRows)) * split.splits * kMaxRows * kGemmTileRows);
+    for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
+      needed = std::max(needed, gemm_plan(rows, k, bucket * 8, options_.gemm).scratch_floats);
     }
   }
   if (needed <= gemm_split_floats_) return;
