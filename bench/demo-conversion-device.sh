@@ -43,7 +43,8 @@ fi
 # /root/vout/name/ without the delta's weights, packed at the end into OUT/variants.tar.gz (a call returns
 # at most 8 files). With PROBES=1 each variant is probed and exported; then the one
 # that the probes rank first (meets >= 80 % of the base's accuracy at >= 2 tokens/forward at its
-# recommended threshold, then accuracy there, then tokens/forward) has its delta's weights copied to OUT.
+# recommended threshold, then accuracy there, then tokens/forward: `a2d_convert rank-probes`) has its delta's
+# weights copied to OUT.
 DATA_ONLY=1 bash convert/recipes/demo-conversion.sh 2>&1 | tee -a "$OUT/log.txt" || status=$?
 [ "$status" = 0 ] || exit "$status"
 IFS=';' read -r -a variants <<< "$VARIANTS"
@@ -61,29 +62,15 @@ done
 for i in "${!pids[@]}"; do wait "${pids[$i]}" || echo "variant ${names[$i]} exited with $?" | tee -a "$OUT/log.txt"; done
 for name in "${names[@]}"; do echo "== $name"; grep -E '^==|"step"' "/root/vout/$name/log.txt" | tail -4; done | tee -a "$OUT/log.txt"
 if [ "$PROBES" = 1 ]; then
-  best=$(python3 - "${names[@]}" <<'PY'
-import json, sys
-from pathlib import Path
-ranked = []
-for name in sys.argv[1:]:
-    path = Path(f"/root/w-{name}/probes.json")
-    if not path.is_file():
-        print(f"{name}: no probes", file=sys.stderr)
-        continue
-    probes = json.loads(path.read_text())
-    threshold = probes["recommended"]["threshold"]
-    row = probes["model"][str(threshold)]  # the report's keys are str() of the same floats
-    meets = row["accuracy_vs_base"] >= 0.8 and row["tokens_per_forward"] >= 2
-    ar = Path(f"/root/w-{name}/probes-ar.json")
-    ar_note = ""
-    if ar.is_file():
-        ar_row = next(iter(json.loads(ar.read_text())["model"].values()))
-        ar_note = f"; as a plain AR model (block size 1) accuracy {ar_row['accuracy']:.3f}, agreement {ar_row['agreement']:.2f}"
-    print(f"{name}: threshold {threshold}, accuracy {row['accuracy']:.3f} ({row['accuracy_vs_base']:.2f} of the base), {row['tokens_per_forward']:.2f} tokens/forward{ar_note}", file=sys.stderr)
-    ranked.append(((meets, round(row["accuracy"], 4), row["tokens_per_forward"]), name))
-print(max(ranked)[1] if ranked else "")
-PY
-  )
+  reports=()
+  for name in "${names[@]}"; do
+    if [ -f "/root/w-$name/probes.json" ]; then reports+=("/root/w-$name/probes.json"); else echo "$name: no probes"; fi
+  done
+  best=""
+  if [ "${#reports[@]}" -gt 0 ]; then
+    best=$(python3 -m a2d_convert rank-probes "${reports[@]}" 2> >(tee -a "$OUT/log.txt" >&2)) || best=""
+    best=${best%/probes.json}; best=${best#/root/w-}
+  fi
   echo "== chosen by the probes: ${best:-none}" | tee -a "$OUT/log.txt"
   if [ -n "$best" ] && [ -f "/root/w-$best/delta/delta.safetensors" ]; then
     split -b 15000000 -d "/root/w-$best/delta/delta.safetensors" "$OUT/delta.safetensors.part-"

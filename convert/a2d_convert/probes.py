@@ -25,6 +25,7 @@ import random
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ from typing import Any
 from tqdm import tqdm
 
 from . import lineage as lin
-from .config import write_json
+from .config import read_json, write_json
 from .errors import A2DError
 
 CHECKS = ("number", "choice", "contains", "exact", "math")
@@ -432,6 +433,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", type=Path, required=True, help="JSON report to write")
     p.add_argument("--details", type=Path, help="also write every answer as JSONL")
     p.set_defaults(run=run)
+    add_rank_parser(subparsers)
 
 
 def run(args) -> int:
@@ -464,4 +466,63 @@ def run(args) -> int:
     write_json(args.out, report)
     summary = {t: {"accuracy": r["accuracy"], "tokens_per_forward": r["tokens_per_forward"]} for t, r in report["model"].items()}
     print(json.dumps({"base_accuracy": report.get("base", {}).get("accuracy"), "model": summary, "recommended": report.get("recommended"), **({"diagnostic": report["diagnostic"]} if "diagnostic" in report else {})}, indent=2))
+    return 0
+
+
+# ---------------------------------------------------------------------------------- ranking of reports
+
+# What a converted model must reach at its recommended threshold (the demo model's goal).
+GOAL_VS_BASE = 0.8
+GOAL_TOKENS_PER_FORWARD = 2.0
+
+
+def rank_reports(paths: list[Path]) -> list[dict[str, Any]]:
+    """Probe reports of candidate models (training variants, checkpoints of one run), best first: those that
+    meet the goal at their recommended threshold, then accuracy there, then tokens per forward. A
+    `probes-ar.json` beside a report (the same probes at block size 1) adds its accuracy and agreement."""
+    ranked = []
+    for path in paths:
+        report = read_json(path)
+        if "recommended" not in report:
+            raise A2DError(f"{path}: a report without a recommended threshold (a diagnostic?) cannot be ranked")
+        threshold = report["recommended"]["threshold"]
+        row = report["model"][str(threshold)]  # the report's keys are str() of the same floats
+        entry = {
+            "path": str(path),
+            "threshold": threshold,
+            "accuracy": row["accuracy"],
+            "accuracy_vs_base": row.get("accuracy_vs_base"),
+            "tokens_per_forward": row["tokens_per_forward"],
+        }
+        entry["meets_goal"] = (entry["accuracy_vs_base"] or 0) >= GOAL_VS_BASE and entry["tokens_per_forward"] >= GOAL_TOKENS_PER_FORWARD
+        ar = path.parent / "probes-ar.json"
+        if ar.is_file():
+            ar_row = next(iter(read_json(ar)["model"].values()))
+            entry["ar_accuracy"], entry["ar_agreement"] = ar_row["accuracy"], ar_row["agreement"]
+        ranked.append(entry)
+    ranked.sort(key=lambda e: (e["meets_goal"], round(e["accuracy"], 4), e["tokens_per_forward"]), reverse=True)
+    return ranked
+
+
+def add_rank_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "rank-probes",
+        help="rank evaluate-probes reports of candidate models; prints the best report's path",
+        description=rank_reports.__doc__,
+    )
+    p.add_argument("reports", type=Path, nargs="+", help="evaluate-probes reports (JSON)")
+    p.add_argument("--out", type=Path, help="also write the ranking as JSON")
+    p.set_defaults(run=run_rank)
+
+
+def run_rank(args) -> int:
+    ranked = rank_reports(args.reports)
+    for e in ranked:
+        ar = f"; as a plain AR model accuracy {e['ar_accuracy']:.3f}, agreement {e['ar_agreement']:.2f}" if "ar_accuracy" in e else ""
+        vs = f" ({e['accuracy_vs_base']:.2f} of the base)" if e["accuracy_vs_base"] is not None else ""
+        print(f"{e['path']}: threshold {e['threshold']}, accuracy {e['accuracy']:.3f}{vs}, "
+              f"{e['tokens_per_forward']:.2f} tokens/forward{', meets the goal' if e['meets_goal'] else ''}{ar}", file=sys.stderr)
+    if args.out is not None:
+        write_json(args.out, ranked)
+    print(ranked[0]["path"])
     return 0

@@ -31,6 +31,8 @@
 #   PROBES_PER_FAMILY, PROBE_TOKENS, THRESHOLDS, PROBE_BATCH, RESERVE_S (seconds kept after training)
 #   PROBES_AR (1: after the final export, the same probes with --block-size 1 into probes-ar.json: how far
 #   training moved the model read as a plain AR model)
+#   CHECKPOINT_PROBES (1: keep every checkpoint, probe each (ck/step_N/probes.json) and ship the one the
+#   probes rank first (`a2d_convert rank-probes`, checkpoint-ranking.json) instead of the last)
 #   TRAIN_EXTRA (more `train` flags, e.g. "--ar-weight 1 --kl-weight 1"), DATA_ONLY (1: stop once the data
 #   exists), SAVE_DELTA (0: leave the delta's weights out of OUT, e.g. when several runs share one OUT)
 set -euo pipefail
@@ -46,6 +48,7 @@ DISTILL_BATCH=${DISTILL_BATCH:-256}; DISTILL_WORKERS=${DISTILL_WORKERS:-0}; DIST
 PROBES=${PROBES:-1}; PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-20}; PROBE_TOKENS=${PROBE_TOKENS:-48}; PROBES_AR=${PROBES_AR:-0}
 THRESHOLDS=${THRESHOLDS:-0.5,0.7,0.9}; PROBE_BATCH=${PROBE_BATCH:-256}; LOG_EVERY=${LOG_EVERY:-5}
 read -r -a TRAIN_EXTRA_ARGS <<< "${TRAIN_EXTRA:-}"; DATA_ONLY=${DATA_ONLY:-0}; SAVE_DELTA=${SAVE_DELTA:-1}
+CHECKPOINT_PROBES=${CHECKPOINT_PROBES:-0}
 read -r DEVICE GPUS < <(python3 -c 'import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; print("cuda" if n else "cpu", n)')
 THREADS=$(( $(nproc) > 8 ? 8 : $(nproc) ))
 RESERVE_S=${RESERVE_S:-$([ "$PROBES" = 1 ] && echo 150 || echo 60)}
@@ -74,7 +77,7 @@ save_results() {  # the small results into OUT/results.tar.gz (replaced whole; t
     tar czf "$OUT/.results.tar.gz" --ignore-failed-read timings.txt status.txt delta.sha256 distill-sample.jsonl data.log \
       train.log run/train_log.jsonl run/latest.json run/train_config.json scale-*/train_log.jsonl scale-*.log \
       data/data_manifest.json probes.json probes-details.jsonl probes.log probes-ar.json delta/*.json delta/*.txt model/*.json \
-      model-candidate/*.json 2>/dev/null || true
+      model-candidate/*.json checkpoint-ranking.json ck/*/probes.json 2>/dev/null || true
     mv "$OUT/.results.tar.gz" "$OUT/results.tar.gz" )
 }
 save_delta() {  # DIR: the delta's weights into OUT in 15 MB parts, its sha256 alongside
@@ -119,6 +122,7 @@ train_args=(--base "$WORK/base" --data "$WORK/data" --block-size 4 --batch-rows 
   --micro-batch-rows "$MICRO_ROWS" --lr "$LR" --lora-rank "$RANK" --warmup-steps "$WARMUP" --log-every "$LOG_EVERY"
   ${TRAIN_EXTRA_ARGS[@]+"${TRAIN_EXTRA_ARGS[@]}"})
 [ "$AC" = 1 ] || train_args+=(--no-activation-checkpointing)
+[ "$CHECKPOINT_PROBES" = 1 ] && train_args+=(--keep-checkpoints 0)
 train_cmd() {  # NPROC OUT extra args...: sets cmd=(the train command line)
   local n=$1 out=$2; shift 2
   if [ "$n" -gt 1 ]; then
@@ -178,17 +182,42 @@ fi
 save_delta "$WORK/delta"; status "exported $latest"
 if [ "$PROBES" != 1 ]; then stamp "done (PROBES=0: the checkpoint's delta is in OUT)"; exit 0; fi
 
-s=$(budget 0 40)
-stamp "probes: base vs converted at thresholds $THRESHOLDS ($PROBES_PER_FAMILY per family, $PROBE_TOKENS tokens, limit $s s)"
-rm -f "$WORK/probes.json"
-bounded "$s" python3 -m a2d_convert evaluate-probes --model "$WORK/model-candidate" --base "$WORK/base" --device "$DEVICE" \
-  --per-family "$PROBES_PER_FAMILY" --max-tokens "$PROBE_TOKENS" --thresholds "$THRESHOLDS" --batch-size "$PROBE_BATCH" \
-  --threads "$THREADS" --out "$WORK/probes.json" --details "$WORK/probes-details.jsonl" > "$WORK/probes.log" 2>&1 || true
+probe() {  # MODEL OUT DETAILS SECONDS: evaluate-probes of MODEL against the base into OUT
+  rm -f "$2"
+  bounded "$4" python3 -m a2d_convert evaluate-probes --model "$1" --base "$WORK/base" --device "$DEVICE" \
+    --per-family "$PROBES_PER_FAMILY" --max-tokens "$PROBE_TOKENS" --thresholds "$THRESHOLDS" --batch-size "$PROBE_BATCH" \
+    --threads "$THREADS" --out "$2" --details "$3" >> "$WORK/probes.log" 2>&1 || true
+}
+checkpoint=$WORK/run; candidate=$WORK/model-candidate
+rm -f "$WORK/probes.json" "$WORK/probes.log"
+if [ "$CHECKPOINT_PROBES" = 1 ]; then
+  # Every kept checkpoint exported and probed, newest first (what the deadline cuts off is the oldest).
+  for ck in $(ls -d "$WORK"/run/checkpoints/step_* 2>/dev/null | sort -r); do
+    name=$(basename "$ck"); s=$(budget 0 60)
+    [ "$s" -gt 30 ] || { stamp "checkpoint probes: no time left for $name"; break; }
+    if [ ! -f "$WORK/ck/$name/probes.json" ]; then
+      stamp "checkpoint $name: export and probes (limit $s s)"
+      bounded 120 python3 -m a2d_convert export --checkpoint "$ck" --out "$WORK/ck/$name" --force > /dev/null || continue
+      probe "$WORK/ck/$name" "$WORK/ck/$name/probes.json" "$WORK/ck/$name/probes-details.jsonl" "$(budget 0 60)"
+    fi
+  done
+  best=$(python3 -m a2d_convert rank-probes "$WORK"/ck/step_*/probes.json --out "$WORK/checkpoint-ranking.json" 2> >(tee -a "$WORK/timings.txt" >&2)) || best=""
+  if [ -n "$best" ]; then
+    name=$(basename "$(dirname "$best")")
+    checkpoint=$WORK/run/checkpoints/$name; candidate=$WORK/ck/$name
+    cp "$best" "$WORK/probes.json"; cp "$WORK/ck/$name/probes-details.jsonl" "$WORK/probes-details.jsonl" 2>/dev/null || true
+    stamp "checkpoint chosen by the probes: $name"
+  fi
+else
+  s=$(budget 0 40)
+  stamp "probes: base vs converted at thresholds $THRESHOLDS ($PROBES_PER_FAMILY per family, $PROBE_TOKENS tokens, limit $s s)"
+  probe "$WORK/model-candidate" "$WORK/probes.json" "$WORK/probes-details.jsonl" "$s"
+fi
 grep -v 'it/s\|s/it' "$WORK/probes.log" | tail -40 || true
 if [ -f "$WORK/probes.json" ]; then
   status "probes ok"
   stamp "export with the probes' threshold"
-  bounded 120 python3 -m a2d_convert export --checkpoint "$WORK/run" --out "$WORK/model" --delta "$WORK/delta" --probes "$WORK/probes.json" --force | tail -3
+  bounded 120 python3 -m a2d_convert export --checkpoint "$checkpoint" --out "$WORK/model" --delta "$WORK/delta" --probes "$WORK/probes.json" --force | tail -3
   save_delta "$WORK/delta"
   py verify "$WORK/model" | tail -2
   status "final export verified"
@@ -199,7 +228,7 @@ if [ "$PROBES_AR" = 1 ]; then
   s=$(budget 0 10)
   stamp "probes at block size 1 (the model read as a plain AR model; limit $s s)"
   rm -f "$WORK/probes-ar.json"
-  bounded "$s" python3 -m a2d_convert evaluate-probes --model "$WORK/model-candidate" --base "$WORK/base" --device "$DEVICE" \
+  bounded "$s" python3 -m a2d_convert evaluate-probes --model "$candidate" --base "$WORK/base" --device "$DEVICE" \
     --per-family "$PROBES_PER_FAMILY" --max-tokens "$PROBE_TOKENS" --thresholds 1.0 --block-size 1 --batch-size "$PROBE_BATCH" \
     --threads "$THREADS" --out "$WORK/probes-ar.json" >> "$WORK/probes.log" 2>&1 || true
   [ -f "$WORK/probes-ar.json" ] && status "probes at block size 1 ok"

@@ -126,3 +126,25 @@ def test_a_variant_shares_the_data_and_adds_its_train_flags(tmp_path):
     assert config["ar_weight"] == 0.5 and config["confidence_weight"] == 0.2 and config["kl_weight"] == 0.0
     assert "certainty" in train_log(results(out))[-1]
     assert (variant / "delta" / "delta.safetensors").is_file() and not list(out.glob("delta.safetensors.part-*"))
+
+
+def test_checkpoint_probes_ship_the_checkpoint_the_probes_rank_first(tmp_path):
+    """CHECKPOINT_PROBES=1: every checkpoint is kept, exported and probed; rank-probes picks one, and the
+    shipped model, its probes report and its delta are that checkpoint's."""
+    make_tiny_base(tmp_path / "hf")
+    out = tmp_path / "out"
+    rc, log = run_recipe(tmp_path, out, PROBES="1", CHECKPOINT_PROBES="1", DISTILL_SAMPLES="0", TRAIN_S="60",
+                         TRAIN_TAIL_S="0", STEPS="6", SAVE_EVERY="2")
+    assert rc == 0, log
+    files = results(out)
+    ranking = json.loads(files["checkpoint-ranking.json"])
+    probed = sorted(name for name in files if name.startswith("ck/") and name.endswith("/probes.json"))
+    assert probed == ["ck/step_000002/probes.json", "ck/step_000004/probes.json", "ck/step_000006/probes.json"]
+    assert len(ranking) == 3
+    chosen = Path(ranking[0]["path"]).parent.name
+    assert f"checkpoint chosen by the probes: {chosen}" in log
+    assert files["probes.json"] == files[f"ck/{chosen}/probes.json"]
+    lineage = json.loads(files["model/lineage.json"])
+    assert chosen in json.dumps(lineage)
+    assert "final export verified" in files["status.txt"].decode()
+    assert hashlib.sha256(delta_from(out)).hexdigest() == files["delta.sha256"].decode().split()[0]

@@ -277,6 +277,8 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
 // never runs a memory fence (a fence waits for the loads in flight): the slots are handed over with named
 // barriers, which order shared memory without that wait.
 constexpr int kStreamThreads = (kGemmWarps + 1) * 32;
+constexpr int kQueue = 16;             // > 2 * the most slots + 1: no entry is overwritten while still read
+constexpr int kQueueTag = 1 << 20;     // units per GEMM stay below this
 
 __device__ __forceinline__ void named_barrier_sync(int id) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kStreamThreads) : "memory");
@@ -292,6 +294,9 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
   __shared__ float partial[kSlots][kGemmWarps][kGemmTileRows][kCols + 1];
   __shared__ float row_scale[kCols];
   __shared__ bool last_split;
+  // Units past a block's first, as the fetching lane published them: entry i % kQueue = i * kQueueTag + unit
+  // (one store, so a reader that sees the tag sees the unit).
+  __shared__ int queue[kQueue];
   // Slot i is full once barrier 1 + i completes (8 streaming warps arrive, the epilogue warp waits) and
   // empty again once barrier 1 + kSlots + i completes (the epilogue warp arrives, the streaming warps wait).
   auto full = [](int slot) { return 1 + slot; };
@@ -302,58 +307,98 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
   const int g = lane / 4;
   const int c = lane % 4;
   const int chunks = (p.k + 31) / 32;
-  const int units = ceil_div(p.n_rows, kGemmTileRows) * p.splits;
-  const int mine = units > static_cast<int>(blockIdx.x) ? ceil_div(units - blockIdx.x, gridDim.x) : 0;
+  const int units = ceil_div(p.n_rows, kGemmTileRows) * p.splits;  // the host makes gridDim.x <= units
   const bool streaming = warp < kGemmWarps;
-  // Unit i of this block: its tile and chunk range within the tile.
-  auto unit_tile = [&](int i) { return (blockIdx.x + i * gridDim.x) / p.splits; };
-  auto unit_begin = [&](int i) { return (blockIdx.x + i * gridDim.x) % p.splits * p.chunks_per_split; };
-  auto unit_end = [&](int i) { return min(unit_begin(i) + p.chunks_per_split, chunks); };
+  const bool fetcher = warp == 0 && lane == 0;
+  if (threadIdx.x < kQueue) queue[threadIdx.x] = -1;
 
-  // This warp's chunks of unit i: its first chunk's weights and k, and how many (every 8th of the range).
+  // The i-th unit of this block: its own first (blockIdx.x), then what the fetcher took from the launch's
+  // counter (units >= gridDim.x go to whichever block asks first: SMs that stream faster take more). The
+  // fetcher publishes entry i when its load cursor reaches it and asks for entry i + 1 at once, so the
+  // atomic's round trip overlaps a unit of streaming; `units` marks the end.
+  unsigned pending = 0;  // the fetcher's request for the next entry
+  auto request = [&] { pending = atomicAdd(p.unit_counter, 1u); };
+  auto publish = [&](int i) {
+    const int unit = min(static_cast<int>(gridDim.x + pending), units);
+    // Every block asks until it gets an end, so the launch asks `units` times: the last one resets the counter.
+    if (pending == static_cast<unsigned>(units - 1)) *p.unit_counter = 0;
+    *static_cast<volatile int*>(&queue[i % kQueue]) = i * kQueueTag + unit;
+    return unit;
+  };
+  auto unit_of = [&](int i) {
+    if (i == 0) return static_cast<int>(blockIdx.x);
+    int entry;
+    while ((entry = *static_cast<volatile int*>(&queue[i % kQueue])) / kQueueTag != i) __nanosleep(32);
+    return entry % kQueueTag;
+  };
+
+  // This warp's chunks of its i-th unit: the first chunk's weights and k, and how many (every 8th).
   struct Cursor {
-    int unit;
+    int unit;  // i
     int left;  // chunks left in the unit
+    bool end;  // no unit i
     const bf16* weight;
     int k;
   };
-  auto enter = [&](Cursor& at, int i) {
+  auto enter_unit = [&](Cursor& at, int i, int u) {
     at.unit = i;
-    if (i >= mine) {
+    at.end = u >= units;
+    if (at.end) {
       at.left = 0;
       return;
     }
-    const int first = unit_begin(i) + warp;
-    at.left = max(0, ceil_div(unit_end(i) - first, kGemmWarps));
-    at.weight = p.weight + (static_cast<size_t>(unit_tile(i)) * chunks + first) * kChunkElements + lane * 8;
+    const int first = u % p.splits * p.chunks_per_split + warp;
+    at.left = max(0, ceil_div(min(u % p.splits * p.chunks_per_split + p.chunks_per_split, chunks) - first, kGemmWarps));
+    at.weight = p.weight + (static_cast<size_t>(u / p.splits) * chunks + first) * kChunkElements + lane * 8;
     at.k = first * 32 + c * 8;
   };
-  // The cursor moves by one chunk per step, the per-unit work only where a unit ends (at most once a step).
+  auto enter = [&](Cursor& at, int i) { enter_unit(at, i, unit_of(i)); };
+  // The cursor moves by one chunk per step, the per-unit work only where a unit ends.
   auto step = [&](Cursor& at) {
     at.weight += kGemmWarps * kChunkElements;
     at.k += kGemmWarps * 32;
     --at.left;
   };
-  int my_chunks = 0;
-  for (int i = 0; i < mine; ++i) my_chunks += max(0, ceil_div(unit_end(i) - unit_begin(i) - warp, kGemmWarps));
   Cursor loading;
-  enter(loading, 0);
   uint4 wa[kDepth], wb[kDepth];
+  // Warp 0's load cursor is the first to reach each entry: there the fetcher publishes it.
+  auto enter_loading = [&](int i) {
+    if (warp != 0 || i == 0) return enter(loading, i);
+    int unit = 0;
+    if (fetcher) {
+      unit = publish(i);
+      if (unit < units) request();
+    }
+    enter_unit(loading, i, __shfl_sync(0xffffffffu, unit, 0));
+  };
   auto load = [&](int d) {
-    while (loading.left == 0 && loading.unit < mine) enter(loading, loading.unit + 1);
+    while (loading.left == 0 && !loading.end) enter_loading(loading.unit + 1);
+    if (loading.end) return;
     wa[d] = load_stream16(loading.weight);
     wb[d] = load_stream16(loading.weight + kChunkElements / 2);
     step(loading);
   };
+
+  const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
+  if (rows <= 0) {
+    wait_for_previous_grid();
+    return;
+  }
+  // Before the wait: the weights of the first unit (they do not depend on the previous kernel), and the
+  // first request (this launch's counter is its own).
+  if (fetcher) request();
+  enter(loading, 0);
+  int preloaded = 0;
   if (streaming) {
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
-      if (d < my_chunks) load(d);
+      if (loading.left > 0) {
+        load(d);
+        ++preloaded;
+      }
     }
   }
-  const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
   wait_for_previous_grid();
-  if (rows <= 0 || mine == 0) return;
   auto input_row = [&](int t) { return p.use_row_map ? p.state->logit_rows[t] : t; };
   if constexpr (kInput == GemmInput::rmsnorm_residual) {
     for (int t = warp; t < min(rows, kCols); t += kGemmWarps + 1) {
@@ -364,15 +409,23 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
       if (lane == 0) row_scale[t] = rsqrtf(sum / static_cast<float>(p.k) + p.norm_eps);
     }
   }
-  __syncthreads();
+  __syncthreads();  // the scales, and the queue's initial entries
+  // The rest of the register slots, from later units (now that entries can be published).
+  if (streaming) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      if (d >= preloaded) load(d);
+    }
+  }
   const int active_cols = min(rows, kCols);
-
   if (!streaming) {
     // The epilogue warp. It loads no weights, so the next kernel may be scheduled as far as it is concerned.
     allow_next_grid();
-    for (int i = 0; i < mine; ++i) {
+    for (int i = 0;; ++i) {
+      const int unit = unit_of(i);
+      if (unit >= units) break;
       const int slot = i % kSlots;
-      const int tile = unit_tile(i);
+      const int tile = unit / p.splits;
       named_barrier_sync(full(slot));
       float (*sums)[kCols + 1] = partial[slot][0];
       for (int e = lane; e < kGemmTileRows * active_cols; e += 32) {
@@ -386,7 +439,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
       bool finish = true;
       if (p.splits > 1) {
         float* tile_partials = p.split_partials + static_cast<size_t>(tile) * p.splits * kMaxRows * kGemmTileRows;
-        float* own = tile_partials + static_cast<size_t>((blockIdx.x + i * gridDim.x) % p.splits) * kMaxRows * kGemmTileRows;
+        float* own = tile_partials + static_cast<size_t>(unit % p.splits) * kMaxRows * kGemmTileRows;
         for (int e = lane; e < kGemmTileRows * active_cols; e += 32) own[e] = sums[e % kGemmTileRows][e / kGemmTileRows];
         __threadfence();
         __syncwarp();
@@ -409,7 +462,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
         tile_epilogue<kEpilogue, kCols>(p, tile, sums, partial[slot][1], active_cols, lane, 32, [] { __syncwarp(); });
       }
       __syncwarp();
-      if (i + kSlots < mine) named_barrier_arrive(empty(slot));
+      named_barrier_arrive(empty(slot));
     }
     return;
   }
@@ -437,13 +490,17 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
   // The compute side walks the same chunks as the loads, kDepth behind.
   Cursor computing;
   enter(computing, 0);
-  for (int n = 0; n < my_chunks; n += kDepth) {
+  bool more = true;
+  while (more) {
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
-      if (n + d >= my_chunks) break;
-      while (computing.left == 0) {
+      while (computing.left == 0 && !computing.end) {
         finish_unit();
         enter(computing, computing.unit + 1);
+      }
+      if (computing.end) {
+        more = false;
+        break;
       }
       const int k = computing.k;
 #pragma unroll
@@ -456,11 +513,12 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
         mma_bf16_16816(acc[j], wa[d].z, wb[d].z, wa[d].w, wb[d].w, xv.z, xv.w);
       }
       step(computing);
-      if (n + d + kDepth < my_chunks) load(d);
+      load(d);
     }
   }
   allow_next_grid();
-  while (unit < mine) finish_unit();
+  // Every epilogue's arrival on its slot's empty barrier gets its wait: the last kSlots are waited for here.
+  for (int u = max(unit, kSlots); u < unit + kSlots; ++u) named_barrier_sync(empty(u % kSlots));
 }
 
 template <bool kStream, int kTiles, int kLoads, GemmInput kInput, GemmEpilogue kEpilogue>
@@ -561,6 +619,7 @@ void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int 
   if (plan.scratch_floats > 0 && (p.split_partials == nullptr || p.split_counters == nullptr)) {
     throw std::logic_error("gemm: split K without scratch");
   }
+  if (plan.stream && p.unit_counter == nullptr) throw std::logic_error("gemm: stream schedule without a unit counter");
   switch (tuning.loads) {
     case 4: return dispatch_rows<4>(p, plan, input, epilogue, max_rows, stream, pdl);
     case 8: return dispatch_rows<8>(p, plan, input, epilogue, max_rows, stream, pdl);

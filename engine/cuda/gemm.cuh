@@ -103,6 +103,9 @@ struct GemmParams {
   // arrival counter per tile, zero between launches (the last block resets it).
   float* split_partials;
   unsigned* split_counters;
+  // Stream schedule: this launch's unit counter, zero between launches (the launch's last request resets it).
+  // Its own per GEMM of the forward, so a launch may take its first unit before the previous kernel is done.
+  unsigned* unit_counter;
   int splits;
   int chunks_per_split;
 };

@@ -136,6 +136,7 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   gemm_split_counters_ = device_alloc<unsigned>(size_t(std::max({vocab_tiles_, hidden_tiles_, ceil_div(qkv_rows_, kGemmTileRows),
                                                                  ceil_div(gate_up_rows_, kGemmTileRows)})),
                                                   stream_);
+  gemm_unit_counters_ = device_alloc<unsigned>(size_t(4) * s.layers + 1, stream_);
   prepare_gemm_scratch();
 
   for (int i = 0; i < 2; ++i) {
@@ -166,7 +167,8 @@ DeviceModel::~DeviceModel() {
                         static_cast<void*>(attention_partial_o_), static_cast<void*>(attention_partial_ml_),
                         static_cast<void*>(logits_), static_cast<void*>(anchor_logits_),
                         static_cast<void*>(argmax_partials_), static_cast<void*>(choices_),
-                        static_cast<void*>(gemm_split_partials_), static_cast<void*>(gemm_split_counters_)}) {
+                        static_cast<void*>(gemm_split_partials_), static_cast<void*>(gemm_split_counters_),
+                        static_cast<void*>(gemm_unit_counters_)}) {
     if (pointer != nullptr) cudaFree(pointer);
   }
   if (state_host_ != nullptr) cudaFreeHost(state_host_);
@@ -308,8 +310,10 @@ void DeviceModel::enqueue_forward(int max_rows) {
   bf16* v_cache = kv_cache_ + kv_layer * s.layers;
 
   // A GEMM's shape with what every GEMM of the forward shares: the step state and the split-K scratch.
-  auto gemm_params = [&](const bf16* weight, int n_rows, int n_out, int k) {
+  // `site`: which GEMM of the forward (its own unit counter).
+  auto gemm_params = [&](const bf16* weight, int n_rows, int n_out, int k, int site) {
     GemmParams g{};
+    g.unit_counter = gemm_unit_counters_ + site;
     g.weight = weight;
     g.n_rows = n_rows;
     g.n_out = n_out;
@@ -327,7 +331,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
   for (int l = 0; l < s.layers; ++l) {
     const LayerWeights& L = layers_[l];
 
-    GemmParams qkv = gemm_params(L.qkv, qkv_rows_, qkv_rows_, s.hidden);
+    GemmParams qkv = gemm_params(L.qkv, qkv_rows_, qkv_rows_, s.hidden, 4 * l);
     qkv.bias = s.qkv_bias ? L.qkv_bias : nullptr;
     qkv.residual_in = residual_;
     qkv.x_stride = s.hidden;
@@ -390,7 +394,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
       attention_combine(ap, max_rows, st, pdl);
     }
 
-    GemmParams o = gemm_params(L.o, s.hidden, s.hidden, s.heads * s.head_dim);
+    GemmParams o = gemm_params(L.o, s.hidden, s.hidden, s.heads * s.head_dim, 4 * l + 1);
     o.bias = s.o_bias ? L.o_bias : nullptr;
     o.x = attention_out_;
     o.x_stride = s.heads * s.head_dim;
@@ -399,7 +403,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     o.ssq_out = ssq_attention_;
     if (run_gemms) gemm(o, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
 
-    GemmParams gate_up = gemm_params(L.gate_up, gate_up_rows_, s.intermediate, s.hidden);
+    GemmParams gate_up = gemm_params(L.gate_up, gate_up_rows_, s.intermediate, s.hidden, 4 * l + 2);
     gate_up.residual_in = residual_;
     gate_up.x_stride = s.hidden;
     gate_up.ssq_in = ssq_attention_;
@@ -410,7 +414,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     gate_up.out_stride = s.intermediate;
     if (run_gemms) gemm(gate_up, GemmInput::rmsnorm_residual, GemmEpilogue::silu_mul, max_rows, options_.gemm, st, pdl);
 
-    GemmParams down = gemm_params(L.down, s.hidden, s.hidden, s.intermediate);
+    GemmParams down = gemm_params(L.down, s.hidden, s.hidden, s.intermediate, 4 * l + 3);
     down.x = mlp_act_;
     down.x_stride = s.intermediate;
     down.residual_out = residual_;
@@ -419,7 +423,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     if (run_gemms) gemm(down, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
   }
 
-  GemmParams head = gemm_params(lm_head_, s.vocab, s.vocab, s.hidden);
+  GemmParams head = gemm_params(lm_head_, s.vocab, s.vocab, s.hidden, 4 * s.layers);
   head.residual_in = residual_;
   head.x_stride = s.hidden;
   head.ssq_in = ssq_layer_;

@@ -178,6 +178,7 @@ class DeviceModel {
   float* gemm_split_partials_ = nullptr;  // split-K scratch, sized for the current tuning
   size_t gemm_split_floats_ = 0;
   unsigned* gemm_split_counters_ = nullptr;  // one per tile of the largest GEMM
+  unsigned* gemm_unit_counters_ = nullptr;   // one per GEMM of the forward (stream schedule)
 
   // Host-to-device staging: two pinned buffers and their device twins, alternated.
   static constexpr size_t kStagingBytes = size_t(64) << 20;
