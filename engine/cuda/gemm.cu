@@ -32,6 +32,36 @@ __device__ __forceinline__ uint4 load_input_row(const GemmParams& p, int input_r
 
 constexpr int kChunkElements = kGemmTileRows * 32;  // one 32-column chunk of a tile: 1 KiB
 
+// The RMSNorm scale of each input row t < cols, one warp per row (the block's `warps` warps take turns):
+// the producer's per-tile partial sums of squares, summed across the lanes.
+__device__ __forceinline__ void rmsnorm_row_scales(const GemmParams& p, int cols, float* row_scale, int warps) {
+  const int lane = threadIdx.x % 32;
+  for (int t = threadIdx.x / 32; t < cols; t += warps) {
+    const int r = p.use_row_map ? p.state->logit_rows[t] : t;
+    float sum = 0.f;
+    for (int part = lane; part < p.ssq_in_parts; part += 32) sum += p.ssq_in[part * kMaxRows + r];
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) row_scale[t] = rsqrtf(sum / static_cast<float>(p.k) + p.norm_eps);
+  }
+}
+
+// acc[j] += one chunk of the tile's weights (this lane's wa, wb: rows g and g + 8, 8 consecutive k from k)
+// times the input fragments of token rows j * 8 + g at the same k, for the row tiles that hold rows.
+template <int kTiles, GemmInput kInput>
+__device__ __forceinline__ void multiply_chunk(float (&acc)[kTiles][4], const uint4& wa, const uint4& wb, const GemmParams& p,
+                                               int rows, int k, int g, const float* row_scale) {
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    if (j * 8 >= rows) break;
+    const int t = min(j * 8 + g, rows - 1);
+    const float scale = kInput == GemmInput::rmsnorm_residual ? row_scale[t] : 1.f;
+    const uint4 xv = load_input_row<kInput>(p, p.use_row_map ? p.state->logit_rows[t] : t, k, scale);
+    mma_bf16_16816(acc[j], wa.x, wb.x, wa.y, wb.y, xv.x, xv.y);
+    mma_bf16_16816(acc[j], wa.z, wb.z, wa.w, wb.w, xv.z, xv.w);
+  }
+}
+
+
 // The epilogue of one finished 16-row tile, run by a team of `team` threads (a whole block, or one warp of
 // the stream kernel), `rank` being this thread's index in it and `sync` the team's barrier: the bias, then
 // the epilogue's own work. tile_sum[r][t] holds row r of the tile for token column t; tile_scratch is a
@@ -184,16 +214,8 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
   const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
   wait_for_previous_grid();
   if (rows <= 0) return;
-  auto input_row = [&](int t) { return p.use_row_map ? p.state->logit_rows[t] : t; };
   if constexpr (kInput == GemmInput::rmsnorm_residual) {
-    // One warp per row: the producer's per-tile partial sums of squares, summed across the lanes.
-    for (int t = warp; t < min(rows, kCols); t += kGemmWarps) {
-      const int r = input_row(t);
-      float sum = 0.f;
-      for (int part = lane; part < p.ssq_in_parts; part += 32) sum += p.ssq_in[part * kMaxRows + r];
-      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      if (lane == 0) row_scale[t] = rsqrtf(sum / static_cast<float>(p.k) + p.norm_eps);
-    }
+    rmsnorm_row_scales(p, min(rows, kCols), row_scale, kGemmWarps);
     __syncthreads();
   }
 
@@ -208,15 +230,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
       const int chunk = base + u * kGemmWarps + warp;
       if (chunk >= chunk_end) break;
       const int k = chunk * 32 + c * 8;
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        if (j * 8 >= rows) break;
-        const int t = min(j * 8 + g, rows - 1);
-        const float scale = kInput == GemmInput::rmsnorm_residual ? row_scale[t] : 1.f;
-        const uint4 xv = load_input_row<kInput>(p, input_row(t), k, scale);
-        mma_bf16_16816(acc[j], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
-        mma_bf16_16816(acc[j], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
-      }
+      multiply_chunk<kTiles, kInput>(acc, wa[u], wb[u], p, rows, k, g, row_scale);
     }
   }
   allow_next_grid();
@@ -399,16 +413,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
     }
   }
   wait_for_previous_grid();
-  auto input_row = [&](int t) { return p.use_row_map ? p.state->logit_rows[t] : t; };
-  if constexpr (kInput == GemmInput::rmsnorm_residual) {
-    for (int t = warp; t < min(rows, kCols); t += kGemmWarps + 1) {
-      const int r = input_row(t);
-      float sum = 0.f;
-      for (int part = lane; part < p.ssq_in_parts; part += 32) sum += p.ssq_in[part * kMaxRows + r];
-      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      if (lane == 0) row_scale[t] = rsqrtf(sum / static_cast<float>(p.k) + p.norm_eps);
-    }
-  }
+  if constexpr (kInput == GemmInput::rmsnorm_residual) rmsnorm_row_scales(p, min(rows, kCols), row_scale, kGemmWarps + 1);
   __syncthreads();  // the scales, and the queue's initial entries
   // The rest of the register slots, from later units (now that entries can be published).
   if (streaming) {
@@ -502,16 +507,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
         more = false;
         break;
       }
-      const int k = computing.k;
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        if (j * 8 >= rows) break;
-        const int t = min(j * 8 + g, rows - 1);
-        const float scale = kInput == GemmInput::rmsnorm_residual ? row_scale[t] : 1.f;
-        const uint4 xv = load_input_row<kInput>(p, input_row(t), k, scale);
-        mma_bf16_16816(acc[j], wa[d].x, wb[d].x, wa[d].y, wb[d].y, xv.x, xv.y);
-        mma_bf16_16816(acc[j], wa[d].z, wb[d].z, wa[d].w, wb[d].w, xv.z, xv.w);
-      }
+      multiply_chunk<kTiles, kInput>(acc, wa[d], wb[d], p, rows, computing.k, g, row_scale);
       step(computing);
       load(d);
     }
