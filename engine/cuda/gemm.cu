@@ -279,17 +279,16 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
 
 // Persistent schedule (GemmTuning::stream): a grid of as many blocks as stay resident. The work is cut into
 // units, one K split of one tile (splits chosen on the host so that units are at least 32 chunks and a few
-// per block), and block b takes units b, b + G, b + 2G, ... (G blocks), so the blocks at work read
-// neighbouring units, as a grid of one block per unit would. Within a block, warp w < 8 takes chunks w,
-// w + 8, ... of each of its units in turn and keeps kDepth chunks (kDepth KiB) in flight in registers
-// without a break between units: a chunk's loads are issued as soon as the one kDepth before it is
-// multiplied, whichever unit either belongs to. At the end of a unit a warp leaves its partial sums in a
-// shared slot and streams on. A ninth warp does nothing but the epilogues: it waits for the 8 partials of
-// each unit in turn, sums them in warp order, merges the splits of a tile as the tile-per-block kernel
-// does (the last split to finish adds all of them in split order, so results are deterministic) and runs
-// the tile's epilogue. A streaming warp waits only when the epilogue warp is kSlots units behind, and it
-// never runs a memory fence (a fence waits for the loads in flight): the slots are handed over with named
-// barriers, which order shared memory without that wait.
+// per block). Block b starts with unit b and then takes the next unit from an atomic counter of its own
+// GEMM launch, so SMs that stream faster take more units. Within a block, warp w < 8 takes chunks w, w + 8,
+// ... of each of its units in turn and keeps kDepth chunks (kDepth KiB) in flight in registers without a
+// break between units: a chunk's loads are issued as soon as the one kDepth before it is multiplied,
+// whichever unit either belongs to. At the end of a unit a warp leaves its partial sums in a shared slot
+// (handed over with named barriers) and streams on. A ninth warp does nothing but the epilogues: it waits
+// for the 8 partials of each unit in turn, sums them in warp order, merges the splits of a tile as the
+// tile-per-block kernel does (the last split to finish adds all of them in split order, so results are
+// deterministic) and runs the tile's epilogue; a streaming warp waits only when the epilogue warp is kSlots
+// units behind. Measured slower than the tile-per-block kernel (bench/NOTES.md, runs 17-24).
 constexpr int kStreamThreads = (kGemmWarps + 1) * 32;
 constexpr int kQueue = 16;             // > 2 * the most slots + 1: no entry is overwritten while still read
 constexpr int kQueueTag = 1 << 20;     // units per GEMM stay below this
