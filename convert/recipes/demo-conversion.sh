@@ -182,13 +182,17 @@ fi
 save_delta "$WORK/delta"; status "exported $latest"
 if [ "$PROBES" != 1 ]; then stamp "done (PROBES=0: the checkpoint's delta is in OUT)"; exit 0; fi
 
-probe() {  # MODEL OUT DETAILS SECONDS: evaluate-probes of MODEL against the base into OUT
-  rm -f "$2"
-  bounded "$4" python3 -m a2d_convert evaluate-probes --model "$1" --base "$WORK/base" --device "$DEVICE" \
+probe() {  # MODEL OUT SECONDS [more evaluate-probes flags]: MODEL against the base into OUT (later flags win)
+  local model=$1 out=$2 seconds=$3; shift 3
+  rm -f "$out"
+  bounded "$seconds" python3 -m a2d_convert evaluate-probes --model "$model" --base "$WORK/base" --device "$DEVICE" \
     --per-family "$PROBES_PER_FAMILY" --max-tokens "$PROBE_TOKENS" --thresholds "$THRESHOLDS" --batch-size "$PROBE_BATCH" \
-    --threads "$THREADS" --out "$2" --details "$3" >> "$WORK/probes.log" 2>&1 || true
+    --threads "$THREADS" --out "$out" "$@" >> "$WORK/probes.log" 2>&1 || true
 }
 checkpoint=$WORK/run; candidate=$WORK/model-candidate
+# A checkpoint's model folder: the newest one is model-candidate already (exported above), the others ck/NAME.
+latest_name=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["path"].split("/")[-1])' "$WORK/run/latest.json")
+model_of() { if [ "$1" = "$latest_name" ]; then echo "$WORK/model-candidate"; else echo "$WORK/ck/$1"; fi; }
 rm -f "$WORK/probes.json" "$WORK/probes.log"
 if [ "$CHECKPOINT_PROBES" = 1 ]; then
   # Every kept checkpoint exported and probed, newest first (what the deadline cuts off is the oldest).
@@ -197,21 +201,24 @@ if [ "$CHECKPOINT_PROBES" = 1 ]; then
     [ "$s" -gt 30 ] || { stamp "checkpoint probes: no time left for $name"; break; }
     if [ ! -f "$WORK/ck/$name/probes.json" ]; then
       stamp "checkpoint $name: export and probes (limit $s s)"
-      bounded 120 python3 -m a2d_convert export --checkpoint "$ck" --out "$WORK/ck/$name" --force > /dev/null || continue
-      probe "$WORK/ck/$name" "$WORK/ck/$name/probes.json" "$WORK/ck/$name/probes-details.jsonl" "$(budget 0 60)"
+      mkdir -p "$WORK/ck/$name"
+      if [ "$(model_of "$name")" != "$WORK/model-candidate" ]; then
+        bounded 120 python3 -m a2d_convert export --checkpoint "$ck" --out "$WORK/ck/$name" --force > /dev/null || continue
+      fi
+      probe "$(model_of "$name")" "$WORK/ck/$name/probes.json" "$(budget 0 60)" --details "$WORK/ck/$name/probes-details.jsonl"
     fi
   done
   best=$(python3 -m a2d_convert rank-probes "$WORK"/ck/step_*/probes.json --out "$WORK/checkpoint-ranking.json" 2> >(tee -a "$WORK/timings.txt" >&2)) || best=""
   if [ -n "$best" ]; then
     name=$(basename "$(dirname "$best")")
-    checkpoint=$WORK/run/checkpoints/$name; candidate=$WORK/ck/$name
+    checkpoint=$WORK/run/checkpoints/$name; candidate=$(model_of "$name")
     cp "$best" "$WORK/probes.json"; cp "$WORK/ck/$name/probes-details.jsonl" "$WORK/probes-details.jsonl" 2>/dev/null || true
     stamp "checkpoint chosen by the probes: $name"
   fi
 else
   s=$(budget 0 40)
   stamp "probes: base vs converted at thresholds $THRESHOLDS ($PROBES_PER_FAMILY per family, $PROBE_TOKENS tokens, limit $s s)"
-  probe "$WORK/model-candidate" "$WORK/probes.json" "$WORK/probes-details.jsonl" "$s"
+  probe "$WORK/model-candidate" "$WORK/probes.json" "$s" --details "$WORK/probes-details.jsonl"
 fi
 grep -v 'it/s\|s/it' "$WORK/probes.log" | tail -40 || true
 if [ -f "$WORK/probes.json" ]; then
@@ -227,10 +234,7 @@ fi
 if [ "$PROBES_AR" = 1 ]; then
   s=$(budget 0 10)
   stamp "probes at block size 1 (the model read as a plain AR model; limit $s s)"
-  rm -f "$WORK/probes-ar.json"
-  bounded "$s" python3 -m a2d_convert evaluate-probes --model "$candidate" --base "$WORK/base" --device "$DEVICE" \
-    --per-family "$PROBES_PER_FAMILY" --max-tokens "$PROBE_TOKENS" --thresholds 1.0 --block-size 1 --batch-size "$PROBE_BATCH" \
-    --threads "$THREADS" --out "$WORK/probes-ar.json" >> "$WORK/probes.log" 2>&1 || true
+  probe "$candidate" "$WORK/probes-ar.json" "$s" --thresholds 1.0 --block-size 1
   [ -f "$WORK/probes-ar.json" ] && status "probes at block size 1 ok"
 fi
 stamp done
