@@ -41,8 +41,11 @@ STREAM_TUNING = (1, 4, 2)
 
 
 def tuning_label(tuning):
-    stream, loads, blocks_per_sm = tuning
-    return f"{'stream' if stream else 'tile'} s{loads} b{blocks_per_sm}"
+    """(stream, loads, blocks per SM[, small loads[, stage ssq]]): gemm.cuh's GemmTuning; -1 keeps the default."""
+    stream, loads, blocks_per_sm, *more = tuning
+    label = f"{'stream' if stream else 'tile'} s{loads} b{blocks_per_sm}"
+    label += f" x{more[0]}" if more and more[0] >= 0 else ""
+    return label + (f" ssq{more[1]}" if len(more) > 1 and more[1] >= 0 else "")
 
 
 class Shape(ctypes.Structure):
@@ -120,10 +123,12 @@ class Engine:
         return device.value, step.value
 
     def reconfigure(self, graphs, pdl, kernels=7, tuning=(-1, -1, -1)):
-        """tuning: (stream, loads, blocks per SM) of the GEMMs (gemm.cuh); -1 keeps the default."""
-        stream, loads, blocks_per_sm = tuning
+        """tuning: (stream, loads, blocks per SM[, small loads[, stage ssq]]) of the GEMMs (gemm.cuh GemmTuning);
+        -1 keeps the default."""
+        stream, loads, blocks_per_sm, *more = tuning
+        more = list(more) + [-1] * (2 - len(more))
         self.lib.call("a2d_bench_reconfigure", self.handle, int(graphs), int(pdl), kernels, stream, loads,
-                      blocks_per_sm)
+                      blocks_per_sm, more[0], more[1])
 
     def fill_kv(self, seed=1):
         self.lib.call("a2d_bench_fill_kv", self.handle, ctypes.c_ulonglong(seed))
@@ -486,7 +491,9 @@ def section_2b(lib, out, summary):
     # GEMM tuning (16-byte load pairs in flight per lane, split-K target blocks per SM): checked, then
     # timed GEMM-only.
     # (stream, loads, blocks per SM): the tile-per-block default, then the stream schedule's variants.
-    tunings = [(0, 4, 2), STREAM_TUNING, (1, 8, 2), (1, 4, 1)]
+    # (stream, loads, blocks per SM[, small loads[, stage ssq]]): the default, without staging the sums of
+    # squares, without that and the small-GEMM rule (qkv and o split K at 4 loads), then the stream schedule.
+    tunings = [(0, 4, 2), (0, 4, 2, -1, 0), (0, 4, 2, 0, 0), STREAM_TUNING]
     checks = {}
     for tuning in tunings:
         engine.reconfigure(True, True, 7, tuning)

@@ -121,9 +121,10 @@ int a2d_bench_finish(void* handle, double* times, char* error, int size) {
   });
 }
 
-// gemm_stream / gemm_loads / gemm_blocks_per_sm: the GEMM tuning (gemm.cuh); negative keeps the default.
+// gemm_stream / gemm_loads / gemm_blocks_per_sm / gemm_small_loads / gemm_stage_ssq: the GEMM tuning (gemm.cuh); negative
+// keeps the default.
 int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int gemm_stream, int gemm_loads,
-                          int gemm_blocks_per_sm, char* error, int size) {
+                          int gemm_blocks_per_sm, int gemm_small_loads, int gemm_stage_ssq, char* error, int size) {
   return guarded(error, size, [&] {
     ModelOptions options;
     options.graphs = graphs;
@@ -132,6 +133,8 @@ int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int ge
     if (gemm_stream >= 0) options.gemm.stream = gemm_stream != 0;
     if (gemm_loads >= 0) options.gemm.loads = gemm_loads;
     if (gemm_blocks_per_sm >= 0) options.gemm.blocks_per_sm = gemm_blocks_per_sm;
+    if (gemm_small_loads >= 0) options.gemm.small_loads = gemm_small_loads;
+    if (gemm_stage_ssq >= 0) options.gemm.stage_ssq = gemm_stage_ssq != 0;
     static_cast<DeviceModel*>(handle)->reconfigure(options);
   });
 }
@@ -243,6 +246,53 @@ int a2d_bench_time(void* handle, int cached, int commit, int rows, int logit_cou
     cudaEventDestroy(stop);
     *device_ms = median(device);
     *step_ms = median(wall);
+  });
+}
+
+// The trace build's per-block GEMM records (engine/cuda/trace.cuh) of one forward, run as a2d_bench_time
+// runs it (three forwards before it warm up): records[] gets min(count, capacity) of them; count is what the
+// forward wrote. The model is recaptured with the trace on, and again without it afterwards.
+int a2d_bench_trace(void* handle, int cached, int rows, int capacity, void* records, int* count, char* error,
+                    int size) {
+  return guarded(error, size, [&] {
+#if !defined(A2D_GEMM_TRACE)
+    (void)handle, (void)cached, (void)rows, (void)capacity, (void)records, (void)count;
+    throw std::runtime_error("this harness was built without A2D_GEMM_TRACE: stage it with TRACE=1 bash bench/stage-device.sh");
+#else
+    DeviceModel* model = static_cast<DeviceModel*>(handle);
+    std::vector<int32_t> tokens(rows), logit_rows(rows);
+    for (int i = 0; i < rows; ++i) {
+      tokens[i] = (i * 7919 + 13) % model->shape().vocab;
+      logit_rows[i] = i;
+    }
+    ForwardInputs in;
+    in.cached = cached;
+    in.tokens = tokens.data();
+    in.rows = rows;
+    in.logit_rows = logit_rows.data();
+    in.logit_count = rows;
+    GemmTrace trace;
+    trace.capacity = static_cast<unsigned>(capacity);
+    A2D_CUDA_CHECK(cudaMalloc(&trace.records, sizeof(GemmBlockRecord) * capacity));
+    A2D_CUDA_CHECK(cudaMalloc(&trace.count, sizeof(unsigned)));
+    ModelOptions options = model->options();
+    options.gemm_trace = trace;
+    model->reconfigure(options);
+    for (int it = 0; it < 3; ++it) model->forward(in);
+    model->synchronize();
+    A2D_CUDA_CHECK(cudaMemset(trace.count, 0, sizeof(unsigned)));
+    model->forward(in);
+    model->synchronize();
+    unsigned written = 0;
+    A2D_CUDA_CHECK(cudaMemcpy(&written, trace.count, sizeof(unsigned), cudaMemcpyDeviceToHost));
+    A2D_CUDA_CHECK(cudaMemcpy(records, trace.records, sizeof(GemmBlockRecord) * std::min<unsigned>(written, capacity),
+                              cudaMemcpyDeviceToHost));
+    *count = static_cast<int>(written);
+    options.gemm_trace = GemmTrace{};
+    model->reconfigure(options);
+    A2D_CUDA_CHECK(cudaFree(trace.records));
+    A2D_CUDA_CHECK(cudaFree(trace.count));
+#endif
   });
 }
 

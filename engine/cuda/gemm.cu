@@ -5,6 +5,13 @@
 namespace a2d::cuda {
 namespace {
 
+// A statement that only the trace build (trace.cuh) compiles.
+#if defined(A2D_GEMM_TRACE)
+#define A2D_TRACE(statement) statement
+#else
+#define A2D_TRACE(statement)
+#endif
+
 // The k-permutation that makes both operands 16-byte loads: lane (g, c) holds 8 consecutive k of its
 // weight rows g and g+8 (the tiled layout of weights.cuh) and loads the same 8 k of its token row g,
 // starting at chunk*32 + 8c. Those 8 values fill the fragment slots {2c, 2c+1, 2c+8, 2c+9} of two
@@ -31,6 +38,7 @@ __device__ __forceinline__ uint4 load_input_row(const GemmParams& p, int input_r
 }
 
 constexpr int kChunkElements = kGemmTileRows * 32;  // one 32-column chunk of a tile: 1 KiB
+constexpr int kStagedParts = 128;  // sums-of-squares parts the tile kernel stages (hidden up to 2048)
 
 // The RMSNorm scale of each input row t < cols, one warp per row (the block's `warps` warps take turns):
 // the producer's per-tile partial sums of squares, summed across the lanes.
@@ -46,7 +54,8 @@ __device__ __forceinline__ void rmsnorm_row_scales(const GemmParams& p, int cols
 }
 
 // acc[j] += one chunk of the tile's weights (this lane's wa, wb: rows g and g + 8, 8 consecutive k from k)
-// times the input fragments of token rows j * 8 + g at the same k, for the row tiles that hold rows.
+// times the input fragments of token rows j * 8 + g at the same k, for the row tiles that hold rows. A
+// normalised input is scaled by row_scale here, or, where row_scale is null, by the caller after the K loop.
 template <int kTiles, GemmInput kInput>
 __device__ __forceinline__ void multiply_chunk(float (&acc)[kTiles][4], const uint4& wa, const uint4& wb, const GemmParams& p,
                                                int rows, int k, int g, const float* row_scale) {
@@ -54,7 +63,7 @@ __device__ __forceinline__ void multiply_chunk(float (&acc)[kTiles][4], const ui
   for (int j = 0; j < kTiles; ++j) {
     if (j * 8 >= rows) break;
     const int t = min(j * 8 + g, rows - 1);
-    const float scale = kInput == GemmInput::rmsnorm_residual ? row_scale[t] : 1.f;
+    const float scale = kInput == GemmInput::rmsnorm_residual && row_scale != nullptr ? row_scale[t] : 1.f;
     const uint4 xv = load_input_row<kInput>(p, p.use_row_map ? p.state->logit_rows[t] : t, k, scale);
     mma_bf16_16816(acc[j], wa.x, wb.x, wa.y, wb.y, xv.x, xv.y);
     mma_bf16_16816(acc[j], wa.z, wb.z, wa.w, wb.w, xv.z, xv.w);
@@ -177,11 +186,19 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, int tile, flo
 // layout. The 8 warps take interleaved chunks; each lane keeps kLoads pairs of 16-byte weight loads in
 // flight (every warp load instruction reads 512 contiguous bytes), then multiplies them with the
 // matching input fragments. (A cp.async shared-memory ring measured slower: bench/NOTES.md.)
+// One row tile at 4 loads is held to 64 registers, four blocks per SM (ptxas would take 74 otherwise).
 template <int kTiles, GemmInput kInput, GemmEpilogue kEpilogue, int kLoads>
-__global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams p) {
+__global__ void __launch_bounds__(kGemmWarps * 32, kTiles == 1 && kLoads == 4 ? 4 : 1) gemm_kernel(const GemmParams p) {
   constexpr int kCols = kTiles * 8;
+  // A normalised input's row scale is constant over k, so it can multiply the dot products after the K
+  // loop: the producer's partial sums of squares are then copied to shared memory while the weights and
+  // input rows stream, instead of being read and reduced (an L2 round trip) before the first input load.
+  // Up to 16 token rows (at 32 it measured slower: bench/NOTES.md, runs 27-28) and kStagedParts parts, and
+  // not for mapped rows (the logits' row map).
+  constexpr bool kStageSsq = kInput == GemmInput::rmsnorm_residual && kTiles <= 2;
   __shared__ float partial[kGemmWarps][kGemmTileRows][kCols + 1];
   __shared__ float row_scale[kCols];
+  __shared__ __align__(16) float ssq_stage[kStageSsq ? kStagedParts * kCols : 4];
   __shared__ bool last_block;
 
   const int warp = threadIdx.x / 32;
@@ -208,15 +225,29 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
       }
     }
   };
+  A2D_TRACE(const uint64_t t_start = trace_clock());
   // The weights do not depend on earlier kernels: start streaming them before waiting. Nor does the
   // row count: the host wrote the step state before the forward's first kernel.
   load_weights(chunk_begin);
   const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
   wait_for_previous_grid();
+  A2D_TRACE(const uint64_t t_waited = trace_clock());
+  A2D_TRACE(uint64_t t_data = 0);
   if (rows <= 0) return;
+  const bool staged = kStageSsq && p.stage_ssq && !p.use_row_map && p.ssq_in_parts <= kStagedParts;
   if constexpr (kInput == GemmInput::rmsnorm_residual) {
-    rmsnorm_row_scales(p, min(rows, kCols), row_scale, kGemmWarps);
-    __syncthreads();
+    if (staged) {
+      // ssq_in[part][row]: the first kCols rows of every part, 16 bytes at a time (kMaxRows >= kCols).
+      constexpr int kQuads = kCols / 4;
+      for (int e = threadIdx.x; e < p.ssq_in_parts * kQuads; e += blockDim.x) {
+        const int part = e / kQuads, quad = e % kQuads;
+        cp_async16(&ssq_stage[part * kCols + 4 * quad], p.ssq_in + part * kMaxRows + 4 * quad, true);
+      }
+      cp_async_commit();
+    } else {
+      rmsnorm_row_scales(p, min(rows, kCols), row_scale, kGemmWarps);
+      __syncthreads();
+    }
   }
 
   float acc[kTiles][4];
@@ -230,10 +261,32 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
       const int chunk = base + u * kGemmWarps + warp;
       if (chunk >= chunk_end) break;
       const int k = chunk * 32 + c * 8;
-      multiply_chunk<kTiles, kInput>(acc, wa[u], wb[u], p, rows, k, g, row_scale);
+      multiply_chunk<kTiles, kInput>(acc, wa[u], wb[u], p, rows, k, g, staged ? nullptr : row_scale);
     }
+    A2D_TRACE(if (t_data == 0) t_data = trace_clock_after(acc[0][0]));
   }
   allow_next_grid();
+  A2D_TRACE(const uint64_t t_loop = trace_clock_after(acc[0][0]));
+  if (kStageSsq && staged) {
+    cp_async_wait<0>();
+    __syncthreads();
+    const int lane_ = threadIdx.x % 32;
+    for (int t = warp; t < kCols; t += kGemmWarps) {
+      float sum = 0.f;
+      for (int part = lane_; part < p.ssq_in_parts; part += 32) sum += ssq_stage[part * kCols + t];
+      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      if (lane_ == 0) row_scale[t] = t < rows ? rsqrtf(sum / static_cast<float>(p.k) + p.norm_eps) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const float s0 = row_scale[j * 8 + 2 * c], s1 = row_scale[j * 8 + 2 * c + 1];
+      acc[j][0] *= s0;
+      acc[j][1] *= s1;
+      acc[j][2] *= s0;
+      acc[j][3] *= s1;
+    }
+  }
 
   // Split-K reduction across the 8 warps through shared memory.
 #pragma unroll
@@ -253,6 +306,17 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
     for (int w = 0; w < kGemmWarps; ++w) sum += partial[w][r][t];
     partial[0][r][t] = sum;
   }
+  A2D_TRACE(const uint64_t t_reduced = trace_clock());
+#if defined(A2D_GEMM_TRACE)
+  auto record = [&](bool epilogue) {
+    if (threadIdx.x != 0 || p.trace.records == nullptr) return;
+    const unsigned i = atomicAdd(p.trace.count, 1u);
+    if (i < p.trace.capacity) {
+      p.trace.records[i] = GemmBlockRecord{t_start, t_waited, t_data, t_loop, t_reduced, trace_clock(), trace_sm(),
+                                           p.site, tile, static_cast<int>(blockIdx.y) + (epilogue ? 1000 : 0)};
+    }
+  };
+#endif
 
   // Split K across blocks: publish this block's tile; the last block of the tile sums all of them in
   // split order (the same result whichever block arrives last) and goes on to the epilogue.
@@ -264,7 +328,10 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
     __syncthreads();
     if (threadIdx.x == 0) last_block = atomicAdd(&p.split_counters[tile], 1u) == static_cast<unsigned>(p.splits - 1);
     __syncthreads();
-    if (!last_block) return;
+    if (!last_block) {
+      A2D_TRACE(record(false));
+      return;
+    }
     __threadfence();
     for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += blockDim.x) {
       float sum = 0.f;
@@ -275,6 +342,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32) gemm_kernel(const GemmParams 
   }
   tile_epilogue<kEpilogue, kCols>(p, tile, partial[0], partial[1], active_cols, threadIdx.x, blockDim.x,
                                  [] { __syncthreads(); });
+  A2D_TRACE(record(true));
 }
 
 // Persistent schedule (GemmTuning::stream): a grid of as many blocks as stay resident. The work is cut into
@@ -587,10 +655,17 @@ GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning) {
     if (plan.splits > 1) plan.scratch_floats = static_cast<size_t>(tiles) * plan.splits * kMaxRows * kGemmTileRows;
     return plan;
   }
+  plan.blocks = tiles;
+  if (tuning.small_loads > 0 && max_rows <= 16 && chunks <= tuning.small_loads * kGemmWarps &&
+      tiles <= std::max(1, tuning.blocks_per_sm) * tuning.sm_count) {
+    plan.loads = tuning.small_loads;
+    plan.chunks_per_split = chunks;
+    return plan;
+  }
+  plan.loads = tuning.loads;
   const int round = tuning.loads * kGemmWarps;  // chunks one block streams per round of loads
   const int rounds = ceil_div(chunks, round);
   const int splits = tuning.blocks_per_sm <= 0 ? 1 : std::min(rounds, ceil_div(tuning.blocks_per_sm * tuning.sm_count, tiles));
-  plan.blocks = tiles;
   if (splits <= 1) {
     plan.splits = 1;
     plan.chunks_per_split = chunks;
@@ -611,11 +686,12 @@ void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int 
   const GemmPlan plan = gemm_plan(p.n_rows, p.k, max_rows, tuning);
   p.splits = plan.splits;
   p.chunks_per_split = plan.chunks_per_split;
+  p.stage_ssq = tuning.stage_ssq;
   if (plan.scratch_floats > 0 && (p.split_partials == nullptr || p.split_counters == nullptr)) {
     throw std::logic_error("gemm: split K without scratch");
   }
   if (plan.stream && p.unit_counter == nullptr) throw std::logic_error("gemm: stream schedule without a unit counter");
-  switch (tuning.loads) {
+  switch (plan.stream ? tuning.loads : plan.loads) {
     case 4: return dispatch_rows<4>(p, plan, input, epilogue, max_rows, stream, pdl);
     case 8: return dispatch_rows<8>(p, plan, input, epilogue, max_rows, stream, pdl);
     default: throw std::runtime_error("gemm: loads must be 4 or 8");

@@ -14,6 +14,7 @@
 
 #include "common.cuh"
 #include "step_state.cuh"
+#include "trace.cuh"
 #include "weights.cuh"
 
 namespace a2d::cuda {
@@ -40,6 +41,15 @@ struct GemmTuning {
   int loads = 4;  // 4 or 8
   int blocks_per_sm = 2;
   int sm_count = 132;
+  // Tile per block, up to 16 rows: a GEMM whose tiles number at most blocks_per_sm per SM and whose K fits
+  // one round of `small_loads` loads per lane (qkv and o of the 2B shape) runs one round at that depth
+  // and does not split K: a split's publish-and-merge costs more there than the deeper round (bench/NOTES.md,
+  // runs 26-28; at 32 rows the deeper round measured slower). 0: off (every GEMM takes `loads` and the
+  // split rule).
+  int small_loads = 8;
+  // Tile per block, up to 16 rows, normalised input: the row scale multiplies the dot products after the K
+  // loop, with the producer's sums of squares copied to shared memory meanwhile (gemm.cu); false: scale first.
+  bool stage_ssq = true;
 };
 constexpr int kGemmStreamMaxTiles = 4;
 
@@ -47,6 +57,7 @@ constexpr int kGemmStreamMaxTiles = 4;
 struct GemmPlan {
   bool stream = false;
   int blocks = 0;            // grid.x: tiles, or the stream kernel's resident blocks
+  int loads = 4;             // tile per block: 16-byte load pairs in flight per lane (4 or 8)
   int splits = 1;            // tile per block: blocks per tile along K
   int chunks_per_split = 0;  // 32-column chunks each split covers
   size_t scratch_floats = 0;
@@ -108,6 +119,12 @@ struct GemmParams {
   unsigned* unit_counter;
   int splits;
   int chunks_per_split;
+  bool stage_ssq;  // GemmTuning::stage_ssq
+
+  // Per-block timing records (trace.cuh; written only by builds with A2D_GEMM_TRACE) and which GEMM of
+  // the forward this is.
+  GemmTrace trace;
+  int site;
 };
 
 // `max_rows` (<= kMaxRows) fixes the tensor-core tile count; state->rows may be smaller at run time.

@@ -314,6 +314,8 @@ void DeviceModel::enqueue_forward(int max_rows) {
   auto gemm_params = [&](const bf16* weight, int n_rows, int n_out, int k, int site) {
     GemmParams g{};
     g.unit_counter = gemm_unit_counters_ + site;
+    g.trace = options_.gemm_trace;
+    g.site = site;
     g.weight = weight;
     g.n_rows = n_rows;
     g.n_out = n_out;

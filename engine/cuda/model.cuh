@@ -56,6 +56,7 @@ struct ModelOptions {
   bool fuse_rope = true;
   unsigned kernels = kAllKernels;
   GemmTuning gemm;     // sm_count is filled in from the device
+  GemmTrace gemm_trace;  // per-block GEMM records (trace.cuh): only builds with A2D_GEMM_TRACE write them
 };
 
 // The inputs of one forward of at most kMaxRows rows (see StepState).
@@ -90,6 +91,7 @@ class DeviceModel {
   void finish_upload();
   // Switches graphs / PDL / kernel set (benchmarks compare them on one set of weights).
   void reconfigure(const ModelOptions& options);
+  const ModelOptions& options() const { return options_; }
 
   // Enqueues one forward; results are read with the copy functions below (which synchronize).
   void forward(const ForwardInputs& inputs);

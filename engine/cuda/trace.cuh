@@ -1,0 +1,48 @@
+// Per-block timing records of the tile-per-block GEMM kernel, for finding where a forward's time goes
+// between the weight-stream floor and the measured forward (bench/gemm_trace.py). The records are
+// compiled in only with A2D_GEMM_TRACE, which the GPU harness's trace build sets (bench/stage-device.sh
+// TRACE=1); every other build carries the (null) pointers in its parameters and not one instruction.
+#pragma once
+
+#include <cstdint>
+
+namespace a2d::cuda {
+
+// Times are %globaltimer nanoseconds, one clock for all SMs: the block's start, the end of its wait for
+// the previous kernel, the first multiply of weights (their first loads have landed), the end of its main
+// loop, the end of the warps' reduction, and the block's end (after the epilogue, or after publishing its
+// split when another block of the tile runs the epilogue).
+struct GemmBlockRecord {
+  uint64_t start, waited, first_data, loop_done, reduced, end;
+  int sm;
+  int site;       // which GEMM of the forward: 4 * layer + (qkv, o, gate/up, down), 4 * layers for lm_head
+  int tile;       // blockIdx.x
+  int split;      // blockIdx.y; + 1000 when this block ran the tile's epilogue
+};
+
+struct GemmTrace {
+  GemmBlockRecord* records = nullptr;  // null: no tracing
+  unsigned* count = nullptr;           // records written (those past capacity are dropped)
+  unsigned capacity = 0;
+};
+
+#if defined(A2D_GEMM_TRACE)
+__device__ __forceinline__ uint64_t trace_clock() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// The clock read only once `after` has been computed (its instruction has issued): a data dependence.
+__device__ __forceinline__ uint64_t trace_clock_after(float after) {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "f"(after));
+  return t;
+}
+__device__ __forceinline__ int trace_sm() {
+  int sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  return sm;
+}
+#endif
+
+}  // namespace a2d::cuda
