@@ -492,8 +492,9 @@ def section_2b(lib, out, summary):
     # timed GEMM-only.
     # (stream, loads, blocks per SM): the tile-per-block default, then the stream schedule's variants.
     # (stream, loads, blocks per SM[, small loads[, stage ssq]]): the default, without staging the sums of
-    # squares, without that and the small-GEMM rule (qkv and o split K at 4 loads), then the stream schedule.
-    tunings = [(0, 4, 2), (0, 4, 2, -1, 0), (0, 4, 2, 0, 0), STREAM_TUNING]
+    # squares, without that and the small-GEMM rule (qkv and o split K at 4 loads), the stream schedule, then
+    # the default with K split towards 3 and 1 blocks per SM.
+    tunings = [(0, 4, 2), (0, 4, 2, -1, 0), (0, 4, 2, 0, 0), STREAM_TUNING, (0, 4, 3), (0, 4, 1)]
     checks = {}
     for tuning in tunings:
         engine.reconfigure(True, True, 7, tuning)

@@ -71,14 +71,22 @@ __device__ __forceinline__ void multiply_chunk(float (&acc)[kTiles][4], const ui
 }
 
 
+// What the epilogues read of the step state, read by each kernel at its start (the host wrote the state
+// before the forward's first kernel): in the epilogue the read would be one more dependent round trip.
+struct StepView {
+  int cached;
+  bool write_logits;
+};
+__device__ __forceinline__ StepView step_view(const GemmParams& p) { return {p.state->cached, p.state->write_logits != 0}; }
+
 // The epilogue of one finished 16-row tile, run by a team of `team` threads (a whole block, or one warp of
 // the stream kernel), `rank` being this thread's index in it and `sync` the team's barrier: the bias, then
 // the epilogue's own work. tile_sum[r][t] holds row r of the tile for token column t; tile_scratch is a
 // second buffer of the same shape the epilogue may overwrite.
 template <GemmEpilogue kEpilogue, int kCols, typename Sync>
-__device__ __forceinline__ void tile_epilogue(const GemmParams& p, int tile, float (*tile_sum)[kCols + 1],
-                                              float (*tile_scratch)[kCols + 1], int active_cols, int rank, int team,
-                                              Sync sync) {
+__device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepView& view, int tile,
+                                              float (*tile_sum)[kCols + 1], float (*tile_scratch)[kCols + 1],
+                                              int active_cols, int rank, int team, Sync sync) {
   if (p.bias != nullptr) {
     sync();
     for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
@@ -130,7 +138,7 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, int tile, flo
     const int first_row = tile * kGemmTileRows;
     const int head = first_row / p.head_dim;
     const int j = first_row % p.head_dim / kGemmTileRows;
-    const int cached = p.state->cached;
+    const int cached = view.cached;
     if (head < p.num_heads + p.num_kv_heads) {
       // Tile rows r and r + 8 are the dims i = 8j + r and i + half of one q or k head.
       const int half = p.head_dim / 2;
@@ -155,7 +163,7 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, int tile, flo
       }
     }
   } else {
-    if (p.state->write_logits) {
+    if (view.write_logits) {
       for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
         const int r = e % kGemmTileRows, t = e / kGemmTileRows;
         const int row = tile * kGemmTileRows + r;
@@ -230,6 +238,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTiles == 1 && kLoads == 4 ? 
   // row count: the host wrote the step state before the forward's first kernel.
   load_weights(chunk_begin);
   const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
+  const StepView view = step_view(p);
   wait_for_previous_grid();
   A2D_TRACE(const uint64_t t_waited = trace_clock());
   A2D_TRACE(uint64_t t_data = 0);
@@ -340,7 +349,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTiles == 1 && kLoads == 4 ? 
     }
     if (threadIdx.x == 0) p.split_counters[tile] = 0;
   }
-  tile_epilogue<kEpilogue, kCols>(p, tile, partial[0], partial[1], active_cols, threadIdx.x, blockDim.x,
+  tile_epilogue<kEpilogue, kCols>(p, view, tile, partial[0], partial[1], active_cols, threadIdx.x, blockDim.x,
                                  [] { __syncthreads(); });
   A2D_TRACE(record(true));
 }
@@ -461,6 +470,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
   };
 
   const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
+  const StepView view = step_view(p);
   if (rows <= 0) {
     wait_for_previous_grid();
     return;
@@ -531,7 +541,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
         }
       }
       if (finish) {
-        tile_epilogue<kEpilogue, kCols>(p, tile, sums, partial[slot][1], active_cols, lane, 32, [] { __syncwarp(); });
+        tile_epilogue<kEpilogue, kCols>(p, view, tile, sums, partial[slot][1], active_cols, lane, 32, [] { __syncwarp(); });
       }
       __syncwarp();
       named_barrier_arrive(empty(slot));
@@ -665,7 +675,8 @@ GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning) {
   plan.loads = tuning.loads;
   const int round = tuning.loads * kGemmWarps;  // chunks one block streams per round of loads
   const int rounds = ceil_div(chunks, round);
-  const int splits = tuning.blocks_per_sm <= 0 ? 1 : std::min(rounds, ceil_div(tuning.blocks_per_sm * tuning.sm_count, tiles));
+  const int target = max_rows > 16 ? std::min(tuning.blocks_per_sm, tuning.wide_blocks_per_sm) : tuning.blocks_per_sm;
+  const int splits = target <= 0 ? 1 : std::min(rounds, ceil_div(target * tuning.sm_count, tiles));
   if (splits <= 1) {
     plan.splits = 1;
     plan.chunks_per_split = chunks;

@@ -50,6 +50,9 @@ struct GemmTuning {
   // Tile per block, up to 16 rows, normalised input: the row scale multiplies the dot products after the K
   // loop, with the producer's sums of squares copied to shared memory meanwhile (gemm.cu); false: scale first.
   bool stage_ssq = true;
+  // Tile per block, more than 16 rows: the K-split target in blocks per SM (their blocks hold 96-122
+  // registers, two per SM, and split K measured slower there: bench/NOTES.md, run 30).
+  int wide_blocks_per_sm = 1;
 };
 constexpr int kGemmStreamMaxTiles = 4;
 
