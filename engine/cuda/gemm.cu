@@ -1,6 +1,7 @@
 #include "gemm.cuh"
 
 #include <algorithm>
+#include <climits>
 
 namespace a2d::cuda {
 namespace {
@@ -170,22 +171,34 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
         if (row < p.n_out) p.logits[static_cast<size_t>(t) * p.out_stride + row] = tile_sum[r][t];
       }
     }
-    for (int t = rank; t < active_cols; t += team) {
-      float best = -INFINITY;
-      int index = -1;
-      for (int r = 0; r < kGemmTileRows; ++r) {
-        const int row = tile * kGemmTileRows + r;
-        if (row < p.n_out && row != p.mask_token_id && tile_sum[r][t] > best) {
-          best = tile_sum[r][t];
-          index = row;
+    // One warp: lane = 16 * half + r holds row r of the columns half, half + 2, ...; the max (the lowest
+    // row on ties), then the sum of exp(logit - max), are reduced across the 16 lanes of a half with
+    // shuffles, so the warp reads each value once from shared memory instead of twice in a serial loop.
+    if (rank < 32) {
+      const int r = rank % kGemmTileRows, half = rank / kGemmTileRows;
+      const int row = tile * kGemmTileRows + r;
+      const bool valid = row < p.n_out && row != p.mask_token_id;
+      for (int pair = 0; pair < active_cols; pair += 2) {  // the same trip count on every lane (shuffles)
+        const int t = pair + half;                         // <= kCols: inside tile_sum's padded rows
+        const bool used = valid && t < active_cols;
+        float best = used ? tile_sum[r][t] : -INFINITY;
+        int index = used ? row : INT_MAX;
+#pragma unroll
+        for (int offset = kGemmTileRows / 2; offset > 0; offset /= 2) {
+          const float other = __shfl_xor_sync(0xffffffffu, best, offset);
+          const int other_index = __shfl_xor_sync(0xffffffffu, index, offset);
+          if (other > best || (other == best && other_index < index)) {
+            best = other;
+            index = other_index;
+          }
+        }
+        float sum = used ? __expf(tile_sum[r][t] - best) : 0.f;
+#pragma unroll
+        for (int offset = kGemmTileRows / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        if (r == 0 && t < active_cols) {
+          p.argmax_out[tile * kMaxRows + t] = ArgmaxPartial{best, index == INT_MAX ? 0.f : sum, index == INT_MAX ? -1 : index};
         }
       }
-      float sum = 0.f;
-      for (int r = 0; r < kGemmTileRows; ++r) {
-        const int row = tile * kGemmTileRows + r;
-        if (row < p.n_out && row != p.mask_token_id) sum += __expf(tile_sum[r][t] - best);
-      }
-      p.argmax_out[tile * kMaxRows + t] = ArgmaxPartial{best, index < 0 ? 0.f : sum, index};
     }
   }
 }
@@ -361,29 +374,40 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTiles == 1 && kLoads == 4 ? 
 // ... of each of its units in turn and keeps kDepth chunks (kDepth KiB) in flight in registers without a
 // break between units: a chunk's loads are issued as soon as the one kDepth before it is multiplied,
 // whichever unit either belongs to. At the end of a unit a warp leaves its partial sums in a shared slot
-// (handed over with named barriers) and streams on. A ninth warp does nothing but the epilogues: it waits
-// for the 8 partials of each unit in turn, sums them in warp order, merges the splits of a tile as the
+// (handed over with named barriers) and streams on. kSlots more warps do nothing but the epilogues, unit i
+// by warp 8 + i % kSlots (so one epilogue's round trips to global memory overlap the next one's): each
+// waits for the 8 partials of its unit, sums them in warp order, merges the splits of a tile as the
 // tile-per-block kernel does (the last split to finish adds all of them in split order, so results are
-// deterministic) and runs the tile's epilogue; a streaming warp waits only when the epilogue warp is kSlots
-// units behind. Measured slower than the tile-per-block kernel (bench/NOTES.md, runs 17-24).
-constexpr int kStreamThreads = (kGemmWarps + 1) * 32;
+// deterministic) and runs the tile's epilogue; a streaming warp waits only when the epilogue of the unit
+// kSlots before is not done. With one epilogue warp this measured slower than the tile-per-block kernel,
+// its epilogue warp busy for 50-95 % of the time (bench/NOTES.md, runs 17-24 and 32).
+template <int kTiles>
+__host__ __device__ constexpr int stream_slots() {
+  return kTiles <= 2 ? 4 : 2;  // what fits in 48 KiB of static shared memory
+}
+template <int kTiles>
+__host__ __device__ constexpr int stream_threads() {
+  return (kGemmWarps + stream_slots<kTiles>()) * 32;
+}
+// A slot's barriers join the 8 streaming warps and the slot's epilogue warp.
+constexpr int kStreamBarrierThreads = (kGemmWarps + 1) * 32;
 constexpr int kQueue = 16;             // > 2 * the most slots + 1: no entry is overwritten while still read
 constexpr int kQueueTag = 1 << 20;     // units per GEMM stay below this
 
 __device__ __forceinline__ void named_barrier_sync(int id) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kStreamThreads) : "memory");
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kStreamBarrierThreads) : "memory");
 }
 __device__ __forceinline__ void named_barrier_arrive(int id) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(kStreamThreads) : "memory");
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(kStreamBarrierThreads) : "memory");
 }
 
 template <int kTiles, GemmInput kInput, GemmEpilogue kEpilogue, int kDepth>
-__global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __grid_constant__ GemmParams p) {
+__global__ void __launch_bounds__(stream_threads<kTiles>(), 2) gemm_stream_kernel(const __grid_constant__ GemmParams p) {
   constexpr int kCols = kTiles * 8;
-  constexpr int kSlots = kTiles <= 2 ? 4 : 2;  // what fits in 48 KiB of static shared memory
+  constexpr int kSlots = stream_slots<kTiles>();
   __shared__ float partial[kSlots][kGemmWarps][kGemmTileRows][kCols + 1];
   __shared__ float row_scale[kCols];
-  __shared__ bool last_split;
+  __shared__ bool last_split[kSlots];
   // Units past a block's first, as the fetching lane published them: entry i % kQueue = i * kQueueTag + unit
   // (one store, so a reader that sees the tag sees the unit).
   __shared__ int queue[kQueue];
@@ -413,6 +437,10 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
     // Every block asks until it gets an end, so the launch asks `units` times: the last one resets the counter.
     if (pending == static_cast<unsigned>(units - 1)) *p.unit_counter = 0;
     *static_cast<volatile int*>(&queue[i % kQueue]) = i * kQueueTag + unit;
+    // The end, for every epilogue warp: each asks for the entries of its own units.
+    if (unit == units) {
+      for (int j = 1; j < kSlots; ++j) *static_cast<volatile int*>(&queue[(i + j) % kQueue]) = (i + j) * kQueueTag + units;
+    }
     return unit;
   };
   auto unit_of = [&](int i) {
@@ -475,6 +503,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
     wait_for_previous_grid();
     return;
   }
+  A2D_TRACE(const uint64_t t_start = trace_clock());
   // Before the wait: the weights of the first unit (they do not depend on the previous kernel), and the
   // first request (this launch's counter is its own).
   if (fetcher) request();
@@ -490,7 +519,8 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
     }
   }
   wait_for_previous_grid();
-  if constexpr (kInput == GemmInput::rmsnorm_residual) rmsnorm_row_scales(p, min(rows, kCols), row_scale, kGemmWarps + 1);
+  A2D_TRACE(const uint64_t t_waited = trace_clock());
+  if constexpr (kInput == GemmInput::rmsnorm_residual) rmsnorm_row_scales(p, min(rows, kCols), row_scale, kGemmWarps + kSlots);
   __syncthreads();  // the scales, and the queue's initial entries
   // The rest of the register slots, from later units (now that entries can be published).
   if (streaming) {
@@ -503,12 +533,17 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
   if (!streaming) {
     // The epilogue warp. It loads no weights, so the next kernel may be scheduled as far as it is concerned.
     allow_next_grid();
-    for (int i = 0;; ++i) {
+    // Trace records, one per unit (trace.cuh's fields read per unit: first_data is when the previous unit's
+    // partials were complete, loop_done when this one's were, reduced when the 8 were summed).
+    A2D_TRACE(uint64_t t_previous = t_waited);
+    const int e = warp - kGemmWarps;
+    for (int i = e;; i += kSlots) {
       const int unit = unit_of(i);
       if (unit >= units) break;
       const int slot = i % kSlots;
       const int tile = unit / p.splits;
       named_barrier_sync(full(slot));
+      A2D_TRACE(const uint64_t t_full = trace_clock());
       float (*sums)[kCols + 1] = partial[slot][0];
       for (int e = lane; e < kGemmTileRows * active_cols; e += 32) {
         const int r = e % kGemmTileRows, t = e / kGemmTileRows;
@@ -518,6 +553,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
         sums[r][t] = sum;
       }
       __syncwarp();
+      A2D_TRACE(const uint64_t t_reduced = trace_clock());
       bool finish = true;
       if (p.splits > 1) {
         float* tile_partials = p.split_partials + static_cast<size_t>(tile) * p.splits * kMaxRows * kGemmTileRows;
@@ -525,9 +561,9 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
         for (int e = lane; e < kGemmTileRows * active_cols; e += 32) own[e] = sums[e % kGemmTileRows][e / kGemmTileRows];
         __threadfence();
         __syncwarp();
-        if (lane == 0) last_split = atomicAdd(&p.split_counters[tile], 1u) == static_cast<unsigned>(p.splits - 1);
+        if (lane == 0) last_split[e] = atomicAdd(&p.split_counters[tile], 1u) == static_cast<unsigned>(p.splits - 1);
         __syncwarp();
-        finish = last_split;
+        finish = last_split[e];
         if (finish) {
           __threadfence();
           for (int e = lane; e < kGemmTileRows * active_cols; e += 32) {
@@ -544,6 +580,16 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
         tile_epilogue<kEpilogue, kCols>(p, view, tile, sums, partial[slot][1], active_cols, lane, 32, [] { __syncwarp(); });
       }
       __syncwarp();
+#if defined(A2D_GEMM_TRACE)
+      if (lane == 0 && p.trace.records != nullptr) {
+        const unsigned at = atomicAdd(p.trace.count, 1u);
+        if (at < p.trace.capacity) {
+          p.trace.records[at] = GemmBlockRecord{t_start, t_waited, t_previous, t_full, t_reduced, trace_clock(), trace_sm(),
+                                                p.site, tile, unit % p.splits + (finish ? 1000 : 0)};
+        }
+      }
+      t_previous = t_full;
+#endif
       named_barrier_arrive(empty(slot));
     }
     return;
@@ -597,7 +643,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2) gemm_stream_kernel(const __
 template <bool kStream, int kTiles, int kLoads, GemmInput kInput, GemmEpilogue kEpilogue>
 void launch_kernel(const GemmParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
   if constexpr (kStream) {
-    launch(gemm_stream_kernel<kTiles, kInput, kEpilogue, kLoads>, grid, dim3(kStreamThreads), 0, stream, pdl, p);
+    launch(gemm_stream_kernel<kTiles, kInput, kEpilogue, kLoads>, grid, dim3(stream_threads<kTiles>()), 0, stream, pdl, p);
   } else {
     launch(gemm_kernel<kTiles, kInput, kEpilogue, kLoads>, grid, dim3(kGemmWarps * 32), 0, stream, pdl, p);
   }
