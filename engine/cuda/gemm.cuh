@@ -34,9 +34,10 @@ struct GemmTuning {
   // `loads` pairs of 16-byte weight loads in flight, and K is split until a GEMM has about
   // `blocks_per_sm` blocks per SM (0: never split).
   // Stream (true): a persistent grid of `blocks_per_sm` blocks per SM, each streaming its units (K splits
-  // of tiles) with `loads` chunks (KiB) per warp in flight across unit boundaries and a ninth warp for the
+  // of tiles) with `loads` chunks (KiB) per warp in flight across unit boundaries and more warps for the
   // epilogues (gemm.cu); up to kGemmStreamMaxTiles * 8 rows, more rows take the tile-per-block kernel.
-  // Measured slower than tile per block on the H200 (bench/NOTES.md, runs 17-21): an option, not the default.
+  // Measured slower than tile per block on the H200, bound by its epilogue warps (bench/NOTES.md, runs
+  // 17-24 and 32-34): an option, not the default.
   bool stream = false;
   int loads = 4;  // 4 or 8
   int blocks_per_sm = 2;
