@@ -531,13 +531,13 @@ __global__ void __launch_bounds__(stream_threads<kTiles>(), 2) gemm_stream_kerne
   }
   const int active_cols = min(rows, kCols);
   if (!streaming) {
-    // The epilogue warp. It loads no weights, so the next kernel may be scheduled as far as it is concerned.
+    // An epilogue warp. It loads no weights, so the next kernel may be scheduled as far as it is concerned.
     allow_next_grid();
     // Trace records, one per unit (trace.cuh's fields read per unit: first_data is when the previous unit's
     // partials were complete, loop_done when this one's were, reduced when the 8 were summed).
     A2D_TRACE(uint64_t t_previous = t_waited);
-    const int e = warp - kGemmWarps;
-    for (int i = e;; i += kSlots) {
+    const int epilogue_warp = warp - kGemmWarps;  // its units: i = epilogue_warp, + kSlots, ...
+    for (int i = epilogue_warp;; i += kSlots) {
       const int unit = unit_of(i);
       if (unit >= units) break;
       const int slot = i % kSlots;
@@ -561,9 +561,11 @@ __global__ void __launch_bounds__(stream_threads<kTiles>(), 2) gemm_stream_kerne
         for (int e = lane; e < kGemmTileRows * active_cols; e += 32) own[e] = sums[e % kGemmTileRows][e / kGemmTileRows];
         __threadfence();
         __syncwarp();
-        if (lane == 0) last_split[e] = atomicAdd(&p.split_counters[tile], 1u) == static_cast<unsigned>(p.splits - 1);
+        if (lane == 0) {
+          last_split[epilogue_warp] = atomicAdd(&p.split_counters[tile], 1u) == static_cast<unsigned>(p.splits - 1);
+        }
         __syncwarp();
-        finish = last_split[e];
+        finish = last_split[epilogue_warp];
         if (finish) {
           __threadfence();
           for (int e = lane; e < kGemmTileRows * active_cols; e += 32) {
