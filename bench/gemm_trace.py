@@ -35,6 +35,11 @@ def site_bytes(cfg):
             "gate_up": 2 * I * H * 2, "down": H * I * 2, "lm_head": cfg["vocab"] * H * 2}
 
 
+def sites_of(kind_index, layers):
+    """The forward's GEMM sites of one kind (model.cu: 4 * layer + kind; the lm_head is 4 * layers)."""
+    return [4 * layers] if kind_index == len(KINDS) else [4 * l + kind_index for l in range(layers)]
+
+
 def trace(engine, cached, rows, capacity=400_000):
     buf = np.zeros(capacity, dtype=RECORD)
     count = ctypes.c_int()
@@ -58,7 +63,7 @@ def analyse(rec, cfg):
     ends = {s: int(r["end"].max()) for s, r in sites.items()}
     rows = {}
     for kind_index, kind in enumerate(list(KINDS) + ["lm_head"]):
-        site_list = [4 * l + kind_index for l in range(layers)] if kind != "lm_head" else [4 * layers]
+        site_list = sites_of(kind_index, layers)
         stats = []
         for s in site_list:
             if s not in sites:
@@ -101,7 +106,7 @@ def analyse_stream(rec, cfg):
     nbytes = site_bytes(cfg)
     rows = {}
     for kind_index, kind in enumerate(list(KINDS) + ["lm_head"]):
-        site_list = [4 * l + kind_index for l in range(layers)] if kind != "lm_head" else [4 * layers]
+        site_list = sites_of(kind_index, layers)
         stats = []
         for s in site_list:
             r = rec[rec["site"] == s]

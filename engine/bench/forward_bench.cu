@@ -54,6 +54,26 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The synthetic forward the timings run: `rows` fixed tokens after `cached` cached ones, logits for the
+// last `logit_count` rows. Owns the arrays its ForwardInputs points to.
+struct TimedForward {
+  std::vector<int32_t> tokens, logit_rows;
+  ForwardInputs in;
+  TimedForward(const DeviceModel& model, int cached, int commit, int rows, int logit_count)
+      : tokens(rows), logit_rows(logit_count) {
+    for (int i = 0; i < rows; ++i) tokens[i] = (i * 7919 + 13) % model.shape().vocab;
+    for (int i = 0; i < logit_count; ++i) logit_rows[i] = rows - logit_count + i;
+    in.cached = cached;
+    in.commit = commit;
+    in.tokens = tokens.data();
+    in.rows = rows;
+    in.logit_rows = logit_rows.data();
+    in.logit_count = logit_count;
+  }
+  TimedForward(const TimedForward&) = delete;  // `in` points into this object's own arrays
+  TimedForward& operator=(const TimedForward&) = delete;
+};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -212,16 +232,8 @@ int a2d_bench_time(void* handle, int cached, int commit, int rows, int logit_cou
                    double* device_ms, double* step_ms, char* error, int size) {
   return guarded(error, size, [&] {
     DeviceModel* model = static_cast<DeviceModel*>(handle);
-    std::vector<int32_t> tokens(rows), logit_rows(logit_count);
-    for (int i = 0; i < rows; ++i) tokens[i] = (i * 7919 + 13) % model->shape().vocab;
-    for (int i = 0; i < logit_count; ++i) logit_rows[i] = rows - logit_count + i;
-    ForwardInputs in;
-    in.cached = cached;
-    in.commit = commit;
-    in.tokens = tokens.data();
-    in.rows = rows;
-    in.logit_rows = logit_rows.data();
-    in.logit_count = logit_count;
+    const TimedForward forward(*model, cached, commit, rows, logit_count);
+    const ForwardInputs& in = forward.in;
     std::vector<TokenChoice> choices(std::max(1, logit_count));
     cudaEvent_t start, stop;
     A2D_CUDA_CHECK(cudaEventCreate(&start));
@@ -260,17 +272,8 @@ int a2d_bench_trace(void* handle, int cached, int rows, int capacity, void* reco
     throw std::runtime_error("this harness was built without A2D_GEMM_TRACE: stage it with TRACE=1 bash bench/stage-device.sh");
 #else
     DeviceModel* model = static_cast<DeviceModel*>(handle);
-    std::vector<int32_t> tokens(rows), logit_rows(rows);
-    for (int i = 0; i < rows; ++i) {
-      tokens[i] = (i * 7919 + 13) % model->shape().vocab;
-      logit_rows[i] = i;
-    }
-    ForwardInputs in;
-    in.cached = cached;
-    in.tokens = tokens.data();
-    in.rows = rows;
-    in.logit_rows = logit_rows.data();
-    in.logit_count = rows;
+    const TimedForward forward(*model, cached, 0, rows, rows);
+    const ForwardInputs& in = forward.in;
     GemmTrace trace;
     trace.capacity = static_cast<unsigned>(capacity);
     A2D_CUDA_CHECK(cudaMalloc(&trace.records, sizeof(GemmBlockRecord) * capacity));

@@ -41,14 +41,21 @@ __device__ __forceinline__ uint4 load_input_row(const GemmParams& p, int input_r
 constexpr int kChunkElements = kGemmTileRows * 32;  // one 32-column chunk of a tile: 1 KiB
 constexpr int kStagedParts = 128;  // sums-of-squares parts the tile kernel stages (hidden up to 2048)
 
-// The RMSNorm scale of each input row t < cols, one warp per row (the block's `warps` warps take turns):
-// the producer's per-tile partial sums of squares, summed across the lanes.
-__device__ __forceinline__ void rmsnorm_row_scales(const GemmParams& p, int cols, float* row_scale, int warps) {
+// The RMSNorm scale of each input row t < rows, one warp per row (the block's `warps` warps take turns):
+// the producer's per-tile partial sums of squares ssq[part * stride + row], summed across the lanes. ssq is
+// the producer's ssq_in (stride kMaxRows) or the tile kernel's copy in shared memory (stride kCols, rows
+// unmapped). Columns from `rows` up to `cols` (no token there) get 0.
+__device__ __forceinline__ void rmsnorm_row_scales(const GemmParams& p, const float* ssq, int stride, int rows, int cols,
+                                                   float* row_scale, int warps) {
   const int lane = threadIdx.x % 32;
   for (int t = threadIdx.x / 32; t < cols; t += warps) {
+    if (t >= rows) {
+      if (lane == 0) row_scale[t] = 0.f;
+      continue;
+    }
     const int r = p.use_row_map ? p.state->logit_rows[t] : t;
     float sum = 0.f;
-    for (int part = lane; part < p.ssq_in_parts; part += 32) sum += p.ssq_in[part * kMaxRows + r];
+    for (int part = lane; part < p.ssq_in_parts; part += 32) sum += ssq[part * stride + r];
     for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
     if (lane == 0) row_scale[t] = rsqrtf(sum / static_cast<float>(p.k) + p.norm_eps);
   }
@@ -267,7 +274,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTiles == 1 && kLoads == 4 ? 
       }
       cp_async_commit();
     } else {
-      rmsnorm_row_scales(p, min(rows, kCols), row_scale, kGemmWarps);
+      rmsnorm_row_scales(p, p.ssq_in, kMaxRows, min(rows, kCols), min(rows, kCols), row_scale, kGemmWarps);
       __syncthreads();
     }
   }
@@ -292,13 +299,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTiles == 1 && kLoads == 4 ? 
   if (kStageSsq && staged) {
     cp_async_wait<0>();
     __syncthreads();
-    const int lane_ = threadIdx.x % 32;
-    for (int t = warp; t < kCols; t += kGemmWarps) {
-      float sum = 0.f;
-      for (int part = lane_; part < p.ssq_in_parts; part += 32) sum += ssq_stage[part * kCols + t];
-      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      if (lane_ == 0) row_scale[t] = t < rows ? rsqrtf(sum / static_cast<float>(p.k) + p.norm_eps) : 0.f;
-    }
+    rmsnorm_row_scales(p, ssq_stage, kCols, min(rows, kCols), kCols, row_scale, kGemmWarps);
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
@@ -331,12 +332,9 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTiles == 1 && kLoads == 4 ? 
   A2D_TRACE(const uint64_t t_reduced = trace_clock());
 #if defined(A2D_GEMM_TRACE)
   auto record = [&](bool epilogue) {
-    if (threadIdx.x != 0 || p.trace.records == nullptr) return;
-    const unsigned i = atomicAdd(p.trace.count, 1u);
-    if (i < p.trace.capacity) {
-      p.trace.records[i] = GemmBlockRecord{t_start, t_waited, t_data, t_loop, t_reduced, trace_clock(), trace_sm(),
-                                           p.site, tile, static_cast<int>(blockIdx.y) + (epilogue ? 1000 : 0)};
-    }
+    if (threadIdx.x != 0) return;
+    trace_write(p.trace, GemmBlockRecord{t_start, t_waited, t_data, t_loop, t_reduced, trace_clock(), trace_sm(), p.site,
+                                         tile, static_cast<int>(blockIdx.y) + (epilogue ? 1000 : 0)});
   };
 #endif
 
@@ -520,7 +518,7 @@ __global__ void __launch_bounds__(stream_threads<kTiles>(), 2) gemm_stream_kerne
   }
   wait_for_previous_grid();
   A2D_TRACE(const uint64_t t_waited = trace_clock());
-  if constexpr (kInput == GemmInput::rmsnorm_residual) rmsnorm_row_scales(p, min(rows, kCols), row_scale, kGemmWarps + kSlots);
+  if constexpr (kInput == GemmInput::rmsnorm_residual) rmsnorm_row_scales(p, p.ssq_in, kMaxRows, min(rows, kCols), min(rows, kCols), row_scale, kGemmWarps + kSlots);
   __syncthreads();  // the scales, and the queue's initial entries
   // The rest of the register slots, from later units (now that entries can be published).
   if (streaming) {
@@ -583,12 +581,9 @@ __global__ void __launch_bounds__(stream_threads<kTiles>(), 2) gemm_stream_kerne
       }
       __syncwarp();
 #if defined(A2D_GEMM_TRACE)
-      if (lane == 0 && p.trace.records != nullptr) {
-        const unsigned at = atomicAdd(p.trace.count, 1u);
-        if (at < p.trace.capacity) {
-          p.trace.records[at] = GemmBlockRecord{t_start, t_waited, t_previous, t_full, t_reduced, trace_clock(), trace_sm(),
-                                                p.site, tile, unit % p.splits + (finish ? 1000 : 0)};
-        }
+      if (lane == 0) {
+        trace_write(p.trace, GemmBlockRecord{t_start, t_waited, t_previous, t_full, t_reduced, trace_clock(), trace_sm(),
+                                             p.site, tile, unit % p.splits + (finish ? 1000 : 0)});
       }
       t_previous = t_full;
 #endif

@@ -48,6 +48,12 @@ __device__ __forceinline__ int trace_sm() {
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   return sm;
 }
+// Appends one record (dropped past capacity, or when tracing is off).
+__device__ __forceinline__ void trace_write(const GemmTrace& trace, const GemmBlockRecord& record) {
+  if (trace.records == nullptr) return;
+  const unsigned at = atomicAdd(trace.count, 1u);
+  if (at < trace.capacity) trace.records[at] = record;
+}
 #endif
 
 }  // namespace a2d::cuda
