@@ -38,14 +38,23 @@ DEV = os.environ.get("A2D_CHECK_DEVICE", "cuda")
 STARTED = time.time()
 # The stream GEMM schedule's tuning that the tiny checks run (stream, loads, blocks per SM; gemm.cuh).
 STREAM_TUNING = (1, 4, 2)
+# Rolling weight loads in every GEMM, no early trigger after attention: the option paths off the default.
+OPTIONS_TUNING = (0, 4, 2, -1, -1, 1000, 0)
+# The tiny checks' configurations: the default, the stream GEMM schedule, the optional paths.
+SCHEDULES = (("tile", (-1, -1, -1)), ("stream", STREAM_TUNING), ("options", OPTIONS_TUNING))
+
+
+# The optional fields after (stream, loads, blocks per SM), in a2d_bench_reconfigure's order, with their labels:
+# GemmTuning's small loads, stage ssq and rolling blocks per SM, then ModelOptions' attention early trigger.
+TUNING_EXTRA = ("x", "ssq", "roll", "tr")
 
 
 def tuning_label(tuning):
-    """(stream, loads, blocks per SM[, small loads[, stage ssq]]): gemm.cuh's GemmTuning; -1 keeps the default."""
+    """(stream, loads, blocks per SM[, TUNING_EXTRA...]): gemm.cuh's GemmTuning and the attention options;
+    -1 keeps the default."""
     stream, loads, blocks_per_sm, *more = tuning
     label = f"{'stream' if stream else 'tile'} s{loads} b{blocks_per_sm}"
-    label += f" x{more[0]}" if more and more[0] >= 0 else ""
-    return label + (f" ssq{more[1]}" if len(more) > 1 and more[1] >= 0 else "")
+    return label + "".join(f" {name}{value}" for name, value in zip(TUNING_EXTRA, more) if value >= 0)
 
 
 class Shape(ctypes.Structure):
@@ -123,12 +132,11 @@ class Engine:
         return device.value, step.value
 
     def reconfigure(self, graphs, pdl, kernels=7, tuning=(-1, -1, -1)):
-        """tuning: (stream, loads, blocks per SM[, small loads[, stage ssq]]) of the GEMMs (gemm.cuh GemmTuning);
-        -1 keeps the default."""
+        """tuning: see tuning_label; -1 keeps the default."""
         stream, loads, blocks_per_sm, *more = tuning
-        more = list(more) + [-1] * (2 - len(more))
+        more = list(more) + [-1] * (len(TUNING_EXTRA) - len(more))
         self.lib.call("a2d_bench_reconfigure", self.handle, int(graphs), int(pdl), kernels, stream, loads,
-                      blocks_per_sm, more[0], more[1])
+                      blocks_per_sm, *more)
 
     def fill_kv(self, seed=1):
         self.lib.call("a2d_bench_fill_kv", self.handle, ctypes.c_ulonglong(seed))
@@ -280,7 +288,7 @@ def section_tiny(lib, out):
         engine = Engine(lib, cfg)
         engine.upload(W, dtypes, on_host)
         # Both GEMM schedules (gemm.cuh): tile per block (the default) and stream.
-        for schedule, tuning in (("tile", (-1, -1, -1)), ("stream", STREAM_TUNING)):
+        for schedule, tuning in SCHEDULES:
             engine.reconfigure(True, True, 7, tuning)
             gen = torch.Generator().manual_seed(7 + i)
             rows = []
@@ -293,7 +301,7 @@ def section_tiny(lib, out):
                     f"({self_conf:.1e})")
             results[f"{name}/{schedule}"] = rows
         engine.close()
-    for schedule in ("tile", "stream"):
+    for schedule, _ in SCHEDULES:
         worst = max(r["rel_err"] for key, rows in results.items() if key.endswith("/" + schedule) for r in rows)
         log(f"  tiny worst rel_err, {schedule} GEMMs: {worst:.2e} ({'PASS' if worst <= 1e-2 else 'FAIL'}: <= 1e-2)")
     return results
@@ -488,13 +496,10 @@ def section_2b(lib, out, summary):
     summary["startup_2b_from_host_memory"] = startup
     log(f"  2B upload from host: {startup}")
 
-    # GEMM tuning (16-byte load pairs in flight per lane, split-K target blocks per SM): checked, then
-    # timed GEMM-only.
-    # (stream, loads, blocks per SM): the tile-per-block default, then the stream schedule's variants.
-    # (stream, loads, blocks per SM[, small loads[, stage ssq]]): the default, without staging the sums of
-    # squares, without that and the small-GEMM rule (qkv and o split K at 4 loads), the stream schedule, then
-    # the default with K split towards 3 and 1 blocks per SM.
-    tunings = [(0, 4, 2), (0, 4, 2, -1, 0), (0, 4, 2, 0, 0), STREAM_TUNING, (0, 4, 3), (0, 4, 1)]
+    # Tunings (tuning_label), each checked, then timed GEMM-only and whole: the default; the stream schedule;
+    # without rolling loads and attention's early trigger (the default of run 35); K split towards 4 and 6
+    # blocks per SM (gate/up in 2 splits at 6); 8 loads per lane at 2 and 4 blocks per SM.
+    tunings = [(0, 4, 2), STREAM_TUNING, (0, 4, 2, -1, -1, 0, 0), (0, 4, 4), (0, 4, 6), (0, 8, 2), (0, 8, 4)]
     checks = {}
     for tuning in tunings:
         engine.reconfigure(True, True, 7, tuning)
@@ -540,13 +545,15 @@ def section_2b(lib, out, summary):
         for rows in (8, 32):
             timed(label, rows, 1024)
         engine.reconfigure(True, True, 7, tuning)
-        timed(f"graph+pdl {tuning_label(tuning)}", 4, 1024)
-        if best is None or t4 < best[0]:
-            best = (t4, tuning)
+        whole4 = timed(f"graph+pdl {tuning_label(tuning)}", 4, 1024)
+        for rows, kv in ((16, 1024), (4, 32768)):
+            timed(f"graph+pdl {tuning_label(tuning)}", rows, kv)
+        if best is None or whole4 < best[0]:
+            best = (whole4, tuning)
     tuning = best[1]
     name = tuning_label(tuning)
-    summary["gemm_tuning_best"] = dict(stream=tuning[0], loads=tuning[1], blocks_per_sm=tuning[2])
-    log(f"  best GEMM tuning at rows 4: {name}")
+    summary["tuning_best"] = dict(label=name, tuning=list(tuning))
+    log(f"  best tuning by the whole forward at rows 4: {name}")
     engine.reconfigure(True, True, 7, tuning)
     for rows in (1, 4, 8, 16, 32):
         for kv in (1024, 8192, 32768):

@@ -246,6 +246,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const AttentionP
   const int group = p.num_heads / p.num_kv_heads;
   const int rows_valid = st.rows * group;
   const int kv_total = st.cached + st.rows;
+  if (p.early_trigger) allow_next_grid();
   wait_for_previous_grid();
   const int row_block = blockIdx.z * kRowsPerBlock;
   if (row_block >= rows_valid) return;
@@ -301,6 +302,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const Attentio
   const int r = blockIdx.y;
   const int rows = st.rows;
   const SplitPlan plan = plan_splits(st.cached + rows, p.max_splits);
+  if (p.early_trigger) allow_next_grid();
   wait_for_previous_grid();
   if (r >= rows * group) return;
   const size_t split_stride = static_cast<size_t>(p.num_kv_heads) * p.row_capacity;

@@ -29,6 +29,9 @@ struct AttentionParams {
   float* partial_o;   // [max_splits][num_kv_heads][row_capacity][head_dim_padded]
   float2* partial_ml;  // [max_splits][num_kv_heads][row_capacity]: (running max in log2 units, sum)
   bf16* out;           // combine: [rows][num_heads * head_dim]
+  // Let the next kernel's blocks be scheduled at this kernel's start (they still wait for its completion):
+  // the o GEMM then streams its weights while attention and the combine run (ModelOptions).
+  bool early_trigger;
 };
 
 // Sets the kernels' shared-memory limits; call once per process before the first launch.

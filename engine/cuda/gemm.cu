@@ -283,14 +283,24 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTiles == 1 && kLoads == 4 ? 
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
+  // Rounds of kLoads chunks per lane. Rolling (GemmTuning::rolling_blocks_per_sm): a slot's next chunk is
+  // requested as soon as the slot is multiplied, so the lane keeps kLoads loads in flight across round
+  // boundaries; otherwise the next round is requested when the whole round is multiplied.
+  const bool rolling = p.rolling;
   for (int base = chunk_begin; base < chunk_end; base += kLoads * kGemmWarps) {
-    if (base > chunk_begin) load_weights(base);
+    if (base > chunk_begin && !rolling) load_weights(base);
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
       const int chunk = base + u * kGemmWarps + warp;
       if (chunk >= chunk_end) break;
       const int k = chunk * 32 + c * 8;
       multiply_chunk<kTiles, kInput>(acc, wa[u], wb[u], p, rows, k, g, staged ? nullptr : row_scale);
+      const int next = chunk + kLoads * kGemmWarps;
+      if (rolling && next < chunk_end) {
+        const bf16* w = tile_weights + static_cast<size_t>(next) * kChunkElements;
+        wa[u] = load_stream16(w);
+        wb[u] = load_stream16(w + kChunkElements / 2);
+      }
     }
     A2D_TRACE(if (t_data == 0) t_data = trace_clock_after(acc[0][0]));
   }
@@ -717,6 +727,8 @@ GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning) {
   }
   plan.loads = tuning.loads;
   const int round = tuning.loads * kGemmWarps;  // chunks one block streams per round of loads
+  // Whether the blocks roll their loads, from the grid's size (K splits only shorten its blocks' runs).
+  plan.rolling = tiles <= tuning.rolling_blocks_per_sm * tuning.sm_count;
   const int rounds = ceil_div(chunks, round);
   const int target = max_rows > 16 ? std::min(tuning.blocks_per_sm, tuning.wide_blocks_per_sm) : tuning.blocks_per_sm;
   const int splits = target <= 0 ? 1 : std::min(rounds, ceil_div(target * tuning.sm_count, tiles));
@@ -741,6 +753,7 @@ void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int 
   p.splits = plan.splits;
   p.chunks_per_split = plan.chunks_per_split;
   p.stage_ssq = tuning.stage_ssq;
+  p.rolling = plan.rolling;
   if (plan.scratch_floats > 0 && (p.split_partials == nullptr || p.split_counters == nullptr)) {
     throw std::logic_error("gemm: split K without scratch");
   }

@@ -54,6 +54,12 @@ struct GemmTuning {
   // Tile per block, more than 16 rows: the K-split target in blocks per SM (their blocks hold 96-122
   // registers, two per SM, and split K measured slower there: bench/NOTES.md, run 30).
   int wide_blocks_per_sm = 1;
+  // Tile per block, GEMMs of at most rolling_blocks_per_sm blocks per SM: each lane requests a load slot's
+  // next chunk as soon as it has multiplied the slot, instead of the whole next round once the round is
+  // multiplied, so the memory system does not drain between the rounds of blocks that run in step. Many
+  // waves of blocks (the lm_head) fall out of step by themselves and measured slower with it
+  // (bench/NOTES.md, runs 36-37). 0: off.
+  int rolling_blocks_per_sm = 8;
 };
 constexpr int kGemmStreamMaxTiles = 4;
 
@@ -64,6 +70,7 @@ struct GemmPlan {
   int loads = 4;             // tile per block: 16-byte load pairs in flight per lane (4 or 8)
   int splits = 1;            // tile per block: blocks per tile along K
   int chunks_per_split = 0;  // 32-column chunks each split covers
+  bool rolling = false;      // tile per block: GemmTuning::rolling_blocks_per_sm
   size_t scratch_floats = 0;
 };
 GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning);
@@ -124,6 +131,7 @@ struct GemmParams {
   int splits;
   int chunks_per_split;
   bool stage_ssq;  // GemmTuning::stage_ssq
+  bool rolling;    // GemmPlan::rolling
 
   // Per-block timing records (trace.cuh; written only by builds with A2D_GEMM_TRACE) and which GEMM of
   // the forward this is.
