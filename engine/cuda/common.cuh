@@ -74,6 +74,15 @@ __device__ __forceinline__ uint4 load_stream16(const void* pointer) {
   return v;
 }
 
+// load_stream16 where `predicate` holds; otherwise `v` keeps its value (a predicated load, no branch).
+__device__ __forceinline__ void load_stream16_if(uint4& v, const void* pointer, bool predicate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %4, 0;\n"
+      " @p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%5];\n}"
+      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+      : "r"(static_cast<int>(predicate)), "l"(pointer));
+}
+
 // 16-byte asynchronous copy global -> shared (sm_80+); src-size 0 zero-fills instead of reading.
 __device__ __forceinline__ void cp_async16(void* smem, const void* global, bool valid) {
   const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));

@@ -19,22 +19,29 @@ namespace {
 // consecutive mma k-steps (first 4, then 4). Both operands are permuted the same way, so the dot
 // product is unchanged.
 
+// The input fragment of one lane for one chunk: 8 consecutive k of `input_row` from k; zero where the chunk
+// lies past its split (`valid` false) or past K. Branch-free (a select, not a return), so that the
+// unrolled loop over a round's chunks stays one basic block and the compiler can issue every chunk's
+// input loads before the first multiply instead of one dependent round trip per chunk.
 template <GemmInput kInput>
-__device__ __forceinline__ uint4 load_input_row(const GemmParams& p, int input_row, int k, float scale) {
-  if (k >= p.k) return make_uint4(0, 0, 0, 0);
+__device__ __forceinline__ uint4 load_input_row(const GemmParams& p, int input_row, int k, bool valid, float scale) {
+  valid = valid && k < p.k;
+  const int at = valid ? k : 0;
   if constexpr (kInput == GemmInput::bf16_rows) {
-    return __ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(input_row) * p.x_stride + k));
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(input_row) * p.x_stride + at));
+    return valid ? v : make_uint4(0, 0, 0, 0);
   } else {
-    const float4* h = reinterpret_cast<const float4*>(p.residual_in + static_cast<size_t>(input_row) * p.x_stride + k);
+    const float4* h = reinterpret_cast<const float4*>(p.residual_in + static_cast<size_t>(input_row) * p.x_stride + at);
     const float4 h0 = __ldg(h);
     const float4 h1 = __ldg(h + 1);
-    const uint4 gamma = __ldg(reinterpret_cast<const uint4*>(p.norm_weight + k));
+    const uint4 gamma = __ldg(reinterpret_cast<const uint4*>(p.norm_weight + at));
     const float2 w0 = unpack_bf16(gamma.x), w1 = unpack_bf16(gamma.y), w2 = unpack_bf16(gamma.z),
                  w3 = unpack_bf16(gamma.w);
-    return make_uint4(pack_bf16(h0.x * scale * w0.x, h0.y * scale * w0.y),
-                      pack_bf16(h0.z * scale * w1.x, h0.w * scale * w1.y),
-                      pack_bf16(h1.x * scale * w2.x, h1.y * scale * w2.y),
-                      pack_bf16(h1.z * scale * w3.x, h1.w * scale * w3.y));
+    const uint4 v = make_uint4(pack_bf16(h0.x * scale * w0.x, h0.y * scale * w0.y),
+                               pack_bf16(h0.z * scale * w1.x, h0.w * scale * w1.y),
+                               pack_bf16(h1.x * scale * w2.x, h1.y * scale * w2.y),
+                               pack_bf16(h1.z * scale * w3.x, h1.w * scale * w3.y));
+    return valid ? v : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -61,23 +68,41 @@ __device__ __forceinline__ void rmsnorm_row_scales(const GemmParams& p, const fl
   }
 }
 
-// acc[j] += one chunk of the tile's weights (this lane's wa, wb: rows g and g + 8, 8 consecutive k from k)
-// times the input fragments of token rows j * 8 + g at the same k, for the row tiles that hold rows. A
-// normalised input is scaled by row_scale here, or, where row_scale is null, by the caller after the K loop.
+// What a lane's token columns read, fixed for the whole K loop: the input row of column j * 8 + g (the
+// logits' row map applied; columns past `rows` repeat the last row, their results unused) and the RMSNorm
+// scale applied at the load (1 where there is none, or where the caller scales after the K loop:
+// row_scale null).
 template <int kTiles, GemmInput kInput>
-__device__ __forceinline__ void multiply_chunk(float (&acc)[kTiles][4], const uint4& wa, const uint4& wb, const GemmParams& p,
-                                               int rows, int k, int g, const float* row_scale) {
+struct TileInputs {
+  int row[kTiles];
+  float scale[kTiles];
+};
+template <int kTiles, GemmInput kInput>
+__device__ __forceinline__ TileInputs<kTiles, kInput> tile_inputs(const GemmParams& p, int rows, int g, const float* row_scale) {
+  TileInputs<kTiles, kInput> in;
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    if (j * 8 >= rows) break;
     const int t = min(j * 8 + g, rows - 1);
-    const float scale = kInput == GemmInput::rmsnorm_residual && row_scale != nullptr ? row_scale[t] : 1.f;
-    const uint4 xv = load_input_row<kInput>(p, p.use_row_map ? p.state->logit_rows[t] : t, k, scale);
+    in.row[j] = p.use_row_map ? p.state->logit_rows[t] : t;
+    in.scale[j] = kInput == GemmInput::rmsnorm_residual && row_scale != nullptr ? row_scale[t] : 1.f;
+  }
+  return in;
+}
+
+// acc[j] += one chunk of the tile's weights (this lane's wa, wb: rows g and g + 8, 8 consecutive k from k)
+// times the input fragments of the token columns j * 8 + g at the same k, for the row tiles that hold rows;
+// a chunk that is not `valid` adds zero.
+template <int kTiles, GemmInput kInput>
+__device__ __forceinline__ void multiply_chunk(float (&acc)[kTiles][4], const uint4& wa, const uint4& wb, const GemmParams& p,
+                                               int rows, int k, bool valid, const TileInputs<kTiles, kInput>& in) {
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    if (j > 0 && j * 8 >= rows) break;
+    const uint4 xv = load_input_row<kInput>(p, in.row[j], k, valid, in.scale[j]);
     mma_bf16_16816(acc[j], wa.x, wb.x, wa.y, wb.y, xv.x, xv.y);
     mma_bf16_16816(acc[j], wa.z, wb.z, wa.w, wb.w, xv.z, xv.w);
   }
 }
-
 
 // What the epilogues read of the step state, read by each kernel at its start (the host wrote the state
 // before the forward's first kernel): in the epilogue the read would be one more dependent round trip.
@@ -214,9 +239,15 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
 // layout. The 8 warps take interleaved chunks; each lane keeps kLoads pairs of 16-byte weight loads in
 // flight (every warp load instruction reads 512 contiguous bytes), then multiplies them with the
 // matching input fragments. (A cp.async shared-memory ring measured slower: bench/NOTES.md.)
-// One row tile at 4 loads is held to 64 registers, four blocks per SM (ptxas would take 74 otherwise).
+// One row tile at 4 loads is held to 64 registers, four blocks per SM (ptxas would take 74 otherwise); up to
+// two row tiles, the rest to 128, two blocks per SM (with every chunk's input loads issued ahead of the
+// multiplies, ptxas would take up to 220 at 8 loads, one block per SM).
+template <int kTiles>
+__host__ __device__ constexpr int gemm_min_blocks(int loads) {
+  return kTiles == 1 && loads == 4 ? 4 : (kTiles <= 2 ? 2 : 1);
+}
 template <int kTiles, GemmInput kInput, GemmEpilogue kEpilogue, int kLoads>
-__global__ void __launch_bounds__(kGemmWarps * 32, kTiles == 1 && kLoads == 4 ? 4 : 1) gemm_kernel(const GemmParams p) {
+__global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoads)) gemm_kernel(const GemmParams p) {
   constexpr int kCols = kTiles * 8;
   // A normalised input's row scale is constant over k, so it can multiply the dot products after the K
   // loop: the producer's partial sums of squares are then copied to shared memory while the weights and
@@ -287,20 +318,19 @@ __global__ void __launch_bounds__(kGemmWarps * 32, kTiles == 1 && kLoads == 4 ? 
   // requested as soon as the slot is multiplied, so the lane keeps kLoads loads in flight across round
   // boundaries; otherwise the next round is requested when the whole round is multiplied.
   const bool rolling = p.rolling;
+  // The round's body has no branch (chunks past the split multiply zeros, refills are predicated): one
+  // basic block, so every chunk's input loads can be issued ahead of the first multiply.
+  const TileInputs<kTiles, kInput> in = tile_inputs<kTiles, kInput>(p, rows, g, staged ? nullptr : row_scale);
   for (int base = chunk_begin; base < chunk_end; base += kLoads * kGemmWarps) {
     if (base > chunk_begin && !rolling) load_weights(base);
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
       const int chunk = base + u * kGemmWarps + warp;
-      if (chunk >= chunk_end) break;
-      const int k = chunk * 32 + c * 8;
-      multiply_chunk<kTiles, kInput>(acc, wa[u], wb[u], p, rows, k, g, staged ? nullptr : row_scale);
+      multiply_chunk<kTiles, kInput>(acc, wa[u], wb[u], p, rows, chunk * 32 + c * 8, chunk < chunk_end, in);
       const int next = chunk + kLoads * kGemmWarps;
-      if (rolling && next < chunk_end) {
-        const bf16* w = tile_weights + static_cast<size_t>(next) * kChunkElements;
-        wa[u] = load_stream16(w);
-        wb[u] = load_stream16(w + kChunkElements / 2);
-      }
+      const bf16* w = tile_weights + static_cast<size_t>(min(next, chunk_end - 1)) * kChunkElements;
+      load_stream16_if(wa[u], w, rolling && next < chunk_end);
+      load_stream16_if(wb[u], w + kChunkElements / 2, rolling && next < chunk_end);
     }
     A2D_TRACE(if (t_data == 0) t_data = trace_clock_after(acc[0][0]));
   }
@@ -605,6 +635,7 @@ __global__ void __launch_bounds__(stream_threads<kTiles>(), 2) gemm_stream_kerne
   float acc[kTiles][4];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  const TileInputs<kTiles, kInput> in = tile_inputs<kTiles, kInput>(p, rows, g, row_scale);
   int unit = 0;  // the unit acc belongs to
   // Leaves acc (this warp's part of the unit) in the unit's slot for the epilogue warp.
   auto finish_unit = [&] {
@@ -637,7 +668,7 @@ __global__ void __launch_bounds__(stream_threads<kTiles>(), 2) gemm_stream_kerne
         more = false;
         break;
       }
-      multiply_chunk<kTiles, kInput>(acc, wa[d], wb[d], p, rows, computing.k, g, row_scale);
+      multiply_chunk<kTiles, kInput>(acc, wa[d], wb[d], p, rows, computing.k, true, in);
       step(computing);
       load(d);
     }
