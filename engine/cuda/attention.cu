@@ -289,10 +289,15 @@ __device__ __forceinline__ float block_reduce(float v, float* scratch) {
   return v;
 }
 
-// One block per (KV head, query row): the slices' weights first, then every thread sums one output
-// dimension over a share of the slices, with independent loads in flight (no serial chain per slice).
+// One block per (KV head, query row). Thread s holds slice s's (max, sum) (kMaxSplits <= threads); every
+// thread sums one output dimension over a share of the slices. The first kEarly values of each share are
+// requested together with the (max, sum) pairs, before the reductions, so a forward of up to kEarly x shares
+// slices (KV up to 2k at head_dim 128) waits for one round trip to L2, not three.
 template <int kDim>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const AttentionParams p) {
+  static_assert(kMaxSplits <= kCombineThreads, "one slice per thread");
+  constexpr int kShares = kCombineThreads / kDim;
+  constexpr int kEarly = 16;
   __shared__ float weight[kMaxSplits];
   __shared__ float scratch[kCombineThreads / 32];
   __shared__ float parts[kCombineThreads];
@@ -307,25 +312,31 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const Attentio
   if (r >= rows * group) return;
   const size_t split_stride = static_cast<size_t>(p.num_kv_heads) * p.row_capacity;
   const size_t slot0 = static_cast<size_t>(kv_head) * p.row_capacity + r;
-
-  float m_max = -INFINITY;
-  for (int s = threadIdx.x; s < plan.active; s += kCombineThreads) m_max = fmaxf(m_max, p.partial_ml[s * split_stride + slot0].x);
-  m_max = block_reduce<true>(m_max, scratch);
-  float total = 0.f;
-  for (int s = threadIdx.x; s < plan.active; s += kCombineThreads) {
-    const float2 ml = p.partial_ml[s * split_stride + slot0];
-    const float w = ml.x == -INFINITY ? 0.f : exp2f(ml.x - m_max);  // a slice with no key this row may see
-    weight[s] = w;
-    total += w * ml.y;
-  }
-  total = block_reduce<false>(total, scratch);  // its barriers also publish `weight`
-
-  constexpr int kShares = kCombineThreads / kDim;
   const int d = threadIdx.x % kDim;
   const int share = threadIdx.x / kDim;
+  auto partial = [&](int s) { return p.partial_o + (s * split_stride + slot0) * kDim + d; };
+
+  const int mine = threadIdx.x;
+  const float2 ml = mine < plan.active ? p.partial_ml[mine * split_stride + slot0] : make_float2(-INFINITY, 0.f);
+  float early[kEarly];
+#pragma unroll
+  for (int i = 0; i < kEarly; ++i) {
+    const int s = share + i * kShares;
+    early[i] = s < plan.active ? *partial(s) : 0.f;
+  }
+  const float m_max = block_reduce<true>(ml.x, scratch);
+  const float w = ml.x == -INFINITY ? 0.f : exp2f(ml.x - m_max);  // a slice with no key this row may see
+  if (mine < plan.active) weight[mine] = w;
+  const float total = block_reduce<false>(w * ml.y, scratch);  // its barriers also publish `weight`
+
   float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < kEarly; ++i) {
+    const int s = share + i * kShares;
+    if (s < plan.active) acc += weight[s] * early[i];
+  }
 #pragma unroll 8
-  for (int s = share; s < plan.active; s += kShares) acc += weight[s] * p.partial_o[(s * split_stride + slot0) * kDim + d];
+  for (int s = share + kEarly * kShares; s < plan.active; s += kShares) acc += weight[s] * *partial(s);
   parts[threadIdx.x] = acc;
   __syncthreads();
   if (share != 0) return;
