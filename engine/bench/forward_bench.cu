@@ -142,10 +142,11 @@ int a2d_bench_finish(void* handle, double* times, char* error, int size) {
 }
 
 // gemm_stream / gemm_loads / gemm_blocks_per_sm / gemm_small_loads / gemm_stage_ssq / gemm_rolling (blocks per SM):
-// the GEMM tuning (gemm.cuh); attention_trigger: ModelOptions::attention_early_trigger; negative keeps the default.
+// the GEMM tuning (gemm.cuh); attention_trigger / attention_split_keys: ModelOptions::attention_early_trigger /
+// attention_split_keys; negative keeps the default.
 int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int gemm_stream, int gemm_loads,
                           int gemm_blocks_per_sm, int gemm_small_loads, int gemm_stage_ssq, int gemm_rolling,
-                          int attention_trigger, char* error, int size) {
+                          int attention_trigger, int attention_split_keys, char* error, int size) {
   return guarded(error, size, [&] {
     ModelOptions options;
     options.graphs = graphs;
@@ -158,6 +159,7 @@ int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int ge
     if (gemm_stage_ssq >= 0) options.gemm.stage_ssq = gemm_stage_ssq != 0;
     if (gemm_rolling >= 0) options.gemm.rolling_blocks_per_sm = gemm_rolling;
     if (attention_trigger >= 0) options.attention_early_trigger = attention_trigger != 0;
+    if (attention_split_keys >= 0) options.attention_split_keys = attention_split_keys != 0;
     static_cast<DeviceModel*>(handle)->reconfigure(options);
   });
 }

@@ -258,8 +258,12 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const AttentionP
   const int kv_head = blockIdx.y;
   const int warp = threadIdx.x / 32;
 
-  // Few query rows: the idle warps take a share of each tile's keys instead.
-  const int row_tiles = min(kWarps, (rows_valid - row_block + 15) / 16);
+  // Few query rows: where a split holds several key tiles, the idle warps take a share of each tile's keys
+  // (p.split_keys); with one tile per split (KV up to about 8k) they run the empty row tiles beside the
+  // others instead (results unused), which measured faster than merging the key shares (bench/NOTES.md,
+  // run 44).
+  const bool split_keys = p.split_keys && plan.chunk > kTileKeys;
+  const int row_tiles = split_keys ? min(kWarps, (rows_valid - row_block + 15) / 16) : kWarps;
   if (row_tiles == 1) {
     attention_rows<kDim, 4>(p, smem, kv_head, split, row_block, warp, key_begin, key_end, rows_valid, group);
   } else if (row_tiles == 2) {

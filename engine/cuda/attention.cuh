@@ -32,6 +32,9 @@ struct AttentionParams {
   // Let the next kernel's blocks be scheduled at this kernel's start (they still wait for its completion):
   // the o GEMM then streams its weights while attention and the combine run (ModelOptions).
   bool early_trigger;
+  // Fewer than 64 query rows per block and more than one key tile per split: idle warps split each key tile
+  // with the others (merged through shared memory) rather than running empty row tiles.
+  bool split_keys;
 };
 
 // Sets the kernels' shared-memory limits; call once per process before the first launch.

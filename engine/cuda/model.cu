@@ -392,6 +392,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     ap.partial_ml = attention_partial_ml_;
     ap.out = attention_out_;
     ap.early_trigger = options_.attention_early_trigger;
+    ap.split_keys = options_.attention_split_keys;
     if (run_attention) {
       attention(ap, max_rows, st, pdl);
       attention_combine(ap, max_rows, st, pdl);

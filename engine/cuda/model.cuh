@@ -59,6 +59,8 @@ struct ModelOptions {
   // Attention and its combine let the next kernel be scheduled at their start (AttentionParams::early_trigger;
   // bench/NOTES.md, runs 36-37).
   bool attention_early_trigger = true;
+  // AttentionParams::split_keys (false: never split keys).
+  bool attention_split_keys = true;
   GemmTrace gemm_trace;  // per-block GEMM records (trace.cuh): only builds with A2D_GEMM_TRACE write them
 };
 
