@@ -21,8 +21,20 @@ __global__ void __launch_bounds__(kThreads) reveal_argmax_kernel(const RevealPar
   wait_for_previous_grid();
   const int t = blockIdx.x;
   if (t >= p.state->logit_count) return;
+  // Each thread merges tiles threadIdx.x, + kThreads, ... in order; kBatch of them are requested at once (one
+  // round trip to L2 per batch, not per tile).
+  constexpr int kBatch = 16;
   ArgmaxPartial best{-INFINITY, 0.f, -1};
-  for (int tile = threadIdx.x; tile < p.tiles; tile += kThreads) best = merge(best, p.partials[tile * kMaxRows + t]);
+  for (int base = threadIdx.x; base < p.tiles; base += kThreads * kBatch) {
+    ArgmaxPartial batch[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int tile = base + i * kThreads;
+      batch[i] = tile < p.tiles ? p.partials[tile * kMaxRows + t] : ArgmaxPartial{-INFINITY, 0.f, -1};
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) best = merge(best, batch[i]);
+  }
   for (int offset = 16; offset > 0; offset /= 2) {
     ArgmaxPartial other;
     other.max = __shfl_xor_sync(0xffffffffu, best.max, offset);
