@@ -2,9 +2,10 @@
 
 Launches every kernel on its own (no graph, no PDL), so a profiler such as Nsight Compute sees each one
 whole; one forward of L layers launches 6 L + 3 kernels (embed, per layer qkv / attention / combine / o /
-gate_up / down, the lm_head and the reveal step), after 3 warm-up forwards. For example:
+gate_up / down, the lm_head and the reveal step), after 3 warm-up forwards. The 6 L + 1 of them that match
+"attention|combine|gemm" (25 at L = 4) of the first timed forward:
 
-    ncu --clock-control none --kernel-name regex:"attention|combine|gemm" --launch-skip 76 --launch-count 26 \\
+    ncu --clock-control none --kernel-name regex:"attention|combine|gemm" --launch-skip 75 --launch-count 25 \\
         --section SpeedOfLight --section WarpStateStats python3 bench/ncu_forward.py --lib build/device/liba2d_cuda_bench.so
 """
 import argparse

@@ -72,14 +72,14 @@ __device__ __forceinline__ void rmsnorm_row_scales(const GemmParams& p, const fl
 // logits' row map applied; columns past `rows` repeat the last row, their results unused) and the RMSNorm
 // scale applied at the load (1 where there is none, or where the caller scales after the K loop:
 // row_scale null).
-template <int kTiles, GemmInput kInput>
+template <int kTiles>
 struct TileInputs {
   int row[kTiles];
   float scale[kTiles];
 };
 template <int kTiles, GemmInput kInput>
-__device__ __forceinline__ TileInputs<kTiles, kInput> tile_inputs(const GemmParams& p, int rows, int g, const float* row_scale) {
-  TileInputs<kTiles, kInput> in;
+__device__ __forceinline__ TileInputs<kTiles> tile_inputs(const GemmParams& p, int rows, int g, const float* row_scale) {
+  TileInputs<kTiles> in;
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int t = min(j * 8 + g, rows - 1);
@@ -94,7 +94,7 @@ __device__ __forceinline__ TileInputs<kTiles, kInput> tile_inputs(const GemmPara
 // a chunk that is not `valid` adds zero.
 template <int kTiles, GemmInput kInput>
 __device__ __forceinline__ void multiply_chunk(float (&acc)[kTiles][4], const uint4& wa, const uint4& wb, const GemmParams& p,
-                                               int rows, int k, bool valid, const TileInputs<kTiles, kInput>& in) {
+                                               int rows, int k, bool valid, const TileInputs<kTiles>& in) {
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     if (j > 0 && j * 8 >= rows) break;
@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   const bool rolling = p.rolling;
   // The round's body has no branch (chunks past the split multiply zeros, refills are predicated): one
   // basic block, so every chunk's input loads can be issued ahead of the first multiply.
-  const TileInputs<kTiles, kInput> in = tile_inputs<kTiles, kInput>(p, rows, g, staged ? nullptr : row_scale);
+  const TileInputs<kTiles> in = tile_inputs<kTiles, kInput>(p, rows, g, staged ? nullptr : row_scale);
   for (int base = chunk_begin; base < chunk_end; base += kLoads * kGemmWarps) {
     if (base > chunk_begin && !rolling) load_weights(base);
 #pragma unroll
@@ -635,7 +635,7 @@ __global__ void __launch_bounds__(stream_threads<kTiles>(), 2) gemm_stream_kerne
   float acc[kTiles][4];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  const TileInputs<kTiles, kInput> in = tile_inputs<kTiles, kInput>(p, rows, g, row_scale);
+  const TileInputs<kTiles> in = tile_inputs<kTiles, kInput>(p, rows, g, row_scale);
   int unit = 0;  // the unit acc belongs to
   // Leaves acc (this warp's part of the unit) in the unit's slot for the epilogue warp.
   auto finish_unit = [&] {
