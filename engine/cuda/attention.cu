@@ -20,6 +20,12 @@ __device__ __forceinline__ SplitPlan plan_splits(int kv_total, int max_splits) {
   return {chunk, (kv_total + chunk - 1) / chunk};
 }
 
+// AttentionParams::early_trigger for this launch (the same answer in every block): under mode 1, where at most
+// a quarter of the grid's splits hold keys.
+__device__ __forceinline__ bool early_trigger(const AttentionParams& p, const SplitPlan& plan) {
+  return p.early_trigger == 2 || (p.early_trigger == 1 && 4 * plan.active <= p.max_splits);
+}
+
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
   const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -246,11 +252,11 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const AttentionP
   const int group = p.num_heads / p.num_kv_heads;
   const int rows_valid = st.rows * group;
   const int kv_total = st.cached + st.rows;
-  if (p.early_trigger) allow_next_grid();
+  const SplitPlan plan = plan_splits(kv_total, p.max_splits);
+  if (early_trigger(p, plan)) allow_next_grid();
   wait_for_previous_grid();
   const int row_block = blockIdx.z * kRowsPerBlock;
   if (row_block >= rows_valid) return;
-  const SplitPlan plan = plan_splits(kv_total, p.max_splits);
   const int split = blockIdx.x;
   if (split >= plan.active) return;
   const int key_begin = split * plan.chunk;
@@ -311,7 +317,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const Attentio
   const int r = blockIdx.y;
   const int rows = st.rows;
   const SplitPlan plan = plan_splits(st.cached + rows, p.max_splits);
-  if (p.early_trigger) allow_next_grid();
+  if (early_trigger(p, plan)) allow_next_grid();
   wait_for_previous_grid();
   if (r >= rows * group) return;
   const size_t split_stride = static_cast<size_t>(p.num_kv_heads) * p.row_capacity;

@@ -29,9 +29,11 @@ struct AttentionParams {
   float* partial_o;   // [max_splits][num_kv_heads][row_capacity][head_dim_padded]
   float2* partial_ml;  // [max_splits][num_kv_heads][row_capacity]: (running max in log2 units, sum)
   bf16* out;           // combine: [rows][num_heads * head_dim]
-  // Let the next kernel's blocks be scheduled at this kernel's start (they still wait for its completion):
-  // the o GEMM then streams its weights while attention and the combine run (ModelOptions).
-  bool early_trigger;
+  // Let the next kernel's blocks be scheduled at this kernel's start (they still wait for its completion), so
+  // the o GEMM streams its weights while attention and the combine run: 0 never, 1 where at most a quarter of
+  // the splits hold keys (short KV: few attention blocks have work, so the o GEMM's blocks take no SM they
+  // need; at 132 SMs and 4 rows, KV up to about 2k), 2 always.
+  int early_trigger;
   // Fewer than 64 query rows per block and more than one key tile per split: idle warps split each key tile
   // with the others (merged through shared memory) rather than running empty row tiles.
   bool split_keys;

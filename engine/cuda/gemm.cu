@@ -239,12 +239,13 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
 // layout. The 8 warps take interleaved chunks; each lane keeps kLoads pairs of 16-byte weight loads in
 // flight (every warp load instruction reads 512 contiguous bytes), then multiplies them with the
 // matching input fragments. (A cp.async shared-memory ring measured slower: bench/NOTES.md.)
-// One row tile at 4 loads is held to 64 registers, four blocks per SM (ptxas would take 74 otherwise); up to
-// two row tiles, the rest to 128, two blocks per SM (with every chunk's input loads issued ahead of the
-// multiplies, ptxas would take up to 220 at 8 loads, one block per SM).
+// One row tile at 4 loads: at least three blocks per SM (85 registers at most). Four (64 registers) measured
+// 0.05-0.09 ms slower per forward (bench/NOTES.md, run 48): gate/up's 768 tiles then run in 1.45 waves of
+// 528 slots, in 1.94 of 396 with three. Up to two row tiles, the rest to 128 registers, two blocks per SM
+// (with every chunk's input loads issued ahead of the multiplies, ptxas would take up to 220 at 8 loads).
 template <int kTiles>
 __host__ __device__ constexpr int gemm_min_blocks(int loads) {
-  return kTiles == 1 && loads == 4 ? 4 : (kTiles <= 2 ? 2 : 1);
+  return kTiles == 1 && loads == 4 ? 3 : (kTiles <= 2 ? 2 : 1);
 }
 template <int kTiles, GemmInput kInput, GemmEpilogue kEpilogue, int kLoads>
 __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoads)) gemm_kernel(const GemmParams p) {

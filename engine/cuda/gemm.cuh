@@ -56,10 +56,10 @@ struct GemmTuning {
   int wide_blocks_per_sm = 1;
   // Tile per block, GEMMs of at most rolling_blocks_per_sm blocks per SM: each lane requests a load slot's
   // next chunk as soon as it has multiplied the slot, instead of the whole next round once the round is
-  // multiplied, so the memory system does not drain between the rounds of blocks that run in step. Many
-  // waves of blocks (the lm_head) fall out of step by themselves and measured slower with it
-  // (bench/NOTES.md, runs 36-37). 0: off.
-  int rolling_blocks_per_sm = 8;
+  // multiplied, so the memory system does not drain between the rounds of blocks that run in step. It took
+  // 0.07 ms off block 4 with four blocks per SM (runs 36-37); with three (run 48) it measured the same or
+  // 0.01 ms slower at every block size and KV length (run 49), so it is off. 0: off.
+  int rolling_blocks_per_sm = 0;
 };
 constexpr int kGemmStreamMaxTiles = 4;
 
