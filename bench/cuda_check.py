@@ -499,8 +499,10 @@ def section_2b(lib, out, summary):
     log(f"  2B upload from host: {startup}")
 
     # Tunings (tuning_label), each checked, then timed GEMM-only and whole: the default; the stream schedule;
-    # rolling loads for gate/up and down; attention's early trigger never, and always.
-    tunings = [(0, 4, 2), STREAM_TUNING, (0, 4, 2, -1, -1, 8), (0, 4, 2, -1, -1, -1, 0), (0, 4, 2, -1, -1, -1, 2)]
+    # rolling loads for gate/up and down; attention's early trigger never, and always; K split towards one
+    # block per SM (down in two splits instead of three).
+    tunings = [(0, 4, 2), STREAM_TUNING, (0, 4, 2, -1, -1, 8), (0, 4, 2, -1, -1, -1, 0), (0, 4, 2, -1, -1, -1, 2),
+               (0, 4, 1)]
     checks = {}
     for tuning in tunings:
         engine.reconfigure(True, True, 7, tuning)
