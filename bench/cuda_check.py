@@ -41,26 +41,21 @@ STREAM_TUNING = (1, 4, 2)
 # Rolling weight loads in every GEMM, no early trigger after attention, no attention key split: the option
 # paths off the default.
 OPTIONS_TUNING = (0, 4, 2, -1, -1, 1000, 0, 0)
-# The ring GEMM schedule (stream 2): its stages and blocks per SM. The tiny checks run it with three stages, so
-# that every unit wraps around the ring.
-RING_TUNING = (2, 6, 1)
-TINY_RING_TUNING = (2, 3, 1)
-# The tiny checks' configurations: the default, the stream and ring GEMM schedules, the optional paths.
-SCHEDULES = (("tile", (-1, -1, -1)), ("stream", STREAM_TUNING), ("ring", TINY_RING_TUNING), ("ring-unit", (2, 1, 0)),
-             ("options", OPTIONS_TUNING))
+# The tiny checks' configurations: the default, the stream GEMM schedule, the optional paths.
+SCHEDULES = (("tile", (-1, -1, -1)), ("stream", STREAM_TUNING), ("options", OPTIONS_TUNING))
 
 
 # The optional fields after (stream, loads, blocks per SM), in a2d_bench_reconfigure's order, with their labels:
 # GemmTuning's small loads, stage ssq and rolling blocks per SM, then ModelOptions' attention early trigger and
-# attention key split, then GemmTuning's ring early trigger.
-TUNING_EXTRA = ("x", "ssq", "roll", "tr", "ks", "rt")
+# attention key split.
+TUNING_EXTRA = ("x", "ssq", "roll", "tr", "ks")
 
 
 def tuning_label(tuning):
     """(stream, loads, blocks per SM[, TUNING_EXTRA...]): gemm.cuh's GemmTuning and the attention options;
     -1 keeps the default."""
     stream, loads, blocks_per_sm, *more = tuning
-    label = f"{('tile', 'stream', 'ring')[max(stream, 0)]} s{loads} b{blocks_per_sm}"
+    label = f"{'stream' if stream else 'tile'} s{loads} b{blocks_per_sm}"
     return label + "".join(f" {name}{value}" for name, value in zip(TUNING_EXTRA, more) if value >= 0)
 
 
@@ -503,11 +498,11 @@ def section_2b(lib, out, summary):
     summary["startup_2b_from_host_memory"] = startup
     log(f"  2B upload from host: {startup}")
 
-    # Tunings (tuning_label), each checked, then timed GEMM-only and whole: the default (tile per block); the
-    # ring schedule (16 KiB stages) at 3 stages and two blocks per SM; one unit per block (blocks per SM 0) of
-    # 4 stages, with the trigger at the end and at the start; units of 2 stages; 6 stages at one block per SM.
-    tunings = [(0, 4, 2), (2, 3, 2), (2, 4, 0, -1, -1, -1, -1, -1, 0), (2, 4, 0), (2, 2, 0, -1, -1, -1, -1, -1, 0),
-               (2, 6, 1)]
+    # Tunings (tuning_label), each checked, then timed GEMM-only and whole: the default; the stream schedule;
+    # rolling loads for gate/up and down; attention's early trigger never, and always; K split towards one
+    # block per SM (down in two splits instead of three).
+    tunings = [(0, 4, 2), STREAM_TUNING, (0, 4, 2, -1, -1, 8), (0, 4, 2, -1, -1, -1, 0), (0, 4, 2, -1, -1, -1, 2),
+               (0, 4, 1)]
     checks = {}
     for tuning in tunings:
         engine.reconfigure(True, True, 7, tuning)
@@ -539,7 +534,7 @@ def section_2b(lib, out, summary):
 
     for rows, kv in ((4, 1024), (4, 32768), (32, 1024)):
         profile_forward(engine, rows, kv, out, summary)
-    profile_forward(engine, 4, 1024, out, summary, RING_TUNING)
+    profile_forward(engine, 4, 1024, out, summary, STREAM_TUNING)
     for pdl in (1, 0):
         per_kernel = ctypes.c_double()
         lib.call("a2d_bench_launch_overhead", 300, pdl, ctypes.byref(per_kernel))
@@ -562,7 +557,7 @@ def section_2b(lib, out, summary):
     # 0.05 ms between single timings): the median of each.
     turns = {}
     for round_ in range(5):
-        for t in [t for t in tunings if t[0] != 1]:
+        for t in [t for t in tunings if t[0] == 0]:
             engine.reconfigure(True, True, 7, t)
             for rows, kv in ((1, 1024), (4, 1024), (8, 1024), (4, 8192), (4, 32768)):
                 device_ms, _ = engine.time(kv, 0, rows, rows, iterations=20)

@@ -142,29 +142,19 @@ int a2d_bench_finish(void* handle, double* times, char* error, int size) {
 }
 
 // gemm_stream / gemm_loads / gemm_blocks_per_sm / gemm_small_loads / gemm_stage_ssq / gemm_rolling (blocks per SM):
-// the GEMM tuning (gemm.cuh; gemm_stream 2: the ring schedule, gemm_loads its stages, gemm_blocks_per_sm its
-// blocks per SM; gemm_ring_trigger: GemmTuning::ring_early_trigger); attention_trigger / attention_split_keys: ModelOptions::attention_early_trigger /
+// the GEMM tuning (gemm.cuh); attention_trigger / attention_split_keys: ModelOptions::attention_early_trigger /
 // attention_split_keys; negative keeps the default.
 int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int gemm_stream, int gemm_loads,
                           int gemm_blocks_per_sm, int gemm_small_loads, int gemm_stage_ssq, int gemm_rolling,
-                          int attention_trigger, int attention_split_keys, int gemm_ring_trigger, char* error,
-                          int size) {
+                          int attention_trigger, int attention_split_keys, char* error, int size) {
   return guarded(error, size, [&] {
     ModelOptions options;
     options.graphs = graphs;
     options.pdl = pdl;
     options.kernels = static_cast<unsigned>(kernels);
-    if (gemm_stream == 2) {
-      // The ring schedule up to 16 rows: loads are its stages and blocks per SM its grid; more rows keep the
-      // tile kernel's defaults.
-      if (gemm_loads >= 0) options.gemm.ring_stages = gemm_loads;
-      if (gemm_blocks_per_sm >= 0) options.gemm.ring_blocks_per_sm = gemm_blocks_per_sm;
-    } else {
-      if (gemm_stream >= 0) options.gemm.stream = gemm_stream != 0;
-      if (gemm_loads >= 0) options.gemm.loads = gemm_loads;
-      if (gemm_blocks_per_sm >= 0) options.gemm.blocks_per_sm = gemm_blocks_per_sm;
-    }
-    if (gemm_ring_trigger >= 0) options.gemm.ring_early_trigger = gemm_ring_trigger != 0;
+    if (gemm_stream >= 0) options.gemm.stream = gemm_stream != 0;
+    if (gemm_loads >= 0) options.gemm.loads = gemm_loads;
+    if (gemm_blocks_per_sm >= 0) options.gemm.blocks_per_sm = gemm_blocks_per_sm;
     if (gemm_small_loads >= 0) options.gemm.small_loads = gemm_small_loads;
     if (gemm_stage_ssq >= 0) options.gemm.stage_ssq = gemm_stage_ssq != 0;
     if (gemm_rolling >= 0) options.gemm.rolling_blocks_per_sm = gemm_rolling;

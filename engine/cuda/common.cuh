@@ -95,51 +95,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
-// Shared-memory barriers (mbarrier) and the bulk copy engine (TMA, sm_90): one thread copies a contiguous
-// global range into shared memory and the barrier completes when the bytes have landed.
-__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
-}
-__device__ __forceinline__ void mbarrier_init(uint64_t* barrier, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(barrier)), "r"(count) : "memory");
-}
-// Makes initialised barriers visible to the bulk copy engine (the async proxy); a block barrier follows.
-__device__ __forceinline__ void mbarrier_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n fence.proxy.async.shared::cta;" ::: "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier)) : "memory");
-}
-// Arrives and announces `bytes` of bulk copies that complete the current phase.
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* barrier, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)), "r"(bytes)
-               : "memory");
-}
-// Waits until the phase of parity `parity` has completed.
-__device__ __forceinline__ void mbarrier_wait(uint64_t* barrier, unsigned parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n"
-      "a2d_mbarrier_wait:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra a2d_mbarrier_wait;\n}" ::"r"(shared_address(barrier)),
-      "r"(parity)
-      : "memory");
-}
-// `bytes` (a multiple of 16) from global `source` to shared `target` (both 16-byte aligned); `barrier`
-// counts them. The data is read once: evict it from L2 first.
-__device__ __forceinline__ void bulk_copy_to_shared(void* target, const void* source, unsigned bytes, uint64_t* barrier,
-                                                    uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-          shared_address(target)),
-      "l"(source), "r"(bytes), "r"(shared_address(barrier)), "l"(policy)
-      : "memory");
-}
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);

@@ -406,221 +406,6 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   A2D_TRACE(record(true));
 }
 
-// Ring schedule (GemmTuning::ring_stages): a persistent grid; block b takes units b, b + G, ... (unit u: split
-// u % splits of tile u / splits, a contiguous range of the tiled weight). Warp 8's first lane is the
-// producer: it walks the block's units in stages of up to 8 chunks (8 KiB) and copies each with one bulk
-// copy into the next free stage of the shared-memory ring, from the kernel's start (the weights do not
-// depend on earlier kernels) and without pausing at unit boundaries. Warps 0-7 consume: warp w multiplies
-// chunk w of each stage and releases the stage; at a unit's end they reduce, merge splits as the tile
-// kernel does and run the epilogue, while the producer keeps copying. A stage's `full` barrier completes
-// when its bytes have landed, its `empty` barrier when all eight warps have read it.
-constexpr int kRingChunksPerWarp = 2;
-constexpr int kRingStageChunks = kRingChunksPerWarp * kGemmWarps;
-constexpr int kRingStageBytes = kRingStageChunks * kChunkElements * static_cast<int>(sizeof(bf16));
-constexpr int kRingThreads = (kGemmWarps + 1) * 32;
-constexpr int kRingConsumerThreads = kGemmWarps * 32;
-__host__ __device__ constexpr size_t ring_shared_bytes(int stages) { return static_cast<size_t>(stages) * kRingStageBytes; }
-// The staged input rows' stride in elements (gemm_ring_kernel), 0 where they do not fit beside the ring.
-constexpr size_t kRingStaticShared = 10 * 1024;  // the kernel's static shared memory, at most
-constexpr size_t kSharedPerSm = 227 * 1024;
-int ring_input_stride(int k, int max_rows, int stages, int blocks_per_sm) {
-  const int stride = ceil_div(k, 32) * 32 + 32;
-  const size_t bytes = ring_shared_bytes(stages) + static_cast<size_t>(ceil_div(max_rows, 8) * 8) * stride * sizeof(bf16);
-  return bytes + kRingStaticShared <= kSharedPerSm / std::max(1, blocks_per_sm) ? stride : 0;
-}
-
-__device__ __forceinline__ void consumer_barrier() {
-  asm volatile("bar.sync 1, %0;" ::"n"(kRingConsumerThreads) : "memory");
-}
-
-template <int kTiles, GemmInput kInput, GemmEpilogue kEpilogue>
-__global__ void __launch_bounds__(kRingThreads, kTiles == 1 ? 3 : 2) gemm_ring_kernel(const __grid_constant__ GemmParams p) {
-  constexpr int kCols = kTiles * 8;
-  extern __shared__ __align__(128) unsigned char ring[];
-  __shared__ float partial[kGemmWarps][kGemmTileRows][kCols + 1];
-  __shared__ float row_scale[kCols];
-  __shared__ uint64_t full[kGemmRingMaxStages], empty[kGemmRingMaxStages];
-  __shared__ bool last_block;
-
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int stages = p.ring_stages;
-  const int chunks = (p.k + 31) / 32;
-  const int units = ceil_div(p.n_rows, kGemmTileRows) * p.splits;
-  // The host wrote the step state before the forward's first kernel.
-  const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
-  const StepView view = step_view(p);
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) {
-      mbarrier_init(&full[s], 1);
-      mbarrier_init(&empty[s], kGemmWarps);
-    }
-    mbarrier_init_fence();
-  }
-  __syncthreads();
-  // Early trigger (GemmTuning::ring_early_trigger): the next kernel's blocks may be placed wherever they fit
-  // beside this grid's, so the next ring GEMM's producers fill their rings while this one finishes.
-  if (p.ring_early_trigger) allow_next_grid();
-  // A unit's chunk range.
-  auto unit_range = [&](int u, int& tile, int& begin, int& end) {
-    tile = u / p.splits;
-    begin = u % p.splits * p.chunks_per_split;
-    end = min(chunks, begin + p.chunks_per_split);
-  };
-
-  if (warp == kGemmWarps) {
-    // The producer. It reads only weights, so it starts before the wait for the previous kernel.
-    if (lane == 0 && rows > 0) {
-      const uint64_t policy = evict_first_policy();
-      int stage = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        int tile, begin, end;
-        unit_range(u, tile, begin, end);
-        const bf16* source = p.weight + (static_cast<size_t>(tile) * chunks + begin) * kChunkElements;
-        for (int chunk = begin; chunk < end; chunk += kRingStageChunks, ++stage) {
-          const int slot = stage % stages, use = stage / stages;
-          if (use > 0) mbarrier_wait(&empty[slot], (use - 1) & 1);
-          const unsigned bytes = static_cast<unsigned>(min(kRingStageChunks, end - chunk)) * kChunkElements * sizeof(bf16);
-          mbarrier_arrive_expect_tx(&full[slot], bytes);
-          bulk_copy_to_shared(ring + static_cast<size_t>(slot) * kRingStageBytes, source + static_cast<size_t>(chunk - begin) * kChunkElements,
-                              bytes, &full[slot], policy);
-        }
-      }
-    }
-    if (!p.ring_early_trigger) allow_next_grid();
-    return;
-  }
-
-  // The consumers.
-  const int g = lane / 4;
-  const int c = lane % 4;
-  wait_for_previous_grid();
-  if (rows <= 0) return;
-  if constexpr (kInput == GemmInput::rmsnorm_residual) {
-    rmsnorm_row_scales(p, p.ssq_in, kMaxRows, min(rows, kCols), kCols, row_scale, kGemmWarps);
-    consumer_barrier();
-  }
-  const TileInputs<kTiles> in = tile_inputs<kTiles, kInput>(p, rows, g, row_scale);
-  const int active_cols = min(rows, kCols);
-  // The input rows staged once (p.ring_input_stride > 0): as the multiply reads them (normalised, bf16), kCols
-  // rows of chunks * 32 values and a 64-byte pad (rows g and g + 1 fall in different banks); zero past the
-  // rows and past K. Every unit then reads its inputs from shared memory instead of L1 or L2.
-  bf16* staged = reinterpret_cast<bf16*>(ring + ring_shared_bytes(stages));
-  const int stride = p.ring_input_stride;
-  if (stride > 0) {
-    // In batches of 8 pieces per thread, every load of a batch issued before the first store.
-    constexpr int kBatch = 8;
-    const int per_row = chunks * 4;  // 16-byte pieces
-    const int total = kCols * per_row;
-    for (int base = threadIdx.x; base < total; base += kBatch * kRingConsumerThreads) {
-      uint4 piece[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int e = min(base + b * kRingConsumerThreads, total - 1);
-        const int t = e / per_row, k = e % per_row * 8;
-        const int r = min(t, rows - 1);
-        const int row = p.use_row_map ? p.state->logit_rows[r] : r;
-        const float scale = kInput == GemmInput::rmsnorm_residual ? row_scale[t] : 1.f;
-        piece[b] = load_input_row<kInput>(p, row, k, t < rows, scale);
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int e = base + b * kRingConsumerThreads;
-        if (e < total) {
-          *reinterpret_cast<uint4*>(staged + static_cast<size_t>(e / per_row) * stride + e % per_row * 8) = piece[b];
-        }
-      }
-    }
-    consumer_barrier();
-  }
-  int stage = 0;
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
-    int tile, begin, end;
-    unit_range(u, tile, begin, end);
-    float acc[kTiles][4];
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    for (int first = begin; first < end; first += kRingStageChunks, ++stage) {
-      const int slot = stage % stages, use = stage / stages;
-      mbarrier_wait(&full[slot], use & 1);
-      // Warp w's chunks of the stage: w, w + 8, ...; their weights read before the stage is released.
-      uint4 wa[kRingChunksPerWarp], wb[kRingChunksPerWarp];
-#pragma unroll
-      for (int h = 0; h < kRingChunksPerWarp; ++h) {
-        const uint4* weights = reinterpret_cast<const uint4*>(ring + static_cast<size_t>(slot) * kRingStageBytes) +
-                               (h * kGemmWarps + warp) * 64;
-        wa[h] = weights[lane];
-        wb[h] = weights[32 + lane];
-        if (first + h * kGemmWarps + warp >= end) wa[h] = wb[h] = make_uint4(0, 0, 0, 0);
-      }
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(&empty[slot]);
-#pragma unroll
-      for (int h = 0; h < kRingChunksPerWarp; ++h) {
-        const int chunk = first + h * kGemmWarps + warp;
-        if (stride > 0) {
-          const int k = min(chunk, chunks - 1) * 32 + c * 8;  // past the unit the weights are zero
-#pragma unroll
-          for (int j = 0; j < kTiles; ++j) {
-            if (j > 0 && j * 8 >= rows) break;
-            const uint4 xv = *reinterpret_cast<const uint4*>(staged + static_cast<size_t>(j * 8 + g) * stride + k);
-            mma_bf16_16816(acc[j], wa[h].x, wb[h].x, wa[h].y, wb[h].y, xv.x, xv.y);
-            mma_bf16_16816(acc[j], wa[h].z, wb[h].z, wa[h].w, wb[h].w, xv.z, xv.w);
-          }
-        } else {
-          multiply_chunk<kTiles, kInput>(acc, wa[h], wb[h], p, rows, chunk * 32 + c * 8, chunk < end, in);
-        }
-      }
-    }
-    // The unit's reduction across the 8 warps, its split merge and its epilogue (the tile kernel's).
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      partial[warp][g][j * 8 + 2 * c] = acc[j][0];
-      partial[warp][g][j * 8 + 2 * c + 1] = acc[j][1];
-      partial[warp][g + 8][j * 8 + 2 * c] = acc[j][2];
-      partial[warp][g + 8][j * 8 + 2 * c + 1] = acc[j][3];
-    }
-    consumer_barrier();
-    for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += kRingConsumerThreads) {
-      const int r = e % kGemmTileRows, t = e / kGemmTileRows;
-      float sum = 0.f;
-#pragma unroll
-      for (int w = 0; w < kGemmWarps; ++w) sum += partial[w][r][t];
-      partial[0][r][t] = sum;
-    }
-    bool finish = true;
-    if (p.splits > 1) {
-      float* tile_partials = p.split_partials + static_cast<size_t>(tile) * p.splits * kMaxRows * kGemmTileRows;
-      float* mine = tile_partials + static_cast<size_t>(u % p.splits) * kMaxRows * kGemmTileRows;
-      for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += kRingConsumerThreads) {
-        mine[e] = partial[0][e % kGemmTileRows][e / kGemmTileRows];
-      }
-      __threadfence();
-      consumer_barrier();
-      if (threadIdx.x == 0) last_block = atomicAdd(&p.split_counters[tile], 1u) == static_cast<unsigned>(p.splits - 1);
-      consumer_barrier();
-      finish = last_block;
-      if (finish) {
-        __threadfence();
-        for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += kRingConsumerThreads) {
-          float sum = 0.f;
-          for (int split = 0; split < p.splits; ++split) {
-            sum += __ldcg(tile_partials + static_cast<size_t>(split) * kMaxRows * kGemmTileRows + e);
-          }
-          partial[0][e % kGemmTileRows][e / kGemmTileRows] = sum;
-        }
-        if (threadIdx.x == 0) p.split_counters[tile] = 0;
-      }
-    }
-    if (finish) {
-      tile_epilogue<kEpilogue, kCols>(p, view, tile, partial[0], partial[1], active_cols, threadIdx.x,
-                                      kRingConsumerThreads, [] { consumer_barrier(); });
-    }
-    consumer_barrier();  // partial is written again by the next unit
-  }
-  if (!p.ring_early_trigger) allow_next_grid();
-}
-
 // Persistent schedule (GemmTuning::stream): a grid of as many blocks as stay resident. The work is cut into
 // units, one K split of one tile (splits chosen on the host so that units are at least 32 chunks and a few
 // per block). Block b starts with unit b and then takes the next unit from an atomic counter of its own
@@ -894,25 +679,8 @@ __global__ void __launch_bounds__(stream_threads<kTiles>(), 2) gemm_stream_kerne
   for (int u = max(unit, kSlots); u < unit + kSlots; ++u) named_barrier_sync(empty(u % kSlots));
 }
 
-template <int kTiles, GemmInput kInput, GemmEpilogue kEpilogue>
-void launch_ring(const GemmParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  auto* kernel = gemm_ring_kernel<kTiles, kInput, kEpilogue>;
-  const size_t bytes = ring_shared_bytes(p.ring_stages) + static_cast<size_t>(kTiles * 8) * p.ring_input_stride * sizeof(bf16);
-  // Dynamic shared memory above 48 KiB needs the kernel's permission, once per size.
-  static size_t allowed = 0;
-  if (bytes > allowed) {
-    A2D_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    allowed = bytes;
-  }
-  launch(kernel, grid, dim3(kRingThreads), bytes, stream, pdl, p);
-}
-
 template <bool kStream, int kTiles, int kLoads, GemmInput kInput, GemmEpilogue kEpilogue>
 void launch_kernel(const GemmParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  if (kTiles <= 2 && p.ring_stages > 0) {
-    if constexpr (!kStream && kTiles <= 2 && kLoads == 4) return launch_ring<kTiles, kInput, kEpilogue>(p, grid, stream, pdl);
-    throw std::logic_error("gemm: the ring schedule takes the 4-load tile dispatch");
-  }
   if constexpr (kStream) {
     launch(gemm_stream_kernel<kTiles, kInput, kEpilogue, kLoads>, grid, dim3(stream_threads<kTiles>()), 0, stream, pdl, p);
   } else {
@@ -944,7 +712,7 @@ void launch_gemm(const GemmParams& p, GemmInput input, GemmEpilogue epilogue, di
 template <int kLoads>
 void dispatch_rows(const GemmParams& p, const GemmPlan& plan, GemmInput input, GemmEpilogue epilogue, int max_rows,
                    cudaStream_t stream, bool pdl) {
-  const dim3 grid(plan.blocks, plan.stream || plan.ring_stages > 0 ? 1 : plan.splits);
+  const dim3 grid(plan.blocks, plan.stream ? 1 : plan.splits);
   if (plan.stream) {
     switch (ceil_div(max_rows, 8)) {
       case 1: return launch_gemm<true, 1, kLoads>(p, input, epilogue, grid, stream, pdl);
@@ -979,39 +747,6 @@ GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning) {
     plan.chunks_per_split = ceil_div(chunks, splits);
     plan.splits = ceil_div(chunks, plan.chunks_per_split);
     plan.blocks = std::min(blocks, tiles * plan.splits);
-    if (plan.splits > 1) plan.scratch_floats = static_cast<size_t>(tiles) * plan.splits * kMaxRows * kGemmTileRows;
-    return plan;
-  }
-  if (tuning.ring_stages > 0 && max_rows <= 16 && tuning.ring_blocks_per_sm <= 0) {
-    // One unit per block, the whole unit in the ring at once: units of at most ring_stages stages.
-    const int splits = ceil_div(chunks, tuning.ring_stages * kRingStageChunks);
-    plan.chunks_per_split = ceil_div(ceil_div(chunks, splits), kRingStageChunks) * kRingStageChunks;
-    plan.splits = ceil_div(chunks, plan.chunks_per_split);
-    plan.ring_stages = std::min(plan.chunks_per_split / kRingStageChunks, kGemmRingMaxStages);
-    plan.blocks = tiles * plan.splits;
-    if (plan.splits > 1) plan.scratch_floats = static_cast<size_t>(tiles) * plan.splits * kMaxRows * kGemmTileRows;
-    return plan;
-  }
-  if (tuning.ring_stages > 0 && max_rows <= 16) {
-    // K splits for balance: the fewest that bring the most one SM spends (its blocks take every sm_count-th
-    // unit) to its least, in chunks, with each unit's epilogue counted as 16 chunks (about 0.5 us at an SM's
-    // share of the bandwidth) and a split's merge (publish, counter, re-read) as 48 more.
-    const int unit_cost = 16, merge_cost = 48;
-    const int slots = std::max(1, tuning.ring_blocks_per_sm) * tuning.sm_count;
-    int best_cost = INT_MAX;
-    for (int want = 1; want <= std::min(16, ceil_div(chunks, kRingStageChunks)); ++want) {
-      const int per_split = ceil_div(ceil_div(chunks, want), kRingStageChunks) * kRingStageChunks;
-      const int splits = ceil_div(chunks, per_split);
-      const int cost = ceil_div(tiles * splits, tuning.sm_count) * (per_split + unit_cost + (splits > 1 ? merge_cost : 0));
-      if (cost < best_cost) {
-        best_cost = cost;
-        plan.splits = splits;
-        plan.chunks_per_split = per_split;
-      }
-    }
-    plan.ring_stages = std::min(tuning.ring_stages, kGemmRingMaxStages);
-    plan.ring_input_stride = ring_input_stride(k, max_rows, plan.ring_stages, tuning.ring_blocks_per_sm);
-    plan.blocks = std::min(slots, tiles * plan.splits);
     if (plan.splits > 1) plan.scratch_floats = static_cast<size_t>(tiles) * plan.splits * kMaxRows * kGemmTileRows;
     return plan;
   }
@@ -1051,14 +786,11 @@ void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int 
   p.chunks_per_split = plan.chunks_per_split;
   p.stage_ssq = tuning.stage_ssq;
   p.rolling = plan.rolling;
-  p.ring_stages = plan.ring_stages;
-  p.ring_input_stride = plan.ring_input_stride;
-  p.ring_early_trigger = tuning.ring_early_trigger;
   if (plan.scratch_floats > 0 && (p.split_partials == nullptr || p.split_counters == nullptr)) {
     throw std::logic_error("gemm: split K without scratch");
   }
   if (plan.stream && p.unit_counter == nullptr) throw std::logic_error("gemm: stream schedule without a unit counter");
-  switch (plan.stream ? tuning.loads : plan.ring_stages > 0 ? 4 : plan.loads) {
+  switch (plan.stream ? tuning.loads : plan.loads) {
     case 4: return dispatch_rows<4>(p, plan, input, epilogue, max_rows, stream, pdl);
     case 8: return dispatch_rows<8>(p, plan, input, epilogue, max_rows, stream, pdl);
     default: throw std::runtime_error("gemm: loads must be 4 or 8");

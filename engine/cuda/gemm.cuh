@@ -60,18 +60,7 @@ struct GemmTuning {
   // 0.07 ms off block 4 with four blocks per SM (runs 36-37); with three (run 48) it measured the same or
   // 0.01 ms slower at every block size and KV length (run 49), so it is off. 0: off.
   int rolling_blocks_per_sm = 0;
-  // Ring (ring_stages > 0), up to 16 rows: a persistent grid of ring_blocks_per_sm blocks per SM, each taking
-  // every G-th unit (a K split of a tile) of the GEMM. One producer thread per block copies the units' weights
-  // with the bulk copy engine into a ring of `ring_stages` shared-memory stages of 8 KiB, from the kernel's
-  // start and across unit boundaries; eight warps multiply each stage (a 1 KiB chunk each) and run each unit's
-  // reduction and epilogue while the next units' weights keep arriving (gemm.cu). 0: off.
-  int ring_stages = 0;
-  int ring_blocks_per_sm = 1;
-  // Ring: every block lets the next kernel be scheduled at its start (at one block per SM and up to 12 stages
-  // two ring GEMMs' blocks fit on an SM); false: once its work is done.
-  bool ring_early_trigger = true;
 };
-constexpr int kGemmRingMaxStages = 32;
 constexpr int kGemmStreamMaxTiles = 4;
 
 // How one GEMM launches under a tuning, and the split scratch it needs.
@@ -82,8 +71,6 @@ struct GemmPlan {
   int splits = 1;            // tile per block: blocks per tile along K
   int chunks_per_split = 0;  // 32-column chunks each split covers
   bool rolling = false;      // tile per block: GemmTuning::rolling_blocks_per_sm
-  int ring_stages = 0;       // the ring schedule's stages (0: not the ring)
-  int ring_input_stride = 0; // the ring schedule's staged input rows (elements; 0: read from global memory)
   size_t scratch_floats = 0;
 };
 GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning);
@@ -145,9 +132,6 @@ struct GemmParams {
   int chunks_per_split;
   bool stage_ssq;  // GemmTuning::stage_ssq
   bool rolling;    // GemmPlan::rolling
-  int ring_stages;  // GemmPlan::ring_stages
-  int ring_input_stride;  // GemmPlan::ring_input_stride
-  bool ring_early_trigger;  // GemmTuning::ring_early_trigger
 
   // Per-block timing records (trace.cuh; written only by builds with A2D_GEMM_TRACE) and which GEMM of
   // the forward this is.
