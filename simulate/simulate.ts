@@ -259,8 +259,10 @@ function judgeRun(
         const where = inside(path, home) ? "HOME" : inside(path, folder) ? "the folder (only state/ may change)" : "the host";
         add({
           cause: "write-outside",
+          // The call as made (its name argument too where it was relative), so a report says exactly what ran.
           detail: `${basename(program(e.pid, e.t))} ${e.ok ? "wrote" : "tried to write"} ${path} in ${where}` +
-            (e.kind === "open" ? ` (open ${e.flags}${e.ok ? "" : `: ${e.errno}`})` : ` (${e.call}${e.ok ? "" : `: ${e.errno}`})`),
+            ` (${e.kind === "open" ? `open ${e.flags}` : e.call}${e.name === path ? "" : ` ${JSON.stringify(e.name)}`}` +
+            `${e.ok ? "" : `: ${e.errno}`})`,
         });
       }
     } else if (e.kind === "open" && !e.ok && e.errno === "ENOENT") {

@@ -3,8 +3,8 @@
 
 export type StraceEvent =
   | { kind: "exec"; pid: number; t: number; path: string; argv: string[]; ok: boolean }
-  | { kind: "open"; pid: number; t: number; path: string; write: boolean; flags: string; ok: boolean; errno?: string }
-  | { kind: "modify"; pid: number; t: number; call: string; path: string; ok: boolean; errno?: string }
+  | { kind: "open"; pid: number; t: number; path: string; name: string; write: boolean; flags: string; ok: boolean; errno?: string }
+  | { kind: "modify"; pid: number; t: number; call: string; path: string; name: string; ok: boolean; errno?: string }
   | { kind: "net"; pid: number; t: number; call: string; family: string; address: string; port: number; ok: boolean }
   | { kind: "listen"; pid: number; t: number }
   | { kind: "spawn"; pid: number; t: number; child: number };
@@ -145,6 +145,8 @@ export function parseStrace(text: string, initialCwd: string): StraceEvent[] {
       case "open":
       case "openat":
       case "creat": {
+        // An empty name names no file (the kernel refuses it with ENOENT): nothing to judge.
+        if (quoted[0]?.value === "") break;
         const path = quoted[0] && resolvePath(pid, quoted[0], atCall);
         if (!path) break;
         if (ok) {
@@ -153,7 +155,7 @@ export function parseStrace(text: string, initialCwd: string): StraceEvent[] {
         }
         const write = call === "creat" || WRITE_FLAGS.test(args);
         const flags = /\bO_[A-Z_|]+/.exec(args)?.[0] ?? "";
-        events.push({ kind: "open", pid, t, path, write, flags, ok, ...(ok ? {} : { errno }) });
+        events.push({ kind: "open", pid, t, path, name: quoted[0]!.value, write, flags, ok, ...(ok ? {} : { errno }) });
         break;
       }
       case "mkdir":
@@ -166,8 +168,9 @@ export function parseStrace(text: string, initialCwd: string): StraceEvent[] {
       case "truncate": {
         // For renames the destination is the last path.
         const target = call.startsWith("rename") ? quoted[quoted.length - 1] : quoted[0];
+        if (target?.value === "") break;  // names no file, as for open
         const path = target && resolvePath(pid, target, atCall);
-        if (path) events.push({ kind: "modify", pid, t, call, path, ok, ...(ok ? {} : { errno }) });
+        if (path) events.push({ kind: "modify", pid, t, call, path, name: target.value, ok, ...(ok ? {} : { errno }) });
         break;
       }
       case "connect":
