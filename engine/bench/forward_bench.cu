@@ -158,7 +158,8 @@ int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int ge
     if (gemm_small_loads >= 0) options.gemm.small_loads = gemm_small_loads;
     if (gemm_stage_ssq >= 0) options.gemm.stage_ssq = gemm_stage_ssq != 0;
     if (gemm_rolling >= 0) options.gemm.rolling_blocks_per_sm = gemm_rolling;
-    if (attention_trigger >= 0) options.attention_early_trigger = attention_trigger;
+    if (attention_trigger > 2) throw std::runtime_error("attention_trigger: 0 never, 1 at short KV, 2 always");
+    if (attention_trigger >= 0) options.attention_early_trigger = static_cast<AttentionTrigger>(attention_trigger);
     if (attention_split_keys >= 0) options.attention_split_keys = attention_split_keys != 0;
     static_cast<DeviceModel*>(handle)->reconfigure(options);
   });

@@ -20,10 +20,10 @@ __device__ __forceinline__ SplitPlan plan_splits(int kv_total, int max_splits) {
   return {chunk, (kv_total + chunk - 1) / chunk};
 }
 
-// AttentionParams::early_trigger for this launch (the same answer in every block): under mode 1, where at most
-// a quarter of the grid's splits hold keys.
+// AttentionParams::early_trigger for this launch (the same answer in every block).
 __device__ __forceinline__ bool early_trigger(const AttentionParams& p, const SplitPlan& plan) {
-  return p.early_trigger == 2 || (p.early_trigger == 1 && 4 * plan.active <= p.max_splits);
+  return p.early_trigger == AttentionTrigger::always ||
+         (p.early_trigger == AttentionTrigger::short_kv && 4 * plan.active <= p.max_splits);
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {

@@ -13,6 +13,12 @@
 
 namespace a2d::cuda {
 
+// When attention and its combine let the next kernel's blocks be scheduled (at their start; those blocks still
+// wait for their completion), so that the o GEMM streams its weights while they run. short_kv: where at most
+// a quarter of the splits hold keys (few attention blocks have work, so the o GEMM's blocks take no SM they
+// need; at 132 SMs and 4 rows, KV up to about 2k).
+enum class AttentionTrigger : int { never = 0, short_kv = 1, always = 2 };
+
 struct AttentionParams {
   const bf16* q;  // [rows][num_heads * head_dim_padded], roped
   const bf16* k_cache;  // [num_kv_heads][max_context][head_dim_padded] of this layer
@@ -29,11 +35,7 @@ struct AttentionParams {
   float* partial_o;   // [max_splits][num_kv_heads][row_capacity][head_dim_padded]
   float2* partial_ml;  // [max_splits][num_kv_heads][row_capacity]: (running max in log2 units, sum)
   bf16* out;           // combine: [rows][num_heads * head_dim]
-  // Let the next kernel's blocks be scheduled at this kernel's start (they still wait for its completion), so
-  // the o GEMM streams its weights while attention and the combine run: 0 never, 1 where at most a quarter of
-  // the splits hold keys (short KV: few attention blocks have work, so the o GEMM's blocks take no SM they
-  // need; at 132 SMs and 4 rows, KV up to about 2k), 2 always.
-  int early_trigger;
+  AttentionTrigger early_trigger;
   // Fewer than 64 query rows per block and more than one key tile per split: idle warps split each key tile
   // with the others (merged through shared memory) rather than running empty row tiles.
   bool split_keys;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention.cuh"
 #include "common.cuh"
 #include "gemm.cuh"
 #include "reveal.cuh"
@@ -56,9 +57,8 @@ struct ModelOptions {
   bool fuse_rope = true;
   unsigned kernels = kAllKernels;
   GemmTuning gemm;     // sm_count is filled in from the device
-  // Attention and its combine let the next kernel be scheduled at their start: AttentionParams::early_trigger
-  // (bench/NOTES.md, runs 36-37 and 49).
-  int attention_early_trigger = 1;
+  // AttentionParams::early_trigger (bench/NOTES.md, runs 36-37 and 49).
+  AttentionTrigger attention_early_trigger = AttentionTrigger::short_kv;
   // AttentionParams::split_keys (false: never split keys).
   bool attention_split_keys = true;
   GemmTrace gemm_trace;  // per-block GEMM records (trace.cuh): only builds with A2D_GEMM_TRACE write them
