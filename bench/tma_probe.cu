@@ -1,0 +1,187 @@
+// How fast the bulk copy engine (TMA, cp.async.bulk) streams weights into shared memory on its own, against
+// 16-byte register loads, with a trivial consumer (bench/NOTES.md, run 58). Runs 51-54 measured GEMMs fed by
+// bulk copies slower than the register-fed tile kernel; this separates the copy mechanism from the GEMM's
+// consumer side. One flat sweep over a 2 GiB buffer of bf16, each variant timed over 10 launches:
+//   regs       grid-stride 16-byte loads, 4 in flight per thread, 256 threads (bench/stream_probe.cu's flat)
+//   ring       per block one producer thread copying stages of B bytes into a ring of S stages (mbarriers
+//              `full` and `empty` per stage), 8 consumer warps summing each stage from shared memory;
+//              stages taken by the grid in turn (block b: stages b, b + G, ...) or as one contiguous share
+// Built outside the engine's CMake:
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o build/probe/tma_probe bench/tma_probe.cu
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+namespace {
+
+#define CHECK(call)                                                                            \
+  do {                                                                                         \
+    cudaError_t e_ = (call);                                                                   \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+constexpr int kConsumerWarps = 8;
+constexpr int kMaxStages = 32;
+
+__device__ __forceinline__ uint32_t smem(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void bar_init(uint64_t* b, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(uint64_t* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem(b)) : "memory");
+}
+__device__ __forceinline__ void bar_expect(uint64_t* b, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bar_wait(uint64_t* b, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "probe_wait:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra probe_wait;\n}" ::"r"(smem(b)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* b) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem(dst)),
+               "l"(src), "r"(bytes), "r"(smem(b))
+               : "memory");
+}
+
+__device__ __forceinline__ float sum8(uint4 w) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&w);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    s += f.x + f.y;
+  }
+  return s;
+}
+
+__global__ void __launch_bounds__(256) regs_kernel(const uint4* w, long long n, float* out) {
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  float acc = 0.f;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += 4 * stride) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const long long j = i + u * stride;
+      if (j < n) {
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
+                     : "l"(w + j));
+      } else {
+        v[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc += sum8(v[u]);
+  }
+  if (acc == 123.f) atomicAdd(out, acc);  // keeps the loads
+}
+
+// stages: ring depth; stage_bytes: bytes per stage (a multiple of 8 warps * 512); contiguous: block b takes
+// stages [b * per_block, (b + 1) * per_block) instead of b, b + G, ...
+__global__ void __launch_bounds__((kConsumerWarps + 1) * 32) ring_kernel(const unsigned char* w, long long total_stages,
+                                                                     int stages, int stage_bytes, int contiguous,
+                                                                     float* out) {
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      bar_init(&full[s], 1);
+      bar_init(&empty[s], kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+  const long long per_block = (total_stages + gridDim.x - 1) / gridDim.x;
+  auto global_stage = [&](long long i) {
+    return contiguous ? blockIdx.x * per_block + i : blockIdx.x + i * gridDim.x;
+  };
+  auto in_range = [&](long long i) { return (!contiguous || i < per_block) && global_stage(i) < total_stages; };
+  if (warp == kConsumerWarps) {
+    if (lane == 0) {
+      for (long long i = 0; in_range(i); ++i) {
+        const int slot = static_cast<int>(i % stages);
+        const long long use = i / stages;
+        if (use > 0) bar_wait(&empty[slot], static_cast<unsigned>((use - 1) & 1));
+        bar_expect(&full[slot], stage_bytes);
+        bulk_copy(ring + static_cast<size_t>(slot) * stage_bytes, w + global_stage(i) * stage_bytes, stage_bytes, &full[slot]);
+      }
+    }
+    return;
+  }
+  float acc = 0.f;
+  const int per_warp = stage_bytes / kConsumerWarps / 16;  // uint4 per warp per stage
+  for (long long i = 0; in_range(i); ++i) {
+    const int slot = static_cast<int>(i % stages);
+    bar_wait(&full[slot], static_cast<unsigned>((i / stages) & 1));
+    const uint4* part = reinterpret_cast<const uint4*>(ring + static_cast<size_t>(slot) * stage_bytes) + warp * per_warp;
+    for (int j = lane; j < per_warp; j += 32) acc += sum8(part[j]);
+    __syncwarp();
+    if (lane == 0) bar_arrive(&empty[slot]);
+  }
+  if (acc == 123.f) atomicAdd(out, acc);
+}
+
+}  // namespace
+
+int main() {
+  const long long bytes = 2LL << 30;
+  unsigned char* w;
+  float* out;
+  CHECK(cudaMalloc(&w, bytes));
+  CHECK(cudaMalloc(&out, sizeof(float)));
+  CHECK(cudaMemset(w, 0x3c, bytes));
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CHECK(cudaFuncSetAttribute(ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  auto time = [&](auto launch) {
+    launch();
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaEventRecord(a));
+    for (int it = 0; it < 10; ++it) launch();
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0.f;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    return bytes / (ms / 10 * 1e-3) / 1e12;
+  };
+  for (int per_sm : {2, 4}) {
+    const double tbps = time([&] { regs_kernel<<<per_sm * sms, 256>>>(reinterpret_cast<const uint4*>(w), bytes / 16, out); });
+    std::printf("regs   %d blocks/SM                              %.2f TB/s\n", per_sm, tbps);
+  }
+  const int stage_kib[] = {4, 8, 16, 32};
+  const int ring_kib[] = {32, 64, 96, 128, 192};
+  for (int contiguous : {0, 1}) {
+    for (int per_sm : {1, 2}) {
+      for (int sk : stage_kib) {
+        for (int rk : ring_kib) {
+          const int stages = rk / sk;
+          if (stages < 2 || stages > kMaxStages || rk * per_sm > 200) continue;
+          const int stage_bytes = sk * 1024;
+          const long long total = bytes / stage_bytes;
+          const double tbps = time([&] {
+            ring_kernel<<<per_sm * sms, (kConsumerWarps + 1) * 32, static_cast<size_t>(stages) * stage_bytes>>>(
+                w, total, stages, stage_bytes, contiguous, out);
+          });
+          CHECK(cudaGetLastError());
+          std::printf("ring   %d blocks/SM, %2d KiB stages x %2d = %3d KiB, %s  %.2f TB/s\n", per_sm, sk, stages, rk,
+                      contiguous ? "contiguous" : "in turns  ", tbps);
+        }
+      }
+    }
+  }
+  return 0;
+}
