@@ -2,29 +2,21 @@
 // 16-byte register loads, with a trivial consumer (bench/NOTES.md, run 58). Runs 51-54 measured GEMMs fed by
 // bulk copies slower than the register-fed tile kernel; this separates the copy mechanism from the GEMM's
 // consumer side. One flat sweep over a 2 GiB buffer of bf16, each variant timed over 10 launches:
-//   regs       grid-stride 16-byte loads, 4 in flight per thread, 256 threads (bench/stream_probe.cu's flat)
+//   regs       grid-stride 16-byte loads (common.cuh's load_stream16), 4 in flight per thread, 256 threads
+//              (bench/stream_probe.cu's flat)
 //   ring       per block one producer thread copying stages of B bytes into a ring of S stages (mbarriers
 //              `full` and `empty` per stage), 8 consumer warps summing each stage from shared memory;
 //              stages taken by the grid in turn (block b: stages b, b + G, ...) or as one contiguous share
 // Built outside the engine's CMake:
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o build/probe/tma_probe bench/tma_probe.cu
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
+#include "../engine/cuda/common.cuh"
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 
 namespace {
 
-#define CHECK(call)                                                                            \
-  do {                                                                                         \
-    cudaError_t e_ = (call);                                                                   \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+using a2d::cuda::load_stream16;
 
 constexpr int kConsumerWarps = 8;
 constexpr int kMaxStages = 32;
@@ -72,13 +64,7 @@ __global__ void __launch_bounds__(256) regs_kernel(const uint4* w, long long n, 
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const long long j = i + u * stride;
-      if (j < n) {
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
-                     : "l"(w + j));
-      } else {
-        v[u] = make_uint4(0, 0, 0, 0);
-      }
+      v[u] = j < n ? load_stream16(w + j) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u) acc += sum8(v[u]);
@@ -138,24 +124,24 @@ int main() {
   const long long bytes = 2LL << 30;
   unsigned char* w;
   float* out;
-  CHECK(cudaMalloc(&w, bytes));
-  CHECK(cudaMalloc(&out, sizeof(float)));
-  CHECK(cudaMemset(w, 0x3c, bytes));
+  A2D_CUDA_CHECK(cudaMalloc(&w, bytes));
+  A2D_CUDA_CHECK(cudaMalloc(&out, sizeof(float)));
+  A2D_CUDA_CHECK(cudaMemset(w, 0x3c, bytes));
   int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  CHECK(cudaFuncSetAttribute(ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+  A2D_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  A2D_CUDA_CHECK(cudaFuncSetAttribute(ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
+  A2D_CUDA_CHECK(cudaEventCreate(&a));
+  A2D_CUDA_CHECK(cudaEventCreate(&b));
   auto time = [&](auto launch) {
     launch();
-    CHECK(cudaDeviceSynchronize());
-    CHECK(cudaEventRecord(a));
+    A2D_CUDA_CHECK(cudaDeviceSynchronize());
+    A2D_CUDA_CHECK(cudaEventRecord(a));
     for (int it = 0; it < 10; ++it) launch();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
+    A2D_CUDA_CHECK(cudaEventRecord(b));
+    A2D_CUDA_CHECK(cudaEventSynchronize(b));
     float ms = 0.f;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
+    A2D_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
     return bytes / (ms / 10 * 1e-3) / 1e12;
   };
   for (int per_sm : {2, 4}) {
@@ -176,7 +162,7 @@ int main() {
             ring_kernel<<<per_sm * sms, (kConsumerWarps + 1) * 32, static_cast<size_t>(stages) * stage_bytes>>>(
                 w, total, stages, stage_bytes, contiguous, out);
           });
-          CHECK(cudaGetLastError());
+          A2D_CUDA_CHECK(cudaGetLastError());
           std::printf("ring   %d blocks/SM, %2d KiB stages x %2d = %3d KiB, %s  %.2f TB/s\n", per_sm, sk, stages, rk,
                       contiguous ? "contiguous" : "in turns  ", tbps);
         }
