@@ -187,9 +187,13 @@ class A2DSection:
     trained: bool
     decoding: DecodingDefaults = field(default_factory=DecodingDefaults)
     format_version: int = FORMAT_VERSION
+    # The window adapter (docs/model-format.md): low-rank factors added to these projections on window
+    # rows only; commit rows run the base weights unchanged. rank 0: none.
+    window_rank: int = 0
+    window_targets: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "format_version": self.format_version,
             "mask_token_id": self.mask_token_id,
             "mask_token": self.mask_token,
@@ -207,6 +211,9 @@ class A2DSection:
                 "commit": self.decoding.commit,
             },
         }
+        if self.window_rank:
+            out["window_adapter"] = {"rank": self.window_rank, "targets": list(self.window_targets)}
+        return out
 
     @staticmethod
     def from_dict(raw: dict, vocab_size: int, source: Path) -> "A2DSection":
@@ -250,6 +257,7 @@ class A2DSection:
         DecodeParams.from_defaults(decoding, block_size=block_size, max_tokens=0, eos_token_ids=eos).validate(
             f"{where}decoding"
         )
+        window_rank, window_targets = parse_window_adapter(raw.get("window_adapter"), where)
         return A2DSection(
             mask_token_id=mask_token_id,
             mask_token=mask_token,
@@ -258,7 +266,28 @@ class A2DSection:
             eos_token_ids=tuple(eos),
             trained=raw["trained"],
             decoding=decoding,
+            window_rank=window_rank,
+            window_targets=window_targets,
         )
+
+
+WINDOW_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def parse_window_adapter(raw, where: str) -> tuple[int, tuple[str, ...]]:
+    """a2d.window_adapter {"rank": r, "targets": [...]} -> (rank, targets); absent -> (0, ())."""
+    if raw is None:
+        return 0, ()
+    fix = "fix config.json or re-export the model"
+    if not isinstance(raw, dict) or set(raw) != {"rank", "targets"}:
+        raise A2DError(f"{where}window_adapter must be an object with exactly 'rank' and 'targets', got {raw!r}; {fix}")
+    rank, targets = raw["rank"], raw["targets"]
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= 256:
+        raise A2DError(f"{where}window_adapter.rank must be an integer in [1, 256], got {rank!r}; {fix}")
+    if (not isinstance(targets, list) or not targets or len(set(targets)) != len(targets)
+            or not all(t in WINDOW_TARGETS for t in targets)):
+        raise A2DError(f"{where}window_adapter.targets must be a non-empty list of distinct names from {list(WINDOW_TARGETS)}, got {targets!r}; {fix}")
+    return rank, tuple(t for t in WINDOW_TARGETS if t in targets)
 
 
 def load_config(model_dir: Path) -> tuple[ModelConfig, A2DSection | None, dict]:

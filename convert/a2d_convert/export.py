@@ -146,6 +146,8 @@ def export(
     decoding, chosen_by = decoder_choice(init_config, decoding_flags or {}, probes_file)
     config = json.loads(json.dumps(init_config))
     config["a2d"].update(trained=True, decoding=decoding)
+    if "window_targets" in record.get("lora", {}):
+        config["a2d"]["window_adapter"] = {"rank": record["lora"]["rank"], "targets": record["lora"]["window_targets"]}
     write_json(out / "config.json", config)
     for name in CARRIED[1:]:
         if (init_dir / name).is_file():
@@ -163,10 +165,10 @@ def export(
             "checkpoint_step": record["step"],
         },
     )
-    cfg, _, _ = load_config(out)  # the folder must read back as a valid a2d model
+    cfg, a2d, _ = load_config(out)  # the folder must read back as a valid a2d model
     from .weights import read_tensors
 
-    check_tensors(read_tensors(out), cfg, out)
+    check_tensors(read_tensors(out), cfg, out, a2d)
 
     inputs = {f"checkpoint/{n}": {**r, "from_previous": True} for n, r in train_stage["outputs"].items()}
     stage = lin.make_stage(

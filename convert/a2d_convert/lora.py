@@ -7,6 +7,13 @@ the adapters together with their layer. Optionally the RMSNorm weights and the m
 embedding row train too (a few kilobytes): the mask row starts at the mean embedding `init` wrote and
 is the one embedding the base never learned.
 
+A *window adapter* (`attach(..., window=True)`) has the same factors, named `window_a` / `window_b`, but
+adds them only on the rows of a forward from `Transformer.window_gate.start` on: the window rows of
+decoding and the noisy copies of training. Commit rows (the clean stream) then run the base weights
+exactly, so the KV cache and every prediction from a committed token are the AR base's own; only the
+denoising rows learn. It ships unmerged (docs/model-format.md, "Window adapter"): `window_a` and
+`scale x window_b` rounded to bf16.
+
 `merge_lora` is what `export` and `rebuild` both call, so the shipped weights are a pure function of
 (base bf16 weight, shipped factors, scale) that every IEEE-754 machine computes bit for bit. The
 factors ship as int16 with one power-of-two exponent per tensor (`quantize_factor`: 15 bits of the
@@ -49,6 +56,43 @@ def _lora_hook(module: nn.Linear, inputs, output):
     return output + module.lora_scale * F.linear(F.linear(x, module.lora_A), module.lora_B)
 
 
+class RowGate:
+    """Where a forward's window rows start (None: no window rows); shared by every window hook of a model."""
+
+    def __init__(self) -> None:
+        self.start: int | None = None
+
+
+def _window_hook(module: nn.Linear, inputs, output):
+    start = module.window_gate.start
+    if not module.lora_enabled or start is None or start >= output.shape[1]:
+        return output
+    x = inputs[0][:, start:]
+    delta = F.linear(F.linear(x, module.window_a), module.window_b)
+    if module.lora_scale != 1.0:
+        delta = delta * module.lora_scale
+    return torch.cat([output[:, :start], output[:, start:] + delta.to(output.dtype)], dim=1)
+
+
+def add_window_factors(module: nn.Linear, rank: int, gate: RowGate, scale: float) -> None:
+    """Zero factors on one projection (filled by training or by loading a model folder) and the hook."""
+    out_features, in_features = module.weight.shape
+    device = module.weight.device
+    module.window_a = nn.Parameter(torch.zeros(rank, in_features, device=device), requires_grad=False)
+    module.window_b = nn.Parameter(torch.zeros(out_features, rank, device=device), requires_grad=False)
+    module.window_gate = gate
+    module.lora_scale = scale
+    module.lora_enabled = True
+    module.register_forward_hook(_window_hook)
+
+
+def target_modules(model: nn.Module, targets: tuple[str, ...]):
+    """(name, nn.Linear) of every projection named in `targets` inside the decoder layers."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in targets and ".layers." in f".{name}":
+            yield name, module
+
+
 def _mask_embedding_hook(module: nn.Embedding, inputs, output):
     if not module.lora_enabled:
         return output
@@ -56,25 +100,33 @@ def _mask_embedding_hook(module: nn.Embedding, inputs, output):
     return torch.where(is_mask, module.mask_embedding.to(output.dtype), output)
 
 
-def attach(model: nn.Module, config: LoraConfig, mask_token_id: int, generator: torch.Generator | None = None) -> None:
-    """Freeze the model and add trainable adapters (and norms / the mask row when configured)."""
+def attach(model: nn.Module, config: LoraConfig, mask_token_id: int, generator: torch.Generator | None = None,
+           window: bool = False) -> None:
+    """Freeze the model and add trainable adapters (and norms / the mask row when configured). With
+    `window`, a window adapter (module docstring): the norms stay the base's, whatever the config says,
+    since commit rows must run the base exactly."""
     for p in model.parameters():
         p.requires_grad_(False)
-    for name, module in model.named_modules():
-        leaf = name.rsplit(".", 1)[-1]
-        if isinstance(module, nn.Linear) and leaf in config.targets and ".layers." in f".{name}":
-            out_features, in_features = module.weight.shape
-            a = torch.empty(config.rank, in_features, device=module.weight.device)
-            # kaiming-uniform like nn.Linear's own init, so A x has unit scale; B = 0 keeps W unchanged.
-            bound = 1.0 / math.sqrt(in_features)
-            a.uniform_(-bound, bound, generator=generator)
-            module.lora_A = nn.Parameter(a)
-            module.lora_B = nn.Parameter(torch.zeros(out_features, config.rank, device=module.weight.device))
-            module.lora_scale = config.scale
-            module.lora_enabled = True
-            module.register_forward_hook(_lora_hook)
-        elif config.train_norms and name.endswith(("layernorm", "norm")) and hasattr(module, "weight"):
-            module.weight.requires_grad_(True)
+    for name, module in target_modules(model, config.targets):
+        out_features, in_features = module.weight.shape
+        a = torch.empty(config.rank, in_features, device=module.weight.device)
+        # kaiming-uniform like nn.Linear's own init, so A x has unit scale; B = 0 keeps W unchanged.
+        bound = 1.0 / math.sqrt(in_features)
+        a.uniform_(-bound, bound, generator=generator)
+        if window:
+            add_window_factors(module, config.rank, model.window_gate, config.scale)
+            module.window_a = nn.Parameter(a)
+            module.window_b.requires_grad_(True)
+            continue
+        module.lora_A = nn.Parameter(a)
+        module.lora_B = nn.Parameter(torch.zeros(out_features, config.rank, device=module.weight.device))
+        module.lora_scale = config.scale
+        module.lora_enabled = True
+        module.register_forward_hook(_lora_hook)
+    if config.train_norms and not window:
+        for name, module in model.named_modules():
+            if name.endswith(("layernorm", "norm")) and hasattr(module, "weight"):
+                module.weight.requires_grad_(True)
     if config.train_mask_embedding:
         embed = model.model.embed_tokens
         embed.mask_embedding = nn.Parameter(embed.weight[mask_token_id].detach().clone().float())
@@ -132,7 +184,11 @@ def merged_state(base: dict[str, torch.Tensor], shipped: dict, scale: float, mas
     """The shipped bf16 weights: base tensors with adapters merged, trained norms and the mask row set."""
     out = dict(base)
     for name, value in shipped.items():
-        if name.endswith(".lora_A"):
+        if name.endswith(".window_a"):
+            out[name] = round_to_bf16(value.to(torch.float64))
+        elif name.endswith(".window_b"):
+            out[name] = round_to_bf16(value.to(torch.float64) * scale)  # the scale folds into B: the engines add B (A x)
+        elif name.endswith(".lora_A"):
             stem = name[: -len(".lora_A")]
             (qa, a_exp), (qb, b_exp) = value, shipped[stem + ".lora_B"]
             out[stem + ".weight"] = merge_lora(base[stem + ".weight"], qa, a_exp, qb, b_exp, scale)

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import A2DSection, ModelConfig, load_config
+from .lora import RowGate, add_window_factors, target_modules
 from .weights import load_checked
 
 
@@ -138,6 +139,7 @@ class Transformer(nn.Module):
         self.config = cfg
         self.model = Backbone(cfg)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.window_gate = RowGate()  # read by the window adapter's hooks (lora.py), when it has one
 
     def forward(
         self,
@@ -146,14 +148,18 @@ class Transformer(nn.Module):
         attn_mask: torch.Tensor,
         cache: KVCache | None = None,
         hidden_states_out: list[torch.Tensor] | None = None,
+        window_start: int | None = None,
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """input_ids/position_ids [b, T]; attn_mask bool [b, T, S] (True = may attend), S = cached + T.
+        `window_start`: rows from here on are window rows, the only ones a window adapter changes (the
+        gate keeps it until the next forward, so a checkpointed layer recomputes the same rows).
 
         Returns the final-normed hidden states [b, T, hidden] and each layer's (k, v) for the T tokens.
         `hidden_states_out`, when given, receives the residual stream entering each layer and leaving the
         last one (num_layers + 1 tensors), for golden files and debugging.
         """
         cfg = self.config
+        self.window_gate.start = window_start
         x = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(position_ids, cfg.head_dim, cfg.rope_theta)
         new_kv = []
@@ -202,7 +208,7 @@ class BlockForward:
         ids = torch.tensor([list(commit_ids) + list(window_ids)], dtype=torch.long, device=self.device)
         positions = torch.arange(n, n + C + W, device=self.device)[None]
         mask = block_causal_mask(n, C, W, self.device)[None]
-        hidden, new_kv = self.model(ids, positions, mask, self.cache)
+        hidden, new_kv = self.model(ids, positions, mask, self.cache, window_start=C)
         self.cache.append(new_kv, C)
         return self.model.logits(hidden[0, list(rows)]).float()
 
@@ -287,6 +293,7 @@ class BatchBlockForward:
             torch.from_numpy(positions).to(self.device),
             torch.from_numpy(mask).to(self.device),
             self.cache,
+            window_start=Cm,
         )
         self.cache.append(new_kv, Cm)
         self.valid = np.concatenate([self.valid, commit_q[:, :Cm]], axis=1)
@@ -315,8 +322,11 @@ def load_transformer(model_dir: Path | str, device: str = "cpu") -> tuple[Transf
     """A model folder (a2d or plain AR base) as an fp32 Transformer in eval mode, checked against its config."""
     model_dir = Path(model_dir)
     cfg, a2d, _ = load_config(model_dir)
-    state = load_checked(model_dir, cfg)
+    state = load_checked(model_dir, cfg, a2d)
     with torch.device("meta"):
         model = Transformer(cfg)
+        if a2d is not None and a2d.window_rank:
+            for _, module in target_modules(model, a2d.window_targets):
+                add_window_factors(module, a2d.window_rank, model.window_gate, 1.0)
     model.load_state_dict(state, strict=True, assign=True)
     return model.to(device).eval(), cfg, a2d

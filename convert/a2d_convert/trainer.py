@@ -176,10 +176,11 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
         lora_config = lora_mod.LoraConfig(
             rank=config.lora_rank,
             alpha=alpha,
+            targets=tuple(config.lora_targets.split(",")),
             train_norms=config.lora_train_norms,
             train_mask_embedding=config.lora_train_mask_embedding,
         )
-        lora_mod.attach(model, lora_config, a2d.mask_token_id, torch.Generator().manual_seed(config.seed))
+        lora_mod.attach(model, lora_config, a2d.mask_token_id, torch.Generator().manual_seed(config.seed), window=config.window_adapter)
     elif config.kl_weight > 0 or config.clean_kl_weight > 0:
         teacher, _, _ = load_transformer(init_dir)
         teacher.requires_grad_(False)
@@ -306,6 +307,8 @@ def save_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime, step
         }
         if config.lora_rank > 0:
             record["lora"] = {"rank": config.lora_rank, "alpha": config.lora_alpha or 2.0 * config.lora_rank}
+            if config.window_adapter:
+                record["lora"]["window_targets"] = config.lora_targets.split(",")
         write_json(folder / "checkpoint.json", record)
         outputs = {name: rec for name, rec in lin.hash_folder(folder).items() if not name.startswith("state/")}
         stage = lin.make_stage(
@@ -337,7 +340,7 @@ def load_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime) -> t
     folder = Path(config.out) / pointer["path"]
     record = read_json(folder / "checkpoint.json")
     saved = record["config"]
-    for key in ("base", "data", "block_size", "lora_rank", "complementary", "shift_logits"):
+    for key in ("base", "data", "block_size", "lora_rank", "complementary", "shift_logits", "window_adapter", "lora_targets"):
         if saved.get(key) != getattr(config, key):
             raise A2DError(f"--resume: {folder} was trained with {key}={saved.get(key)!r}, this run has {getattr(config, key)!r}")
     model_state, optim_state = get_state_dict(objective, optimizer, options=state_options(config))
@@ -377,6 +380,9 @@ def evaluate(objective, arrays: dict[str, np.ndarray], config: TrainConfig, rt: 
 
 def train(config: TrainConfig, resume: bool = False) -> Path:
     """Runs the training; returns the folder of the last checkpoint."""
+    from .train import check_config
+
+    check_config(config)
     rt = setup_runtime(config)
     out = Path(config.out)
     if not resume and (out / LATEST).exists():

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import ModelConfig, read_json
+from .config import A2DSection, ModelConfig, read_json
 from .errors import A2DError
 
 if TYPE_CHECKING:
@@ -22,8 +22,9 @@ INDEX_FILE = "model.safetensors.index.json"
 ACCEPTED_DTYPES = ("BF16", "F16", "F32")
 
 
-def tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor name the config implies, with its shape, in HF order."""
+def tensor_shapes(cfg: ModelConfig, a2d: A2DSection | None = None) -> dict[str, tuple[int, ...]]:
+    """Every tensor name the config implies, with its shape, in HF order (then the window adapter's
+    factors, when the a2d section announces one: `<projection>.window_a` [rank, in], `.window_b` [out, rank])."""
     h, q_dim, kv_dim = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, h)}
     for i in range(cfg.num_layers):
@@ -46,6 +47,13 @@ def tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     shapes["model.norm.weight"] = (h,)
     if not cfg.tie_word_embeddings:
         shapes["lm_head.weight"] = (cfg.vocab_size, h)
+    if a2d is not None and a2d.window_rank:
+        for i in range(cfg.num_layers):
+            for target in a2d.window_targets:
+                stem = f"model.layers.{i}.{'mlp' if target in ('gate_proj', 'up_proj', 'down_proj') else 'self_attn'}.{target}"
+                out_features, in_features = shapes[stem + ".weight"]
+                shapes[stem + ".window_a"] = (a2d.window_rank, in_features)
+                shapes[stem + ".window_b"] = (out_features, a2d.window_rank)
     return shapes
 
 
@@ -84,10 +92,10 @@ def read_tensors(model_dir: Path) -> dict[str, "torch.Tensor"]:
     return tensors
 
 
-def check_tensors(tensors: dict[str, "torch.Tensor"], cfg: ModelConfig, model_dir: Path) -> None:
+def check_tensors(tensors: dict[str, "torch.Tensor"], cfg: ModelConfig, model_dir: Path, a2d: A2DSection | None = None) -> None:
     """Names, shapes and dtypes exactly as the config implies, or an A2DError naming the disagreement."""
     where = f"{model_dir} (config.json vs *.safetensors)"
-    expected = tensor_shapes(cfg)
+    expected = tensor_shapes(cfg, a2d)
     for name, shape in expected.items():
         if name not in tensors:
             raise A2DError(f"{where}: tensor '{name}' is missing; {_which_field(name)}")
@@ -108,6 +116,8 @@ def _which_field(name: str) -> str:
         return "check 'attention_bias' (and the architecture: qwen2 always has q/k/v biases)"
     if "q_norm" in name or "k_norm" in name:
         return "QK-norm exists only for Qwen3ForCausalLM; check 'architectures'"
+    if name.endswith((".window_a", ".window_b")):
+        return "check the a2d section's 'window_adapter' (rank and targets)"
     if name.startswith("lm_head"):
         return "check 'tie_word_embeddings' and 'vocab_size'"
     if "embed_tokens" in name:
@@ -124,10 +134,10 @@ def _dtype_name(tensor: "torch.Tensor") -> str:
     return names.get(tensor.dtype, str(tensor.dtype).removeprefix("torch."))
 
 
-def load_checked(model_dir: Path, cfg: ModelConfig) -> dict[str, "torch.Tensor"]:
+def load_checked(model_dir: Path, cfg: ModelConfig, a2d: A2DSection | None = None) -> dict[str, "torch.Tensor"]:
     """The folder's tensors, checked against the config and upcast to fp32 (the reference precision)."""
     import torch
 
     tensors = read_tensors(model_dir)
-    check_tensors(tensors, cfg, model_dir)
+    check_tensors(tensors, cfg, model_dir, a2d)
     return {name: t.to(torch.float32) for name, t in tensors.items()}

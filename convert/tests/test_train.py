@@ -203,3 +203,41 @@ def test_clean_kl_is_zero_while_the_adapters_are_zero(workspace):
     train(tiny_config(root, base, data, "clean-kl", max_steps=1, log_every=1, lora_rank=4, kl_weight=1.0, clean_kl_weight=1.0))
     first = json.loads((root / "clean-kl" / LOG_FILE).read_text().splitlines()[0])
     assert abs(first["clean_kl"]) < 1e-6 and first["kl"] > 1e-2
+
+
+def test_window_adapter_changes_only_window_rows_and_exports_unmerged(workspace, tmp_path):
+    """A window adapter trains, ships as bf16 factors beside the base's own weights, and a decoding forward
+    of the exported model gives commit rows exactly the base's hidden states while window rows differ."""
+    from a2d_convert.export import export
+    from a2d_convert.weights import read_tensors
+
+    root, base, data = workspace
+    folder = train(tiny_config(root, base, data, "window", max_steps=10, lora_rank=4, kl_weight=0.5, lr=1e-2,
+                               window_adapter=True, lora_targets="q_proj,v_proj,down_proj"))
+    adapter = load_file(folder / "adapter.safetensors")
+    assert "model.layers.0.self_attn.q_proj.window_a" in adapter and "model.layers.0.self_attn.k_proj.window_a" not in adapter
+    assert not any("norm" in k for k in adapter)
+    assert adapter["model.layers.1.mlp.down_proj.window_b"].abs().sum() > 0
+    out = export(folder, tmp_path / "model")
+    config = json.loads((out / "config.json").read_text())
+    assert config["a2d"]["window_adapter"] == {"rank": 4, "targets": ["q_proj", "v_proj", "down_proj"]}
+    shipped, init = read_tensors(out), read_tensors(root / "window" / "init")
+    assert torch.equal(shipped["model.layers.0.self_attn.q_proj.weight"], init["model.layers.0.self_attn.q_proj.weight"])
+    assert shipped["model.layers.0.self_attn.q_proj.window_b"].dtype == torch.bfloat16
+
+    model, _, a2d = load_transformer(out)
+    plain, _, _ = load_transformer(root / "window" / "init")
+    commit, window = [5, 9, 11, 7, 3], [a2d.mask_token_id, 12, a2d.mask_token_id, a2d.mask_token_id]
+    ids = torch.tensor([commit + window])
+    positions = torch.arange(len(commit) + len(window))[None]
+    from a2d_convert.model import block_causal_mask
+
+    mask = block_causal_mask(0, len(commit), len(window))[None]
+    with torch.no_grad():
+        adapted, _ = model(ids, positions, mask, window_start=len(commit))
+        reference, _ = plain(ids, positions, mask)
+    C = len(commit)
+    assert torch.equal(adapted[:, :C], reference[:, :C])
+    assert (adapted[:, C:] - reference[:, C:]).abs().max() > 1e-4
+    with pytest.raises(Exception, match="window-adapter"):
+        train(tiny_config(root, base, data, "window-ar", max_steps=1, lora_rank=4, window_adapter=True, ar_weight=1.0))
