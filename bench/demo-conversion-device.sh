@@ -38,7 +38,7 @@ if [ -z "${VARIANTS:-}" ]; then
   exit $status
 fi
 
-# VARIANTS="name=train flags;name=train flags;...": the data once on every GPU, then one training run per
+# VARIANTS="name=train flags[|export flags];...": the data once on every GPU, then one training run per
 # variant, each on its own GPU in its own WORK (/root/w-name, sharing base, prompts and data), results in
 # /root/vout/name/ without the delta's weights, packed at the end into OUT/variants.tar.gz (a call returns
 # at most 8 files). With PROBES=1 each variant is probed and exported; then the one
@@ -52,10 +52,11 @@ IFS=';' read -r -a variants <<< "$VARIANTS"
 pids=(); names=()
 for i in "${!variants[@]}"; do
   name=${variants[$i]%%=*}; flags=${variants[$i]#*=}; names+=("$name")
+  export_flags=""; if [[ "$flags" == *"|"* ]]; then export_flags=${flags#*|}; flags=${flags%%|*}; fi
   mkdir -p "/root/w-$name" "/root/vout/$name"
   for f in base data prompts.jsonl; do [ -e "/root/w-$name/$f" ] || ln -s "/root/w/$f" "/root/w-$name/$f"; done
   echo "== variant $name on GPU $i: $flags" | tee -a "$OUT/log.txt"
-  CUDA_VISIBLE_DEVICES=$i NGPU=1 WORK=/root/w-$name OUT=/root/vout/$name SAVE_DELTA=0 TRAIN_EXTRA="$flags" \
+  CUDA_VISIBLE_DEVICES=$i NGPU=1 WORK=/root/w-$name OUT=/root/vout/$name SAVE_DELTA=0 TRAIN_EXTRA="$flags" EXPORT_EXTRA="$export_flags" \
     bash convert/recipes/demo-conversion.sh > "/root/vout/$name/log.txt" 2>&1 &
   pids+=($!)
 done

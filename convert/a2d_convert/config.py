@@ -144,7 +144,7 @@ class ModelConfig:
         )
 
 
-REMASKING = ("low_confidence", "random")
+REMASKING = ("low_confidence", "random", "leftmost")
 COMMIT = ("fused", "separate")
 
 
@@ -187,10 +187,10 @@ class A2DSection:
     trained: bool
     decoding: DecodingDefaults = field(default_factory=DecodingDefaults)
     format_version: int = FORMAT_VERSION
-    # The window adapter (docs/model-format.md): low-rank factors added to these projections on window
+    # The mask adapter (docs/model-format.md): low-rank factors added to these projections on window
     # rows only; commit rows run the base weights unchanged. rank 0: none.
-    window_rank: int = 0
-    window_targets: tuple[str, ...] = ()
+    mask_rank: int = 0
+    mask_targets: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         out = {
@@ -211,8 +211,8 @@ class A2DSection:
                 "commit": self.decoding.commit,
             },
         }
-        if self.window_rank:
-            out["window_adapter"] = {"rank": self.window_rank, "targets": list(self.window_targets)}
+        if self.mask_rank:
+            out["mask_adapter"] = {"rank": self.mask_rank, "targets": list(self.mask_targets)}
         return out
 
     @staticmethod
@@ -257,7 +257,7 @@ class A2DSection:
         DecodeParams.from_defaults(decoding, block_size=block_size, max_tokens=0, eos_token_ids=eos).validate(
             f"{where}decoding"
         )
-        window_rank, window_targets = parse_window_adapter(raw.get("window_adapter"), where)
+        mask_rank, mask_targets = parse_mask_adapter(raw.get("mask_adapter"), where)
         return A2DSection(
             mask_token_id=mask_token_id,
             mask_token=mask_token,
@@ -266,28 +266,28 @@ class A2DSection:
             eos_token_ids=tuple(eos),
             trained=raw["trained"],
             decoding=decoding,
-            window_rank=window_rank,
-            window_targets=window_targets,
+            mask_rank=mask_rank,
+            mask_targets=mask_targets,
         )
 
 
-WINDOW_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+ADAPTER_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def parse_window_adapter(raw, where: str) -> tuple[int, tuple[str, ...]]:
-    """a2d.window_adapter {"rank": r, "targets": [...]} -> (rank, targets); absent -> (0, ())."""
+def parse_mask_adapter(raw, where: str) -> tuple[int, tuple[str, ...]]:
+    """a2d.mask_adapter {"rank": r, "targets": [...]} -> (rank, targets); absent -> (0, ())."""
     if raw is None:
         return 0, ()
     fix = "fix config.json or re-export the model"
     if not isinstance(raw, dict) or set(raw) != {"rank", "targets"}:
-        raise A2DError(f"{where}window_adapter must be an object with exactly 'rank' and 'targets', got {raw!r}; {fix}")
+        raise A2DError(f"{where}mask_adapter must be an object with exactly 'rank' and 'targets', got {raw!r}; {fix}")
     rank, targets = raw["rank"], raw["targets"]
     if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= 256:
-        raise A2DError(f"{where}window_adapter.rank must be an integer in [1, 256], got {rank!r}; {fix}")
+        raise A2DError(f"{where}mask_adapter.rank must be an integer in [1, 256], got {rank!r}; {fix}")
     if (not isinstance(targets, list) or not targets or len(set(targets)) != len(targets)
-            or not all(t in WINDOW_TARGETS for t in targets)):
-        raise A2DError(f"{where}window_adapter.targets must be a non-empty list of distinct names from {list(WINDOW_TARGETS)}, got {targets!r}; {fix}")
-    return rank, tuple(t for t in WINDOW_TARGETS if t in targets)
+            or not all(t in ADAPTER_TARGETS for t in targets)):
+        raise A2DError(f"{where}mask_adapter.targets must be a non-empty list of distinct names from {list(ADAPTER_TARGETS)}, got {targets!r}; {fix}")
+    return rank, tuple(t for t in ADAPTER_TARGETS if t in targets)
 
 
 def load_config(model_dir: Path) -> tuple[ModelConfig, A2DSection | None, dict]:

@@ -4,7 +4,8 @@
 function in tests) through blocks of `block_size` masked positions. Each denoising step picks a token
 and a confidence for every candidate position (greedy or temperature/top-p sampling, in float64), then
 reveals every candidate above `threshold` and at least `k` of them (the `min_per_step` floor and the
-linear top-k `steps` schedule), by priority (confidence, or a random draw with `remasking: random`).
+linear top-k `steps` schedule), by priority (confidence; a random draw with `remasking: random`; the
+leftmost first with `remasking: leftmost`).
 This is confidence-thresholded parallel decoding (Fast-dLLM, Wu et al. 2025, sec. 3.3) on top of
 block diffusion with a KV cache of committed blocks (Arriola et al. 2025, BD3-LM).
 
@@ -186,7 +187,12 @@ def decode_steps(
                 for j in candidates
             ]
             confidences = [c for _, c in choices]
-            priorities = confidences if params.remasking == "low_confidence" else [rng.uniform() for _ in candidates]
+            if params.remasking == "low_confidence":
+                priorities = confidences
+            elif params.remasking == "leftmost":
+                priorities = [float(len(candidates) - c) for c in range(len(candidates))]
+            else:
+                priorities = [rng.uniform() for _ in candidates]
             k_steps = 0 if params.steps == 0 else math.ceil(len(candidates) / max(params.steps - step, 1))
             k = min(len(candidates), max(params.min_per_step, k_steps))
             picked = reveal_set(confidences, priorities, params.threshold, k)

@@ -146,8 +146,8 @@ def export(
     decoding, chosen_by = decoder_choice(init_config, decoding_flags or {}, probes_file)
     config = json.loads(json.dumps(init_config))
     config["a2d"].update(trained=True, decoding=decoding)
-    if "window_targets" in record.get("lora", {}):
-        config["a2d"]["window_adapter"] = {"rank": record["lora"]["rank"], "targets": record["lora"]["window_targets"]}
+    if "mask_targets" in record.get("lora", {}):
+        config["a2d"]["mask_adapter"] = {"rank": record["lora"]["rank"], "targets": record["lora"]["mask_targets"]}
     write_json(out / "config.json", config)
     for name in CARRIED[1:]:
         if (init_dir / name).is_file():

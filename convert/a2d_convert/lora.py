@@ -7,12 +7,14 @@ the adapters together with their layer. Optionally the RMSNorm weights and the m
 embedding row train too (a few kilobytes): the mask row starts at the mean embedding `init` wrote and
 is the one embedding the base never learned.
 
-A *window adapter* (`attach(..., window=True)`) has the same factors, named `window_a` / `window_b`, but
-adds them only on the rows of a forward from `Transformer.window_gate.start` on: the window rows of
-decoding and the noisy copies of training. Commit rows (the clean stream) then run the base weights
-exactly, so the KV cache and every prediction from a committed token are the AR base's own; only the
-denoising rows learn. It ships unmerged (docs/model-format.md, "Window adapter"): `window_a` and
-`scale x window_b` rounded to bf16.
+A *mask adapter* (`attach(..., mask_rows=True)`) has the same factors, named `mask_a` / `mask_b`, but
+adds them only on the rows of a forward that hold the mask token (`Transformer.row_gate`), and
+decoding pairs it with a rule for the other window rows: a revealed position attends causally, to the
+committed tokens and the revealed positions of its block at or before it, never to a masked one
+(docs/decoding.md, "Mask adapter"). Every row that holds a real token then runs the AR base exactly:
+the KV cache is the base's, and a masked position whose left neighbours are all known is predicted
+exactly as the base predicts its next token. Only the rows of masked positions, which guess further
+ahead, learn. It ships unmerged (docs/model-format.md): `mask_a` and `scale x mask_b` rounded to bf16.
 
 `merge_lora` is what `export` and `rebuild` both call, so the shipped weights are a pure function of
 (base bf16 weight, shipped factors, scale) that every IEEE-754 machine computes bit for bit. The
@@ -57,33 +59,33 @@ def _lora_hook(module: nn.Linear, inputs, output):
 
 
 class RowGate:
-    """Where a forward's window rows start (None: no window rows); shared by every window hook of a model."""
+    """The rows of a forward that take the mask adapter ([b, T, 1] of 0/1 in the activations' dtype, or
+    None: no row); shared by every hook of a model."""
 
     def __init__(self) -> None:
-        self.start: int | None = None
+        self.rows: torch.Tensor | None = None
 
 
-def _window_hook(module: nn.Linear, inputs, output):
-    start = module.window_gate.start
-    if not module.lora_enabled or start is None or start >= output.shape[1]:
+def _mask_rows_hook(module: nn.Linear, inputs, output):
+    rows = module.row_gate.rows
+    if not module.lora_enabled or rows is None:
         return output
-    x = inputs[0][:, start:]
-    delta = F.linear(F.linear(x, module.window_a), module.window_b)
+    delta = F.linear(F.linear(inputs[0], module.mask_a), module.mask_b)
     if module.lora_scale != 1.0:
         delta = delta * module.lora_scale
-    return torch.cat([output[:, :start], output[:, start:] + delta.to(output.dtype)], dim=1)
+    return output + (delta * rows).to(output.dtype)
 
 
-def add_window_factors(module: nn.Linear, rank: int, gate: RowGate, scale: float) -> None:
+def add_mask_factors(module: nn.Linear, rank: int, gate: RowGate, scale: float) -> None:
     """Zero factors on one projection (filled by training or by loading a model folder) and the hook."""
     out_features, in_features = module.weight.shape
     device = module.weight.device
-    module.window_a = nn.Parameter(torch.zeros(rank, in_features, device=device), requires_grad=False)
-    module.window_b = nn.Parameter(torch.zeros(out_features, rank, device=device), requires_grad=False)
-    module.window_gate = gate
+    module.mask_a = nn.Parameter(torch.zeros(rank, in_features, device=device), requires_grad=False)
+    module.mask_b = nn.Parameter(torch.zeros(out_features, rank, device=device), requires_grad=False)
+    module.row_gate = gate
     module.lora_scale = scale
     module.lora_enabled = True
-    module.register_forward_hook(_window_hook)
+    module.register_forward_hook(_mask_rows_hook)
 
 
 def target_modules(model: nn.Module, targets: tuple[str, ...]):
@@ -101,10 +103,10 @@ def _mask_embedding_hook(module: nn.Embedding, inputs, output):
 
 
 def attach(model: nn.Module, config: LoraConfig, mask_token_id: int, generator: torch.Generator | None = None,
-           window: bool = False) -> None:
+           mask_rows: bool = False) -> None:
     """Freeze the model and add trainable adapters (and norms / the mask row when configured). With
-    `window`, a window adapter (module docstring): the norms stay the base's, whatever the config says,
-    since commit rows must run the base exactly."""
+    `mask_rows`, a mask adapter (module docstring): the norms stay the base's, whatever the config says,
+    since rows of real tokens must run the base exactly."""
     for p in model.parameters():
         p.requires_grad_(False)
     for name, module in target_modules(model, config.targets):
@@ -113,17 +115,19 @@ def attach(model: nn.Module, config: LoraConfig, mask_token_id: int, generator: 
         # kaiming-uniform like nn.Linear's own init, so A x has unit scale; B = 0 keeps W unchanged.
         bound = 1.0 / math.sqrt(in_features)
         a.uniform_(-bound, bound, generator=generator)
-        if window:
-            add_window_factors(module, config.rank, model.window_gate, config.scale)
-            module.window_a = nn.Parameter(a)
-            module.window_b.requires_grad_(True)
+        if mask_rows:
+            add_mask_factors(module, config.rank, model.row_gate, config.scale)
+            module.mask_a = nn.Parameter(a)
+            module.mask_b.requires_grad_(True)
             continue
         module.lora_A = nn.Parameter(a)
         module.lora_B = nn.Parameter(torch.zeros(out_features, config.rank, device=module.weight.device))
         module.lora_scale = config.scale
         module.lora_enabled = True
         module.register_forward_hook(_lora_hook)
-    if config.train_norms and not window:
+    if mask_rows:
+        model.mask_rows_token = mask_token_id
+    if config.train_norms and not mask_rows:
         for name, module in model.named_modules():
             if name.endswith(("layernorm", "norm")) and hasattr(module, "weight"):
                 module.weight.requires_grad_(True)
@@ -184,9 +188,9 @@ def merged_state(base: dict[str, torch.Tensor], shipped: dict, scale: float, mas
     """The shipped bf16 weights: base tensors with adapters merged, trained norms and the mask row set."""
     out = dict(base)
     for name, value in shipped.items():
-        if name.endswith(".window_a"):
+        if name.endswith(".mask_a"):
             out[name] = round_to_bf16(value.to(torch.float64))
-        elif name.endswith(".window_b"):
+        elif name.endswith(".mask_b"):
             out[name] = round_to_bf16(value.to(torch.float64) * scale)  # the scale folds into B: the engines add B (A x)
         elif name.endswith(".lora_A"):
             stem = name[: -len(".lora_A")]

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import A2DSection, ModelConfig, load_config
-from .lora import RowGate, add_window_factors, target_modules
+from .lora import RowGate, add_mask_factors, target_modules
 from .weights import load_checked
 
 
@@ -139,7 +139,8 @@ class Transformer(nn.Module):
         self.config = cfg
         self.model = Backbone(cfg)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        self.window_gate = RowGate()  # read by the window adapter's hooks (lora.py), when it has one
+        self.row_gate = RowGate()  # read by the mask adapter's hooks (lora.py), when it has one
+        self.mask_rows_token: int | None = None  # the mask token, when a mask adapter is attached
 
     def forward(
         self,
@@ -148,18 +149,17 @@ class Transformer(nn.Module):
         attn_mask: torch.Tensor,
         cache: KVCache | None = None,
         hidden_states_out: list[torch.Tensor] | None = None,
-        window_start: int | None = None,
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """input_ids/position_ids [b, T]; attn_mask bool [b, T, S] (True = may attend), S = cached + T.
-        `window_start`: rows from here on are window rows, the only ones a window adapter changes (the
-        gate keeps it until the next forward, so a checkpointed layer recomputes the same rows).
 
         Returns the final-normed hidden states [b, T, hidden] and each layer's (k, v) for the T tokens.
         `hidden_states_out`, when given, receives the residual stream entering each layer and leaving the
-        last one (num_layers + 1 tensors), for golden files and debugging.
+        last one (num_layers + 1 tensors), for golden files and debugging. With a mask adapter, the rows
+        holding the mask token take it (the gate keeps them until the next forward, so a checkpointed
+        layer recomputes the same rows in backward).
         """
         cfg = self.config
-        self.window_gate.start = window_start
+        self.row_gate.rows = None if self.mask_rows_token is None else (input_ids == self.mask_rows_token)[..., None].float()
         x = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(position_ids, cfg.head_dim, cfg.rope_theta)
         new_kv = []
@@ -183,14 +183,21 @@ def causal_mask(length: int, cached: int = 0, device=None) -> torch.Tensor:
     return cols[None, :] <= cached + torch.arange(length, device=device)[:, None]
 
 
-def block_causal_mask(cached: int, commit: int, window: int, device=None) -> torch.Tensor:
+def block_causal_mask(cached: int, commit: int, window: int, device=None, revealed: Sequence[bool] | None = None) -> torch.Tensor:
     """[commit + window, cached + commit + window] for one decoding forward (docs/decoding.md).
 
     Commit rows are plain causal; window rows see every cached and committed position and the whole
-    window (bidirectional inside the current block).
+    window (bidirectional inside the current block). With `revealed` (a mask adapter's rule, one flag per
+    window position), a revealed window row sees instead the cached and committed positions and the
+    revealed window positions at or before it.
     """
     mask = causal_mask(commit + window, cached, device)
     mask[commit:, :] = True
+    if revealed is not None:
+        rev = torch.tensor(list(revealed), dtype=torch.bool, device=device)
+        j = torch.arange(window, device=device)
+        causal_revealed = rev[None, :] & (j[None, :] <= j[:, None])
+        mask[commit:, cached + commit :] = torch.where(rev[:, None], causal_revealed, True)
     return mask
 
 
@@ -207,8 +214,10 @@ class BlockForward:
         n, C, W = self.cache.length, len(commit_ids), len(window_ids)
         ids = torch.tensor([list(commit_ids) + list(window_ids)], dtype=torch.long, device=self.device)
         positions = torch.arange(n, n + C + W, device=self.device)[None]
-        mask = block_causal_mask(n, C, W, self.device)[None]
-        hidden, new_kv = self.model(ids, positions, mask, self.cache, window_start=C)
+        token = self.model.mask_rows_token
+        revealed = None if token is None else [t != token for t in window_ids]
+        mask = block_causal_mask(n, C, W, self.device, revealed)[None]
+        hidden, new_kv = self.model(ids, positions, mask, self.cache)
         self.cache.append(new_kv, C)
         return self.model.logits(hidden[0, list(rows)]).float()
 
@@ -286,14 +295,20 @@ class BatchBlockForward:
         causal = q[None, :] <= q[:, None]  # [T(query), T(key)]
         new = mask[:, :, S:]
         new |= commit_q[:, :, None] & commit_q[:, None, :] & causal[None]  # commit rows: plain causal
-        new |= window_q[:, :, None] & real[:, None, :]  # window rows: every commit token and the whole window
+        token = self.model.mask_rows_token
+        if token is None:
+            new |= window_q[:, :, None] & real[:, None, :]  # window rows: every commit token and the whole window
+        else:  # the mask adapter's rule: masked rows as above, revealed rows causal over the revealed ones
+            masked_q = window_q & (ids == token)
+            revealed_q = window_q & ~masked_q
+            new |= masked_q[:, :, None] & real[:, None, :]
+            new |= revealed_q[:, :, None] & (commit_q[:, None, :] | (revealed_q[:, None, :] & causal[None]))
         new |= ~real[:, :, None] & np.eye(T, dtype=bool)[None]  # pads: themselves only
         hidden, new_kv = self.model(
             torch.from_numpy(ids).to(self.device),
             torch.from_numpy(positions).to(self.device),
             torch.from_numpy(mask).to(self.device),
             self.cache,
-            window_start=Cm,
         )
         self.cache.append(new_kv, Cm)
         self.valid = np.concatenate([self.valid, commit_q[:, :Cm]], axis=1)
@@ -325,8 +340,9 @@ def load_transformer(model_dir: Path | str, device: str = "cpu") -> tuple[Transf
     state = load_checked(model_dir, cfg, a2d)
     with torch.device("meta"):
         model = Transformer(cfg)
-        if a2d is not None and a2d.window_rank:
-            for _, module in target_modules(model, a2d.window_targets):
-                add_window_factors(module, a2d.window_rank, model.window_gate, 1.0)
+        if a2d is not None and a2d.mask_rank:
+            for _, module in target_modules(model, a2d.mask_targets):
+                add_mask_factors(module, a2d.mask_rank, model.row_gate, 1.0)
+            model.mask_rows_token = a2d.mask_token_id
     model.load_state_dict(state, strict=True, assign=True)
     return model.to(device).eval(), cfg, a2d

@@ -141,8 +141,11 @@ class RowSchedule:
 # --------------------------------------------------------------------------------------------- the objective
 
 
-def training_attention_mask(segment_ids: torch.Tensor, block: int, copies: int) -> torch.Tensor:
-    """bool [b, copies*L, copies*L] (True = may attend) for the [clean | noisy ...] layout."""
+def training_attention_mask(segment_ids: torch.Tensor, block: int, copies: int, revealed: torch.Tensor | None = None) -> torch.Tensor:
+    """bool [b, copies*L, copies*L] (True = may attend) for the [clean | noisy ...] layout. `revealed`
+    [b, copies-1, L] (a mask adapter's rule, model.block_causal_mask): a noisy row whose token is not
+    masked sees the clean positions before its block and the unmasked positions of its block at or
+    before it."""
     b, L = segment_ids.shape
     idx = torch.arange(L, device=segment_ids.device)
     blk = idx // block
@@ -160,8 +163,22 @@ def training_attention_mask(segment_ids: torch.Tensor, block: int, copies: int) 
     for c in range(1, copies):
         rows = slice(c * L, (c + 1) * L)
         mask[:, rows, :L] = noisy_clean
-        mask[:, rows, rows] = noisy_noisy
+        if revealed is None:
+            mask[:, rows, rows] = noisy_noisy
+        else:
+            rev = revealed[:, c - 1]
+            causal_revealed = (same & same_block & causal & rev[:, None, :]) | eye
+            mask[:, rows, rows] = torch.where(rev[:, :, None], causal_revealed, noisy_noisy)
     return mask
+
+
+def objective_mask(model: nn.Module, input_ids: torch.Tensor, segment_ids: torch.Tensor, block: int) -> torch.Tensor:
+    """The training mask for this model: with a mask adapter, its rule for the noisy copies' unmasked rows."""
+    b, L = segment_ids.shape
+    copies = input_ids.shape[1] // L
+    token = getattr(model, "mask_rows_token", None)
+    revealed = None if token is None else (input_ids[:, L:] != token).view(b, copies - 1, L)
+    return training_attention_mask(segment_ids, block, copies, revealed)
 
 
 def causal_segment_mask(segment_ids: torch.Tensor) -> torch.Tensor:
@@ -237,11 +254,11 @@ class Objective(nn.Module):
         cfg = self.config
         L = segment_ids.shape[1]
         copies = input_ids.shape[1] // L
-        mask = training_attention_mask(segment_ids, cfg.block_size, copies)
-        if cfg.window_adapter:
+        mask = objective_mask(self.model, input_ids, segment_ids, cfg.block_size)
+        if cfg.mask_adapter:
             # The clean stream runs the base exactly (no adapter on its rows, the norms frozen, no mask
             # tokens in it), so it is the KL teacher's own forward: no second pass.
-            hidden, _ = self.model(input_ids, position_ids, mask, window_start=L)
+            hidden, _ = self.model(input_ids, position_ids, mask)
             t_hidden = hidden[:, :L].detach().reshape(-1, hidden.shape[-1]) if cfg.kl_weight > 0 else None
             t_head = self.model.logits
         else:

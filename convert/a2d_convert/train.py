@@ -72,9 +72,9 @@ class TrainConfig:
     confidence_weight: float = field(default=0.0, metadata={"help": "weight of the entropy of masked-target predictions whose argmax is already right (certainty forcing: more tokens per step)"})
     lora_rank: int = field(default=0, metadata={"help": "LoRA rank on every projection; 0: full fine-tune"})
     lora_alpha: float = field(default=0.0, metadata={"help": "LoRA alpha (scale alpha / rank); 0: 2 x rank"})
-    lora_train_norms: bool = field(default=True, metadata={"help": "with LoRA, also train the RMSNorm weights (never with --window-adapter: commit rows keep the base's)"})
+    lora_train_norms: bool = field(default=True, metadata={"help": "with LoRA, also train the RMSNorm weights (never with --mask-adapter: commit rows keep the base's)"})
     lora_targets: str = field(default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", metadata={"help": "comma-separated projections that get LoRA factors"})
-    window_adapter: bool = field(default=False, metadata={"help": "LoRA on the noisy copies only, shipped unmerged as a window adapter: commit rows run the exact base (docs/model-format.md)"})
+    mask_adapter: bool = field(default=False, metadata={"help": "LoRA on the noisy copies only, shipped unmerged as a mask adapter: commit rows run the exact base (docs/model-format.md)"})
     lora_train_mask_embedding: bool = field(default=True, metadata={"help": "with LoRA, also train the mask token's embedding row"})
     precision: str = field(default="auto", metadata={"help": "auto (bf16 autocast on CUDA, fp32 on CPU), bf16 or fp32"})
     activation_checkpointing: bool = field(default=True, metadata={"help": "recompute each layer in backward"})
@@ -130,17 +130,17 @@ def check_config(config: TrainConfig) -> None:
             raise A2DError(f"--{name.replace('_', '-')} {getattr(config, name)}: must be 0 or more")
     if config.loss_weighting not in ("elbo", "none"):
         raise A2DError(f"--loss-weighting {config.loss_weighting!r}: use elbo or none")
-    from .config import WINDOW_TARGETS
+    from .config import ADAPTER_TARGETS
 
     targets = config.lora_targets.split(",")
-    if not targets or len(set(targets)) != len(targets) or not all(t in WINDOW_TARGETS for t in targets):
-        raise A2DError(f"--lora-targets {config.lora_targets!r}: a comma-separated list of distinct names from {','.join(WINDOW_TARGETS)}")
-    if config.window_adapter:
+    if not targets or len(set(targets)) != len(targets) or not all(t in ADAPTER_TARGETS for t in targets):
+        raise A2DError(f"--lora-targets {config.lora_targets!r}: a comma-separated list of distinct names from {','.join(ADAPTER_TARGETS)}")
+    if config.mask_adapter:
         if config.lora_rank < 1:
-            raise A2DError("--window-adapter needs --lora-rank 1 or more (the adapter is LoRA factors)")
+            raise A2DError("--mask-adapter needs --lora-rank 1 or more (the adapter is LoRA factors)")
         for name in ("ar_weight", "clean_kl_weight"):
             if getattr(config, name) > 0:
-                raise A2DError(f"--{name.replace('_', '-')} acts on the clean stream, which a window adapter never changes; drop it or --window-adapter")
+                raise A2DError(f"--{name.replace('_', '-')} acts on the clean stream, which a mask adapter never changes; drop it or --mask-adapter")
     if config.precision not in ("auto", "bf16", "fp32"):
         raise A2DError(f"--precision {config.precision!r}: use auto, bf16 or fp32")
     for name in ("max_steps", "batch_rows", "micro_batch_rows", "log_every", "block_size", "logits_chunk"):

@@ -180,7 +180,7 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
             train_norms=config.lora_train_norms,
             train_mask_embedding=config.lora_train_mask_embedding,
         )
-        lora_mod.attach(model, lora_config, a2d.mask_token_id, torch.Generator().manual_seed(config.seed), window=config.window_adapter)
+        lora_mod.attach(model, lora_config, a2d.mask_token_id, torch.Generator().manual_seed(config.seed), mask_rows=config.mask_adapter)
     elif config.kl_weight > 0 or config.clean_kl_weight > 0:
         teacher, _, _ = load_transformer(init_dir)
         teacher.requires_grad_(False)
@@ -307,8 +307,8 @@ def save_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime, step
         }
         if config.lora_rank > 0:
             record["lora"] = {"rank": config.lora_rank, "alpha": config.lora_alpha or 2.0 * config.lora_rank}
-            if config.window_adapter:
-                record["lora"]["window_targets"] = config.lora_targets.split(",")
+            if config.mask_adapter:
+                record["lora"]["mask_targets"] = config.lora_targets.split(",")
         write_json(folder / "checkpoint.json", record)
         outputs = {name: rec for name, rec in lin.hash_folder(folder).items() if not name.startswith("state/")}
         stage = lin.make_stage(
@@ -340,7 +340,7 @@ def load_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime) -> t
     folder = Path(config.out) / pointer["path"]
     record = read_json(folder / "checkpoint.json")
     saved = record["config"]
-    for key in ("base", "data", "block_size", "lora_rank", "complementary", "shift_logits", "window_adapter", "lora_targets"):
+    for key in ("base", "data", "block_size", "lora_rank", "complementary", "shift_logits", "mask_adapter", "lora_targets"):
         if saved.get(key) != getattr(config, key):
             raise A2DError(f"--resume: {folder} was trained with {key}={saved.get(key)!r}, this run has {getattr(config, key)!r}")
     model_state, optim_state = get_state_dict(objective, optimizer, options=state_options(config))

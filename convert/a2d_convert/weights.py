@@ -23,8 +23,8 @@ ACCEPTED_DTYPES = ("BF16", "F16", "F32")
 
 
 def tensor_shapes(cfg: ModelConfig, a2d: A2DSection | None = None) -> dict[str, tuple[int, ...]]:
-    """Every tensor name the config implies, with its shape, in HF order (then the window adapter's
-    factors, when the a2d section announces one: `<projection>.window_a` [rank, in], `.window_b` [out, rank])."""
+    """Every tensor name the config implies, with its shape, in HF order (then the mask adapter's
+    factors, when the a2d section announces one: `<projection>.mask_a` [rank, in], `.mask_b` [out, rank])."""
     h, q_dim, kv_dim = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, h)}
     for i in range(cfg.num_layers):
@@ -47,13 +47,13 @@ def tensor_shapes(cfg: ModelConfig, a2d: A2DSection | None = None) -> dict[str, 
     shapes["model.norm.weight"] = (h,)
     if not cfg.tie_word_embeddings:
         shapes["lm_head.weight"] = (cfg.vocab_size, h)
-    if a2d is not None and a2d.window_rank:
+    if a2d is not None and a2d.mask_rank:
         for i in range(cfg.num_layers):
-            for target in a2d.window_targets:
+            for target in a2d.mask_targets:
                 stem = f"model.layers.{i}.{'mlp' if target in ('gate_proj', 'up_proj', 'down_proj') else 'self_attn'}.{target}"
                 out_features, in_features = shapes[stem + ".weight"]
-                shapes[stem + ".window_a"] = (a2d.window_rank, in_features)
-                shapes[stem + ".window_b"] = (out_features, a2d.window_rank)
+                shapes[stem + ".mask_a"] = (a2d.mask_rank, in_features)
+                shapes[stem + ".mask_b"] = (out_features, a2d.mask_rank)
     return shapes
 
 
@@ -116,8 +116,8 @@ def _which_field(name: str) -> str:
         return "check 'attention_bias' (and the architecture: qwen2 always has q/k/v biases)"
     if "q_norm" in name or "k_norm" in name:
         return "QK-norm exists only for Qwen3ForCausalLM; check 'architectures'"
-    if name.endswith((".window_a", ".window_b")):
-        return "check the a2d section's 'window_adapter' (rank and targets)"
+    if name.endswith((".mask_a", ".mask_b")):
+        return "check the a2d section's 'mask_adapter' (rank and targets)"
     if name.startswith("lm_head"):
         return "check 'tie_word_embeddings' and 'vocab_size'"
     if "embed_tokens" in name:

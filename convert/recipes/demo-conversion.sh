@@ -33,7 +33,8 @@
 #   training moved the model read as a plain AR model)
 #   CHECKPOINT_PROBES (1: keep every checkpoint, probe each (ck/step_N/probes.json) and ship the one the
 #   probes rank first (`a2d_convert rank-probes`, checkpoint-ranking.json) instead of the last)
-#   TRAIN_EXTRA (more `train` flags, e.g. "--ar-weight 1 --kl-weight 1"), DATA_ONLY (1: stop once the data
+#   TRAIN_EXTRA (more `train` flags, e.g. "--ar-weight 1 --kl-weight 1"), EXPORT_EXTRA (more `export` flags, e.g.
+#   "--remasking leftmost": decoding defaults the probes then use and the shipped model keeps), DATA_ONLY (1: stop once the data
 #   exists), SAVE_DELTA (0: leave the delta's weights out of OUT, e.g. when several runs share one OUT)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,7 +48,7 @@ DISTILL_N=${DISTILL_N:-4000}; DISTILL_TOKENS=${DISTILL_TOKENS:-256}; DISTILL_SAM
 DISTILL_BATCH=${DISTILL_BATCH:-256}; DISTILL_WORKERS=${DISTILL_WORKERS:-0}; DISTILL_S=${DISTILL_S:-0}
 PROBES=${PROBES:-1}; PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-20}; PROBE_TOKENS=${PROBE_TOKENS:-48}; PROBES_AR=${PROBES_AR:-0}
 THRESHOLDS=${THRESHOLDS:-0.5,0.7,0.9}; PROBE_BATCH=${PROBE_BATCH:-256}; LOG_EVERY=${LOG_EVERY:-5}
-read -r -a TRAIN_EXTRA_ARGS <<< "${TRAIN_EXTRA:-}"; DATA_ONLY=${DATA_ONLY:-0}; SAVE_DELTA=${SAVE_DELTA:-1}
+read -r -a TRAIN_EXTRA_ARGS <<< "${TRAIN_EXTRA:-}"; read -r -a EXPORT_EXTRA_ARGS <<< "${EXPORT_EXTRA:-}"; DATA_ONLY=${DATA_ONLY:-0}; SAVE_DELTA=${SAVE_DELTA:-1}
 CHECKPOINT_PROBES=${CHECKPOINT_PROBES:-0}
 read -r DEVICE GPUS < <(python3 -c 'import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; print("cuda" if n else "cpu", n)')
 THREADS=$(( $(nproc) > 8 ? 8 : $(nproc) ))
@@ -176,7 +177,7 @@ if [ "$latest" = "$(cat "$WORK/exported.txt" 2>/dev/null)" ] && [ -f "$WORK/mode
 else
   stamp "export (model folder + delta) of $latest"
   rm -f "$WORK/exported.txt"
-  bounded 120 python3 -m a2d_convert export --checkpoint "$WORK/run" --out "$WORK/model-candidate" --delta "$WORK/delta" --force | tail -3
+  bounded 120 python3 -m a2d_convert export --checkpoint "$WORK/run" --out "$WORK/model-candidate" --delta "$WORK/delta" --force ${EXPORT_EXTRA_ARGS[@]+"${EXPORT_EXTRA_ARGS[@]}"} | tail -3
   echo "$latest" > "$WORK/exported.txt"
 fi
 save_delta "$WORK/delta"; status "exported $latest"
@@ -203,7 +204,7 @@ if [ "$CHECKPOINT_PROBES" = 1 ]; then
       stamp "checkpoint $name: export and probes (limit $s s)"
       mkdir -p "$WORK/ck/$name"
       if [ "$(model_of "$name")" != "$WORK/model-candidate" ]; then
-        bounded 120 python3 -m a2d_convert export --checkpoint "$ck" --out "$WORK/ck/$name" --force > /dev/null || continue
+        bounded 120 python3 -m a2d_convert export --checkpoint "$ck" --out "$WORK/ck/$name" --force ${EXPORT_EXTRA_ARGS[@]+"${EXPORT_EXTRA_ARGS[@]}"} > /dev/null || continue
       fi
       probe "$(model_of "$name")" "$WORK/ck/$name/probes.json" "$(budget 0 60)" --details "$WORK/ck/$name/probes-details.jsonl"
     fi
@@ -224,7 +225,7 @@ grep -v 'it/s\|s/it' "$WORK/probes.log" | tail -40 || true
 if [ -f "$WORK/probes.json" ]; then
   status "probes ok"
   stamp "export with the probes' threshold"
-  bounded 120 python3 -m a2d_convert export --checkpoint "$checkpoint" --out "$WORK/model" --delta "$WORK/delta" --probes "$WORK/probes.json" --force | tail -3
+  bounded 120 python3 -m a2d_convert export --checkpoint "$checkpoint" --out "$WORK/model" --delta "$WORK/delta" --probes "$WORK/probes.json" --force ${EXPORT_EXTRA_ARGS[@]+"${EXPORT_EXTRA_ARGS[@]}"} | tail -3
   save_delta "$WORK/delta"
   py verify "$WORK/model" | tail -2
   status "final export verified"

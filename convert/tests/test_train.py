@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 from a2d_convert.data import DataConfig, Source, TRAIN_FILE, build_data, load_rows
 from a2d_convert.init_model import init_model
 from a2d_convert.model import BlockForward, load_transformer
-from a2d_convert.objective import RowSchedule, training_attention_mask
+from a2d_convert import lora as lora_mod
+from a2d_convert.objective import RowSchedule, objective_mask, training_attention_mask
 from a2d_convert.tiny import TinySpec, make_tiny_base
 from a2d_convert.train import TrainConfig
 from a2d_convert.trainer import LOG_FILE, train
@@ -46,12 +47,18 @@ def tiny_config(root: Path, base: Path, data: Path, name: str, **overrides) -> T
     return replace(config, **overrides)
 
 
-@pytest.mark.parametrize("shift_logits", [True, False])
-def test_training_layout_reproduces_decoding_forwards(workspace, tmp_path, shift_logits):
-    """Every noisy block's hidden states (and the anchor row) equal the decoder's (commit, window) forward."""
+@pytest.mark.parametrize("shift_logits,mask_adapter", [(True, False), (False, False), (True, True)])
+def test_training_layout_reproduces_decoding_forwards(workspace, tmp_path, shift_logits, mask_adapter):
+    """Every noisy block's hidden states (and the anchor row) equal the decoder's (commit, window) forward;
+    with a mask adapter (random factors) too, under its attention rule for revealed rows."""
     root, base, data = workspace
     model_dir = init_model(base, tmp_path / "init", block_size=4, shift_logits=shift_logits)
     model, _, a2d = load_transformer(model_dir)
+    if mask_adapter:
+        lora_mod.attach(model, lora_mod.LoraConfig(rank=4, alpha=4.0), a2d.mask_token_id, torch.Generator().manual_seed(1), mask_rows=True)
+        with torch.no_grad():
+            for _, module in lora_mod.target_modules(model, lora_mod.TARGETS):
+                module.mask_b.normal_(0, 0.5)
     arrays, _ = load_rows(data / TRAIN_FILE, 4)
     config = TrainConfig(block_size=4, batch_rows=2, shift_logits=shift_logits)
     schedule = RowSchedule(arrays, config, a2d.mask_token_id)
@@ -61,7 +68,8 @@ def test_training_layout_reproduces_decoding_forwards(workspace, tmp_path, shift
     L = arrays["input_ids"].shape[1]
     seg = torch.from_numpy(batch.segment_ids)
     with torch.no_grad():
-        hidden, _ = model(torch.from_numpy(batch.input_ids), torch.from_numpy(batch.position_ids), training_attention_mask(seg, 4, 3))
+        input_ids = torch.from_numpy(batch.input_ids)
+        hidden, _ = model(input_ids, torch.from_numpy(batch.position_ids), objective_mask(model, input_ids, seg, 4))
         logits = model.logits(hidden[0])
     ids = batch.input_ids[0]
     checked = 0
@@ -205,39 +213,42 @@ def test_clean_kl_is_zero_while_the_adapters_are_zero(workspace):
     assert abs(first["clean_kl"]) < 1e-6 and first["kl"] > 1e-2
 
 
-def test_window_adapter_changes_only_window_rows_and_exports_unmerged(workspace, tmp_path):
-    """A window adapter trains, ships as bf16 factors beside the base's own weights, and a decoding forward
-    of the exported model gives commit rows exactly the base's hidden states while window rows differ."""
+def test_mask_adapter_changes_only_masked_rows_and_exports_unmerged(workspace, tmp_path):
+    """A mask adapter trains, ships as bf16 factors beside the base's own weights, and in a decoding forward
+    of the exported model every row holding a real token (committed or revealed) is exactly the base's
+    causal reading while masked rows differ."""
     from a2d_convert.export import export
+    from a2d_convert.model import block_causal_mask, causal_mask
     from a2d_convert.weights import read_tensors
 
     root, base, data = workspace
-    folder = train(tiny_config(root, base, data, "window", max_steps=10, lora_rank=4, kl_weight=0.5, lr=1e-2,
-                               window_adapter=True, lora_targets="q_proj,v_proj,down_proj"))
+    folder = train(tiny_config(root, base, data, "mask-adapter", max_steps=10, lora_rank=4, kl_weight=0.5, lr=1e-2,
+                               mask_adapter=True, lora_targets="q_proj,v_proj,down_proj"))
     adapter = load_file(folder / "adapter.safetensors")
-    assert "model.layers.0.self_attn.q_proj.window_a" in adapter and "model.layers.0.self_attn.k_proj.window_a" not in adapter
+    assert "model.layers.0.self_attn.q_proj.mask_a" in adapter and "model.layers.0.self_attn.k_proj.mask_a" not in adapter
     assert not any("norm" in k for k in adapter)
-    assert adapter["model.layers.1.mlp.down_proj.window_b"].abs().sum() > 0
+    assert adapter["model.layers.1.mlp.down_proj.mask_b"].abs().sum() > 0
     out = export(folder, tmp_path / "model")
     config = json.loads((out / "config.json").read_text())
-    assert config["a2d"]["window_adapter"] == {"rank": 4, "targets": ["q_proj", "v_proj", "down_proj"]}
-    shipped, init = read_tensors(out), read_tensors(root / "window" / "init")
+    assert config["a2d"]["mask_adapter"] == {"rank": 4, "targets": ["q_proj", "v_proj", "down_proj"]}
+    shipped, init = read_tensors(out), read_tensors(root / "mask-adapter" / "init")
     assert torch.equal(shipped["model.layers.0.self_attn.q_proj.weight"], init["model.layers.0.self_attn.q_proj.weight"])
-    assert shipped["model.layers.0.self_attn.q_proj.window_b"].dtype == torch.bfloat16
+    assert shipped["model.layers.0.self_attn.q_proj.mask_b"].dtype == torch.bfloat16
 
     model, _, a2d = load_transformer(out)
-    plain, _, _ = load_transformer(root / "window" / "init")
-    commit, window = [5, 9, 11, 7, 3], [a2d.mask_token_id, 12, a2d.mask_token_id, a2d.mask_token_id]
-    ids = torch.tensor([commit + window])
-    positions = torch.arange(len(commit) + len(window))[None]
-    from a2d_convert.model import block_causal_mask
-
-    mask = block_causal_mask(0, len(commit), len(window))[None]
+    plain, _, _ = load_transformer(root / "mask-adapter" / "init")
+    M = a2d.mask_token_id
+    commit, window = [5, 9, 11, 7, 3], [12, M, 14, M]
+    C, T = len(commit), len(commit) + len(window)
+    positions = torch.arange(T)[None]
     with torch.no_grad():
-        adapted, _ = model(ids, positions, mask, window_start=len(commit))
-        reference, _ = plain(ids, positions, mask)
-    C = len(commit)
-    assert torch.equal(adapted[:, :C], reference[:, :C])
-    assert (adapted[:, C:] - reference[:, C:]).abs().max() > 1e-4
-    with pytest.raises(Exception, match="window-adapter"):
-        train(tiny_config(root, base, data, "window-ar", max_steps=1, lora_rank=4, window_adapter=True, ar_weight=1.0))
+        adapted, _ = model(torch.tensor([commit + window]), positions, block_causal_mask(0, C, len(window), revealed=[True, False, True, False])[None])
+        # The base's causal reading of the real tokens alone (the masked position 6 left out).
+        keep = [0, 1, 2, 3, 4, 5, 7]
+        reference, _ = plain(torch.tensor([[(commit + window)[i] for i in keep]]), positions[:, keep], causal_mask(len(keep))[None])
+    torch.testing.assert_close(adapted[0, keep], reference[0], rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        no_adapter, _ = plain(torch.tensor([commit + window]), positions, block_causal_mask(0, C, len(window), revealed=[True, False, True, False])[None])
+    assert (adapted[0, [6, 8]] - no_adapter[0, [6, 8]]).abs().max() > 1e-4
+    with pytest.raises(Exception, match="mask-adapter"):
+        train(tiny_config(root, base, data, "mask-adapter-ar", max_steps=1, lora_rank=4, mask_adapter=True, ar_weight=1.0))
