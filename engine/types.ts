@@ -3,7 +3,7 @@
 // Decoding parameters and their exact meaning: docs/decoding.md. Model folder: docs/model-format.md.
 
 export type Device = "cpu" | "cuda";
-export type Remasking = "low_confidence" | "random";
+export type Remasking = "low_confidence" | "random" | "leftmost";
 export type CommitPolicy = "fused" | "separate";
 export type FinishReason = "stop" | "length" | "cancelled";
 

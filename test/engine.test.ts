@@ -21,7 +21,7 @@ interface GoldenDecode {
     steps: number;
     temperature: number;
     top_p: number;
-    remasking: "low_confidence" | "random";
+    remasking: "low_confidence" | "random" | "leftmost";
     commit: "fused" | "separate";
     seed: number;
     eos_token_ids: number[];

@@ -53,6 +53,7 @@ class Case:
     layers: int = 2
     hidden: int = 64
     logit_scale: float = 8.0  # std of the random logits: high enough that thresholds are crossed
+    mask_adapter_rank: int = 0  # > 0: a random mask adapter on every projection (tiny.add_random_mask_adapter)
 
 
 CASES = {
@@ -61,6 +62,7 @@ CASES = {
     "qwen2_gqa2": Case("qwen2", heads=4, kv_heads=2, block_size=8),
     "qwen3_qknorm": Case("qwen3", heads=4, kv_heads=2, block_size=4, shift_logits=False, layers=3),
     "llama_appended_mask": Case("llama", heads=4, kv_heads=2, block_size=2, vocab_multiple=1),
+    "llama_mask_adapter": Case("llama", heads=4, kv_heads=2, block_size=4, mask_adapter_rank=4),
 }
 
 
@@ -88,6 +90,7 @@ def decode_runs(block_size: int, eos: list[int]) -> list[tuple[str, dict]]:
         ("sample_top_p", {"temperature": 0.8, "top_p": 0.9, "seed": 1234}),
         ("sample_full", {"temperature": 1.0, "seed": 99, "commit": "separate"}),
         ("remask_random", {"remasking": "random", "seed": 7}),
+        ("remask_leftmost", {"remasking": "leftmost", "threshold": 0.6}),
         ("threshold_low", {"threshold": 0.3}),
     ]
     for b in (1, 4, 8):
@@ -181,7 +184,7 @@ def write_case(out: Path, name: str, case: Case, seed: int) -> None:
     from .init_model import init_model
     from .model import BlockForward, load_transformer
     from .prompts import load_prompt_codec
-    from .tiny import TinySpec, make_tiny_base
+    from .tiny import TinySpec, add_random_mask_adapter, make_tiny_base
 
     spec = TinySpec(
         arch=case.arch,
@@ -200,6 +203,8 @@ def write_case(out: Path, name: str, case: Case, seed: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         base = make_tiny_base(Path(tmp) / "base", spec)
         model_dir = init_model(base, out / "model", block_size=case.block_size, shift_logits=case.shift_logits)
+    if case.mask_adapter_rank:
+        add_random_mask_adapter(model_dir, case.mask_adapter_rank, spec.seed)
     model, cfg, a2d = load_transformer(model_dir)
     codec = load_prompt_codec(model_dir)
     mask, B = a2d.mask_token_id, a2d.block_size

@@ -143,8 +143,10 @@ a2d::DecodeParams read_params(const Napi::Object& o) {
     p.remasking = a2d::Remasking::low_confidence;
   } else if (remasking == "random") {
     p.remasking = a2d::Remasking::random;
+  } else if (remasking == "leftmost") {
+    p.remasking = a2d::Remasking::leftmost;
   } else {
-    throw Napi::TypeError::New(env, "decode params: remasking must be 'low_confidence' or 'random'");
+    throw Napi::TypeError::New(env, "decode params: remasking must be 'low_confidence', 'random' or 'leftmost'");
   }
   const std::string commit = string_field(o, "commit");
   if (commit == "fused") {
@@ -221,7 +223,9 @@ Napi::Object info_object(Napi::Env env, const a2d::Model& model, const a2d::Back
   decoding.Set("steps", d.steps);
   decoding.Set("temperature", d.temperature);
   decoding.Set("topP", d.top_p);
-  decoding.Set("remasking", d.remasking == a2d::Remasking::random ? "random" : "low_confidence");
+  decoding.Set("remasking", d.remasking == a2d::Remasking::random     ? "random"
+                            : d.remasking == a2d::Remasking::leftmost ? "leftmost"
+                                                                      : "low_confidence");
   decoding.Set("commit", d.commit == a2d::CommitPolicy::separate ? "separate" : "fused");
   Napi::Object info = Napi::Object::New(env);
   info.Set("architecture", c.architecture);

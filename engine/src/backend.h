@@ -36,7 +36,7 @@ struct RevealArgs {
   std::vector<int32_t> candidates;      // block indices j of the masked relevant positions, ascending
   std::vector<int32_t> candidate_rows;  // per candidate: index into ForwardArgs::logit_rows, or kAnchorLogits
   std::vector<double> sample_draws;     // temperature > 0: one u in [0,1) per candidate; else empty
-  std::vector<double> priority_draws;   // remasking "random": one draw per candidate; else empty
+  std::vector<double> priority_draws;   // remasking "random" (draws) or "leftmost" (n - c): one per candidate; else empty
   int32_t mask_token_id = -1;
   double temperature = 0.0;
   double top_p = 1.0;

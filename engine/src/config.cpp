@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -203,8 +204,10 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
       p.remasking = Remasking::low_confidence;
     } else if (remasking == "random") {
       p.remasking = Remasking::random;
+    } else if (remasking == "leftmost") {
+      p.remasking = Remasking::leftmost;
     } else {
-      d.fail("remasking", "= '" + remasking + "'; use 'low_confidence' or 'random'");
+      d.fail("remasking", "= '" + remasking + "'; use 'low_confidence', 'random' or 'leftmost'");
     }
     const std::string commit = d.string_or("commit", "fused");
     if (commit == "fused") {
@@ -218,10 +221,40 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
   } else {
     a2d.ignore("decoding");
   }
+  if (a2d.has("mask_adapter")) {
+    const json& adapter = a2d.raw("mask_adapter");
+    if (!adapter.is_object()) a2d.fail("mask_adapter", "must be an object {\"rank\", \"targets\"}");
+    Fields m(adapter, file, "a2d.mask_adapter.");
+    config.mask_adapter_rank = static_cast<int>(m.integer("rank", 1, 256));
+    if (!m.has("targets") || !m.raw("targets").is_array() || m.raw("targets").empty()) {
+      m.fail("targets", "must be a non-empty array of projection names (q_proj ... down_proj)");
+    }
+    std::vector<std::string> listed;
+    for (const auto& t : m.raw("targets")) {
+      if (!t.is_string()) m.fail("targets", "holds " + t.dump() + ", not a projection name");
+      listed.push_back(t.get<std::string>());
+    }
+    for (const std::string& name : listed) {
+      if (std::count(listed.begin(), listed.end(), name) != 1 ||
+          std::find(std::begin(kMaskAdapterTargets), std::end(kMaskAdapterTargets), name) == std::end(kMaskAdapterTargets)) {
+        m.fail("targets", "holds '" + name + "'; use each of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj at most once");
+      }
+    }
+    for (const char* name : kMaskAdapterTargets) {
+      if (std::find(listed.begin(), listed.end(), name) != listed.end()) config.mask_adapter_targets.push_back(name);
+    }
+    m.reject_unknown("a mask adapter has only 'rank' and 'targets'");
+  }
   a2d.reject_unknown("see docs/model-format.md for the a2d section");
 }
 
 }  // namespace
+
+const char* const kMaskAdapterTargets[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+bool ModelConfig::has_mask_adapter(const std::string& target) const {
+  return std::find(mask_adapter_targets.begin(), mask_adapter_targets.end(), target) != mask_adapter_targets.end();
+}
 
 ModelConfig read_config(const std::string& path) {
   std::ifstream in(path);

@@ -8,7 +8,7 @@
 
 namespace a2d {
 
-enum class Remasking { low_confidence, random };
+enum class Remasking { low_confidence, random, leftmost };
 enum class CommitPolicy { fused, separate };
 
 // Decoding parameters of docs/decoding.md. The config's "a2d.decoding" section gives the defaults; a
@@ -53,7 +53,15 @@ struct ModelConfig {
   bool shift_logits = true;
   bool trained = false;
   DecodeParams decoding;  // defaults; block_size and eos_token_ids filled from the section
+  // "a2d.mask_adapter" (docs/model-format.md): low-rank factors on these projections, added only on rows
+  // that hold the mask token; revealed window rows attend causally over revealed positions. rank 0: none.
+  int mask_adapter_rank = 0;
+  std::vector<std::string> mask_adapter_targets;  // in the order q, k, v, o, gate, up, down (a subset)
+  bool has_mask_adapter(const std::string& target) const;
 };
+
+// The projections a mask adapter may target, in their fixed order.
+extern const char* const kMaskAdapterTargets[7];
 
 // Reads and validates `dir/config.json`. Throws std::runtime_error naming the file, the field and the fix.
 ModelConfig read_config(const std::string& config_path);

@@ -264,7 +264,8 @@ void rope(float* x, int64_t M, int64_t row_stride, int heads, int head_dim, int6
 }
 
 void attention(ThreadPool& pool, const float* q, const float* k_cache, const float* v_cache, int64_t n,
-               int64_t C, int64_t T, int heads, int kv_heads, int head_dim, float* out) {
+               int64_t C, int64_t T, int heads, int kv_heads, int head_dim, float* out,
+               const std::vector<uint8_t>* revealed) {
   const int64_t q_stride = static_cast<int64_t>(heads) * head_dim;
   const int64_t kv_stride = static_cast<int64_t>(kv_heads) * head_dim;
   const int group = heads / kv_heads;
@@ -273,25 +274,51 @@ void attention(ThreadPool& pool, const float* q, const float* k_cache, const flo
   parallel_or_inline(pool, T * heads, work, [&](int64_t task) {
     const int64_t r = task / heads;
     const int h = static_cast<int>(task % heads);
-    const int64_t visible = r < C ? n + r + 1 : n + T;
+    const bool causal_revealed = revealed != nullptr && r >= C && (*revealed)[r - C] != 0;
+    const int64_t visible = r < C || causal_revealed ? n + r + 1 : n + T;
+    // A revealed row skips the masked window positions before it.
+    auto sees = [&](int64_t p) { return !causal_revealed || p < n + C || (*revealed)[p - n - C] != 0; };
     const float* qh = q + r * q_stride + static_cast<int64_t>(h) * head_dim;
     const int64_t kv_offset = static_cast<int64_t>(h / group) * head_dim;
     thread_local std::vector<float> scores;
     scores.resize(visible);
     float max_score = -INFINITY;
     for (int64_t p = 0; p < visible; ++p) {
-      scores[p] = dot(qh, k_cache + p * kv_stride + kv_offset, head_dim) * scale;
+      scores[p] = sees(p) ? dot(qh, k_cache + p * kv_stride + kv_offset, head_dim) * scale : -INFINITY;
       max_score = std::max(max_score, scores[p]);
     }
     float sum = 0.0f;
     for (int64_t p = 0; p < visible; ++p) {
-      scores[p] = std::exp(scores[p] - max_score);
+      scores[p] = sees(p) ? std::exp(scores[p] - max_score) : 0.0f;
       sum += scores[p];
     }
     float* o = out + r * q_stride + static_cast<int64_t>(h) * head_dim;
     std::fill(o, o + head_dim, 0.0f);
-    for (int64_t p = 0; p < visible; ++p) axpy(scores[p] / sum, v_cache + p * kv_stride + kv_offset, o, head_dim);
+    for (int64_t p = 0; p < visible; ++p) {
+      if (sees(p)) axpy(scores[p] / sum, v_cache + p * kv_stride + kv_offset, o, head_dim);
+    }
   });
+}
+
+void low_rank_add(const float* x, int64_t x_stride, const std::vector<int64_t>& rows, const LowRank& adapter,
+                  float* y, int64_t y_stride) {
+  if (!adapter.present() || rows.empty()) return;
+  const int64_t rank = adapter.a.rows(), in = adapter.a.cols(), out = adapter.b.rows();
+  std::vector<float> t(rank);
+  for (int64_t m : rows) {
+    const float* xm = x + m * x_stride;
+    for (int64_t i = 0; i < rank; ++i) {
+      float sum = 0.0f;
+      for (int64_t k = 0; k < in; ++k) sum += load_element(adapter.a, i * in + k) * xm[k];
+      t[i] = sum;
+    }
+    float* ym = y + m * y_stride;
+    for (int64_t o = 0; o < out; ++o) {
+      float sum = 0.0f;
+      for (int64_t i = 0; i < rank; ++i) sum += load_element(adapter.b, o * rank + i) * t[i];
+      ym[o] += sum;
+    }
+  }
 }
 
 void silu_mul(float* gate, const float* up, int64_t count) {

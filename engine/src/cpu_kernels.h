@@ -44,9 +44,16 @@ void rope(float* x, int64_t M, int64_t row_stride, int heads, int head_dim, int6
 
 // Block-causal attention for T query rows at positions n..n+T-1 against the cache [0, n+T): row r < C
 // (commit) sees positions <= n+r, a window row (r >= C) sees all n+T. q/out are [T, heads*hd]; the
-// caches are [positions, kv_heads*hd].
+// caches are [positions, kv_heads*hd]. With `revealed` (T - C flags, the mask adapter's rule), a window
+// row whose flag is set sees instead positions < n+C and the flagged window positions at or before it.
 void attention(ThreadPool& pool, const float* q, const float* k_cache, const float* v_cache, int64_t n,
-               int64_t C, int64_t T, int heads, int kv_heads, int head_dim, float* out);
+               int64_t C, int64_t T, int heads, int kv_heads, int head_dim, float* out,
+               const std::vector<uint8_t>* revealed = nullptr);
+
+// The mask adapter on one projection: y[m, :] += b (a x[m, :]) for each row m in `rows`; x is [*, in]
+// with row stride x_stride, y has row stride y_stride. Nothing happens when the adapter is absent.
+void low_rank_add(const float* x, int64_t x_stride, const std::vector<int64_t>& rows, const LowRank& adapter,
+                  float* y, int64_t y_stride);
 
 // gate = silu(gate) * up, elementwise over count values.
 void silu_mul(float* gate, const float* up, int64_t count);

@@ -128,6 +128,8 @@ GenerateResult generate(Backend& backend, const std::vector<int32_t>& prompt, co
       }
       if (params.remasking == Remasking::random) {
         for (int32_t c = 0; c < n; ++c) reveal.priority_draws.push_back(rng.next_double());
+      } else if (params.remasking == Remasking::leftmost) {
+        for (int32_t c = 0; c < n; ++c) reveal.priority_draws.push_back(static_cast<double>(n - c));
       }
       const int32_t k_steps = params.steps == 0 ? 0 : (n + std::max(params.steps - step, 1) - 1) /
                                                           std::max(params.steps - step, 1);

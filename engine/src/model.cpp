@@ -126,6 +126,22 @@ std::unique_ptr<Model> load_model(const std::string& dir) {
     L.gate = bind.take(p + "mlp.gate_proj.weight", {inter, hidden}, "intermediate_size");
     L.up = bind.take(p + "mlp.up_proj.weight", {inter, hidden}, "intermediate_size");
     L.down = bind.take(p + "mlp.down_proj.weight", {hidden, inter}, "intermediate_size");
+    const int64_t r = c.mask_adapter_rank;
+    auto adapter = [&](const std::string& module, const std::string& target, int64_t out, int64_t in) {
+      LowRank ad;
+      if (r == 0 || !c.has_mask_adapter(target)) return ad;
+      const std::string stem = p + module + "." + target;
+      ad.a = bind.take(stem + ".mask_a", {r, in}, "a2d.mask_adapter (rank, targets)");
+      ad.b = bind.take(stem + ".mask_b", {out, r}, "a2d.mask_adapter (rank, targets)");
+      return ad;
+    };
+    L.q_ad = adapter("self_attn", "q_proj", q_dim, hidden);
+    L.k_ad = adapter("self_attn", "k_proj", kv_dim, hidden);
+    L.v_ad = adapter("self_attn", "v_proj", kv_dim, hidden);
+    L.o_ad = adapter("self_attn", "o_proj", hidden, q_dim);
+    L.gate_ad = adapter("mlp", "gate_proj", inter, hidden);
+    L.up_ad = adapter("mlp", "up_proj", inter, hidden);
+    L.down_ad = adapter("mlp", "down_proj", hidden, inter);
     w.layers.push_back(std::move(L));
   }
   w.final_norm = bind.take("model.norm.weight", {hidden}, "hidden_size");
@@ -140,6 +156,9 @@ std::unique_ptr<Model> load_model(const std::string& dir) {
     for (const Tensor* t : {&L.input_norm, &L.q, &L.k, &L.v, &L.o, &L.q_bias, &L.k_bias, &L.v_bias,
                             &L.o_bias, &L.q_norm, &L.k_norm, &L.post_norm, &L.gate, &L.up, &L.down}) {
       n += count_elements(*t);
+    }
+    for (const LowRank* ad : {&L.q_ad, &L.k_ad, &L.v_ad, &L.o_ad, &L.gate_ad, &L.up_ad, &L.down_ad}) {
+      n += count_elements(ad->a) + count_elements(ad->b);
     }
   }
   model->num_parameters = n;

@@ -41,7 +41,10 @@ DecodeParams decode_params(const json& p) {
   d.steps = p.at("steps").get<int>();
   d.temperature = p.at("temperature").get<double>();
   d.top_p = p.at("top_p").get<double>();
-  d.remasking = p.at("remasking") == "random" ? Remasking::random : Remasking::low_confidence;
+  const std::string remasking = p.at("remasking");
+  d.remasking = remasking == "random"     ? Remasking::random
+                : remasking == "leftmost" ? Remasking::leftmost
+                                          : Remasking::low_confidence;
   d.commit = p.at("commit") == "separate" ? CommitPolicy::separate : CommitPolicy::fused;
   d.seed = p.at("seed").get<uint64_t>();
   d.eos_token_ids = p.at("eos_token_ids").get<std::vector<int32_t>>();
