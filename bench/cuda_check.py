@@ -338,6 +338,18 @@ def write_folder(path, cfg, W, block_size=4):
     for (name, l), t in W.items():
         key = hf[name] if name in hf else f"model.layers.{l}.{per_layer[name]}"
         tensors[key] = t.contiguous().cpu()
+    rank = cfg.get("mask_adapter", 0)
+    if rank:  # a random mask adapter on every projection (docs/model-format.md)
+        gen = torch.Generator().manual_seed(77)
+        for key in sorted(tensors):
+            target = key.rsplit(".", 2)[-2]
+            if key.endswith("proj.weight"):
+                out_features, in_features = tensors[key].shape
+                stem = key.removesuffix(".weight")
+                tensors[stem + ".mask_a"] = (torch.randn(rank, in_features, generator=gen) / in_features ** 0.5).to(torch.bfloat16)
+                tensors[stem + ".mask_b"] = (torch.randn(out_features, rank, generator=gen) * 0.05).to(torch.bfloat16)
+        config["a2d"]["mask_adapter"] = {"rank": rank, "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                                   "up_proj", "down_proj"]}
     save_file(tensors, os.path.join(path, "model.safetensors"))
     with open(os.path.join(path, "config.json"), "w") as fh:
         json.dump(config, fh, indent=1)
@@ -352,6 +364,13 @@ def section_backend(lib, workdir):
                              vocab=500, eps=1e-6, theta=1e6, tied=True, qkv_bias=False, o_bias=False, qk_norm=True),
         "qwen2_bias": dict(type="qwen2", layers=2, hidden=128, inter=256, heads=4, kv_heads=2, head_dim=32,
                            vocab=515, eps=1e-6, theta=1e6, tied=False, qkv_bias=True, o_bias=False, qk_norm=False),
+        # The mask adapter: head_dim 32 (RoPE in the QKV epilogue, B in rope-pair order) and 64 (the rope kernel).
+        "llama_adapter32": dict(type="llama", layers=2, hidden=256, inter=520, heads=8, kv_heads=2, head_dim=32,
+                                vocab=600, eps=1e-6, theta=10000.0, tied=False, qkv_bias=False, o_bias=False,
+                                qk_norm=False, mask_adapter=8),
+        "qwen3_adapter64": dict(type="qwen3", layers=2, hidden=128, inter=384, heads=4, kv_heads=2, head_dim=64,
+                                vocab=500, eps=1e-6, theta=1e6, tied=True, qkv_bias=False, o_bias=False, qk_norm=True,
+                                mask_adapter=4),
     }
     for i, (name, cfg) in enumerate(folders.items()):
         cfg["mask"] = cfg["vocab"] - 1

@@ -128,6 +128,19 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
       if (row < p.n_rows) tile_sum[r][e / kGemmTileRows] += __bfloat162float(p.bias[row]);
     }
   }
+  if (p.adapter_b != nullptr) {
+    sync();
+    for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
+      const int r = e % kGemmTileRows, t = e / kGemmTileRows;
+      const int row = tile * kGemmTileRows + r;
+      if (row >= p.n_rows) continue;
+      const bf16* b = p.adapter_b + static_cast<size_t>(row) * p.adapter_rank;
+      const float* at = p.adapter_t + static_cast<size_t>(t) * p.adapter_rank;
+      float sum = 0.f;
+      for (int i = 0; i < p.adapter_rank; ++i) sum += __bfloat162float(b[i]) * at[i];
+      tile_sum[r][t] += sum;
+    }
+  }
   sync();
 
   if constexpr (kEpilogue == GemmEpilogue::store_bf16) {

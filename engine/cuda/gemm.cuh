@@ -121,6 +121,13 @@ struct GemmParams {
   bf16* k_cache;  // [num_kv_heads][max_context][head_dim]
   bf16* v_cache;
 
+  // The mask adapter (mask_adapter.cuh): before its own work the epilogue adds, to output row n of token
+  // row t, sum_i adapter_b[n][i] * adapter_t[t][i] (adapter_t is zero for rows without the mask token).
+  // adapter_b is [n_rows][adapter_rank] in this GEMM's row order; null: no adapter.
+  const bf16* adapter_b;
+  const float* adapter_t;
+  int adapter_rank;
+
   // Split K (set by gemm() from the tuning): [n_tiles][splits][kMaxRows][16] fp32 partials and one
   // arrival counter per tile, zero between launches (the last block resets it).
   float* split_partials;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "attention.cuh"
 #include "embed.cuh"
@@ -100,6 +101,7 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
     L.k_norm = allocate_weight(s.head_dim);
   }
   startup_.weight_bytes = weight_arena_elements_ * 2;
+  allocate_mask_adapter();
 
   // KV cache and RoPE table for the whole context.
   kv_elements_ = int64_t(2) * s.layers * s.kv_heads * s.max_context * head_dim_padded_;
@@ -168,8 +170,14 @@ DeviceModel::~DeviceModel() {
                         static_cast<void*>(logits_), static_cast<void*>(anchor_logits_),
                         static_cast<void*>(argmax_partials_), static_cast<void*>(choices_),
                         static_cast<void*>(gemm_split_partials_), static_cast<void*>(gemm_split_counters_),
-                        static_cast<void*>(gemm_unit_counters_)}) {
+                        static_cast<void*>(gemm_unit_counters_), static_cast<void*>(adapter_t_)}) {
     if (pointer != nullptr) cudaFree(pointer);
+  }
+  for (auto& sites : adapters_) {
+    for (AdapterSite& site : sites) {
+      if (site.a != nullptr) cudaFree(site.a);
+      if (site.b != nullptr) cudaFree(site.b);
+    }
   }
   if (state_host_ != nullptr) cudaFreeHost(state_host_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -247,7 +255,115 @@ void DeviceModel::upload(WeightName name, int layer, const WeightSource& source)
   }
 }
 
+namespace {
+
+int site_of(MaskAdapterTarget target) {
+  switch (target) {
+    case MaskAdapterTarget::q:
+    case MaskAdapterTarget::k:
+    case MaskAdapterTarget::v: return 0;
+    case MaskAdapterTarget::o: return 1;
+    case MaskAdapterTarget::gate:
+    case MaskAdapterTarget::up: return 2;
+    case MaskAdapterTarget::down: return 3;
+  }
+  return 0;
+}
+
+// A stored tensor's values as bf16 bits (round to nearest even), on the host.
+std::vector<uint16_t> host_bf16(const WeightSource& source, size_t count) {
+  std::vector<uint16_t> out(count);
+  for (size_t i = 0; i < count; ++i) {
+    float value;
+    switch (source.type) {
+      case SourceType::bf16: out[i] = static_cast<const uint16_t*>(source.data)[i]; continue;
+      case SourceType::f16: value = __half2float(static_cast<const __half*>(source.data)[i]); break;
+      case SourceType::f32: value = static_cast<const float*>(source.data)[i]; break;
+    }
+    uint32_t bits;
+    std::memcpy(&bits, &value, 4);
+    out[i] = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+  }
+  return out;
+}
+
+}  // namespace
+
+void DeviceModel::allocate_mask_adapter() {
+  const ModelShape& s = shape_;
+  if (s.mask_adapter_rank <= 0) return;
+  auto targeted = [&](MaskAdapterTarget t) { return (s.mask_adapter_targets >> static_cast<int>(t)) & 1u ? 1 : 0; };
+  using T = MaskAdapterTarget;
+  const int R = s.mask_adapter_rank;
+  const int ranks[kSites] = {R * (targeted(T::q) + targeted(T::k) + targeted(T::v)), R * targeted(T::o),
+                             R * (targeted(T::gate) + targeted(T::up)), R * targeted(T::down)};
+  const int ks[kSites] = {s.hidden, s.heads * s.head_dim, s.hidden, s.intermediate};
+  const int n_rows[kSites] = {qkv_rows_, s.hidden, gate_up_rows_, s.hidden};
+  adapters_.resize(s.layers);
+  for (auto& sites : adapters_) {
+    for (int i = 0; i < kSites; ++i) {
+      AdapterSite& site = sites[i];
+      if (ranks[i] == 0) continue;
+      if (ranks[i] > kMaskAdapterMaxRank) {
+        throw std::runtime_error("the CUDA backend takes a mask adapter of rank up to " +
+                                 std::to_string(kMaskAdapterMaxRank / 3) + ", this one has rank " + std::to_string(R));
+      }
+      site.rank = ranks[i];
+      site.k = ks[i];
+      site.n_rows = n_rows[i];
+      site.a = device_alloc<bf16>(size_t(site.rank) * site.k, stream_);
+      site.b = device_alloc<bf16>(size_t(site.n_rows) * site.rank, stream_);
+      site.host_b.assign(size_t(site.n_rows) * site.rank, 0);
+      startup_.weight_bytes += (int64_t(site.rank) * site.k + int64_t(site.n_rows) * site.rank) * 2;
+    }
+  }
+  adapter_t_ = device_alloc<float>(size_t(kMaxRows) * kMaskAdapterMaxRank, stream_);
+}
+
+void DeviceModel::upload_mask_adapter(MaskAdapterTarget target, int layer, const WeightSource& a, const WeightSource& b) {
+  const ModelShape& s = shape_;
+  const int R = s.mask_adapter_rank;
+  if (R <= 0 || !((s.mask_adapter_targets >> static_cast<int>(target)) & 1u)) {
+    throw std::runtime_error("upload_mask_adapter: the model's shape announces no adapter on this projection");
+  }
+  if (layer < 0 || layer >= s.layers) throw std::runtime_error("upload_mask_adapter: layer out of range");
+  if (a.on_device || b.on_device) throw std::runtime_error("upload_mask_adapter: the factors must be in host memory");
+  if (upload_started_ < 0) upload_started_ = now_s();
+  AdapterSite& site = adapters_[layer][site_of(target)];
+  // This target's place in its site: after the site's other targets that come before it.
+  int offset = 0;
+  for (int t = 0; t < static_cast<int>(target); ++t) {
+    if (site_of(static_cast<MaskAdapterTarget>(t)) == site_of(target) && ((s.mask_adapter_targets >> t) & 1u)) offset += R;
+  }
+  const int64_t D = s.head_dim;
+  auto qk_row = [&](int64_t r) { return fused_rope_ ? rope_pair_row(r, D / 2) : r; };
+  int64_t out_rows = 0;
+  std::function<int64_t(int64_t)> gemm_row;
+  switch (target) {
+    case MaskAdapterTarget::q: out_rows = s.heads * D; gemm_row = [&](int64_t r) { return qk_row(r); }; break;
+    case MaskAdapterTarget::k: out_rows = s.kv_heads * D; gemm_row = [&](int64_t r) { return s.heads * D + qk_row(r); }; break;
+    case MaskAdapterTarget::v: out_rows = s.kv_heads * D; gemm_row = [&](int64_t r) { return (s.heads + s.kv_heads) * D + r; }; break;
+    case MaskAdapterTarget::o:
+    case MaskAdapterTarget::down: out_rows = s.hidden; gemm_row = [](int64_t r) { return r; }; break;
+    case MaskAdapterTarget::gate: out_rows = s.intermediate; gemm_row = [](int64_t r) { return r / 8 * 16 + r % 8; }; break;
+    case MaskAdapterTarget::up: out_rows = s.intermediate; gemm_row = [](int64_t r) { return r / 8 * 16 + 8 + r % 8; }; break;
+  }
+  const std::vector<uint16_t> a_bits = host_bf16(a, size_t(R) * site.k);
+  A2D_CUDA_CHECK(cudaMemcpy(site.a + size_t(offset) * site.k, a_bits.data(), a_bits.size() * 2, cudaMemcpyHostToDevice));
+  const std::vector<uint16_t> b_bits = host_bf16(b, size_t(out_rows) * R);
+  for (int64_t r = 0; r < out_rows; ++r) {
+    std::memcpy(&site.host_b[size_t(gemm_row(r)) * site.rank + offset], &b_bits[size_t(r) * R], size_t(R) * 2);
+  }
+}
+
 void DeviceModel::finish_upload() {
+  for (auto& sites : adapters_) {
+    for (AdapterSite& site : sites) {
+      if (site.rank == 0) continue;
+      A2D_CUDA_CHECK(cudaMemcpy(site.b, site.host_b.data(), site.host_b.size() * 2, cudaMemcpyHostToDevice));
+      site.host_b = {};
+    }
+  }
   A2D_CUDA_CHECK(cudaStreamSynchronize(stream_));
   startup_.upload_s = upload_started_ < 0 ? 0 : now_s() - upload_started_;
   for (int i = 0; i < 2; ++i) {
@@ -353,6 +469,21 @@ void DeviceModel::enqueue_forward(int max_rows) {
       qkv.k_cache = k_cache + kv_layer * l;
       qkv.v_cache = v_cache + kv_layer * l;
     }
+    const AdapterSite* sites = adapters_.empty() ? nullptr : adapters_[l].data();
+    // The mask adapter's t = A x for one GEMM (its input as the GEMM reads it), and the GEMM's epilogue hook.
+    auto with_adapter = [&](GemmParams& g, int site_index, const bf16* x, const float* residual, const bf16* norm) {
+      if (sites == nullptr || sites[site_index].rank == 0) return;
+      const AdapterSite& site = sites[site_index];
+      if (run_gemms) {
+        mask_adapter_down(MaskAdapterParams{site.a, site.rank, site.k, state_, s.mask_token_id, x, residual, g.x_stride,
+                                            norm, s.rms_eps, adapter_t_},
+                          max_rows, st, pdl);
+      }
+      g.adapter_b = site.b;
+      g.adapter_t = adapter_t_;
+      g.adapter_rank = site.rank;
+    };
+    with_adapter(qkv, kQkvSite, nullptr, residual_, L.input_norm);
     if (run_gemms) {
       gemm(qkv, GemmInput::rmsnorm_residual, fused_rope_ ? GemmEpilogue::rope_qkv : GemmEpilogue::store_bf16, max_rows,
            options_.gemm, st, pdl);
@@ -393,6 +524,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     ap.out = attention_out_;
     ap.early_trigger = options_.attention_early_trigger;
     ap.split_keys = options_.attention_split_keys;
+    ap.revealed_rule_mask_token = s.mask_adapter_rank > 0 ? s.mask_token_id : -1;
     if (run_attention) {
       attention(ap, max_rows, st, pdl);
       attention_combine(ap, max_rows, st, pdl);
@@ -405,6 +537,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     o.residual_out = residual_;
     o.out_stride = s.hidden;
     o.ssq_out = ssq_attention_;
+    with_adapter(o, kOSite, attention_out_, nullptr, nullptr);
     if (run_gemms) gemm(o, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
 
     GemmParams gate_up = gemm_params(L.gate_up, gate_up_rows_, s.intermediate, s.hidden, 4 * l + 2);
@@ -416,6 +549,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     gate_up.norm_eps = s.rms_eps;
     gate_up.out = mlp_act_;
     gate_up.out_stride = s.intermediate;
+    with_adapter(gate_up, kGateUpSite, nullptr, residual_, L.post_norm);
     if (run_gemms) gemm(gate_up, GemmInput::rmsnorm_residual, GemmEpilogue::silu_mul, max_rows, options_.gemm, st, pdl);
 
     GemmParams down = gemm_params(L.down, s.hidden, s.hidden, s.intermediate, 4 * l + 3);
@@ -424,6 +558,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     down.residual_out = residual_;
     down.out_stride = s.hidden;
     down.ssq_out = ssq_layer_;
+    with_adapter(down, kDownSite, mlp_act_, nullptr, nullptr);
     if (run_gemms) gemm(down, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
   }
 

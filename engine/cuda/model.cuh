@@ -10,6 +10,7 @@
 #include "attention.cuh"
 #include "common.cuh"
 #include "gemm.cuh"
+#include "mask_adapter.cuh"
 #include "reveal.cuh"
 #include "step_state.cuh"
 #include "weights.cuh"
@@ -32,7 +33,13 @@ struct ModelShape {
   bool qk_norm = false;
   int mask_token_id = -1;
   int max_context = 0;
+  // The mask adapter: its rank and which projections carry it (bit i: MaskAdapterTarget i). 0: none.
+  int mask_adapter_rank = 0;
+  unsigned mask_adapter_targets = 0;
 };
+
+// The projections a mask adapter may target, in the order of config.h's kMaskAdapterTargets.
+enum class MaskAdapterTarget { q, k, v, o, gate, up, down };
 
 enum class WeightName {
   embed, lm_head, final_norm,
@@ -92,6 +99,8 @@ class DeviceModel {
 
   // Places one stored tensor (HF layout, shape implied by the name) into the kernels' layout.
   void upload(WeightName name, int layer, const WeightSource& source);
+  // One projection's mask adapter factors, a [rank][in] and b [out][rank], from host memory.
+  void upload_mask_adapter(MaskAdapterTarget target, int layer, const WeightSource& a, const WeightSource& b);
   // Waits for the uploads, releases the staging buffers and captures the graphs.
   void finish_upload();
   // Switches graphs / PDL / kernel set (benchmarks compare them on one set of weights).
@@ -128,6 +137,17 @@ class DeviceModel {
     bf16* q_norm;
     bf16* k_norm;
   };
+  // The mask adapter of one GEMM of a layer: its targets' A stacked [rank][k] and B [n_rows][rank] in the
+  // GEMM's row order (zero rows for outputs no target covers). rank 0: no adapter on this GEMM.
+  struct AdapterSite {
+    int rank = 0;
+    int k = 0;
+    int n_rows = 0;
+    bf16* a = nullptr;
+    bf16* b = nullptr;
+    std::vector<uint16_t> host_b;  // assembled here while uploading, copied by finish_upload
+  };
+  enum Site { kQkvSite, kOSite, kGateUpSite, kDownSite, kSites };
 
   void enqueue_forward(int max_rows);
   void capture_graphs();
@@ -137,6 +157,7 @@ class DeviceModel {
              bool tiled);
   void prepare_gemm_scratch();
   bf16* allocate_weight(int64_t elements);
+  void allocate_mask_adapter();
 
   ModelShape shape_;
   ModelOptions options_;
@@ -153,6 +174,8 @@ class DeviceModel {
   bf16* lm_head_ = nullptr;
   bf16* final_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
+  std::vector<std::array<AdapterSite, kSites>> adapters_;  // per layer, when the model has a mask adapter
+  float* adapter_t_ = nullptr;                              // [kMaxRows][kMaskAdapterMaxRank]
 
   bf16* kv_cache_ = nullptr;  // K then V: [layers][kv_heads][max_context][head_dim_padded] each
   int64_t kv_elements_ = 0;

@@ -93,6 +93,14 @@ TEST_CASE("config: unsupported configs are rejected naming the file, the field a
   rejects("cfg-remask", [](nlohmann::json& c) { c["a2d"]["decoding"]["remasking"] = "sometimes"; },
           "a2d.decoding.remasking");
   rejects("cfg-missing", [](nlohmann::json& c) { c.erase("hidden_size"); }, "'hidden_size' is missing");
+  rejects("cfg-adapter-rank", [](nlohmann::json& c) { c["a2d"]["mask_adapter"] = {{"rank", 0}, {"targets", {"q_proj"}}}; },
+          "'a2d.mask_adapter.rank' = 0");
+  rejects("cfg-adapter-target",
+          [](nlohmann::json& c) { c["a2d"]["mask_adapter"] = {{"rank", 4}, {"targets", {"q_proj", "lm_head"}}}; },
+          "holds 'lm_head'");
+  rejects("cfg-adapter-field",
+          [](nlohmann::json& c) { c["a2d"]["mask_adapter"] = {{"rank", 4}, {"targets", {"q_proj"}}, {"alpha", 8}}; },
+          "a2d.mask_adapter.alpha");
   rejects("cfg-kv", [](nlohmann::json& c) { c["num_key_value_heads"] = 3; }, "must divide num_attention_heads");
 }
 
@@ -131,6 +139,13 @@ TEST_CASE("config: weights that disagree with the config name the tensor and the
   nlohmann::json tied = tiny_config(shape);
   tied["tie_word_embeddings"] = true;
   CHECK_THROWS_WITH(load_with("cfg-tie", shape, tied), doctest::Contains("unexpected tensor 'lm_head.weight'"));
+
+  // A mask adapter the config announces but the weights lack is named, tensor and field.
+  nlohmann::json adapted = tiny_config(shape);
+  adapted["a2d"]["mask_adapter"] = {{"rank", 2}, {"targets", {"v_proj"}}};
+  CHECK_THROWS_WITH(load_with("cfg-adapter-missing", shape, adapted),
+                    doctest::Contains("missing tensor 'model.layers.0.self_attn.v_proj.mask_a'"));
+  CHECK_THROWS_WITH(load_with("cfg-adapter-missing", shape, adapted), doctest::Contains("a2d.mask_adapter"));
 }
 
 TEST_CASE("config: decoding parameters are range-checked by name") {
