@@ -102,9 +102,9 @@ class CpuBackend final : public Backend {
                    {{&W.q, data_or_null(V.q_bias), q_.data()},
                     {&W.k, data_or_null(V.k_bias), k},
                     {&W.v, data_or_null(V.v_bias), v}});
-      cpu::low_rank_add(h_.data(), hidden, masked_rows, W.q_ad, q_.data(), q_dim);
-      cpu::low_rank_add(h_.data(), hidden, masked_rows, W.k_ad, k, kv_dim);
-      cpu::low_rank_add(h_.data(), hidden, masked_rows, W.v_ad, v, kv_dim);
+      cpu::low_rank_add(pool_, h_.data(), hidden, masked_rows, W.q_ad, q_.data(), q_dim);
+      cpu::low_rank_add(pool_, h_.data(), hidden, masked_rows, W.k_ad, k, kv_dim);
+      cpu::low_rank_add(pool_, h_.data(), hidden, masked_rows, W.v_ad, v, kv_dim);
       if (c.qk_norm) {
         cpu::rmsnorm(q_.data(), T * c.num_heads, hd, V.q_norm.data(), c.rms_norm_eps, q_.data());
         cpu::rmsnorm(k, T * c.num_kv_heads, hd, V.k_norm.data(), c.rms_norm_eps, k);
@@ -114,16 +114,16 @@ class CpuBackend final : public Backend {
       cpu::attention(pool_, q_.data(), k_cache_[l].data(), v_cache_[l].data(), n, C, T, c.num_heads,
                      c.num_kv_heads, c.head_dim, attn_.data(), adapter ? &revealed : nullptr);
       cpu::matmul(pool_, attn_.data(), T, W.o, data_or_null(V.o_bias), h_.data());
-      cpu::low_rank_add(attn_.data(), q_dim, masked_rows, W.o_ad, h_.data(), hidden);
+      cpu::low_rank_add(pool_, attn_.data(), q_dim, masked_rows, W.o_ad, h_.data(), hidden);
       cpu::add(x_.data(), h_.data(), T * hidden);
 
       cpu::rmsnorm(x_.data(), T, hidden, V.post_norm.data(), c.rms_norm_eps, h_.data());
       cpu::matmuls(pool_, h_.data(), T, {{&W.gate, nullptr, gate_.data()}, {&W.up, nullptr, up_.data()}});
-      cpu::low_rank_add(h_.data(), hidden, masked_rows, W.gate_ad, gate_.data(), inter);
-      cpu::low_rank_add(h_.data(), hidden, masked_rows, W.up_ad, up_.data(), inter);
+      cpu::low_rank_add(pool_, h_.data(), hidden, masked_rows, W.gate_ad, gate_.data(), inter);
+      cpu::low_rank_add(pool_, h_.data(), hidden, masked_rows, W.up_ad, up_.data(), inter);
       cpu::silu_mul(gate_.data(), up_.data(), T * inter);
       cpu::matmul(pool_, gate_.data(), T, W.down, nullptr, h_.data());
-      cpu::low_rank_add(gate_.data(), inter, masked_rows, W.down_ad, h_.data(), hidden);
+      cpu::low_rank_add(pool_, gate_.data(), inter, masked_rows, W.down_ad, h_.data(), hidden);
       cpu::add(x_.data(), h_.data(), T * hidden);
     }
 

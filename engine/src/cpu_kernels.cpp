@@ -300,25 +300,20 @@ void attention(ThreadPool& pool, const float* q, const float* k_cache, const flo
   });
 }
 
-void low_rank_add(const float* x, int64_t x_stride, const std::vector<int64_t>& rows, const LowRank& adapter,
-                  float* y, int64_t y_stride) {
+void low_rank_add(ThreadPool& pool, const float* x, int64_t x_stride, const std::vector<int64_t>& rows,
+                  const LowRank& adapter, float* y, int64_t y_stride) {
   if (!adapter.present() || rows.empty()) return;
+  const int64_t m = static_cast<int64_t>(rows.size());
   const int64_t rank = adapter.a.rows(), in = adapter.a.cols(), out = adapter.b.rows();
-  std::vector<float> t(rank);
-  for (int64_t m : rows) {
-    const float* xm = x + m * x_stride;
-    for (int64_t i = 0; i < rank; ++i) {
-      float sum = 0.0f;
-      for (int64_t k = 0; k < in; ++k) sum += load_element(adapter.a, i * in + k) * xm[k];
-      t[i] = sum;
-    }
-    float* ym = y + m * y_stride;
-    for (int64_t o = 0; o < out; ++o) {
-      float sum = 0.0f;
-      for (int64_t i = 0; i < rank; ++i) sum += load_element(adapter.b, o * rank + i) * t[i];
-      ym[o] += sum;
-    }
-  }
+  // Gather the rows, then two ordinary matmuls: t = x a^T [m, rank], delta = t b^T [m, out].
+  thread_local std::vector<float> gathered, t, delta;
+  gathered.resize(m * in);
+  t.resize(m * rank);
+  delta.resize(m * out);
+  for (int64_t i = 0; i < m; ++i) std::copy(x + rows[i] * x_stride, x + rows[i] * x_stride + in, gathered.data() + i * in);
+  matmul(pool, gathered.data(), m, adapter.a, nullptr, t.data());
+  matmul(pool, t.data(), m, adapter.b, nullptr, delta.data());
+  for (int64_t i = 0; i < m; ++i) add(y + rows[i] * y_stride, delta.data() + i * out, out);
 }
 
 void silu_mul(float* gate, const float* up, int64_t count) {

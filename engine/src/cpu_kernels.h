@@ -52,8 +52,8 @@ void attention(ThreadPool& pool, const float* q, const float* k_cache, const flo
 
 // The mask adapter on one projection: y[m, :] += b (a x[m, :]) for each row m in `rows`; x is [*, in]
 // with row stride x_stride, y has row stride y_stride. Nothing happens when the adapter is absent.
-void low_rank_add(const float* x, int64_t x_stride, const std::vector<int64_t>& rows, const LowRank& adapter,
-                  float* y, int64_t y_stride);
+void low_rank_add(ThreadPool& pool, const float* x, int64_t x_stride, const std::vector<int64_t>& rows,
+                  const LowRank& adapter, float* y, int64_t y_stride);
 
 // gate = silu(gate) * up, elementwise over count values.
 void silu_mul(float* gate, const float* up, int64_t count);
