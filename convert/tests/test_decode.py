@@ -114,6 +114,16 @@ def test_random_remasking_ranks_by_draws():
     assert reveals(result)[1] == [(second, [1, 2, 3, 4][second])]
 
 
+def test_leftmost_remasking_tops_up_from_the_left():
+    # Position 2 passes the threshold; the top-up to two takes position 0 (leftmost), not 1 or 3.
+    table = {3: peaked(1, 0.5), 4: peaked(2, 0.6), 5: peaked(3, 0.95), 6: peaked(4, 0.7)}
+    result, _ = run(table, remasking="leftmost", min_per_step=2)
+    assert reveals(result)[0] == [(0, 1), (2, 3)]
+    # With low-confidence remasking the same step tops up with position 3 (0.7), the most confident.
+    result, _ = run(table, remasking="low_confidence", min_per_step=2)
+    assert reveals(result)[0] == [(2, 3), (3, 4)]
+
+
 def test_eos_ends_the_block_and_the_generation():
     table = {**BLOCK0, 5: peaked(6, 0.97)}  # EOS (6) revealed at j=2 in the first step
     result, _ = run(table, max_tokens=12)
