@@ -187,8 +187,8 @@ class A2DSection:
     trained: bool
     decoding: DecodingDefaults = field(default_factory=DecodingDefaults)
     format_version: int = FORMAT_VERSION
-    # The mask adapter (docs/model-format.md): low-rank factors added to these projections on window
-    # rows only; commit rows run the base weights unchanged. rank 0: none.
+    # The mask adapter (docs/model-format.md): low-rank factors added to these projections on rows that
+    # hold the mask token only; every other row runs the base weights unchanged. rank 0: none.
     mask_rank: int = 0
     mask_targets: tuple[str, ...] = ()
 

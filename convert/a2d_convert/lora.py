@@ -59,8 +59,8 @@ def _lora_hook(module: nn.Linear, inputs, output):
 
 
 class RowGate:
-    """The rows of a forward that take the mask adapter ([b, T, 1] of 0/1 in the activations' dtype, or
-    None: no row); shared by every hook of a model."""
+    """The rows of a forward that take the mask adapter ([b, T, 1] fp32 of 0 and 1, or None: no row);
+    shared by every hook of a model."""
 
     def __init__(self) -> None:
         self.rows: torch.Tensor | None = None

@@ -254,15 +254,13 @@ class Objective(nn.Module):
         cfg = self.config
         L = segment_ids.shape[1]
         copies = input_ids.shape[1] // L
-        mask = objective_mask(self.model, input_ids, segment_ids, cfg.block_size)
+        hidden, _ = self.model(input_ids, position_ids, objective_mask(self.model, input_ids, segment_ids, cfg.block_size))
         if cfg.mask_adapter:
             # The clean stream runs the base exactly (no adapter on its rows, the norms frozen, no mask
             # tokens in it), so it is the KL teacher's own forward: no second pass.
-            hidden, _ = self.model(input_ids, position_ids, mask)
             t_hidden = hidden[:, :L].detach().reshape(-1, hidden.shape[-1]) if cfg.kl_weight > 0 else None
             t_head = self.model.logits
         else:
-            hidden, _ = self.model(input_ids, position_ids, mask)
             t_hidden, t_head = self.teacher_pass(input_ids[:, :L], segment_ids, position_ids[:, :L])
         flat = hidden.reshape(-1, hidden.shape[-1])
         weighted, ce_sum, kl_sum, certainty = chunked_terms(
