@@ -15,7 +15,7 @@ from a2d_convert.model import BlockForward, block_causal_mask, load_transformer
 from a2d_convert.prompts import load_prompt_codec
 
 # One case with shift_logits false and QK-norm, one whose mask row was appended (block size 2).
-SOME = ["qwen3_qknorm", "llama_appended_mask"]
+SOME = ["qwen3_qknorm", "llama_appended_mask", "llama_mask_adapter"]
 PARAM_KEYS = {"max_tokens", "block_size", "threshold", "min_per_step", "steps", "temperature", "top_p", "remasking", "commit", "seed", "eos_token_ids"}
 
 
@@ -50,7 +50,8 @@ def cache_free_logits(model, cached, commit, window):
     """All commit ++ window rows from one forward over the whole sequence, no KV cache involved."""
     n = len(cached)
     ids = torch.tensor([cached + commit + window])
-    mask = block_causal_mask(0, n + len(commit), len(window))
+    token = model.mask_rows_token  # a mask adapter's model: its rule for the revealed window rows
+    mask = block_causal_mask(0, n + len(commit), len(window), revealed=None if token is None else [t != token for t in window])
     with torch.no_grad():
         hidden, _ = model(ids, torch.arange(ids.shape[1])[None], mask[None])
         return model.logits(hidden[0, n:])
@@ -80,7 +81,7 @@ def test_decode_runs_replay_exactly(golden, name):
     runs = {r["name"]: r for r in data["decodes"]}
     assert list(runs) == [
         "greedy_fused", "greedy_separate", "min_per_step_2", "steps_schedule", "max_tokens_odd", "eos_stop",
-        "sample_top_p", "sample_full", "remask_random", "threshold_low", "block_1", "block_4", "block_8",
+        "sample_top_p", "sample_full", "remask_random", "remask_leftmost", "threshold_low", "block_1", "block_4", "block_8",
     ]
     for run in data["decodes"]:
         assert set(run["params"]) == PARAM_KEYS
