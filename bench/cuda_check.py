@@ -342,7 +342,6 @@ def write_folder(path, cfg, W, block_size=4):
     if rank:  # a random mask adapter on every projection (docs/model-format.md)
         gen = torch.Generator().manual_seed(77)
         for key in sorted(tensors):
-            target = key.rsplit(".", 2)[-2]
             if key.endswith("proj.weight"):
                 out_features, in_features = tensors[key].shape
                 stem = key.removesuffix(".weight")
