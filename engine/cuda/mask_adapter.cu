@@ -24,10 +24,11 @@ __global__ void __launch_bounds__(kThreads) mask_adapter_kernel(const MaskAdapte
     return;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float* residual = p.residual_in + static_cast<size_t>(row) * p.x_stride;
-  const bf16* x = p.x + static_cast<size_t>(row) * p.x_stride;
+  // One of the two inputs is given (MaskAdapterParams): offset only that one.
+  const float* residual = p.residual_in != nullptr ? p.residual_in + static_cast<size_t>(row) * p.x_stride : nullptr;
+  const bf16* x = p.x != nullptr ? p.x + static_cast<size_t>(row) * p.x_stride : nullptr;
   float scale = 1.f;
-  if (p.residual_in != nullptr) {
+  if (residual != nullptr) {
     float sum = 0.f;
     for (int k = threadIdx.x; k < p.k; k += kThreads) sum += residual[k] * residual[k];
     sum = warp_sum(sum);
@@ -42,7 +43,7 @@ __global__ void __launch_bounds__(kThreads) mask_adapter_kernel(const MaskAdapte
     float sum = 0.f;
     for (int k = lane; k < p.k; k += 32) {
       // The input value exactly as the GEMM multiplies it (gemm.cu, load_input_row).
-      const float v = p.residual_in != nullptr
+      const float v = residual != nullptr
                           ? __bfloat162float(__float2bfloat16(residual[k] * scale * __bfloat162float(p.norm_weight[k])))
                           : __bfloat162float(x[k]);
       sum += __bfloat162float(a[k]) * v;
