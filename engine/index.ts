@@ -153,7 +153,7 @@ function nativeParams(request: GenerateRequest, info: ModelInfo): NativeParams {
     steps: checkInteger("steps", p.steps ?? Math.min(d.steps, blockSize), 0, blockSize),
     temperature: checkNumber("temperature", p.temperature ?? d.temperature, 0, 2),
     topP: checkNumber("topP", p.topP ?? d.topP, 0, 1, true),
-    remasking: checkChoice("remasking", p.remasking ?? d.remasking, ["low_confidence", "random", "leftmost"] as const),
+    remasking: checkChoice("remasking", p.remasking ?? d.remasking, ["low_confidence", "random", "leftmost", "verify"] as const),
     commit: checkChoice("commit", p.commit ?? d.commit, ["fused", "separate"] as const),
     seed: checkSeed(p.seed),
     eosTokenIds: Array.from(checkTokenIds("eosTokenIds", p.eosTokenIds ?? info.eosTokenIds, info.vocabSize)),

@@ -3,7 +3,7 @@
 // Decoding parameters and their exact meaning: docs/decoding.md. Model folder: docs/model-format.md.
 
 export type Device = "cpu" | "cuda";
-export type Remasking = "low_confidence" | "random" | "leftmost";
+export type Remasking = "low_confidence" | "random" | "leftmost" | "verify";
 export type CommitPolicy = "fused" | "separate";
 export type FinishReason = "stop" | "length" | "cancelled";
 
@@ -76,6 +76,8 @@ export interface TraceStep {
   step: number;
   candidates: number[];
   revealed: Array<[position: number, token: number, confidence: number]>;
+  /** remasking "verify": the drafts this forward made, positions relative to the next window. */
+  drafts?: Array<[position: number, token: number, confidence: number]>;
 }
 
 export interface GenerateResult {

@@ -52,7 +52,7 @@ const Sampling = {
   threshold: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
   min_per_step: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
   steps: Type.Optional(Type.Integer({ minimum: 0, maximum: 64 })),
-  remasking: Type.Optional(Type.Enum(["low_confidence", "random", "leftmost"])),
+  remasking: Type.Optional(Type.Enum(["low_confidence", "random", "leftmost", "verify"])),
   commit: Type.Optional(Type.Enum(["fused", "separate"])),
   // As in vLLM: generate max_tokens whatever the model says, for throughput measurements.
   ignore_eos: Type.Optional(Type.Boolean()),

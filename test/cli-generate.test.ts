@@ -40,6 +40,8 @@ const cases: Array<[string, string[]]> = [
   ["greedy, big blocks, low threshold, 2 per step, separate commits", ["--prompt", "What is two plus two?", "--max-tokens", "37", "--block-size", "8", "--threshold", "0.3", "--min-per-step", "2", "--commit", "separate"]],
   ["sampled with a seed, top-p, random remasking", ["--prompt", "Once upon a time", "--max-tokens", "32", "--temperature", "0.9", "--top-p", "0.8", "--seed", "1234", "--remasking", "random"]],
   ["leftmost remasking, two per step", ["--prompt", "Count to ten:", "--max-tokens", "28", "--remasking", "leftmost", "--min-per-step", "2", "--threshold", "0.6"]],
+  ["verify, greedy", ["--prompt", "Count to ten:", "--max-tokens", "30", "--remasking", "verify", "--threshold", "0.3"]],
+  ["verify, sampled", ["--prompt", "Once upon a time", "--max-tokens", "29", "--remasking", "verify", "--threshold", "0", "--temperature", "0.7", "--seed", "3"]],
   ["chat, no thinking, step schedule", ["--prompt", "Hello! How are you?", "--chat", "--no-think", "--max-tokens", "24", "--steps", "2", "--threshold", "1"]],
   ["chat with a 64-bit seed", ["--prompt", "def add(a, b):", "--chat", "--max-tokens", "24", "--temperature", "1.0", "--seed", "18446744073709551615"]],
 ];

@@ -21,7 +21,7 @@ interface GoldenDecode {
     steps: number;
     temperature: number;
     top_p: number;
-    remasking: "low_confidence" | "random" | "leftmost";
+    remasking: "low_confidence" | "random" | "leftmost" | "verify";
     commit: "fused" | "separate";
     seed: number;
     eos_token_ids: number[];
@@ -29,7 +29,14 @@ interface GoldenDecode {
   token_ids: number[];
   finish_reason: string;
   forward_passes: number;
-  trace: Array<{ forward: number; block_start: number; step: number; candidates: number[]; revealed: Array<[number, number, number]> }>;
+  trace: Array<{
+    forward: number;
+    block_start: number;
+    step: number;
+    candidates: number[];
+    revealed: Array<[number, number, number]>;
+    drafts?: Array<[number, number, number]>;
+  }>;
 }
 
 interface Golden {
@@ -129,6 +136,7 @@ describe("golden parity through the addon", () => {
             step.revealed.forEach(([, , confidence], k) => {
               expect(Math.abs(confidence - want.revealed[k]![2])).toBeLessThanOrEqual(golden.tolerance.confidence_abs);
             });
+            expect((step.drafts ?? []).map(([j, t]) => [j, t]), `${label} step ${i} drafts`).toEqual((want.drafts ?? []).map(([j, t]) => [j, t]));
           });
         }
       } finally {

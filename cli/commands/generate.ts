@@ -42,7 +42,7 @@ export function register(program: Command): void {
     .option("--threshold <t>", "reveal every candidate whose confidence is above this", numberIn("--threshold", 0, 1))
     .option("--min-per-step <k>", "reveal at least this many tokens per step", integerIn("--min-per-step", 1, 64))
     .option("--steps <s>", "linear top-k schedule over this many steps per block (0: off)", integerIn("--steps", 0, 64))
-    .addOption(new Option("--remasking <r>", "candidate priority").choices(["low_confidence", "random", "leftmost"]))
+    .addOption(new Option("--remasking <r>", "candidate priority, or verify (docs/decoding.md)").choices(["low_confidence", "random", "leftmost", "verify"]))
     .addOption(new Option("--commit <c>", "commit policy").choices(["fused", "separate"]))
     .option("--temperature <x>", "0: greedy", numberIn("--temperature", 0, 2))
     .option("--top-p <p>", "nucleus sampling mass", numberIn("--top-p", Number.MIN_VALUE, 1))

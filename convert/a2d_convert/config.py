@@ -144,7 +144,7 @@ class ModelConfig:
         )
 
 
-REMASKING = ("low_confidence", "random", "leftmost")
+REMASKING = ("low_confidence", "random", "leftmost", "verify")
 COMMIT = ("fused", "separate")
 
 

@@ -147,6 +147,8 @@ def decode_steps(
     params.validate()
     if not prompt_ids:
         raise A2DError("the prompt is empty; it must hold at least one token")
+    if params.remasking == "verify":
+        return (yield from _verify_steps(prompt_ids, params, mask_token_id=mask_token_id, shift_logits=shift_logits, trace=trace))
     B, eos = params.block_size, set(params.eos_token_ids)
     rng = SplitMix64(params.seed)
     steps_log: list[dict] | None = [] if trace else None
@@ -213,6 +215,86 @@ def decode_steps(
             finish = "stop"
             break
         pending = block
+    return DecodeResult(
+        token_ids=completion,
+        finish_reason=finish,
+        prompt_tokens=len(prompt_ids),
+        forward_passes=forwards,
+        ms=0.0,
+        trace=steps_log,
+    )
+
+
+def _verify_steps(
+    prompt_ids: Sequence[int],
+    params: DecodeParams,
+    *,
+    mask_token_id: int,
+    shift_logits: bool,
+    trace: bool,
+) -> Generator[tuple[list[int], list[int], list[int]], Any, DecodeResult]:
+    """`remasking: verify` (docs/decoding.md, "Verify"). The window follows the confirmed tokens: the
+    drafts of the last forward (at most B-1), then a block of B masks. Each forward reads the positions in
+    order from the rows of confirmed or draft tokens (with a mask adapter: the base's exact reading), keeps
+    every draft that reading chooses too, replaces the first one it does not with its own choice, and
+    drops the drafts after it. When every draft held, the reading of the first masked position is kept as
+    well, and the masked rows after it draft the next B-1 positions (greedy, while confidence > threshold)."""
+    if not shift_logits:
+        raise A2DError("remasking 'verify' needs a model with shift_logits (the row of a token predicts the next position)")
+    if params.commit != "fused":
+        raise A2DError("remasking 'verify' commits the confirmed tokens in the next window's forward; use commit 'fused'")
+    B, eos = params.block_size, set(params.eos_token_ids)
+    rng = SplitMix64(params.seed)
+    steps_log: list[dict] | None = [] if trace else None
+    completion: list[int] = []
+    drafts: list[int] = []
+    pending = list(prompt_ids)
+    forwards = 0
+    finish = "length"
+
+    while len(completion) < params.max_tokens:
+        left = params.max_tokens - len(completion)
+        drafts = drafts[: left - 1]
+        C, D = len(pending), len(drafts)
+        wanted = min(D + B, left)  # window positions read: the chain 0..D, then the drafts D+1..wanted-1
+        rows = [C - 1 + i for i in range(wanted)]
+        logits = _to_numpy((yield (list(pending), drafts + [mask_token_id] * B, rows)))
+        forwards += 1
+
+        chain = [choose_token(logits[i], mask_token_id, params.temperature, params.top_p, rng) for i in range(len(drafts) + 1)]
+        confirmed: list[list] = []
+        stop = False
+        for i, (token, confidence) in enumerate(chain):
+            if token in eos:
+                stop = True
+                break
+            confirmed.append([i, token, confidence])
+            if i == len(drafts) or token != drafts[i]:
+                break
+        new_drafts: list[list] = []
+        if not stop and len(confirmed) == len(drafts) + 1:
+            for i in range(len(confirmed), wanted):
+                token, confidence = choose_token(logits[i], mask_token_id, 0.0, 1.0, rng)
+                if confidence <= params.threshold:
+                    break
+                new_drafts.append([i - len(confirmed), token, confidence])
+                if token in eos:
+                    break
+        if steps_log is not None:
+            steps_log.append({
+                "forward": forwards - 1,
+                "block_start": len(prompt_ids) + len(completion),
+                "step": 0,
+                "candidates": list(range(wanted)),
+                "revealed": confirmed,
+                "drafts": new_drafts,
+            })
+        completion += [token for _, token, _ in confirmed]
+        pending = [token for _, token, _ in confirmed]
+        drafts = [token for _, token, _ in new_drafts]
+        if stop:
+            finish = "stop"
+            break
     return DecodeResult(
         token_ids=completion,
         finish_reason=finish,

@@ -66,8 +66,9 @@ CASES = {
 }
 
 
-def decode_runs(block_size: int, eos: list[int]) -> list[tuple[str, dict]]:
-    """(name, parameters) of every run but `eos_stop`, which needs the greedy run's tokens."""
+def decode_runs(block_size: int, eos: list[int], shift_logits: bool = True) -> list[tuple[str, dict]]:
+    """(name, parameters) of every run but `eos_stop`, which needs the greedy run's tokens. `verify` needs
+    shifted logits, so cases without them lack its runs."""
     base = dict(
         max_tokens=6 * block_size,
         block_size=block_size,
@@ -95,6 +96,9 @@ def decode_runs(block_size: int, eos: list[int]) -> list[tuple[str, dict]]:
     ]
     for b in (1, 4, 8):
         runs.append((f"block_{b}", {"block_size": b, "max_tokens": max(6 * b, 12)}))
+    if shift_logits:
+        runs.append(("verify", {"remasking": "verify", "threshold": 0.2}))
+        runs.append(("verify_sample", {"remasking": "verify", "threshold": 0.0, "temperature": 0.9, "top_p": 0.95, "seed": 5, "max_tokens": 6 * block_size + 1}))
     return [(name, {**base, **change}) for name, change in runs]
 
 
@@ -116,7 +120,8 @@ class Perturbed:
 def decisions(result) -> tuple:
     """Everything a golden test compares exactly."""
     steps = tuple(
-        (s["forward"], s["block_start"], s["step"], tuple(s["candidates"]), tuple((j, t) for j, t, _ in s["revealed"]))
+        (s["forward"], s["block_start"], s["step"], tuple(s["candidates"]), tuple((j, t) for j, t, _ in s["revealed"]),
+         tuple((j, t) for j, t, _ in s.get("drafts", ())))
         for s in result.trace
     )
     return tuple(result.token_ids), result.finish_reason, result.forward_passes, steps
@@ -153,7 +158,8 @@ def run_record(name: str, prompt_ids: list[int], params: dict, result) -> dict:
         "forward_passes": result.forward_passes,
         "tokens_per_forward": result.tokens_per_forward,
         "trace": [
-            {**s, "candidates": list(s["candidates"]), "revealed": [[j, t, float(c)] for j, t, c in s["revealed"]]}
+            {**s, "candidates": list(s["candidates"]), "revealed": [[j, t, float(c)] for j, t, c in s["revealed"]],
+             **({"drafts": [[j, t, float(c)] for j, t, c in s["drafts"]]} if "drafts" in s else {})}
             for s in result.trace
         ],
     }
@@ -227,7 +233,7 @@ def write_case(out: Path, name: str, case: Case, seed: int) -> None:
         tensors[f"logits_{f['name']}"] = step(f["commit_ids"], f["window_ids"], rows).float().contiguous()
 
     records = []
-    for run_name, params in decode_runs(B, list(a2d.eos_token_ids)):
+    for run_name, params in decode_runs(B, list(a2d.eos_token_ids), a2d.shift_logits):
         prompt_ids, result = robust_run(model, a2d, chats, params, run_name, name)
         records.append(run_record(run_name, prompt_ids, params, result))
     greedy = records[0]

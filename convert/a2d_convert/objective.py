@@ -86,6 +86,9 @@ class RowSchedule:
         masked = np.empty((b, L), dtype=bool)
         t = np.empty((b, L), dtype=np.float64)
         for r, slot in enumerate(slots):
+            if cfg.mask_pattern == "full":  # every block wholly masked (needs --loss-weighting none)
+                masked[r], t[r] = True, 1.0
+                continue
             rng = np.random.default_rng([cfg.seed, step, slot, 1])
             t_block = cfg.t_min + (cfg.t_max - cfg.t_min) * rng.random(L // B)
             t[r] = np.repeat(t_block, B)

@@ -34,7 +34,7 @@ from typing import Any
 from tqdm import tqdm
 
 from . import lineage as lin
-from .config import read_json, write_json
+from .config import REMASKING, read_json, write_json
 from .errors import A2DError
 
 CHECKS = ("number", "choice", "contains", "exact", "math")
@@ -331,6 +331,7 @@ def evaluate_probes(
     threads: int = 1,
     batch_size: int = 64,
     block_size: int | None = None,
+    remasking: str | None = None,
 ) -> dict[str, Any]:
     from .config import load_config
     from .decode import DecodeParams
@@ -372,7 +373,7 @@ def evaluate_probes(
         del base_model
     # Every (threshold, probe) pair in one list, so the C++ engine loads once for all of them.
     per_threshold = [
-        DecodeParams.from_defaults(a2d.decoding, block_size=block_size, max_tokens=max_tokens, eos_token_ids=a2d.eos_token_ids, threshold=t, temperature=0.0)
+        DecodeParams.from_defaults(a2d.decoding, block_size=block_size, max_tokens=max_tokens, eos_token_ids=a2d.eos_token_ids, threshold=t, temperature=0.0, remasking=remasking)
         for t in thresholds
     ]
     all_prompts = [ids for _ in thresholds for ids in prompts]
@@ -430,6 +431,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--block-size", type=int,
                    help="decode with this block size instead of the model's (a diagnostic: 1 reads the clean stream as a plain AR model, "
                         "showing how far training moved it from its base); the report then recommends no decoding")
+    p.add_argument("--remasking", choices=REMASKING, help="decode with this remasking instead of the model's default (docs/decoding.md)")
     p.add_argument("--out", type=Path, required=True, help="JSON report to write")
     p.add_argument("--details", type=Path, help="also write every answer as JSONL")
     p.set_defaults(run=run)
@@ -454,6 +456,7 @@ def run(args) -> int:
     report = evaluate_probes(
         args.model, args.base, probes, thresholds, args.max_tokens, args.tolerance, args.device,
         False if args.no_think else None, args.details, args.engine, args.threads, args.batch_size, args.block_size,
+        args.remasking,
     )
     report["probes"] = {
         "source": str(args.probes) if args.probes else f"built-in, seed {args.seed}, {args.per_family} per family",

@@ -66,6 +66,7 @@ class TrainConfig:
     t_max: float = field(default=0.8, metadata={"help": "highest per-block mask rate"})
     loss_weighting: str = field(default="elbo", metadata={"help": "elbo (1/t weights of the NELBO) or none (plain masked-token CE)"})
     complementary: bool = field(default=True, metadata={"help": "second noisy copy with the complementary mask"})
+    mask_pattern: str = field(default="random", metadata={"help": "random (each token of a block masked with rate t) or full (every block wholly masked: the window of remasking verify, B masks after the drafts; needs --loss-weighting none --no-complementary)"})
     kl_weight: float = field(default=0.0, metadata={"help": "weight of KL(AR base || model) on masked targets"})
     ar_weight: float = field(default=0.0, metadata={"help": "weight of the next-token loss on the clean stream"})
     clean_kl_weight: float = field(default=0.0, metadata={"help": "weight of KL(AR base || model) on every clean-stream row, prompts included (holds the model's plain AR reading to its base)"})
@@ -130,6 +131,11 @@ def check_config(config: TrainConfig) -> None:
             raise A2DError(f"--{name.replace('_', '-')} {getattr(config, name)}: must be 0 or more")
     if config.loss_weighting not in ("elbo", "none"):
         raise A2DError(f"--loss-weighting {config.loss_weighting!r}: use elbo or none")
+    if config.mask_pattern not in ("random", "full"):
+        raise A2DError(f"--mask-pattern {config.mask_pattern!r}: use random or full")
+    if config.mask_pattern == "full" and (config.loss_weighting != "none" or config.complementary):
+        raise A2DError("--mask-pattern full has no mask rate for the 1/t weights and nothing left for a complementary copy; "
+                       "add --loss-weighting none --no-complementary")
     from .config import ADAPTER_TARGETS
 
     targets = config.lora_targets.split(",")

@@ -33,6 +33,7 @@
 #   training moved the model read as a plain AR model)
 #   CHECKPOINT_PROBES (1: keep every checkpoint, probe each (ck/step_N/probes.json) and ship the one the
 #   probes rank first (`a2d_convert rank-probes`, checkpoint-ranking.json) instead of the last)
+#   BLOCK (block size of the data and the training, default 4),
 #   TRAIN_EXTRA (more `train` flags, e.g. "--ar-weight 1 --kl-weight 1"), EXPORT_EXTRA (more `export` flags, e.g.
 #   "--remasking leftmost": decoding defaults the probes then use and the shipped model keeps), DATA_ONLY (1: stop once the data
 #   exists), SAVE_DELTA (0: leave the delta's weights out of OUT, e.g. when several runs share one OUT)
@@ -41,7 +42,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 : "${SOURCE:?SOURCE= the base GGUF file or HF folder}" "${WORK:?WORK= a working folder}"
 OUT=${OUT:-}; DEADLINE=${DEADLINE:-0}
 NGPU=${NGPU:-1}; SCALE_STEPS=${SCALE_STEPS:-0}; STEPS=${STEPS:-100000}; MINUTES=${MINUTES:-0}
-BATCH_ROWS=${BATCH_ROWS:-64}; MICRO_ROWS=${MICRO_ROWS:-16}; SEQ_LEN=${SEQ_LEN:-512}; LR=${LR:-5e-4}
+BLOCK=${BLOCK:-4}; BATCH_ROWS=${BATCH_ROWS:-64}; MICRO_ROWS=${MICRO_ROWS:-16}; SEQ_LEN=${SEQ_LEN:-512}; LR=${LR:-5e-4}
 RANK=${RANK:-64}; AC=${AC:-1}; SAVE_EVERY=${SAVE_EVERY:-100}; TRAIN_S=${TRAIN_S:-0}; WARMUP=${WARMUP:-20}
 MIN_TRAIN_S=${MIN_TRAIN_S:-60}; TRAIN_TAIL_S=${TRAIN_TAIL_S:-75}; TRAIN=${TRAIN:-1}
 DISTILL_N=${DISTILL_N:-4000}; DISTILL_TOKENS=${DISTILL_TOKENS:-256}; DISTILL_SAMPLES=${DISTILL_SAMPLES:-0}
@@ -104,7 +105,7 @@ run_data() {  # WORKERS BATCH: self-distillation within DISTILL_S (and the deadl
   s=$(budget "$DISTILL_S" $(( RESERVE_S + 120 + pack )))
   [ "$s" -gt 30 ] || { stamp "data: no time left ($s s)"; return 1; }
   stamp "data (self-distillation of $(wc -l < "$PROMPTS") prompts, $DISTILL_SAMPLES sampled each, workers=$1, batch=$2, limit ${s} s)"
-  bounded $(( s + pack )) python3 -m a2d_convert data --tokenizer "$WORK/base" --out "$WORK/data" --force --block-size 4 \
+  bounded $(( s + pack )) python3 -m a2d_convert data --tokenizer "$WORK/base" --out "$WORK/data" --force --block-size "$BLOCK" \
     --seq-len "$SEQ_LEN" --holdout-fraction 0.02 --source "$(distill_source "$1" "$2" "$s")" 2>&1 | tee -a "$WORK/data.log" | grep --line-buffered -v 'row/s\|batch/s' || true
   [ -f "$WORK/data/data_manifest.json" ]
 }
@@ -119,7 +120,7 @@ if [ ! -f "$WORK/data/data_manifest.json" ]; then
 fi
 if [ "$DATA_ONLY" = 1 ]; then stamp "done (DATA_ONLY)"; exit 0; fi
 
-train_args=(--base "$WORK/base" --data "$WORK/data" --block-size 4 --batch-rows "$BATCH_ROWS"
+train_args=(--base "$WORK/base" --data "$WORK/data" --block-size "$BLOCK" --batch-rows "$BATCH_ROWS"
   --micro-batch-rows "$MICRO_ROWS" --lr "$LR" --lora-rank "$RANK" --warmup-steps "$WARMUP" --log-every "$LOG_EVERY"
   ${TRAIN_EXTRA_ARGS[@]+"${TRAIN_EXTRA_ARGS[@]}"})
 [ "$AC" = 1 ] || train_args+=(--no-activation-checkpointing)

@@ -38,9 +38,16 @@ def params_grid(a2d, n: int, eos: int) -> list[DecodeParams]:
         {"threshold": 0.5, "max_tokens": 0},
         {"threshold": 0.5, "max_tokens": 7},
     ]
+    # The last four sequences (models with shifted logits): verify, whose windows (drafts, then B masks)
+    # change length every forward.
+    verify = [
+        {"threshold": 0.0, "remasking": "verify"},
+        {"threshold": 0.3, "remasking": "verify", "temperature": 0.8, "seed": 3, "eos_token_ids": (eos,)},
+    ]
     out = []
     for i in range(n):
-        v = {"max_tokens": 17, "eos_token_ids": (), **variants[i % len(variants)]}
+        last = a2d.shift_logits and i >= n - 4
+        v = {"max_tokens": 17, "eos_token_ids": (), **(verify[i % 2] if last else variants[i % len(variants)])}
         max_tokens, eos_ids = v.pop("max_tokens"), v.pop("eos_token_ids")
         out.append(DecodeParams.from_defaults(a2d.decoding, block_size=a2d.block_size, max_tokens=max_tokens, eos_token_ids=eos_ids, **v))
     return out
@@ -57,7 +64,7 @@ def decisions(result):
 def test_batched_decoding_equals_one_by_one(tiny_models, name, spec, init):
     model_dir = tiny_models(name, spec, **init)[1]
     model, cfg, a2d = load_transformer(model_dir)
-    prompts = prompts_of(cfg.vocab_size, a2d.mask_token_id, 26, seed=len(name))
+    prompts = prompts_of(cfg.vocab_size, a2d.mask_token_id, 30, seed=len(name))
     # An EOS the model does produce (its most frequent output token), so some sequences stop early.
     produced = Counter()
     for ids in prompts[:12]:

@@ -214,3 +214,90 @@ def test_real_model_stops_at_eos(llama_model):
     assert len(stopped.token_ids) < 20
     last = stopped.trace[-1]
     assert eos in [t for s in stopped.trace if s["block_start"] == last["block_start"] for _, t, _ in s["revealed"]]
+
+
+class Successor:
+    """A ForwardFn with a known exact reading: the row of a real token t predicts succ(t) = t % 5 + 1 at 0.9
+    (ids 1..5 only, so the greedy stream from any token is 1 2 3 4 5 1 ...), and the row of a mask predicts
+    the next position from `drafts` (absolute position -> (token, confidence)). It tracks the cache and
+    reads the window's tokens, so a decoder that puts a token at the wrong place reads the wrong row."""
+
+    def __init__(self, drafts: dict[int, tuple[int, float]]) -> None:
+        self.drafts, self.cached, self.calls = drafts, [], []
+
+    def __call__(self, commit, window, rows):
+        self.calls.append((list(commit), list(window), list(rows)))
+        start = len(self.cached)
+        self.cached += list(commit)
+        tokens = self.cached + list(window)
+        out = []
+        for r in rows:
+            token = tokens[start + r]
+            probs = peaked(token % 5 + 1, 0.9) if token != MASK else peaked(*self.drafts.get(start + r + 1, (1, 0.3)))
+            out.append([math.log(x) if x > 0 else -np.inf for x in probs])
+        return np.array(out, dtype=np.float32)
+
+
+def verify_run(drafts, **kw):
+    params = DecodeParams(**{"max_tokens": 8, "block_size": 4, "threshold": 0.5, "remasking": "verify", "eos_token_ids": (6,), **kw})
+    fn = Successor(drafts)
+    return decode(fn, PROMPT, params, mask_token_id=MASK, shift_logits=True, trace=True), fn
+
+
+def test_verify_keeps_matching_drafts_and_corrects_the_first_wrong_one():
+    # The exact stream after the prompt 1 2 3 (positions 0-2) is 4 5 1 2 3 4 5 1 (positions 3-10).
+    result, fn = verify_run({4: (5, 0.9), 5: (1, 0.8), 6: (3, 0.9), 8: (4, 0.9), 9: (5, 0.4), 10: (1, 0.9)})
+    assert result.token_ids == [4, 5, 1, 2, 3, 4, 5, 1] and result.finish_reason == "length"
+    M = MASK
+    assert fn.calls == [
+        ([1, 2, 3], [M, M, M, M], [2, 3, 4, 5]),  # position 3 read exactly; 4-6 drafted (5 1 3)
+        ([4], [5, 1, 3, M, M, M, M], [0, 1, 2, 3, 4, 5, 6]),  # 5 and 1 hold, 3 is wrong: 2 replaces it, no drafts
+        ([5, 1, 2], [M, M, M, M], [2, 3, 4, 5]),  # 3 read; draft 4, then 5 is below the threshold
+        ([3], [4, M, M, M, M], [0, 1, 2]),  # 4 holds, 5 read at the mask; draft 1 (past max_tokens: dropped)
+        ([4, 5], [M, M, M, M], [1]),  # one token left: no drafts, the reading only
+    ]
+    assert [[(j, t) for j, t, _ in s["revealed"]] for s in result.trace] == [
+        [(0, 4)], [(0, 5), (1, 1), (2, 2)], [(0, 3)], [(0, 4), (1, 5)], [(0, 1)],
+    ]
+    assert [[(j, t) for j, t, _ in s["drafts"]] for s in result.trace] == [[(0, 5), (1, 1), (2, 3)], [], [(0, 4)], [(0, 1)], []]
+    assert [s["block_start"] for s in result.trace] == [3, 4, 7, 8, 10]
+    assert result.forward_passes == 5 and result.tokens_per_forward == 8 / 5
+
+
+def test_verify_output_does_not_depend_on_the_drafts():
+    exact = [(p + 3) % 5 + 1 for p in range(20)]  # positions 3.. : 4 5 1 2 3 ...
+    no_drafts, _ = verify_run({}, max_tokens=12)
+    all_right, _ = verify_run({p + 3: (exact[p], 0.99) for p in range(20)}, max_tokens=12)
+    all_wrong, _ = verify_run({p + 3: (exact[p] % 5 + 1, 0.99) for p in range(20)}, max_tokens=12)
+    for result in (no_drafts, all_right, all_wrong):
+        assert result.token_ids == exact[:12]
+    assert no_drafts.forward_passes == all_wrong.forward_passes == 12  # one token per forward
+    assert all_right.forward_passes < 12 and all_right.tokens_per_forward == 12 / all_right.forward_passes
+
+
+def test_verify_stops_at_an_eos_reading_and_checks_its_parameters():
+    result, _ = verify_run({}, max_tokens=8, eos_token_ids=(1,))
+    assert result.token_ids == [4, 5] and result.finish_reason == "stop"
+    with pytest.raises(A2DError, match="shift_logits"):
+        decode(Successor({}), PROMPT, DecodeParams(max_tokens=4, remasking="verify"), mask_token_id=MASK, shift_logits=False)
+    with pytest.raises(A2DError, match="fused"):
+        decode(Successor({}), PROMPT, DecodeParams(max_tokens=4, remasking="verify", commit="separate"), mask_token_id=MASK, shift_logits=True)
+
+
+def test_verify_on_a_mask_adapter_model_is_its_greedy_causal_stream(tiny_models, tmp_path):
+    """With a mask adapter, the chain rows are the plain causal reading, so verify returns exactly what
+    block size 1 (one token per forward from the committed rows) returns, in fewer forwards when drafts hold."""
+    import shutil
+
+    from a2d_convert.tiny import add_random_mask_adapter
+
+    model_dir = tmp_path / "adapter"
+    shutil.copytree(tiny_models("llama")[1], model_dir)
+    add_random_mask_adapter(model_dir, rank=4, seed=3)
+    model, _, a2d = load_transformer(model_dir)
+    assert a2d.mask_rank == 4
+    causal = real_decode(model, a2d, PROMPT_IDS, block_size=1, max_tokens=24)
+    for threshold in (0.0, 0.5):
+        verified = real_decode(model, a2d, PROMPT_IDS, remasking="verify", threshold=threshold, max_tokens=24)
+        assert verified.token_ids == causal.token_ids
+        assert verified.forward_passes <= causal.forward_passes

@@ -82,7 +82,7 @@ def test_decode_runs_replay_exactly(golden, name):
     assert list(runs) == [
         "greedy_fused", "greedy_separate", "min_per_step_2", "steps_schedule", "max_tokens_odd", "eos_stop",
         "sample_top_p", "sample_full", "remask_random", "remask_leftmost", "threshold_low", "block_1", "block_4", "block_8",
-    ]
+    ] + (["verify", "verify_sample"] if a2d.shift_logits else [])
     for run in data["decodes"]:
         assert set(run["params"]) == PARAM_KEYS
         params = DecodeParams(**{**run["params"], "eos_token_ids": tuple(run["params"]["eos_token_ids"])})
@@ -93,6 +93,7 @@ def test_decode_runs_replay_exactly(golden, name):
             assert [ours["forward"], ours["block_start"], ours["step"], list(ours["candidates"])] == [theirs["forward"], theirs["block_start"], theirs["step"], theirs["candidates"]]
             assert [[j, t] for j, t, _ in ours["revealed"]] == [[j, t] for j, t, _ in theirs["revealed"]]
             assert all(abs(c - c2) <= 1e-12 for (_, _, c), (_, _, c2) in zip(ours["revealed"], theirs["revealed"]))
+            assert [[j, t] for j, t, _ in ours.get("drafts", [])] == [[j, t] for j, t, _ in theirs.get("drafts", [])]
     greedy = runs["greedy_fused"]
     assert runs["greedy_separate"]["token_ids"] == greedy["token_ids"]
     assert runs["greedy_separate"]["forward_passes"] > greedy["forward_passes"]

@@ -16,7 +16,8 @@ from a2d_convert.model import BlockForward, load_transformer
 from a2d_convert import lora as lora_mod
 from a2d_convert.objective import RowSchedule, objective_mask, training_attention_mask
 from a2d_convert.tiny import TinySpec, make_tiny_base
-from a2d_convert.train import TrainConfig
+from a2d_convert.errors import A2DError
+from a2d_convert.train import TrainConfig, check_config
 from a2d_convert.trainer import LOG_FILE, train
 
 
@@ -115,6 +116,23 @@ def test_complementary_masks_cover_every_target_once(workspace):
     again = schedule.batch(3, [0, 1])  # masks depend only on (seed, step, slot): resumable and world-size free
     assert np.array_equal(again.input_ids, batch.input_ids) and np.array_equal(again.weights, batch.weights)
     assert (batch.weights >= 1.0 / 0.8 - 1e-6).all() and (batch.weights <= 1.0 / 0.2 + 1e-6).all()
+
+
+def test_full_pattern_masks_every_block_and_targets_every_eligible_position(workspace):
+    _, _, data = workspace
+    arrays, _ = load_rows(data / TRAIN_FILE, 4)
+    config = TrainConfig(block_size=4, batch_rows=2, mask_pattern="full", loss_weighting="none", complementary=False)
+    check_config(config)
+    batch = RowSchedule(arrays, config, mask_token_id=10_000).batch(5, [0, 1])
+    L = arrays["input_ids"].shape[1]
+    assert batch.input_ids.shape[1] == 2 * L and (batch.input_ids[:, L:] == 10_000).all()
+    assert len(batch.targets) == batch.eligible and (batch.weights == 1.0).all()
+    # Block starts are read from the clean stream (the exact anchor row), the rest from the masked rows.
+    from_clean = np.isin(batch.pred_index % (2 * L), np.arange(L))
+    positions = batch.teacher_index % L + 1
+    assert np.array_equal(from_clean, positions % 4 == 0)
+    with pytest.raises(A2DError, match="--loss-weighting none --no-complementary"):
+        check_config(TrainConfig(mask_pattern="full"))
 
 
 def test_tiny_base_trains_40_steps_and_its_loss_falls(workspace):

@@ -145,8 +145,10 @@ a2d::DecodeParams read_params(const Napi::Object& o) {
     p.remasking = a2d::Remasking::random;
   } else if (remasking == "leftmost") {
     p.remasking = a2d::Remasking::leftmost;
+  } else if (remasking == "verify") {
+    p.remasking = a2d::Remasking::verify;
   } else {
-    throw Napi::TypeError::New(env, "decode params: remasking must be 'low_confidence', 'random' or 'leftmost'");
+    throw Napi::TypeError::New(env, "decode params: remasking must be 'low_confidence', 'random', 'leftmost' or 'verify'");
   }
   const std::string commit = string_field(o, "commit");
   if (commit == "fused") {
@@ -173,6 +175,19 @@ a2d::DecodeParams read_params(const Napi::Object& o) {
   return p;
 }
 
+// [[j, token, confidence], ...]
+Napi::Array revealed_array(Napi::Env env, const std::vector<a2d::Revealed>& values) {
+  Napi::Array array = Napi::Array::New(env, values.size());
+  for (size_t k = 0; k < values.size(); ++k) {
+    Napi::Array entry = Napi::Array::New(env, 3);
+    entry.Set(0u, values[k].j);
+    entry.Set(1u, values[k].token);
+    entry.Set(2u, values[k].confidence);
+    array.Set(k, entry);
+  }
+  return array;
+}
+
 Napi::Array int_array(Napi::Env env, const std::vector<int32_t>& values) {
   Napi::Array array = Napi::Array::New(env, values.size());
   for (size_t i = 0; i < values.size(); ++i) array.Set(i, Napi::Number::New(env, values[i]));
@@ -197,15 +212,8 @@ Napi::Object result_object(Napi::Env env, const a2d::GenerateResult& r) {
     step.Set("blockStart", static_cast<double>(s.block_start));
     step.Set("step", s.step);
     step.Set("candidates", int_array(env, s.candidates));
-    Napi::Array revealed = Napi::Array::New(env, s.revealed.size());
-    for (size_t k = 0; k < s.revealed.size(); ++k) {
-      Napi::Array entry = Napi::Array::New(env, 3);
-      entry.Set(0u, s.revealed[k].j);
-      entry.Set(1u, s.revealed[k].token);
-      entry.Set(2u, s.revealed[k].confidence);
-      revealed.Set(k, entry);
-    }
-    step.Set("revealed", revealed);
+    step.Set("revealed", revealed_array(env, s.revealed));
+    if (!s.drafts.empty()) step.Set("drafts", revealed_array(env, s.drafts));
     trace.Set(i, step);
   }
   o.Set("trace", trace);
@@ -225,6 +233,7 @@ Napi::Object info_object(Napi::Env env, const a2d::Model& model, const a2d::Back
   decoding.Set("topP", d.top_p);
   decoding.Set("remasking", d.remasking == a2d::Remasking::random     ? "random"
                             : d.remasking == a2d::Remasking::leftmost ? "leftmost"
+                            : d.remasking == a2d::Remasking::verify   ? "verify"
                                                                       : "low_confidence");
   decoding.Set("commit", d.commit == a2d::CommitPolicy::separate ? "separate" : "fused");
   Napi::Object info = Napi::Object::New(env);

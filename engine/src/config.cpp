@@ -206,8 +206,10 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
       p.remasking = Remasking::random;
     } else if (remasking == "leftmost") {
       p.remasking = Remasking::leftmost;
+    } else if (remasking == "verify") {
+      p.remasking = Remasking::verify;
     } else {
-      d.fail("remasking", "= '" + remasking + "'; use 'low_confidence', 'random' or 'leftmost'");
+      d.fail("remasking", "= '" + remasking + "'; use 'low_confidence', 'random', 'leftmost' or 'verify'");
     }
     const std::string commit = d.string_or("commit", "fused");
     if (commit == "fused") {
@@ -360,6 +362,12 @@ void validate_decode_params(const DecodeParams& p, const ModelConfig& config) {
   if (!(p.temperature >= 0.0 && p.temperature <= 2.0)) bad("temperature must be in [0, 2]");
   if (!(p.top_p > 0.0 && p.top_p <= 1.0)) bad("top_p must be in (0, 1]");
   if (p.max_tokens < 0) bad("max_tokens must be >= 0");
+  if (p.remasking == Remasking::verify && !config.shift_logits) {
+    bad("remasking 'verify' needs a model with shift_logits (the row of a token predicts the next position)");
+  }
+  if (p.remasking == Remasking::verify && p.commit != CommitPolicy::fused) {
+    bad("remasking 'verify' commits the confirmed tokens in the next window's forward; use commit 'fused'");
+  }
   for (int32_t id : p.eos_token_ids) {
     if (id < 0 || id >= config.vocab_size) bad("eos_token_ids holds " + std::to_string(id) + ", outside the vocabulary");
   }

@@ -8,7 +8,7 @@
 
 namespace a2d {
 
-enum class Remasking { low_confidence, random, leftmost };
+enum class Remasking { low_confidence, random, leftmost, verify };
 enum class CommitPolicy { fused, separate };
 
 // Decoding parameters of docs/decoding.md. The config's "a2d.decoding" section gives the defaults; a

@@ -21,6 +21,7 @@ struct TraceStep {
   int32_t step;         // 0-based step within the block
   std::vector<int32_t> candidates;
   std::vector<Revealed> revealed;
+  std::vector<Revealed> drafts;  // remasking "verify": the drafts this forward made, j relative to the next window
 };
 
 struct GenerateResult {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <utility>
 
 #include "backend.h"
 #include "cpu_kernels.h"
@@ -438,4 +440,100 @@ TEST_CASE("decode: bad requests are errors, not crashes") {
   args.logit_rows = {2};
   std::vector<float> out(40);
   CHECK_THROWS_WITH(backend->forward(args, out.data()), doctest::Contains("logits row 2 is outside"));
+}
+
+namespace {
+
+// The C++ twin of convert/tests/test_decode.py's Successor: the row of a real token t predicts
+// t % 5 + 1 at 0.9, the row of a mask predicts the next position from `drafts`; ids 1..5, EOS 6, mask 7.
+class SuccessorBackend : public Backend {
+ public:
+  static ModelConfig scripted_config() {
+    ModelConfig c;
+    c.vocab_size = 8;
+    c.mask_token_id = 7;
+    c.max_position_embeddings = 64;
+    c.shift_logits = true;
+    return c;
+  }
+  explicit SuccessorBackend(std::map<int64_t, std::pair<int32_t, double>> drafts)
+      : Backend(scripted_config(), 64), drafts_(std::move(drafts)) {}
+
+  void forward(const ForwardArgs& args, float* logits) override {
+    calls.push_back(args);
+    const int64_t start = static_cast<int64_t>(cached_.size());
+    cached_.insert(cached_.end(), args.commit.begin(), args.commit.end());
+    std::vector<int32_t> tokens(cached_);
+    tokens.insert(tokens.end(), args.window.begin(), args.window.end());
+    for (size_t i = 0; i < args.logit_rows.size(); ++i) {
+      const int64_t at = start + args.logit_rows[i];
+      const int32_t token = tokens.at(at);
+      std::pair<int32_t, double> choice{token % 5 + 1, 0.9};
+      if (token == 7) {
+        const auto it = drafts_.find(at + 1);
+        choice = it == drafts_.end() ? std::pair<int32_t, double>{1, 0.3} : it->second;
+      }
+      for (int32_t v = 0; v < 8; ++v) {
+        const double p = v == choice.first ? choice.second : v == 7 ? 0.0 : (1.0 - choice.second) / 6;
+        logits[i * 8 + v] = p > 0 ? static_cast<float>(std::log(p)) : -INFINITY;
+      }
+    }
+  }
+  int64_t cached_len() const override { return static_cast<int64_t>(cached_.size()); }
+  void reset_cache() override { cached_.clear(); }
+
+  std::vector<ForwardArgs> calls;
+
+ private:
+  std::map<int64_t, std::pair<int32_t, double>> drafts_;
+  std::vector<int32_t> cached_;
+};
+
+}  // namespace
+
+TEST_CASE("decode verify: keeps matching drafts, corrects the first wrong one, as the Python test does") {
+  SuccessorBackend backend({{4, {5, 0.9}}, {5, {1, 0.8}}, {6, {3, 0.9}}, {8, {4, 0.9}}, {9, {5, 0.4}}, {10, {1, 0.9}}});
+  DecodeParams p;
+  p.max_tokens = 8;
+  p.block_size = 4;
+  p.threshold = 0.5;
+  p.remasking = Remasking::verify;
+  p.eos_token_ids = {6};
+  p.trace = true;
+  const GenerateResult r = generate(backend, {1, 2, 3}, p, nullptr, nullptr);
+  CHECK(r.tokens == std::vector<int32_t>{4, 5, 1, 2, 3, 4, 5, 1});
+  CHECK(r.finish_reason == FinishReason::length);
+  CHECK(r.forward_passes == 5);
+  const int32_t M = 7;
+  const std::vector<std::vector<int32_t>> commits{{1, 2, 3}, {4}, {5, 1, 2}, {3}, {4, 5}};
+  const std::vector<std::vector<int32_t>> windows{
+      {M, M, M, M}, {5, 1, 3, M, M, M, M}, {M, M, M, M}, {4, M, M, M, M}, {M, M, M, M}};
+  const std::vector<std::vector<int32_t>> rows{{2, 3, 4, 5}, {0, 1, 2, 3, 4, 5, 6}, {2, 3, 4, 5}, {0, 1, 2}, {1}};
+  REQUIRE(backend.calls.size() == 5);
+  for (size_t i = 0; i < 5; ++i) {
+    CAPTURE(i);
+    CHECK(backend.calls[i].commit == commits[i]);
+    CHECK(backend.calls[i].window == windows[i]);
+    CHECK(backend.calls[i].logit_rows == rows[i]);
+  }
+  std::vector<int64_t> starts;
+  std::vector<size_t> confirmed, drafted;
+  for (const TraceStep& s : r.trace) {
+    starts.push_back(s.block_start);
+    confirmed.push_back(s.revealed.size());
+    drafted.push_back(s.drafts.size());
+  }
+  CHECK(starts == std::vector<int64_t>{3, 4, 7, 8, 10});
+  CHECK(confirmed == std::vector<size_t>{1, 3, 1, 2, 1});
+  CHECK(drafted == std::vector<size_t>{3, 0, 1, 1, 0});
+
+  // An EOS reading ends the generation without the EOS; verify needs shifted logits and fused commits.
+  SuccessorBackend eos_backend({});
+  p.eos_token_ids = {1};
+  const GenerateResult stopped = generate(eos_backend, {1, 2, 3}, p, nullptr, nullptr);
+  CHECK(stopped.tokens == std::vector<int32_t>{4, 5});
+  CHECK(stopped.finish_reason == FinishReason::stop);
+  p.commit = CommitPolicy::separate;
+  CHECK_THROWS_WITH_AS(generate(eos_backend, {1, 2, 3}, p, nullptr, nullptr),
+                       doctest::Contains("use commit 'fused'"), std::runtime_error);
 }

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
 
 #include "backend.h"
 #include "decode.h"
@@ -42,9 +44,17 @@ DecodeParams decode_params(const json& p) {
   d.temperature = p.at("temperature").get<double>();
   d.top_p = p.at("top_p").get<double>();
   const std::string remasking = p.at("remasking");
-  d.remasking = remasking == "random"     ? Remasking::random
-                : remasking == "leftmost" ? Remasking::leftmost
-                                          : Remasking::low_confidence;
+  if (remasking == "random") {
+    d.remasking = Remasking::random;
+  } else if (remasking == "leftmost") {
+    d.remasking = Remasking::leftmost;
+  } else if (remasking == "verify") {
+    d.remasking = Remasking::verify;
+  } else if (remasking == "low_confidence") {
+    d.remasking = Remasking::low_confidence;
+  } else {
+    throw std::runtime_error("golden run with an unknown remasking '" + remasking + "'");
+  }
   d.commit = p.at("commit") == "separate" ? CommitPolicy::separate : CommitPolicy::fused;
   d.seed = p.at("seed").get<uint64_t>();
   d.eos_token_ids = p.at("eos_token_ids").get<std::vector<int32_t>>();
@@ -106,13 +116,16 @@ void check_decodes(Backend& backend, const json& golden, double confidence_toler
       CHECK(got.block_start == want.at("block_start").get<int64_t>());
       CHECK(got.step == want.at("step").get<int32_t>());
       CHECK(got.candidates == want.at("candidates").get<std::vector<int32_t>>());
-      const json& revealed = want.at("revealed");
-      REQUIRE(got.revealed.size() == revealed.size());
-      for (size_t k = 0; k < revealed.size(); ++k) {
-        CHECK(got.revealed[k].j == revealed[k][0].get<int32_t>());
-        CHECK(got.revealed[k].token == revealed[k][1].get<int32_t>());
-        CHECK(std::abs(got.revealed[k].confidence - revealed[k][2].get<double>()) <= confidence_tolerance);
-      }
+      auto same = [&](const std::vector<Revealed>& got_list, const json& list) {
+        REQUIRE(got_list.size() == list.size());
+        for (size_t k = 0; k < list.size(); ++k) {
+          CHECK(got_list[k].j == list[k][0].get<int32_t>());
+          CHECK(got_list[k].token == list[k][1].get<int32_t>());
+          CHECK(std::abs(got_list[k].confidence - list[k][2].get<double>()) <= confidence_tolerance);
+        }
+      };
+      same(got.revealed, want.at("revealed"));
+      same(got.drafts, want.value("drafts", json::array()));
     }
   }
 }
