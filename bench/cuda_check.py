@@ -311,7 +311,7 @@ def section_tiny(lib, out):
 
 # ---------------------------------------------------------------- model folders (Backend interface)
 
-def write_folder(path, cfg, W, block_size=4):
+def write_folder(path, cfg, W, block_size=4, remasking="low_confidence"):
     from safetensors.torch import save_file
     os.makedirs(path, exist_ok=True)
     arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[cfg.get("type", "llama")]
@@ -325,7 +325,7 @@ def write_folder(path, cfg, W, block_size=4):
         "a2d": {"format_version": 1, "mask_token_id": cfg["mask"], "mask_token": "<|mask|>", "block_size": block_size,
                 "shift_logits": True, "eos_token_ids": [cfg["vocab"] - 2], "trained": False,
                 "decoding": {"threshold": 0.9, "min_per_step": 1, "steps": 0, "temperature": 0.0, "top_p": 1.0,
-                             "remasking": "low_confidence", "commit": "fused"}},
+                             "remasking": remasking, "commit": "fused"}},
     }
     hf = {"embed": "model.embed_tokens.weight", "lm_head": "lm_head.weight", "final_norm": "model.norm.weight"}
     per_layer = {"input_norm": "input_layernorm.weight", "post_norm": "post_attention_layernorm.weight",
@@ -382,12 +382,16 @@ def section_backend(lib, workdir):
         prompts = [torch.randint(0, cfg["vocab"] - 2, (int(torch.randint(3, 40, (1,), generator=gen)),),
                                  generator=gen).tolist() for _ in range(12)]
         results[name] = compare_backends(lib, path, commit, window, prompts, cfg["vocab"], 48, name)
+        if cfg.get("mask_adapter"):  # remasking verify: windows of drafts then B masks, every draft checked
+            write_folder(path + "_verify", cfg, W, remasking="verify")
+            results[name + "_verify"] = compare_backends(lib, path + "_verify", commit, window, prompts, cfg["vocab"], 48,
+                                                         name + " verify", threshold=0.0)
     return results
 
 
-def compare_backends(lib, path, commit, window, prompts, vocab, max_new, name):
+def compare_backends(lib, path, commit, window, prompts, vocab, max_new, name, threshold=0.9):
     """CUDA vs CPU backend on one model folder: logits of a commit (several GPU chunks when long) plus a
-    window, then greedy generations token for token."""
+    window, then greedy generations token for token (the folder's default decoding at `threshold`)."""
     n = len(commit) + len(window)
     out = {}
     for device in ("cpu", "cuda"):
@@ -403,7 +407,7 @@ def compare_backends(lib, path, commit, window, prompts, vocab, max_new, name):
             toks = (ctypes.c_int * 1024)()
             count, nfe = ctypes.c_int(), ctypes.c_longlong()
             lib.call("a2d_bench_backend_generate", path.encode(), device.encode(), (ctypes.c_int * len(prompt))(*prompt),
-                     len(prompt), max_new, 4, ctypes.c_double(0.9), toks, ctypes.byref(count), ctypes.byref(nfe))
+                     len(prompt), max_new, 4, ctypes.c_double(threshold), toks, ctypes.byref(count), ctypes.byref(nfe))
             seqs[device] = list(toks)[:count.value]
             forwards[device] = forwards.get(device, 0) + nfe.value
         a, b = seqs["cpu"], seqs["cuda"]
@@ -438,8 +442,13 @@ def section_trained(lib, model_dir, summary):
     commit = [t for p in prompts for t in p][:150]
     mask = config["a2d"]["mask_token_id"]
     window = [mask, commit[-1], mask, mask]
-    summary["trained"] = compare_backends(lib, model_dir, commit, window, prompts, config["vocab_size"], 64,
-                                          os.path.basename(model_dir.rstrip("/")))
+    name = os.path.basename(model_dir.rstrip("/"))
+    summary["trained"] = compare_backends(lib, model_dir, commit, window, prompts, config["vocab_size"], 64, name)
+    decoding = config["a2d"]["decoding"]
+    if decoding["threshold"] != 0.9:  # also at the model's own decoding (the bundled model: verify at 0)
+        summary["trained_default"] = compare_backends(lib, model_dir, commit, window, prompts, config["vocab_size"], 64,
+                                                      f"{name} {decoding['remasking']}@{decoding['threshold']}",
+                                                      threshold=decoding["threshold"])
 
 
 # ---------------------------------------------------------------- the 2B shape
