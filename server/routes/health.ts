@@ -16,7 +16,10 @@ export function registerHealthRoute(app: App, ctx: ServerContext): void {
       device: info.device,
       decoding: {
         method: "block_diffusion",
-        description: "iterative denoising of masked blocks (confidence-threshold parallel reveal, KV cache of committed blocks)",
+        description:
+          d.remasking === "verify"
+            ? "iterative denoising of masked blocks (each block of masks drafted in parallel, every draft remasked unless the model's reading of the tokens before it agrees; KV cache of confirmed tokens)"
+            : "iterative denoising of masked blocks (confidence-threshold parallel reveal, KV cache of committed blocks)",
         block_size: d.blockSize,
         threshold: d.threshold,
         min_tokens_per_step: d.minPerStep,
