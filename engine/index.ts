@@ -144,6 +144,14 @@ function nativeParams(request: GenerateRequest, info: ModelInfo): NativeParams {
   if (typeof p !== "object" || p === null) throw new InvalidDecodeParamError("params", "must be an object");
   const d = info.decoding;
   const blockSize = checkInteger("blockSize", p.blockSize ?? d.blockSize, 1, 64);
+  const remasking = checkChoice("remasking", p.remasking ?? d.remasking, ["low_confidence", "random", "leftmost", "verify"] as const);
+  const commit = checkChoice("commit", p.commit ?? d.commit, ["fused", "separate"] as const);
+  if (remasking === "verify" && !info.shiftLogits) {
+    throw new InvalidDecodeParamError("remasking", "'verify' needs a model with shifted logits (the row of a token predicts the next position); this one predicts each position from its own row");
+  }
+  if (remasking === "verify" && commit !== "fused") {
+    throw new InvalidDecodeParamError("commit", "must be 'fused' with remasking 'verify' (confirmed tokens are committed in the next window's forward)");
+  }
   return {
     maxTokens: checkInteger("maxTokens", p.maxTokens, 0, Number.MAX_SAFE_INTEGER),
     blockSize,
@@ -153,8 +161,8 @@ function nativeParams(request: GenerateRequest, info: ModelInfo): NativeParams {
     steps: checkInteger("steps", p.steps ?? Math.min(d.steps, blockSize), 0, blockSize),
     temperature: checkNumber("temperature", p.temperature ?? d.temperature, 0, 2),
     topP: checkNumber("topP", p.topP ?? d.topP, 0, 1, true),
-    remasking: checkChoice("remasking", p.remasking ?? d.remasking, ["low_confidence", "random", "leftmost", "verify"] as const),
-    commit: checkChoice("commit", p.commit ?? d.commit, ["fused", "separate"] as const),
+    remasking,
+    commit,
     seed: checkSeed(p.seed),
     eosTokenIds: Array.from(checkTokenIds("eosTokenIds", p.eosTokenIds ?? info.eosTokenIds, info.vocabSize)),
     trace: p.trace === true,

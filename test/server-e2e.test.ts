@@ -109,6 +109,17 @@ describe("the official client against a2d serve", () => {
     expect(streamed.pieces.length).toBeGreaterThan(2);
   });
 
+  it("decodes with remasking verify: stream and non-stream agree, one chunk per forward", async () => {
+    const extra = { remasking: "verify", threshold: 0 };
+    const whole = await completionText("The quick brown fox", extra);
+    const streamed = await streamCompletion("The quick brown fox", extra);
+    expect(whole.text.length).toBeGreaterThan(0);
+    expect(streamed.text).toBe(whole.text);
+    expect(streamed.finish).toBe(whole.finish);
+    expect(streamed.pieces.length).toBeGreaterThan(2);
+    expect((await completionText("The quick brown fox")).text).not.toBe(whole.text); // a different decoding
+  });
+
   it("honours a stop string that straddles a block boundary and sends nothing after it", async () => {
     const prompt = "Once upon a time";
     const { pieces, text } = await streamCompletion(prompt, { block_size: 4 });

@@ -95,6 +95,7 @@ const cases: BadCase[] = [
   { name: "threshold 2", body: { messages: user, threshold: 2 }, param: "threshold" },
   { name: "min_per_step above the block", body: { messages: user, block_size: 4, min_per_step: 5 }, param: "min_per_step" },
   { name: "unknown remasking", body: { messages: user, remasking: "sometimes" }, code: "invalid_value", param: "remasking" },
+  { name: "verify with separate commits", body: { messages: user, remasking: "verify", commit: "separate" }, code: "invalid_value", param: "commit" },
   { name: "text/plain body", raw: "hello", contentType: "text/plain", body: null, status: 415, code: "unsupported_media_type" },
   { name: "completions: prompt missing", path: "/v1/completions", body: { max_tokens: 4 }, code: "missing_required_parameter", param: "prompt" },
   { name: "completions: empty prompt list", path: "/v1/completions", body: { prompt: [] }, param: "prompt" },
