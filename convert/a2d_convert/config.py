@@ -257,6 +257,8 @@ class A2DSection:
         DecodeParams.from_defaults(decoding, block_size=block_size, max_tokens=0, eos_token_ids=eos).validate(
             f"{where}decoding"
         )
+        if decoding.remasking == "verify" and (not raw["shift_logits"] or decoding.commit != "fused"):
+            raise A2DError(f"{where}decoding: remasking 'verify' needs shift_logits true and commit 'fused'; fix config.json")
         mask_rank, mask_targets = parse_mask_adapter(raw.get("mask_adapter"), where)
         return A2DSection(
             mask_token_id=mask_token_id,

@@ -301,3 +301,20 @@ def test_verify_on_a_mask_adapter_model_is_its_greedy_causal_stream(tiny_models,
         verified = real_decode(model, a2d, PROMPT_IDS, remasking="verify", threshold=threshold, max_tokens=24)
         assert verified.token_ids == causal.token_ids
         assert verified.forward_passes <= causal.forward_passes
+
+
+def test_a_config_whose_default_is_verify_needs_shifted_logits_and_fused_commits(llama_model, tmp_path):
+    import json
+    import shutil
+
+    from a2d_convert.config import load_config
+
+    for change, wanted in (({"shift_logits": False}, "shift_logits true"), ({"commit": "separate"}, "commit 'fused'")):
+        folder = tmp_path / next(iter(change))
+        shutil.copytree(llama_model, folder)
+        config = json.loads((folder / "config.json").read_text())
+        config["a2d"]["decoding"].update(remasking="verify", **({"commit": "separate"} if "commit" in change else {}))
+        config["a2d"].update({k: v for k, v in change.items() if k != "commit"})
+        (folder / "config.json").write_text(json.dumps(config))
+        with pytest.raises(A2DError, match=wanted):
+            load_config(folder)

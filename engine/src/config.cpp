@@ -219,6 +219,12 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
     } else {
       d.fail("commit", "= '" + commit + "'; use 'fused' or 'separate'");
     }
+    if (p.remasking == Remasking::verify && !config.shift_logits) {
+      d.fail("remasking", "= 'verify' needs a2d.shift_logits true; use another remasking for this model");
+    }
+    if (p.remasking == Remasking::verify && p.commit != CommitPolicy::fused) {
+      d.fail("commit", "must be 'fused' with remasking 'verify'");
+    }
     d.reject_unknown("see docs/decoding.md for the decoding parameters");
   } else {
     a2d.ignore("decoding");

@@ -92,6 +92,18 @@ TEST_CASE("config: unsupported configs are rejected naming the file, the field a
   rejects("cfg-block", [](nlohmann::json& c) { c["a2d"]["block_size"] = 65; }, "'a2d.block_size' = 65");
   rejects("cfg-remask", [](nlohmann::json& c) { c["a2d"]["decoding"]["remasking"] = "sometimes"; },
           "a2d.decoding.remasking");
+  rejects("cfg-verify-unshifted",
+          [](nlohmann::json& c) {
+            c["a2d"]["shift_logits"] = false;
+            c["a2d"]["decoding"]["remasking"] = "verify";
+          },
+          "'verify' needs a2d.shift_logits true");
+  rejects("cfg-verify-separate",
+          [](nlohmann::json& c) {
+            c["a2d"]["decoding"]["remasking"] = "verify";
+            c["a2d"]["decoding"]["commit"] = "separate";
+          },
+          "must be 'fused' with remasking 'verify'");
   rejects("cfg-missing", [](nlohmann::json& c) { c.erase("hidden_size"); }, "'hidden_size' is missing");
   rejects("cfg-adapter-rank", [](nlohmann::json& c) { c["a2d"]["mask_adapter"] = {{"rank", 0}, {"targets", {"q_proj"}}}; },
           "'a2d.mask_adapter.rank' = 0");
