@@ -138,16 +138,7 @@ a2d::DecodeParams read_params(const Napi::Object& o) {
   p.steps = static_cast<int>(number_field(o, "steps"));
   p.temperature = number_field(o, "temperature");
   p.top_p = number_field(o, "topP");
-  const std::string remasking = string_field(o, "remasking");
-  if (remasking == "low_confidence") {
-    p.remasking = a2d::Remasking::low_confidence;
-  } else if (remasking == "random") {
-    p.remasking = a2d::Remasking::random;
-  } else if (remasking == "leftmost") {
-    p.remasking = a2d::Remasking::leftmost;
-  } else if (remasking == "verify") {
-    p.remasking = a2d::Remasking::verify;
-  } else {
+  if (!a2d::parse_remasking(string_field(o, "remasking"), &p.remasking)) {
     throw Napi::TypeError::New(env, "decode params: remasking must be 'low_confidence', 'random', 'leftmost' or 'verify'");
   }
   const std::string commit = string_field(o, "commit");
@@ -231,10 +222,7 @@ Napi::Object info_object(Napi::Env env, const a2d::Model& model, const a2d::Back
   decoding.Set("steps", d.steps);
   decoding.Set("temperature", d.temperature);
   decoding.Set("topP", d.top_p);
-  decoding.Set("remasking", d.remasking == a2d::Remasking::random     ? "random"
-                            : d.remasking == a2d::Remasking::leftmost ? "leftmost"
-                            : d.remasking == a2d::Remasking::verify   ? "verify"
-                                                                      : "low_confidence");
+  decoding.Set("remasking", a2d::remasking_name(d.remasking));
   decoding.Set("commit", d.commit == a2d::CommitPolicy::separate ? "separate" : "fused");
   Napi::Object info = Napi::Object::New(env);
   info.Set("architecture", c.architecture);

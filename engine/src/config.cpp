@@ -200,15 +200,7 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
     p.top_p = d.number_or("top_p", 0.0, 1.0, p.top_p);
     if (p.top_p <= 0.0) d.fail("top_p", "must be in (0, 1]");
     const std::string remasking = d.string_or("remasking", "low_confidence");
-    if (remasking == "low_confidence") {
-      p.remasking = Remasking::low_confidence;
-    } else if (remasking == "random") {
-      p.remasking = Remasking::random;
-    } else if (remasking == "leftmost") {
-      p.remasking = Remasking::leftmost;
-    } else if (remasking == "verify") {
-      p.remasking = Remasking::verify;
-    } else {
+    if (!parse_remasking(remasking, &p.remasking)) {
       d.fail("remasking", "= '" + remasking + "'; use 'low_confidence', 'random', 'leftmost' or 'verify'");
     }
     const std::string commit = d.string_or("commit", "fused");
@@ -357,6 +349,30 @@ ModelConfig read_config(const std::string& path) {
   fields.reject_unknown("remove it if it is metadata, or use a model whose config a2d supports "
                         "(docs/model-format.md)");
   return config;
+}
+
+const char* remasking_name(Remasking remasking) {
+  switch (remasking) {
+    case Remasking::low_confidence:
+      return "low_confidence";
+    case Remasking::random:
+      return "random";
+    case Remasking::leftmost:
+      return "leftmost";
+    case Remasking::verify:
+      return "verify";
+  }
+  return "?";
+}
+
+bool parse_remasking(const std::string& name, Remasking* out) {
+  for (Remasking r : {Remasking::low_confidence, Remasking::random, Remasking::leftmost, Remasking::verify}) {
+    if (name == remasking_name(r)) {
+      *out = r;
+      return true;
+    }
+  }
+  return false;
 }
 
 void validate_decode_params(const DecodeParams& p, const ModelConfig& config) {

@@ -66,6 +66,11 @@ extern const char* const kMaskAdapterTargets[7];
 // Reads and validates `dir/config.json`. Throws std::runtime_error naming the file, the field and the fix.
 ModelConfig read_config(const std::string& config_path);
 
+// The names docs/decoding.md gives the remasking rules: "low_confidence", "random", "leftmost", "verify".
+const char* remasking_name(Remasking remasking);
+// false when `name` is none of them.
+bool parse_remasking(const std::string& name, Remasking* out);
+
 // Checks decoding parameters against the ranges of docs/decoding.md; throws naming the parameter.
 void validate_decode_params(const DecodeParams& params, const ModelConfig& config);
 

@@ -44,15 +44,7 @@ DecodeParams decode_params(const json& p) {
   d.temperature = p.at("temperature").get<double>();
   d.top_p = p.at("top_p").get<double>();
   const std::string remasking = p.at("remasking");
-  if (remasking == "random") {
-    d.remasking = Remasking::random;
-  } else if (remasking == "leftmost") {
-    d.remasking = Remasking::leftmost;
-  } else if (remasking == "verify") {
-    d.remasking = Remasking::verify;
-  } else if (remasking == "low_confidence") {
-    d.remasking = Remasking::low_confidence;
-  } else {
+  if (!parse_remasking(remasking, &d.remasking)) {
     throw std::runtime_error("golden run with an unknown remasking '" + remasking + "'");
   }
   d.commit = p.at("commit") == "separate" ? CommitPolicy::separate : CommitPolicy::fused;
