@@ -127,6 +127,8 @@ function checkTokenIds(param: string, ids: unknown, vocabSize: number): Int32Arr
 }
 
 const MAX_SEED = (1n << 64n) - 1n;
+/** Rows one forward of the CUDA backend runs (engine/cuda/step_state.cuh, kMaxRows). */
+const CUDA_MAX_WINDOW = 64;
 
 function checkSeed(value: bigint | number | undefined): bigint {
   if (value === undefined) return 0n;
@@ -148,6 +150,9 @@ function nativeParams(request: GenerateRequest, info: ModelInfo): NativeParams {
   const commit = checkChoice("commit", p.commit ?? d.commit, ["fused", "separate"] as const);
   if (remasking === "verify" && !info.shiftLogits) {
     throw new InvalidDecodeParamError("remasking", "'verify' needs a model with shifted logits (the row of a token predicts the next position); this one predicts each position from its own row");
+  }
+  if (remasking === "verify" && info.device === "cuda" && 2 * blockSize - 1 > CUDA_MAX_WINDOW) {
+    throw new InvalidDecodeParamError("blockSize", `must be at most ${(CUDA_MAX_WINDOW + 1) / 2} with remasking 'verify' on the CUDA engine (its windows reach 2 x block_size - 1 positions; one forward runs at most ${CUDA_MAX_WINDOW})`);
   }
   if (remasking === "verify" && commit !== "fused") {
     throw new InvalidDecodeParamError("commit", "must be 'fused' with remasking 'verify' (confirmed tokens are committed in the next window's forward)");

@@ -100,6 +100,7 @@ class CudaBackend final : public Backend {
   void forward(const ForwardArgs& args, float* logits) override { run(args, logits); }
 
   int64_t cached_len() const override { return cached_; }
+  int32_t max_window() const override { return cuda::kMaxRows; }
   void reset_cache() override { cached_ = 0; }
 
   StepResult step(const ForwardArgs& args, const RevealArgs* reveal) override {

@@ -85,6 +85,9 @@ class Backend {
   // Positions the KV cache can hold (prompt + completion + one window); forward throws beyond it.
   int64_t max_context() const { return max_context_; }
 
+  // The longest window one forward takes (remasking verify's windows reach 2 x block_size - 1).
+  virtual int32_t max_window() const { return INT32_MAX; }
+
  protected:
   Backend(const ModelConfig& config, int64_t max_context) : config_(config), max_context_(max_context) {}
 

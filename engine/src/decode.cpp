@@ -41,6 +41,12 @@ void check_request(const Backend& backend, const std::vector<int32_t>& prompt, c
   // The last block's window always spans a whole block, even past max_tokens; verify's window reaches
   // B-1 positions past the last token it may confirm.
   const int64_t B = params.block_size;
+  if (params.remasking == Remasking::verify && 2 * B - 1 > backend.max_window()) {
+    throw std::runtime_error("invalid decoding parameter: block_size " + std::to_string(B) +
+                             " with remasking 'verify' needs windows of up to " + std::to_string(2 * B - 1) +
+                             " positions, and this backend runs at most " + std::to_string(backend.max_window()) +
+                             "; use block_size <= " + std::to_string((backend.max_window() + 1) / 2));
+  }
   const int64_t needed = static_cast<int64_t>(prompt.size()) + (params.remasking == Remasking::verify
                                                                     ? params.max_tokens + B - 1
                                                                     : (params.max_tokens + B - 1) / B * B);
@@ -251,7 +257,7 @@ GenerateResult generate(Backend& backend, const std::vector<int32_t>& prompt, co
       }
       if (params.trace) {
         result.trace.push_back({forward_index, block_start, step, std::move(reveal.candidates),
-                                std::move(stepped.revealed)});
+                                std::move(stepped.revealed), {}});
       }
     }
 

@@ -481,8 +481,10 @@ class SuccessorBackend : public Backend {
   }
   int64_t cached_len() const override { return static_cast<int64_t>(cached_.size()); }
   void reset_cache() override { cached_.clear(); }
+  int32_t max_window() const override { return window_limit; }
 
   std::vector<ForwardArgs> calls;
+  int32_t window_limit = 64;
 
  private:
   std::map<int64_t, std::pair<int32_t, double>> drafts_;
@@ -536,4 +538,11 @@ TEST_CASE("decode verify: keeps matching drafts, corrects the first wrong one, a
   p.commit = CommitPolicy::separate;
   CHECK_THROWS_WITH_AS(generate(eos_backend, {1, 2, 3}, p, nullptr, nullptr),
                        doctest::Contains("use commit 'fused'"), std::runtime_error);
+  // A backend whose forward takes at most 6 positions cannot run verify's windows of 7 at block size 4.
+  p.commit = CommitPolicy::fused;
+  eos_backend.window_limit = 6;
+  const size_t forwards_before = eos_backend.calls.size();
+  CHECK_THROWS_WITH_AS(generate(eos_backend, {1, 2, 3}, p, nullptr, nullptr),
+                       doctest::Contains("use block_size <= 3"), std::runtime_error);
+  CHECK(eos_backend.calls.size() == forwards_before);  // refused before any forward
 }
