@@ -143,8 +143,7 @@ GenerateResult generate_verify(Backend& backend, const std::vector<int32_t>& pro
     drafts.clear();
     for (const Revealed& r : next_drafts) drafts.push_back(r.token);
     if (params.trace) {
-      std::vector<int32_t> candidates(reveal.candidates);
-      result.trace.push_back({forward_index, result.prompt_tokens + generated, 0, std::move(candidates),
+      result.trace.push_back({forward_index, result.prompt_tokens + generated, 0, std::move(reveal.candidates),
                               std::move(confirmed), std::move(next_drafts)});
     }
     result.tokens.insert(result.tokens.end(), tokens.begin(), tokens.end());
