@@ -261,7 +261,7 @@ def _verify_steps(
         logits = _to_numpy((yield (list(pending), drafts + [mask_token_id] * B, rows)))
         forwards += 1
 
-        chain = [choose_token(logits[i], mask_token_id, params.temperature, params.top_p, rng) for i in range(len(drafts) + 1)]
+        chain = [choose_token(logits[i], mask_token_id, params.temperature, params.top_p, rng) for i in range(D + 1)]
         confirmed: list[list] = []
         stop = False
         for i, (token, confidence) in enumerate(chain):
@@ -269,10 +269,10 @@ def _verify_steps(
                 stop = True
                 break
             confirmed.append([i, token, confidence])
-            if i == len(drafts) or token != drafts[i]:
+            if i == D or token != drafts[i]:
                 break
         new_drafts: list[list] = []
-        if not stop and len(confirmed) == len(drafts) + 1:
+        if not stop and len(confirmed) == D + 1:
             for i in range(len(confirmed), wanted):
                 token, confidence = choose_token(logits[i], mask_token_id, 0.0, 1.0, rng)
                 if confidence <= params.threshold:
