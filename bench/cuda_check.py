@@ -311,7 +311,7 @@ def section_tiny(lib, out):
 
 # ---------------------------------------------------------------- model folders (Backend interface)
 
-def write_folder(path, cfg, W, block_size=4, remasking="low_confidence"):
+def write_folder(path, cfg, W, block_size=4, remasking="low_confidence", tree_width=1):
     from safetensors.torch import save_file
     os.makedirs(path, exist_ok=True)
     arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[cfg.get("type", "llama")]
@@ -325,7 +325,8 @@ def write_folder(path, cfg, W, block_size=4, remasking="low_confidence"):
         "a2d": {"format_version": 1, "mask_token_id": cfg["mask"], "mask_token": "<|mask|>", "block_size": block_size,
                 "shift_logits": True, "eos_token_ids": [cfg["vocab"] - 2], "trained": False,
                 "decoding": {"threshold": 0.9, "min_per_step": 1, "steps": 0, "temperature": 0.0, "top_p": 1.0,
-                             "remasking": remasking, "commit": "fused"}},
+                             "remasking": remasking, "commit": "fused",
+                             **({"tree_width": tree_width} if remasking == "tree" else {})}},
     }
     hf = {"embed": "model.embed_tokens.weight", "lm_head": "lm_head.weight", "final_norm": "model.norm.weight"}
     per_layer = {"input_norm": "input_layernorm.weight", "post_norm": "post_attention_layernorm.weight",
@@ -386,7 +387,50 @@ def section_backend(lib, workdir):
             write_folder(path + "_verify", cfg, W, remasking="verify")
             results[name + "_verify"] = compare_backends(lib, path + "_verify", commit, window, prompts, cfg["vocab"], 48,
                                                          name + " verify", threshold=0.0)
+            # remasking tree: rows at their own positions, each seeing its branch (a window layout): the
+            # logits of one such window (branches 5 6 7 and 8, groups of 4 masks), then generations
+            results[name + "_layout"] = compare_layout_logits(lib, path, commit, cfg["mask"], cfg["vocab"], name)
+            write_folder(path + "_tree", cfg, W, remasking="tree", tree_width=3)
+            results[name + "_tree"] = compare_backends(lib, path + "_tree", commit, window, prompts, cfg["vocab"], 48,
+                                                       name + " tree3", threshold=0.0)
     return results
+
+
+def tree_layout(branches, block, mask):
+    """(window, offsets, visible) of a tree window (docs/decoding.md, "Tree"), as decode.tree_window lays it out."""
+    window, offsets, visible, depths = [], [], [], []
+    for branch in branches:
+        parent = -1
+        for depth, token in enumerate(branch, start=1):
+            row = len(window)
+            window.append(token)
+            offsets.append(depth - 1)
+            visible.append((visible[parent] if parent >= 0 else 0) | (1 << row))
+            depths.append(depth)
+            parent = row
+    for owner in [-1, *range(len(depths))]:
+        first = len(window)
+        seen = (visible[owner] if owner >= 0 else 0) | (((1 << block) - 1) << first)
+        start = depths[owner] if owner >= 0 else 0
+        window += [mask] * block
+        offsets += range(start, start + block)
+        visible += [seen] * block
+    return window, offsets, visible
+
+
+def compare_layout_logits(lib, path, commit, mask, vocab, name):
+    """CUDA vs CPU logits of one tree window (a layout: positions and visibility per window row)."""
+    window, offsets, visible = tree_layout([[5, 6, 7], [8]], 4, mask)
+    out = {}
+    for device in ("cpu", "cuda"):
+        logits = torch.empty(len(commit) + len(window), vocab, dtype=torch.float32)
+        lib.call("a2d_bench_backend_logits_layout", path.encode(), device.encode(), (ctypes.c_int * len(commit))(*commit),
+                 len(commit), (ctypes.c_int * len(window))(*window), len(window), (ctypes.c_int * len(window))(*offsets),
+                 (ctypes.c_ulonglong * len(window))(*visible), ctypes.c_void_p(logits.data_ptr()))
+        out[device] = logits
+    err = max(rel_errors(out["cuda"], out["cpu"]))
+    log(f"  backend {name:14s}: tree window of {len(window)} rows, cuda vs cpu logits rel_err {err:.2e}")
+    return dict(rows=len(window), logits_rel_err=err)
 
 
 def compare_backends(lib, path, commit, window, prompts, vocab, max_new, name, threshold=0.9):
@@ -449,6 +493,18 @@ def section_trained(lib, model_dir, summary):
         summary["trained_default"] = compare_backends(lib, model_dir, commit, window, prompts, config["vocab_size"], 64,
                                                       f"{name} {decoding['remasking']}@{decoding['threshold']}",
                                                       threshold=decoding["threshold"])
+    if config["a2d"].get("shift_logits", True):  # remasking tree on the same weights: a copy of the folder's config
+        tree_dir = model_dir.rstrip("/") + "-tree"
+        os.makedirs(tree_dir, exist_ok=True)
+        for entry in os.listdir(model_dir):
+            if entry != "config.json" and not os.path.exists(os.path.join(tree_dir, entry)):
+                os.symlink(os.path.join(os.path.abspath(model_dir), entry), os.path.join(tree_dir, entry))
+        tree_config = json.loads(json.dumps(config))
+        tree_config["a2d"]["decoding"].update(remasking="tree", tree_width=3, commit="fused")
+        with open(os.path.join(tree_dir, "config.json"), "w") as fh:
+            json.dump(tree_config, fh, indent=1)
+        summary["trained_tree"] = compare_backends(lib, tree_dir, commit, window, prompts, config["vocab_size"], 64,
+                                                   f"{name} tree3@0", threshold=0.0)
 
 
 # ---------------------------------------------------------------- the 2B shape

@@ -129,6 +129,8 @@ function checkTokenIds(param: string, ids: unknown, vocabSize: number): Int32Arr
 const MAX_SEED = (1n << 64n) - 1n;
 /** Rows one forward of the CUDA backend runs (engine/cuda/step_state.cuh, kMaxRows). */
 const CUDA_MAX_WINDOW = 64;
+/** Rows of a tree window at most, on every device (one bit each in the layout's visibility sets). */
+const MAX_TREE_WINDOW = 64;
 
 function checkSeed(value: bigint | number | undefined): bigint {
   if (value === undefined) return 0n;
@@ -146,16 +148,22 @@ function nativeParams(request: GenerateRequest, info: ModelInfo): NativeParams {
   if (typeof p !== "object" || p === null) throw new InvalidDecodeParamError("params", "must be an object");
   const d = info.decoding;
   const blockSize = checkInteger("blockSize", p.blockSize ?? d.blockSize, 1, 64);
-  const remasking = checkChoice("remasking", p.remasking ?? d.remasking, ["low_confidence", "random", "leftmost", "verify"] as const);
+  const remasking = checkChoice("remasking", p.remasking ?? d.remasking, ["low_confidence", "random", "leftmost", "verify", "tree"] as const);
   const commit = checkChoice("commit", p.commit ?? d.commit, ["fused", "separate"] as const);
-  if (remasking === "verify" && !info.shiftLogits) {
-    throw new InvalidDecodeParamError("remasking", "'verify' needs a model with shifted logits (the row of a token predicts the next position); this one predicts each position from its own row");
+  const treeWidth = checkInteger("treeWidth", p.treeWidth ?? d.treeWidth, 1, 8);
+  const confirming = remasking === "verify" || remasking === "tree";
+  if (confirming && !info.shiftLogits) {
+    throw new InvalidDecodeParamError("remasking", `'${remasking}' needs a model with shifted logits (the row of a token predicts the next position); this one predicts each position from its own row`);
   }
   if (remasking === "verify" && info.device === "cuda" && 2 * blockSize - 1 > CUDA_MAX_WINDOW) {
     throw new InvalidDecodeParamError("blockSize", `must be at most ${(CUDA_MAX_WINDOW + 1) / 2} with remasking 'verify' on the CUDA engine (its windows reach 2 x block_size - 1 positions; one forward runs at most ${CUDA_MAX_WINDOW})`);
   }
-  if (remasking === "verify" && commit !== "fused") {
-    throw new InvalidDecodeParamError("commit", "must be 'fused' with remasking 'verify' (confirmed tokens are committed in the next window's forward)");
+  const treeRows = treeWidth * (blockSize - 1) + blockSize * (treeWidth * (blockSize - 1) + 1);
+  if (remasking === "tree" && treeRows > MAX_TREE_WINDOW) {
+    throw new InvalidDecodeParamError("treeWidth", `${treeWidth} at block size ${blockSize} needs windows of ${treeRows} rows, more than a tree window's ${MAX_TREE_WINDOW}; lower treeWidth or blockSize (docs/decoding.md, "Tree")`);
+  }
+  if (confirming && commit !== "fused") {
+    throw new InvalidDecodeParamError("commit", `must be 'fused' with remasking '${remasking}' (confirmed tokens are committed in the next window's forward)`);
   }
   return {
     maxTokens: checkInteger("maxTokens", p.maxTokens, 0, Number.MAX_SAFE_INTEGER),
@@ -168,6 +176,7 @@ function nativeParams(request: GenerateRequest, info: ModelInfo): NativeParams {
     topP: checkNumber("topP", p.topP ?? d.topP, 0, 1, true),
     remasking,
     commit,
+    treeWidth,
     seed: checkSeed(p.seed),
     eosTokenIds: Array.from(checkTokenIds("eosTokenIds", p.eosTokenIds ?? info.eosTokenIds, info.vocabSize)),
     trace: p.trace === true,

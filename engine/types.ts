@@ -3,7 +3,7 @@
 // Decoding parameters and their exact meaning: docs/decoding.md. Model folder: docs/model-format.md.
 
 export type Device = "cpu" | "cuda";
-export type Remasking = "low_confidence" | "random" | "leftmost" | "verify";
+export type Remasking = "low_confidence" | "random" | "leftmost" | "verify" | "tree";
 export type CommitPolicy = "fused" | "separate";
 export type FinishReason = "stop" | "length" | "cancelled";
 
@@ -26,6 +26,8 @@ export interface DecodingDefaults {
   topP: number;
   remasking: Remasking;
   commit: CommitPolicy;
+  /** remasking "tree": guesses for the first position (docs/decoding.md, "Tree"). */
+  treeWidth: number;
 }
 
 export interface ModelInfo {
@@ -57,6 +59,8 @@ export interface DecodeParams {
   topP?: number;
   remasking?: Remasking;
   commit?: CommitPolicy;
+  /** remasking "tree": guesses for the first position, 1..8. */
+  treeWidth?: number;
   /** Unsigned 64-bit seed, as a bigint or a safe integer. */
   seed?: bigint | number;
   eosTokenIds?: number[];
@@ -76,8 +80,11 @@ export interface TraceStep {
   step: number;
   candidates: number[];
   revealed: Array<[position: number, token: number, confidence: number]>;
-  /** remasking "verify": the drafts this forward made, positions relative to the next window. */
-  drafts?: Array<[position: number, token: number, confidence: number]>;
+  /**
+   * remasking "verify": the drafts this forward made, positions relative to the next window; "tree":
+   * [branch, depth, token, confidence] each.
+   */
+  drafts?: Array<[position: number, token: number, confidence: number] | [branch: number, depth: number, token: number, confidence: number]>;
 }
 
 export interface GenerateResult {

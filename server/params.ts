@@ -60,6 +60,7 @@ export function resolveParams(body: SamplingRequest, info: ModelInfo, promptToke
   params.steps = body.steps ?? Math.min(info.decoding.steps, blockSize);
   if (body.remasking !== undefined) params.remasking = body.remasking as DecodeParams["remasking"];
   if (body.commit !== undefined) params.commit = body.commit as DecodeParams["commit"];
+  if (body.tree_width !== undefined) params.treeWidth = body.tree_width;
   if (body.ignore_eos === true) params.eosTokenIds = [];
   // Signed 64-bit seeds map onto a2d's unsigned RNG seed by their two's complement bits. Without a seed,
   // sampling is fresh per request, as OpenAI's is (the CLI's fixed default is for reproducing the reference).

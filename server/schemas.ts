@@ -52,8 +52,9 @@ const Sampling = {
   threshold: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
   min_per_step: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
   steps: Type.Optional(Type.Integer({ minimum: 0, maximum: 64 })),
-  remasking: Type.Optional(Type.Enum(["low_confidence", "random", "leftmost", "verify"])),
+  remasking: Type.Optional(Type.Enum(["low_confidence", "random", "leftmost", "verify", "tree"])),
   commit: Type.Optional(Type.Enum(["fused", "separate"])),
+  tree_width: Type.Optional(Type.Integer({ minimum: 1, maximum: 8 })),
   // As in vLLM: generate max_tokens whatever the model says, for throughput measurements.
   ignore_eos: Type.Optional(Type.Boolean()),
 };

@@ -20,6 +20,7 @@ interface GenerateOptions {
   steps?: number;
   remasking?: DecodeParams["remasking"];
   commit?: DecodeParams["commit"];
+  treeWidth?: number;
   temperature?: number;
   topP?: number;
   seed: bigint;
@@ -42,7 +43,8 @@ export function register(program: Command): void {
     .option("--threshold <t>", "reveal every candidate whose confidence is above this", numberIn("--threshold", 0, 1))
     .option("--min-per-step <k>", "reveal at least this many tokens per step", integerIn("--min-per-step", 1, 64))
     .option("--steps <s>", "linear top-k schedule over this many steps per block (0: off)", integerIn("--steps", 0, 64))
-    .addOption(new Option("--remasking <r>", "candidate priority, or verify (docs/decoding.md)").choices(["low_confidence", "random", "leftmost", "verify"]))
+    .addOption(new Option("--remasking <r>", "candidate priority, or verify / tree (docs/decoding.md)").choices(["low_confidence", "random", "leftmost", "verify", "tree"]))
+    .option("--tree-width <n>", "guesses for the first position with --remasking tree", integerIn("--tree-width", 1, 8))
     .addOption(new Option("--commit <c>", "commit policy").choices(["fused", "separate"]))
     .option("--temperature <x>", "0: greedy", numberIn("--temperature", 0, 2))
     .option("--top-p <p>", "nucleus sampling mass", numberIn("--top-p", Number.MIN_VALUE, 1))
@@ -91,6 +93,7 @@ async function generate(options: GenerateOptions): Promise<string> {
     if (options.steps !== undefined) params.steps = options.steps;
     if (options.remasking !== undefined) params.remasking = options.remasking;
     if (options.commit !== undefined) params.commit = options.commit;
+    if (options.treeWidth !== undefined) params.treeWidth = options.treeWidth;
     if (options.temperature !== undefined) params.temperature = options.temperature;
     if (options.topP !== undefined) params.topP = options.topP;
     if (options.trace) params.trace = true;

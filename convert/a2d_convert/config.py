@@ -144,7 +144,7 @@ class ModelConfig:
         )
 
 
-REMASKING = ("low_confidence", "random", "leftmost", "verify")
+REMASKING = ("low_confidence", "random", "leftmost", "verify", "tree")
 COMMIT = ("fused", "separate")
 
 
@@ -157,6 +157,7 @@ class DecodingDefaults:
     top_p: float = 1.0
     remasking: str = "low_confidence"
     commit: str = "fused"
+    tree_width: int = 1
 
 
 def add_decoding_flags(parser) -> None:
@@ -168,6 +169,7 @@ def add_decoding_flags(parser) -> None:
     parser.add_argument("--top-p", type=float)
     parser.add_argument("--remasking", choices=REMASKING)
     parser.add_argument("--commit", choices=COMMIT)
+    parser.add_argument("--tree-width", type=int, help="guesses for the first position with --remasking tree")
 
 
 def decoding_flags(args) -> dict:
@@ -211,6 +213,8 @@ class A2DSection:
                 "commit": self.decoding.commit,
             },
         }
+        if self.decoding.remasking == "tree":  # written only where it applies: other models' files stay as they were
+            out["decoding"]["tree_width"] = self.decoding.tree_width
         if self.mask_rank:
             out["mask_adapter"] = {"rank": self.mask_rank, "targets": list(self.mask_targets)}
         return out
@@ -257,8 +261,10 @@ class A2DSection:
         DecodeParams.from_defaults(decoding, block_size=block_size, max_tokens=0, eos_token_ids=eos).validate(
             f"{where}decoding"
         )
-        if decoding.remasking == "verify" and (not raw["shift_logits"] or decoding.commit != "fused"):
-            raise A2DError(f"{where}decoding: remasking 'verify' needs shift_logits true and commit 'fused'; fix config.json")
+        if decoding.remasking in ("verify", "tree") and (not raw["shift_logits"] or decoding.commit != "fused"):
+            raise A2DError(
+                f"{where}decoding: remasking {decoding.remasking!r} needs shift_logits true and commit 'fused'; fix config.json"
+            )
         mask_rank, mask_targets = parse_mask_adapter(raw.get("mask_adapter"), where)
         return A2DSection(
             mask_token_id=mask_token_id,

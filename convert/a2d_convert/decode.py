@@ -27,9 +27,21 @@ from .config import COMMIT, REMASKING, DecodingDefaults
 from .errors import A2DError
 from .rng import MASK64, SplitMix64
 
-# (commit_ids, window_ids, rows) -> fp32 logits [len(rows), vocab]; rows index commit ++ window. The
-# function owns the KV cache: after the call it holds the commit tokens too (the window is scratch).
-ForwardFn = Callable[[Sequence[int], Sequence[int], Sequence[int]], Any]
+# (commit_ids, window_ids, rows[, layout]) -> fp32 logits [len(rows), vocab]; rows index commit ++ window.
+# The function owns the KV cache: after the call it holds the commit tokens too (the window is scratch).
+# Without a layout the window rows sit at consecutive positions after the commit rows and attend by the
+# block rule (model.block_causal_mask); with one (remasking "tree"), as the layout says.
+ForwardFn = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class WindowLayout:
+    """Where each window row sits and what it sees (docs/decoding.md, "Tree"): window row i is at position
+    cached + C + offsets[i] and attends to every cached and commit position and to the window rows j whose
+    bit j is set in visible[i]."""
+
+    offsets: tuple[int, ...]
+    visible: tuple[int, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +81,10 @@ class DecodeParams(DecodingDefaults):
             ("top_p", number(self.top_p) and 0 < self.top_p <= 1, "in (0, 1]"),
             ("remasking", self.remasking in REMASKING, f"one of {', '.join(REMASKING)}"),
             ("commit", self.commit in COMMIT, f"one of {', '.join(COMMIT)}"),
+            ("tree_width", integer(self.tree_width) and 1 <= self.tree_width <= 8, "in 1..8"),
+            ("tree_width", self.remasking != "tree" or tree_window_rows(self.block_size, self.tree_width) <= 64,
+             f"small enough for a window of at most 64 rows at block size {self.block_size} "
+             f"(tree_width W needs W(B-1) + B(W(B-1) + 1) rows; docs/decoding.md, \"Tree\")"),
             ("seed", integer(self.seed) and 0 <= self.seed <= MASK64, "in 0..2^64-1"),
             ("eos_token_ids", all(integer(t) and t >= 0 for t in self.eos_token_ids), "a list of token ids"),
         ]
@@ -149,6 +165,8 @@ def decode_steps(
         raise A2DError("the prompt is empty; it must hold at least one token")
     if params.remasking == "verify":
         return (yield from _verify_steps(prompt_ids, params, mask_token_id=mask_token_id, shift_logits=shift_logits, trace=trace))
+    if params.remasking == "tree":
+        return (yield from _tree_steps(prompt_ids, params, mask_token_id=mask_token_id, shift_logits=shift_logits, trace=trace))
     B, eos = params.block_size, set(params.eos_token_ids)
     rng = SplitMix64(params.seed)
     steps_log: list[dict] | None = [] if trace else None
@@ -239,10 +257,7 @@ def _verify_steps(
     every draft that reading chooses too, replaces the first one it does not with its own choice, and
     drops the drafts after it. When every draft held, the reading of the first masked position is kept as
     well, and the masked rows after it draft the next B-1 positions (greedy, while confidence > threshold)."""
-    if not shift_logits:
-        raise A2DError("remasking 'verify' needs a model with shift_logits (the row of a token predicts the next position)")
-    if params.commit != "fused":
-        raise A2DError("remasking 'verify' commits the confirmed tokens in the next window's forward; use commit 'fused'")
+    _check_confirming(params, shift_logits)
     B, eos = params.block_size, set(params.eos_token_ids)
     rng = SplitMix64(params.seed)
     steps_log: list[dict] | None = [] if trace else None
@@ -292,6 +307,146 @@ def _verify_steps(
         completion += [token for _, token, _ in confirmed]
         pending = [token for _, token, _ in confirmed]
         drafts = [token for _, token, _ in new_drafts]
+        if stop:
+            finish = "stop"
+            break
+    return DecodeResult(
+        token_ids=completion,
+        finish_reason=finish,
+        prompt_tokens=len(prompt_ids),
+        forward_passes=forwards,
+        ms=0.0,
+        trace=steps_log,
+    )
+
+
+def _check_confirming(params: DecodeParams, shift_logits: bool) -> None:
+    """What verify and tree need: a token's row reads the next position, and commits ride the next window."""
+    if not shift_logits:
+        raise A2DError(f"remasking {params.remasking!r} needs a model with shift_logits (the row of a token predicts the next position)")
+    if params.commit != "fused":
+        raise A2DError(f"remasking {params.remasking!r} commits the confirmed tokens in the next window's forward; use commit 'fused'")
+
+
+def top_tokens(row: np.ndarray, mask_token_id: int, k: int) -> list[tuple[int, float]]:
+    """The k greedy choices of a logits row: (token, confidence) by confidence descending, ties to the lower
+    id; the first is choose_token's at temperature 0, with the same confidence."""
+    logits = np.array(row, dtype=np.float64)
+    logits[mask_token_id] = -np.inf
+    order = np.lexsort((np.arange(logits.size), -logits))[:k]
+    top = logits[order[0]]
+    total = np.cumsum(np.exp(logits - top))[-1]
+    return [(int(t), float(np.exp(logits[t] - top) / total)) for t in order]
+
+
+def tree_window_rows(block: int, width: int) -> int:
+    """Rows of the largest tree window: width x (block-1) nodes, and a group of `block` masks for the root
+    and for each node."""
+    nodes = width * (block - 1)
+    return nodes + block * (nodes + 1)
+
+
+def tree_window(branches: Sequence[Sequence[int]], block: int, mask_token_id: int) -> tuple[list[int], WindowLayout, list[int], list[int]]:
+    """The window of one tree forward (docs/decoding.md, "Tree"): (window ids, layout, each node's parent
+    node or -1, each group's first window row). Nodes come branch after branch, then one group of `block`
+    masks for the root and for every node, in that order."""
+    ids: list[int] = []
+    offsets: list[int] = []
+    visible: list[int] = []
+    parents: list[int] = []
+    depths: list[int] = []
+    for branch in branches:
+        parent = -1
+        for depth, token in enumerate(branch, start=1):
+            row = len(ids)
+            ids.append(token)
+            offsets.append(depth - 1)
+            visible.append((visible[parent] if parent >= 0 else 0) | (1 << row))
+            parents.append(parent)
+            depths.append(depth)
+            parent = row
+    group_rows: list[int] = []
+    for owner in [-1, *range(len(parents))]:
+        first = len(ids)
+        group_rows.append(first)
+        seen = (visible[owner] if owner >= 0 else 0) | (((1 << block) - 1) << first)
+        start = depths[owner] if owner >= 0 else 0
+        ids += [mask_token_id] * block
+        offsets += range(start, start + block)
+        visible += [seen] * block
+    return ids, WindowLayout(tuple(offsets), tuple(visible)), parents, group_rows
+
+
+def _tree_steps(
+    prompt_ids: Sequence[int],
+    params: DecodeParams,
+    *,
+    mask_token_id: int,
+    shift_logits: bool,
+    trace: bool,
+) -> Generator[tuple[list[int], list[int], list[int], WindowLayout], Any, DecodeResult]:
+    """`remasking: tree` (docs/decoding.md, "Tree"): verify with `tree_width` guesses for the first
+    position and a group of masks after every draft, so that every forward ends with drafts."""
+    _check_confirming(params, shift_logits)
+    B, W, eos = params.block_size, params.tree_width, set(params.eos_token_ids)
+    rng = SplitMix64(params.seed)
+    steps_log: list[dict] | None = [] if trace else None
+    completion: list[int] = []
+    branches: list[list[int]] = []
+    pending = list(prompt_ids)
+    forwards = 0
+    finish = "length"
+
+    while len(completion) < params.max_tokens:
+        left = params.max_tokens - len(completion)
+        branches = [b[: left - 1] for b in branches if left > 1 and b]
+        window, layout, parents, group_rows = tree_window(branches, B, mask_token_id)
+        C, N = len(pending), len(parents)
+        reading_rows = [C - 1] + [C + n for n in range(N)]
+        guess_rows = [C + first + j for first in group_rows for j in range(B - 1)]
+        logits = _to_numpy((yield (list(pending), window, reading_rows + guess_rows, layout)))
+        forwards += 1
+
+        readings = [choose_token(logits[i], mask_token_id, params.temperature, params.top_p, rng) for i in range(N + 1)]
+        confirmed: list[list] = []
+        stop = False
+        current = -1  # the root
+        while True:
+            token, confidence = readings[current + 1]
+            if token in eos:
+                stop = True
+                break
+            confirmed.append([len(confirmed), token, confidence])
+            child = next((n for n in range(N) if parents[n] == current and window[n] == token), None)
+            if child is None:
+                break
+            current = child
+        new_branches: list[list[list]] = []
+        if not stop:
+            base = N + 1 + (current + 1) * (B - 1)  # the current node's group: its guesses' logits rows
+            chain: list[list] = []
+            for j in range(1, B - 1):
+                token, confidence = choose_token(logits[base + j], mask_token_id, 0.0, 1.0, rng)
+                if confidence <= params.threshold:
+                    break
+                chain.append([j + 1, token, confidence])
+                if token in eos:
+                    break
+            firsts = [t for t in top_tokens(logits[base], mask_token_id, W) if t[1] > params.threshold] if B > 1 else []
+            for b, (token, confidence) in enumerate(firsts):
+                new_branches.append([[b, 1, token, confidence]] + ([] if token in eos else [[b, *c] for c in chain]))
+        if steps_log is not None:
+            steps_log.append({
+                "forward": forwards - 1,
+                "block_start": len(prompt_ids) + len(completion),
+                "step": 0,
+                "candidates": list(range(N + 1)),
+                "revealed": confirmed,
+                "drafts": [d for branch in new_branches for d in branch],
+            })
+        completion += [token for _, token, _ in confirmed]
+        pending = [token for _, token, _ in confirmed]
+        branches = [[token for _, _, token, _ in branch] for branch in new_branches]
         if stop:
             finish = "stop"
             break

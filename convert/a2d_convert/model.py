@@ -201,6 +201,13 @@ def block_causal_mask(cached: int, commit: int, window: int, device=None, reveal
     return mask
 
 
+def layout_mask(layout, device=None) -> torch.Tensor:
+    """[W, W] bool of a decode.WindowLayout: window row i sees window row j when bit j of visible[i] is set."""
+    W = len(layout.visible)
+    bits = torch.tensor([[(v >> j) & 1 for j in range(W)] for v in layout.visible], dtype=torch.bool)
+    return bits.to(device)
+
+
 class BlockForward:
     """The decoder's ForwardFn over a Transformer: (commit, window, rows) -> fp32 logits rows, with a KV cache."""
 
@@ -210,13 +217,19 @@ class BlockForward:
         self.device = next(model.parameters()).device
 
     @torch.no_grad()
-    def __call__(self, commit_ids: Sequence[int], window_ids: Sequence[int], rows: Sequence[int]) -> torch.Tensor:
+    def __call__(self, commit_ids: Sequence[int], window_ids: Sequence[int], rows: Sequence[int], layout=None) -> torch.Tensor:
         n, C, W = self.cache.length, len(commit_ids), len(window_ids)
         ids = torch.tensor([list(commit_ids) + list(window_ids)], dtype=torch.long, device=self.device)
         positions = torch.arange(n, n + C + W, device=self.device)[None]
-        token = self.model.mask_rows_token
-        revealed = None if token is None else [t != token for t in window_ids]
-        mask = block_causal_mask(n, C, W, self.device, revealed)[None]
+        if layout is None:
+            token = self.model.mask_rows_token
+            revealed = None if token is None else [t != token for t in window_ids]
+            mask = block_causal_mask(n, C, W, self.device, revealed)[None]
+        else:
+            positions[0, C:] = n + C + torch.tensor(layout.offsets, dtype=torch.long, device=self.device)
+            mask = block_causal_mask(n, C, W, self.device)
+            mask[C:, n + C :] = layout_mask(layout, self.device)
+            mask = mask[None]
         hidden, new_kv = self.model(ids, positions, mask, self.cache)
         self.cache.append(new_kv, C)
         return self.model.logits(hidden[0, list(rows)]).float()
@@ -274,18 +287,20 @@ class BatchBlockForward:
         C = np.zeros(R, dtype=np.int64)
         W = np.zeros(R, dtype=np.int64)
         for i in active:
-            commit, window, _ = requests[i]
+            commit, window = requests[i][:2]
             C[self.row_of[i]], W[self.row_of[i]] = len(commit), len(window)
         Cm, Wm = int(C.max()), int(W.max())
         T = Cm + Wm
         ids = np.full((R, T), self.pad_id, dtype=np.int64)
         positions = np.zeros((R, T), dtype=np.int64)
         for i in active:
-            commit, window, _ = requests[i]
+            commit, window = requests[i][:2]
             r, c, w = self.row_of[i], len(commit), len(window)
             ids[r, :c], ids[r, Cm : Cm + w] = commit, window
             positions[r, :c] = self.lengths[r] + np.arange(c)
-            positions[r, Cm : Cm + w] = self.lengths[r] + c + np.arange(w)
+            layout = requests[i][3] if len(requests[i]) > 3 else None
+            offsets = np.arange(w) if layout is None else np.asarray(layout.offsets)
+            positions[r, Cm : Cm + w] = self.lengths[r] + c + offsets
         q = np.arange(T)
         commit_q = q[None, :] < C[:, None]  # [R, T]: query (and key) slot t is a real commit token
         window_q = (q[None, :] >= Cm) & (q[None, :] - Cm < W[:, None])
@@ -303,6 +318,10 @@ class BatchBlockForward:
             revealed_q = window_q & ~masked_q
             new |= masked_q[:, :, None] & real[:, None, :]
             new |= revealed_q[:, :, None] & (commit_q[:, None, :] | (revealed_q[:, None, :] & causal[None]))
+        for i in active:  # a tree window: its own rule among its window rows
+            if len(requests[i]) > 3 and requests[i][3] is not None:
+                r, w = self.row_of[i], len(requests[i][1])
+                new[r, Cm : Cm + w, Cm : Cm + w] = layout_mask(requests[i][3]).numpy()
         new |= ~real[:, :, None] & np.eye(T, dtype=bool)[None]  # pads: themselves only
         hidden, new_kv = self.model(
             torch.from_numpy(ids).to(self.device),
@@ -316,7 +335,7 @@ class BatchBlockForward:
         self.forwards += 1
         pick_rows, pick_slots, counts = [], [], []
         for i in active:
-            commit, _, wanted = requests[i]
+            commit, _, wanted = requests[i][:3]
             c = len(commit)
             pick_rows += [self.row_of[i]] * len(wanted)
             pick_slots += [j if j < c else Cm + j - c for j in wanted]

@@ -38,16 +38,18 @@ def params_grid(a2d, n: int, eos: int) -> list[DecodeParams]:
         {"threshold": 0.5, "max_tokens": 0},
         {"threshold": 0.5, "max_tokens": 7},
     ]
-    # The last four sequences (models with shifted logits): verify, whose windows (drafts, then B masks)
-    # change length every forward.
-    verify = [
+    # The last eight sequences (models with shifted logits): verify, whose windows (drafts, then B masks)
+    # change length every forward, and tree, whose rows also sit at their own positions.
+    confirming = [
         {"threshold": 0.0, "remasking": "verify"},
         {"threshold": 0.3, "remasking": "verify", "temperature": 0.8, "seed": 3, "eos_token_ids": (eos,)},
+        {"threshold": 0.0, "remasking": "tree", "tree_width": 3},
+        {"threshold": 0.1, "remasking": "tree", "tree_width": 2, "temperature": 0.8, "seed": 4, "eos_token_ids": (eos,)},
     ]
     out = []
     for i in range(n):
-        last = a2d.shift_logits and i >= n - 4
-        v = {"max_tokens": 17, "eos_token_ids": (), **(verify[i % 2] if last else variants[i % len(variants)])}
+        last = a2d.shift_logits and i >= n - 8
+        v = {"max_tokens": 17, "eos_token_ids": (), **(confirming[i % 4] if last else variants[i % len(variants)])}
         max_tokens, eos_ids = v.pop("max_tokens"), v.pop("eos_token_ids")
         out.append(DecodeParams.from_defaults(a2d.decoding, block_size=a2d.block_size, max_tokens=max_tokens, eos_token_ids=eos_ids, **v))
     return out

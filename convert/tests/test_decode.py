@@ -318,3 +318,113 @@ def test_a_config_whose_default_is_verify_needs_shifted_logits_and_fused_commits
         (folder / "config.json").write_text(json.dumps(config))
         with pytest.raises(A2DError, match=wanted):
             load_config(folder)
+
+
+def spread(probs: dict[int, float]) -> list[float]:
+    """Probabilities with the given tokens at theirs and the rest spread evenly over the other non-mask ids."""
+    rest = (1 - sum(probs.values())) / (V - 1 - len(probs))
+    return [probs.get(i, 0.0 if i == MASK else rest) for i in range(V)]
+
+
+class TreeSuccessor:
+    """Successor for tree windows: a real token's row predicts succ(t) at 0.9; a mask row at absolute
+    position q predicts q+1 from `guesses` (position -> {token: probability}). Rows sit where the layout
+    puts them, so a guess read from the wrong group comes from the wrong position."""
+
+    def __init__(self, guesses: dict[int, dict[int, float]]) -> None:
+        self.guesses, self.cached, self.calls = guesses, [], []
+
+    def __call__(self, commit, window, rows, layout=None):
+        self.calls.append((list(commit), list(window), list(rows), layout))
+        start = len(self.cached)
+        self.cached += list(commit)
+        C = len(commit)
+        offsets = layout.offsets if layout is not None else range(len(window))
+        position = [start + r for r in range(C)] + [start + C + o for o in offsets]
+        tokens = list(commit) + list(window)
+        out = []
+        for r in rows:
+            token = tokens[r]
+            probs = peaked(token % 5 + 1, 0.9) if token != MASK else spread(self.guesses.get(position[r] + 1, {1: 0.1}))
+            out.append([math.log(x) if x > 0 else -np.inf for x in probs])
+        return np.array(out, dtype=np.float32)
+
+
+def tree_run(guesses, **kw):
+    params = DecodeParams(**{"max_tokens": 8, "block_size": 3, "threshold": 0.2, "remasking": "tree", "tree_width": 2, "eos_token_ids": (6,), **kw})
+    fn = TreeSuccessor(guesses)
+    return decode(fn, PROMPT, params, mask_token_id=MASK, shift_logits=True, trace=True), fn
+
+
+def test_tree_walks_the_branch_the_reading_chooses_and_drafts_from_the_group_where_it_stops():
+    # The exact stream after the prompt 1 2 3 (positions 0-2) is 4 5 1 2 3 4 5 1 (positions 3-10).
+    result, fn = tree_run({4: {5: 0.6, 2: 0.3}, 5: {1: 0.7}, 7: {3: 0.8}, 8: {5: 0.9}, 9: {5: 0.9}, 10: {1: 0.9}})
+    assert result.token_ids == [4, 5, 1, 2, 3, 4, 5, 1] and result.finish_reason == "length"
+    M = MASK
+    (c1, w1, r1, l1), (c2, w2, r2, l2), (c3, w3, r3, l3), (c4, w4, r4, l4) = fn.calls
+    # 1: no drafts: the root's group only; position 3 read exactly (4), positions 4 and 5 guessed.
+    assert (c1, w1, r1) == ([1, 2, 3], [M, M, M], [2, 3, 4]) and l1.offsets == (0, 1, 2) and l1.visible == (7, 7, 7)
+    # 2: branches 5 1 and 2 1, then the groups of the root, 5, 1, 2 and 1. The reading takes 5, then 1,
+    # then reads 2 after the branch's end.
+    assert (c2, w2) == ([4], [5, 1, 2, 1] + [M] * 15)
+    assert l2.offsets == (0, 1, 0, 1, 0, 1, 2, 1, 2, 3, 2, 3, 4, 1, 2, 3, 2, 3, 4)
+    assert l2.visible == (1, 3, 4, 12) + (7 << 4,) * 3 + (1 | 7 << 7,) * 3 + (3 | 7 << 10,) * 3 + (4 | 7 << 13,) * 3 + (12 | 7 << 16,) * 3
+    assert r2 == [0, 1, 2, 3, 4, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]
+    # 3: the group after the second 1 (positions 6-8) guessed 3 5 for positions 7-8: 3 holds, 5 does not.
+    assert (c3, w3, r3) == ([5, 1, 2], [3, 5] + [M] * 9, [2, 3, 4, 5, 6, 8, 9, 11, 12])
+    # 4: the group after 3 guessed 5 1 for positions 9-10; one token left after 5, so the branch is cut to 5.
+    assert (c4, w4, r4) == ([3, 4], [5] + [M] * 6, [1, 2, 3, 4, 6, 7])
+    assert [[(j, t) for j, t, _ in s["revealed"]] for s in result.trace] == [[(0, 4)], [(0, 5), (1, 1), (2, 2)], [(0, 3), (1, 4)], [(0, 5), (1, 1)]]
+    assert [[tuple(d[:3]) for d in s["drafts"]] for s in result.trace] == [
+        [(0, 1, 5), (0, 2, 1), (1, 1, 2), (1, 2, 1)], [(0, 1, 3), (0, 2, 5)], [(0, 1, 5), (0, 2, 1)], [],
+    ]
+    assert [s["block_start"] for s in result.trace] == [3, 4, 7, 9]
+    assert result.forward_passes == 4
+
+
+def test_tree_output_does_not_depend_on_the_guesses():
+    exact = [(p + 3) % 5 + 1 for p in range(24)]  # positions 3.. : 4 5 1 2 3 ...
+    runs = {
+        "none": tree_run({}, max_tokens=12)[0],
+        "right": tree_run({p + 3: {exact[p]: 0.99} for p in range(24)}, max_tokens=12)[0],
+        "second": tree_run({p + 3: {exact[p] % 5 + 1: 0.5, exact[p]: 0.4} for p in range(24)}, max_tokens=12)[0],
+        "wrong": tree_run({p + 3: {exact[p] % 5 + 1: 0.99} for p in range(24)}, max_tokens=12)[0],
+    }
+    for result in runs.values():
+        assert result.token_ids == exact[:12]
+    assert runs["none"].forward_passes == runs["wrong"].forward_passes == 12
+    # Right guesses confirm a whole branch and the reading after it: 3 tokens a forward after the first.
+    assert runs["right"].forward_passes == 5
+    # The second guess for the first position is the right one and holds; the chain after it does not.
+    assert runs["second"].forward_passes < 12
+
+
+def test_tree_stops_at_an_eos_and_checks_its_parameters():
+    result, _ = tree_run({}, max_tokens=8, eos_token_ids=(1,))
+    assert result.token_ids == [4, 5] and result.finish_reason == "stop"
+    with pytest.raises(A2DError, match="shift_logits"):
+        decode(TreeSuccessor({}), PROMPT, DecodeParams(max_tokens=4, remasking="tree"), mask_token_id=MASK, shift_logits=False)
+    with pytest.raises(A2DError, match="fused"):
+        decode(TreeSuccessor({}), PROMPT, DecodeParams(max_tokens=4, remasking="tree", commit="separate"), mask_token_id=MASK, shift_logits=True)
+    with pytest.raises(A2DError, match="tree_width"):
+        DecodeParams(max_tokens=4, remasking="tree", tree_width=9).validate()
+    with pytest.raises(A2DError, match="64 rows"):
+        DecodeParams(max_tokens=4, block_size=8, remasking="tree", tree_width=1).validate()
+    DecodeParams(max_tokens=4, block_size=4, remasking="tree", tree_width=4).validate()  # 12 + 4 x 13 = 64 rows
+
+
+def test_tree_on_a_mask_adapter_model_is_its_greedy_causal_stream(tiny_models, tmp_path):
+    """As verify: every confirmed token is a reading of real tokens only, so the stream is the causal one."""
+    import shutil
+
+    from a2d_convert.tiny import add_random_mask_adapter
+
+    model_dir = tmp_path / "adapter"
+    shutil.copytree(tiny_models("llama")[1], model_dir)
+    add_random_mask_adapter(model_dir, rank=4, seed=3)
+    model, _, a2d = load_transformer(model_dir)
+    causal = real_decode(model, a2d, PROMPT_IDS, block_size=1, max_tokens=24)
+    for width in (1, 3):
+        tree = real_decode(model, a2d, PROMPT_IDS, remasking="tree", tree_width=width, threshold=0.0, max_tokens=24)
+        assert tree.token_ids == causal.token_ids
+        assert tree.forward_passes <= causal.forward_passes

@@ -8,15 +8,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from a2d_convert.decode import DecodeParams, decode
+from a2d_convert.decode import DecodeParams, WindowLayout, decode, tree_window_rows
 from a2d_convert.errors import A2DError
 from a2d_convert.golden import CASES, write_golden
-from a2d_convert.model import BlockForward, block_causal_mask, load_transformer
+from a2d_convert.model import BlockForward, block_causal_mask, layout_mask, load_transformer
 from a2d_convert.prompts import load_prompt_codec
 
 # One case with shift_logits false and QK-norm, one whose mask row was appended (block size 2).
 SOME = ["qwen3_qknorm", "llama_appended_mask", "llama_mask_adapter"]
-PARAM_KEYS = {"max_tokens", "block_size", "threshold", "min_per_step", "steps", "temperature", "top_p", "remasking", "commit", "seed", "eos_token_ids"}
+PARAM_KEYS = {"max_tokens", "block_size", "threshold", "min_per_step", "steps", "temperature", "top_p", "remasking", "commit", "tree_width", "seed", "eos_token_ids"}
 
 
 @pytest.fixture(scope="module")
@@ -46,14 +46,20 @@ def test_layout_and_rng_vectors(golden):
     assert a2d.mask_token_id == cfg.vocab_size - 1  # no padding rows, so init appended the mask
 
 
-def cache_free_logits(model, cached, commit, window):
-    """All commit ++ window rows from one forward over the whole sequence, no KV cache involved."""
+def cache_free_logits(model, cached, commit, window, layout=None):
+    """All commit ++ window rows from one forward over the whole sequence, no KV cache involved; with a
+    tree layout, its window rows at their offsets, seeing what the layout says."""
     n = len(cached)
     ids = torch.tensor([cached + commit + window])
+    positions = torch.arange(ids.shape[1])
     token = model.mask_rows_token  # a mask adapter's model: its rule for the revealed window rows
-    mask = block_causal_mask(0, n + len(commit), len(window), revealed=None if token is None else [t != token for t in window])
+    start = n + len(commit)
+    mask = block_causal_mask(0, start, len(window), revealed=None if token is None or layout else [t != token for t in window])
+    if layout is not None:
+        positions[start:] = start + torch.tensor(layout.offsets)
+        mask[start:, start:] = layout_mask(layout)
     with torch.no_grad():
-        hidden, _ = model(ids, torch.arange(ids.shape[1])[None], mask[None])
+        hidden, _ = model(ids, positions[None], mask[None])
         return model.logits(hidden[0, n:])
 
 
@@ -62,15 +68,16 @@ def test_logits_match_a_cache_free_forward(golden, name):
     data, tensors = load_case(golden, name)
     model, cfg, a2d = load_transformer(golden / name / "model")
     B = a2d.block_size
-    prefill, cached = data["forwards"]
+    prefill, cached = data["forwards"][:2]
     assert tensors["prompt_ids"].dtype == torch.int32 and tensors["prompt_ids"].tolist() == prefill["commit_ids"]
     assert prefill["cached_ids"] == [] and prefill["window_ids"] == [a2d.mask_token_id] * B
     assert cached["cached_ids"] == prefill["commit_ids"] and a2d.mask_token_id in cached["window_ids"]
     assert len(cached["window_ids"]) == B and any(t != a2d.mask_token_id for t in cached["window_ids"])
     for f in data["forwards"]:
         got = tensors[f"logits_{f['name']}"]
-        assert got.dtype == torch.float32 and got.shape == (len(f["commit_ids"]) + B, cfg.vocab_size)
-        want = cache_free_logits(model, f["cached_ids"], f["commit_ids"], f["window_ids"])
+        assert got.dtype == torch.float32 and got.shape == (len(f["commit_ids"]) + len(f["window_ids"]), cfg.vocab_size)
+        layout = WindowLayout(tuple(f["window_offsets"]), tuple(f["window_visible"])) if "window_visible" in f else None
+        want = cache_free_logits(model, f["cached_ids"], f["commit_ids"], f["window_ids"], layout)
         assert ((got - want).abs().max() / want.abs().max()).item() <= 1e-5
 
 
@@ -82,7 +89,9 @@ def test_decode_runs_replay_exactly(golden, name):
     assert list(runs) == [
         "greedy_fused", "greedy_separate", "min_per_step_2", "steps_schedule", "max_tokens_odd", "eos_stop",
         "sample_top_p", "sample_full", "remask_random", "remask_leftmost", "threshold_low", "block_1", "block_4", "block_8",
-    ] + (["verify", "verify_sample"] if a2d.shift_logits else [])
+    ] + (["verify", "verify_sample"] if a2d.shift_logits else []) + (
+        ["tree", "tree_sample"] if a2d.shift_logits and tree_window_rows(a2d.block_size, 3) <= 64 else [])
+    assert [f["name"] for f in data["forwards"]] == ["prefill", "cached"] + (["tree"] if a2d.block_size > 1 else [])
     for run in data["decodes"]:
         assert set(run["params"]) == PARAM_KEYS
         params = DecodeParams(**{**run["params"], "eos_token_ids": tuple(run["params"]["eos_token_ids"])})
@@ -93,7 +102,7 @@ def test_decode_runs_replay_exactly(golden, name):
             assert [ours["forward"], ours["block_start"], ours["step"], list(ours["candidates"])] == [theirs["forward"], theirs["block_start"], theirs["step"], theirs["candidates"]]
             assert [[j, t] for j, t, _ in ours["revealed"]] == [[j, t] for j, t, _ in theirs["revealed"]]
             assert all(abs(c - c2) <= 1e-12 for (_, _, c), (_, _, c2) in zip(ours["revealed"], theirs["revealed"]))
-            assert [[j, t] for j, t, _ in ours.get("drafts", [])] == [[j, t] for j, t, _ in theirs.get("drafts", [])]
+            assert [list(d[:-1]) for d in ours.get("drafts", [])] == [d[:-1] for d in theirs.get("drafts", [])]
     greedy = runs["greedy_fused"]
     assert runs["greedy_separate"]["token_ids"] == greedy["token_ids"]
     assert runs["greedy_separate"]["forward_passes"] > greedy["forward_passes"]

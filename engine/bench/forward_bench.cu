@@ -345,6 +345,23 @@ int a2d_bench_backend_logits(const char* dir, const char* device, const int* com
   });
 }
 
+// The same with a window layout (remasking "tree"): one offset and one visibility bit set per window row.
+int a2d_bench_backend_logits_layout(const char* dir, const char* device, const int* commit, int n_commit,
+                                    const int* window, int n_window, const int* offsets,
+                                    const unsigned long long* visible, float* logits, char* error, int size) {
+  return guarded(error, size, [&] {
+    std::unique_ptr<a2d::Model> model = a2d::load_model(dir);
+    std::unique_ptr<a2d::Backend> backend = make_backend(*model, device);
+    a2d::ForwardArgs args;
+    args.commit.assign(commit, commit + n_commit);
+    args.window.assign(window, window + n_window);
+    args.window_offsets.assign(offsets, offsets + n_window);
+    args.window_visible.assign(visible, visible + n_window);
+    for (int r = 0; r < n_commit + n_window; ++r) args.logit_rows.push_back(r);
+    backend->forward(args, logits);
+  });
+}
+
 // A greedy generation with the model's default decoding and the given block size and threshold.
 int a2d_bench_backend_generate(const char* dir, const char* device, const int* prompt, int n_prompt, int max_tokens,
                                int block_size, double threshold, int* tokens, int* n_tokens, long long* forwards,

@@ -139,8 +139,9 @@ a2d::DecodeParams read_params(const Napi::Object& o) {
   p.temperature = number_field(o, "temperature");
   p.top_p = number_field(o, "topP");
   if (!a2d::parse_remasking(string_field(o, "remasking"), &p.remasking)) {
-    throw Napi::TypeError::New(env, "decode params: remasking must be 'low_confidence', 'random', 'leftmost' or 'verify'");
+    throw Napi::TypeError::New(env, "decode params: remasking must be 'low_confidence', 'random', 'leftmost', 'verify' or 'tree'");
   }
+  p.tree_width = static_cast<int>(number_field(o, "treeWidth"));
   const std::string commit = string_field(o, "commit");
   if (commit == "fused") {
     p.commit = a2d::CommitPolicy::fused;
@@ -204,7 +205,21 @@ Napi::Object result_object(Napi::Env env, const a2d::GenerateResult& r) {
     step.Set("step", s.step);
     step.Set("candidates", int_array(env, s.candidates));
     step.Set("revealed", revealed_array(env, s.revealed));
-    if (!s.drafts.empty()) step.Set("drafts", revealed_array(env, s.drafts));
+    if (!s.draft_branches.empty()) {
+      // remasking "tree": [[branch, depth, token, confidence], ...]
+      Napi::Array drafts = Napi::Array::New(env, s.drafts.size());
+      for (size_t k = 0; k < s.drafts.size(); ++k) {
+        Napi::Array entry = Napi::Array::New(env, 4);
+        entry.Set(0u, s.draft_branches[k]);
+        entry.Set(1u, s.drafts[k].j);
+        entry.Set(2u, s.drafts[k].token);
+        entry.Set(3u, s.drafts[k].confidence);
+        drafts.Set(k, entry);
+      }
+      step.Set("drafts", drafts);
+    } else if (!s.drafts.empty()) {
+      step.Set("drafts", revealed_array(env, s.drafts));
+    }
     trace.Set(i, step);
   }
   o.Set("trace", trace);
@@ -224,6 +239,7 @@ Napi::Object info_object(Napi::Env env, const a2d::Model& model, const a2d::Back
   decoding.Set("topP", d.top_p);
   decoding.Set("remasking", a2d::remasking_name(d.remasking));
   decoding.Set("commit", d.commit == a2d::CommitPolicy::separate ? "separate" : "fused");
+  decoding.Set("treeWidth", d.tree_width);
   Napi::Object info = Napi::Object::New(env);
   info.Set("architecture", c.architecture);
   info.Set("modelType", c.model_type);

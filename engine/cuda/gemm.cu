@@ -191,12 +191,12 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
       for (int e = rank; e < 8 * active_cols; e += team) {
         const int r = e % 8, t = e / 8;
         const int i = 8 * j + r;
-        const int position = cached + t;
+        const int position = p.state->positions[t];  // RoPE position; the k slot stays cached + t
         const float x1 = tile_sum[r][t], x2 = tile_sum[r + 8][t];
         const float2 cs = p.rope_table[static_cast<size_t>(position) * half + i];
         bf16* out = head < p.num_heads
                         ? p.q_out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim
-                        : p.k_cache + (static_cast<size_t>(head - p.num_heads) * p.max_context + position) * p.head_dim;
+                        : p.k_cache + (static_cast<size_t>(head - p.num_heads) * p.max_context + cached + t) * p.head_dim;
         out[i] = __float2bfloat16(x1 * cs.x - x2 * cs.y);
         out[i + half] = __float2bfloat16(x2 * cs.x + x1 * cs.y);
       }

@@ -24,7 +24,14 @@ struct ForwardArgs {
   // A row (one of logit_rows) whose logits the backend keeps as the *anchor* of the next block
   // (shift_logits: block position 0 is predicted from the last committed token). -1: keep the old one.
   int32_t anchor_row = -1;
+  // A window layout (remasking "tree", docs/decoding.md): both empty, or one entry per window row. Window
+  // row i then sits at position cached_len() + C + window_offsets[i] (its cache slot stays C + i) and
+  // attends to the cache, the commit rows and the window rows j whose bit j is set in window_visible[i].
+  std::vector<int32_t> window_offsets;
+  std::vector<uint64_t> window_visible;
+  bool has_layout() const { return !window_visible.empty(); }
 };
+
 
 // Where a candidate's logits come from.
 constexpr int32_t kAnchorLogits = -1;
@@ -85,7 +92,8 @@ class Backend {
   // Positions the KV cache can hold (prompt + completion + one window); forward throws beyond it.
   int64_t max_context() const { return max_context_; }
 
-  // The longest window one forward takes (remasking verify's windows reach 2 x block_size - 1).
+  // The longest window one forward takes (remasking verify's windows reach 2 x block_size - 1, tree's
+  // tree_window_rows).
   virtual int32_t max_window() const { return INT32_MAX; }
 
  protected:

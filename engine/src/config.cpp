@@ -201,7 +201,7 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
     if (p.top_p <= 0.0) d.fail("top_p", "must be in (0, 1]");
     const std::string remasking = d.string_or("remasking", "low_confidence");
     if (!parse_remasking(remasking, &p.remasking)) {
-      d.fail("remasking", "= '" + remasking + "'; use 'low_confidence', 'random', 'leftmost' or 'verify'");
+      d.fail("remasking", "= '" + remasking + "'; use 'low_confidence', 'random', 'leftmost', 'verify' or 'tree'");
     }
     const std::string commit = d.string_or("commit", "fused");
     if (commit == "fused") {
@@ -211,11 +211,17 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
     } else {
       d.fail("commit", "= '" + commit + "'; use 'fused' or 'separate'");
     }
-    if (p.remasking == Remasking::verify && !config.shift_logits) {
-      d.fail("remasking", "= 'verify' needs a2d.shift_logits true; use another remasking for this model");
+    p.tree_width = static_cast<int>(d.integer_or("tree_width", 1, 8, p.tree_width));
+    if (p.remasking == Remasking::tree && tree_window_rows(p.block_size, p.tree_width) > kMaxTreeWindow) {
+      d.fail("tree_width", "= " + std::to_string(p.tree_width) + " at block_size " + std::to_string(p.block_size) +
+                               " needs tree windows of more than 64 rows; lower it (docs/decoding.md, \"Tree\")");
     }
-    if (p.remasking == Remasking::verify && p.commit != CommitPolicy::fused) {
-      d.fail("commit", "must be 'fused' with remasking 'verify'");
+    if (confirms_by_reading(p.remasking) && !config.shift_logits) {
+      d.fail("remasking", std::string("= '") + remasking_name(p.remasking) +
+                              "' needs a2d.shift_logits true; use another remasking for this model");
+    }
+    if (confirms_by_reading(p.remasking) && p.commit != CommitPolicy::fused) {
+      d.fail("commit", std::string("must be 'fused' with remasking '") + remasking_name(p.remasking) + "'");
     }
     d.reject_unknown("see docs/decoding.md for the decoding parameters");
   } else {
@@ -361,12 +367,14 @@ const char* remasking_name(Remasking remasking) {
       return "leftmost";
     case Remasking::verify:
       return "verify";
+    case Remasking::tree:
+      return "tree";
   }
   return "?";
 }
 
 bool parse_remasking(const std::string& name, Remasking* out) {
-  for (Remasking r : {Remasking::low_confidence, Remasking::random, Remasking::leftmost, Remasking::verify}) {
+  for (Remasking r : {Remasking::low_confidence, Remasking::random, Remasking::leftmost, Remasking::verify, Remasking::tree}) {
     if (name == remasking_name(r)) {
       *out = r;
       return true;
@@ -384,11 +392,18 @@ void validate_decode_params(const DecodeParams& p, const ModelConfig& config) {
   if (!(p.temperature >= 0.0 && p.temperature <= 2.0)) bad("temperature must be in [0, 2]");
   if (!(p.top_p > 0.0 && p.top_p <= 1.0)) bad("top_p must be in (0, 1]");
   if (p.max_tokens < 0) bad("max_tokens must be >= 0");
-  if (p.remasking == Remasking::verify && !config.shift_logits) {
-    bad("remasking 'verify' needs a model with shift_logits (the row of a token predicts the next position)");
+  if (p.tree_width < 1 || p.tree_width > 8) bad("tree_width must be in 1..8");
+  if (p.remasking == Remasking::tree && tree_window_rows(p.block_size, p.tree_width) > kMaxTreeWindow) {
+    bad("tree_width " + std::to_string(p.tree_width) + " at block_size " + std::to_string(p.block_size) + " needs windows of " +
+        std::to_string(tree_window_rows(p.block_size, p.tree_width)) +
+        " rows, more than a tree window's 64; lower tree_width or block_size (docs/decoding.md, \"Tree\")");
   }
-  if (p.remasking == Remasking::verify && p.commit != CommitPolicy::fused) {
-    bad("remasking 'verify' commits the confirmed tokens in the next window's forward; use commit 'fused'");
+  const std::string name = std::string("remasking '") + remasking_name(p.remasking) + "'";
+  if (confirms_by_reading(p.remasking) && !config.shift_logits) {
+    bad(name + " needs a model with shift_logits (the row of a token predicts the next position)");
+  }
+  if (confirms_by_reading(p.remasking) && p.commit != CommitPolicy::fused) {
+    bad(name + " commits the confirmed tokens in the next window's forward; use commit 'fused'");
   }
   for (int32_t id : p.eos_token_ids) {
     if (id < 0 || id >= config.vocab_size) bad("eos_token_ids holds " + std::to_string(id) + ", outside the vocabulary");

@@ -8,7 +8,7 @@
 
 namespace a2d {
 
-enum class Remasking { low_confidence, random, leftmost, verify };
+enum class Remasking { low_confidence, random, leftmost, verify, tree };
 enum class CommitPolicy { fused, separate };
 
 // Decoding parameters of docs/decoding.md. The config's "a2d.decoding" section gives the defaults; a
@@ -22,6 +22,7 @@ struct DecodeParams {
   double top_p = 1.0;
   Remasking remasking = Remasking::low_confidence;
   CommitPolicy commit = CommitPolicy::fused;
+  int tree_width = 1;  // remasking tree: guesses for the first position (docs/decoding.md, "Tree")
   int64_t max_tokens = 0;
   uint64_t seed = 0;
   std::vector<int32_t> eos_token_ids;
@@ -66,10 +67,24 @@ extern const char* const kMaskAdapterTargets[7];
 // Reads and validates `dir/config.json`. Throws std::runtime_error naming the file, the field and the fix.
 ModelConfig read_config(const std::string& config_path);
 
-// The names docs/decoding.md gives the remasking rules: "low_confidence", "random", "leftmost", "verify".
+// The names docs/decoding.md gives the remasking rules: "low_confidence", "random", "leftmost", "verify",
+// "tree".
 const char* remasking_name(Remasking remasking);
 // false when `name` is none of them.
 bool parse_remasking(const std::string& name, Remasking* out);
+
+// Verify and tree confirm tokens by the model's reading (docs/decoding.md, "Verify").
+inline bool confirms_by_reading(Remasking remasking) {
+  return remasking == Remasking::verify || remasking == Remasking::tree;
+}
+
+// Rows of the largest tree window (docs/decoding.md, "Tree"): W(B-1) nodes and a group of B masks for the
+// root and each node. A tree window holds at most 64 rows (one bit each in ForwardArgs::window_visible).
+inline int64_t tree_window_rows(int64_t block_size, int64_t tree_width) {
+  const int64_t nodes = tree_width * (block_size - 1);
+  return nodes + block_size * (nodes + 1);
+}
+constexpr int64_t kMaxTreeWindow = 64;
 
 // Checks decoding parameters against the ranges of docs/decoding.md; throws naming the parameter.
 void validate_decode_params(const DecodeParams& params, const ModelConfig& config);

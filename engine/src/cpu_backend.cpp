@@ -79,6 +79,15 @@ class CpuBackend final : public Backend {
         revealed.push_back(masked ? 0 : 1);
       }
     }
+    const int64_t W = T - C;
+    if (args.has_layout() && (static_cast<int64_t>(args.window_visible.size()) != W ||
+                              static_cast<int64_t>(args.window_offsets.size()) != W || W > 64)) {
+      throw std::runtime_error("a window layout needs one offset and one bit set per window row, at most 64 rows");
+    }
+    positions_.resize(T);
+    for (int64_t r = 0; r < T; ++r) {
+      positions_[r] = args.has_layout() && r >= C ? n + C + args.window_offsets[r - C] : n + r;
+    }
     x_.resize(T * hidden);
     h_.resize(T * hidden);
     q_.resize(T * q_dim);
@@ -109,10 +118,11 @@ class CpuBackend final : public Backend {
         cpu::rmsnorm(q_.data(), T * c.num_heads, hd, V.q_norm.data(), c.rms_norm_eps, q_.data());
         cpu::rmsnorm(k, T * c.num_kv_heads, hd, V.k_norm.data(), c.rms_norm_eps, k);
       }
-      cpu::rope(q_.data(), T, q_dim, c.num_heads, c.head_dim, n, c.rope_theta);
-      cpu::rope(k, T, kv_dim, c.num_kv_heads, c.head_dim, n, c.rope_theta);
+      cpu::rope(q_.data(), T, q_dim, c.num_heads, c.head_dim, positions_.data(), c.rope_theta);
+      cpu::rope(k, T, kv_dim, c.num_kv_heads, c.head_dim, positions_.data(), c.rope_theta);
       cpu::attention(pool_, q_.data(), k_cache_[l].data(), v_cache_[l].data(), n, C, T, c.num_heads,
-                     c.num_kv_heads, c.head_dim, attn_.data(), adapter ? &revealed : nullptr);
+                     c.num_kv_heads, c.head_dim, attn_.data(), adapter ? &revealed : nullptr,
+                     args.has_layout() ? &args.window_visible : nullptr);
       cpu::matmul(pool_, attn_.data(), T, W.o, data_or_null(V.o_bias), h_.data());
       cpu::low_rank_add(pool_, attn_.data(), q_dim, masked_rows, W.o_ad, h_.data(), hidden);
       cpu::add(x_.data(), h_.data(), T * hidden);
@@ -145,6 +155,7 @@ class CpuBackend final : public Backend {
   std::vector<LayerVectors> layers_;
   std::vector<float> final_norm_;
   std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer [positions, kv_heads * head_dim]
+  std::vector<int64_t> positions_;  // per row of the forward: its RoPE position
   int64_t cached_ = 0;
   std::vector<float> x_, h_, q_, attn_, gate_, up_;  // activations, reused across forwards
 };

@@ -239,12 +239,12 @@ void rmsnorm(const float* x, int64_t M, int64_t n, const float* w, double eps, f
   }
 }
 
-void rope(float* x, int64_t M, int64_t row_stride, int heads, int head_dim, int64_t first_position,
+void rope(float* x, int64_t M, int64_t row_stride, int heads, int head_dim, const int64_t* positions,
           double theta) {
   const int half = head_dim / 2;
   std::vector<float> cos_table(half), sin_table(half);
   for (int64_t m = 0; m < M; ++m) {
-    const double position = static_cast<double>(first_position + m);
+    const double position = static_cast<double>(positions[m]);
     for (int i = 0; i < half; ++i) {
       // inv_freq and the angle in fp32, as the reference computes them.
       const float inv_freq = 1.0f / static_cast<float>(std::pow(theta, (2.0 * i) / head_dim));
@@ -265,7 +265,7 @@ void rope(float* x, int64_t M, int64_t row_stride, int heads, int head_dim, int6
 
 void attention(ThreadPool& pool, const float* q, const float* k_cache, const float* v_cache, int64_t n,
                int64_t C, int64_t T, int heads, int kv_heads, int head_dim, float* out,
-               const std::vector<uint8_t>* revealed) {
+               const std::vector<uint8_t>* revealed, const std::vector<uint64_t>* visible) {
   const int64_t q_stride = static_cast<int64_t>(heads) * head_dim;
   const int64_t kv_stride = static_cast<int64_t>(kv_heads) * head_dim;
   const int group = heads / kv_heads;
@@ -274,27 +274,33 @@ void attention(ThreadPool& pool, const float* q, const float* k_cache, const flo
   parallel_or_inline(pool, T * heads, work, [&](int64_t task) {
     const int64_t r = task / heads;
     const int h = static_cast<int>(task % heads);
-    const bool causal_revealed = revealed != nullptr && r >= C && (*revealed)[r - C] != 0;
-    const int64_t visible = r < C || causal_revealed ? n + r + 1 : n + T;
-    // A revealed row skips the masked window positions before it.
-    auto sees = [&](int64_t p) { return !causal_revealed || p < n + C || (*revealed)[p - n - C] != 0; };
+    const bool laid_out = visible != nullptr && r >= C;
+    const bool causal_revealed = !laid_out && revealed != nullptr && r >= C && (*revealed)[r - C] != 0;
+    const int64_t keys = r < C || causal_revealed ? n + r + 1 : n + T;
+    // A revealed row skips the masked window positions before it; a laid-out row sees the window rows
+    // its bits name.
+    auto sees = [&](int64_t p) {
+      if (p < n + C) return true;
+      if (laid_out) return (((*visible)[r - C] >> (p - n - C)) & 1) != 0;
+      return !causal_revealed || (*revealed)[p - n - C] != 0;
+    };
     const float* qh = q + r * q_stride + static_cast<int64_t>(h) * head_dim;
     const int64_t kv_offset = static_cast<int64_t>(h / group) * head_dim;
     thread_local std::vector<float> scores;
-    scores.resize(visible);
+    scores.resize(keys);
     float max_score = -INFINITY;
-    for (int64_t p = 0; p < visible; ++p) {
+    for (int64_t p = 0; p < keys; ++p) {
       scores[p] = sees(p) ? dot(qh, k_cache + p * kv_stride + kv_offset, head_dim) * scale : -INFINITY;
       max_score = std::max(max_score, scores[p]);
     }
     float sum = 0.0f;
-    for (int64_t p = 0; p < visible; ++p) {
+    for (int64_t p = 0; p < keys; ++p) {
       scores[p] = sees(p) ? std::exp(scores[p] - max_score) : 0.0f;
       sum += scores[p];
     }
     float* o = out + r * q_stride + static_cast<int64_t>(h) * head_dim;
     std::fill(o, o + head_dim, 0.0f);
-    for (int64_t p = 0; p < visible; ++p) {
+    for (int64_t p = 0; p < keys; ++p) {
       if (sees(p)) axpy(scores[p] / sum, v_cache + p * kv_stride + kv_offset, o, head_dim);
     }
   });

@@ -37,18 +37,19 @@ void matmuls(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<
 // y[m, :] = w * x[m, :] / sqrt(mean(x[m, :]^2) + eps), row length n; y may alias x.
 void rmsnorm(const float* x, int64_t M, int64_t n, const float* w, double eps, float* y);
 
-// HF "rotate half" RoPE in place on `heads` heads of size head_dim per row; row m sits at position
-// first_position + m.
-void rope(float* x, int64_t M, int64_t row_stride, int heads, int head_dim, int64_t first_position,
+// HF "rotate half" RoPE in place on `heads` heads of size head_dim per row; row m sits at positions[m].
+void rope(float* x, int64_t M, int64_t row_stride, int heads, int head_dim, const int64_t* positions,
           double theta);
 
 // Block-causal attention for T query rows at positions n..n+T-1 against the cache [0, n+T): row r < C
 // (commit) sees positions <= n+r, a window row (r >= C) sees all n+T. q/out are [T, heads*hd]; the
 // caches are [positions, kv_heads*hd]. With `revealed` (T - C flags, the mask adapter's rule), a window
 // row whose flag is set sees instead positions < n+C and the flagged window positions at or before it.
+// With `visible` (T - C bit sets, a window layout: ForwardArgs::window_visible) a window row sees
+// positions < n+C and the window rows whose bits are set; it overrides `revealed`.
 void attention(ThreadPool& pool, const float* q, const float* k_cache, const float* v_cache, int64_t n,
                int64_t C, int64_t T, int heads, int kv_heads, int head_dim, float* out,
-               const std::vector<uint8_t>* revealed = nullptr);
+               const std::vector<uint8_t>* revealed = nullptr, const std::vector<uint64_t>* visible = nullptr);
 
 // The mask adapter on one projection: y[m, :] += b (a x[m, :]) for each row m in `rows`; x is [*, in]
 // with row stride x_stride, y has row stride y_stride. Nothing happens when the adapter is absent.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -47,9 +48,19 @@ void check_request(const Backend& backend, const std::vector<int32_t>& prompt, c
                              " positions, and this backend runs at most " + std::to_string(backend.max_window()) +
                              "; use block_size <= " + std::to_string((backend.max_window() + 1) / 2));
   }
-  const int64_t needed = static_cast<int64_t>(prompt.size()) + (params.remasking == Remasking::verify
-                                                                    ? params.max_tokens + B - 1
-                                                                    : (params.max_tokens + B - 1) / B * B);
+  const int64_t tree_rows = tree_window_rows(B, params.tree_width);
+  if (params.remasking == Remasking::tree && tree_rows > backend.max_window()) {
+    throw std::runtime_error("invalid decoding parameter: block_size " + std::to_string(B) + " with tree_width " +
+                             std::to_string(params.tree_width) + " needs windows of up to " +
+                             std::to_string(tree_rows) + " rows, and this backend runs at most " +
+                             std::to_string(backend.max_window()) + "; lower tree_width or block_size");
+  }
+  // Verify's window reaches B-1 positions past the last token it may confirm; a tree window's rows take
+  // cache slots after the commit, one each, whatever their positions.
+  const int64_t needed =
+      static_cast<int64_t>(prompt.size()) + (params.remasking == Remasking::verify ? params.max_tokens + B - 1
+                                             : params.remasking == Remasking::tree ? params.max_tokens + tree_rows
+                                                                                   : (params.max_tokens + B - 1) / B * B);
   if (params.max_tokens > 0 && needed > backend.max_context()) {
     throw std::runtime_error("prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
                              std::to_string(params.max_tokens) + ") need " + std::to_string(needed) +
@@ -159,6 +170,165 @@ GenerateResult generate_verify(Backend& backend, const std::vector<int32_t>& pro
   return result;
 }
 
+// The window of one tree forward (docs/decoding.md, "Tree"): nodes branch after branch, then a group of B
+// masks for the root and for every node.
+struct TreeWindow {
+  std::vector<int32_t> parents;     // per node: the node before it in its branch, -1 for the root
+  std::vector<int32_t> group_rows;  // per group (root first, then each node): its first window row
+};
+
+TreeWindow lay_out_tree(const std::vector<std::vector<int32_t>>& branches, int32_t B, int32_t mask_token_id,
+                        ForwardArgs& args) {
+  TreeWindow tree;
+  std::vector<int32_t> depths;
+  for (const std::vector<int32_t>& branch : branches) {
+    int32_t parent = -1;
+    for (size_t d = 0; d < branch.size(); ++d) {
+      const int32_t row = static_cast<int32_t>(args.window.size());
+      args.window.push_back(branch[d]);
+      args.window_offsets.push_back(static_cast<int32_t>(d));
+      args.window_visible.push_back((parent >= 0 ? args.window_visible[parent] : 0) | (uint64_t{1} << row));
+      tree.parents.push_back(parent);
+      depths.push_back(static_cast<int32_t>(d) + 1);
+      parent = row;
+    }
+  }
+  const int32_t nodes = static_cast<int32_t>(tree.parents.size());
+  for (int32_t owner = -1; owner < nodes; ++owner) {
+    const int32_t first = static_cast<int32_t>(args.window.size());
+    tree.group_rows.push_back(first);
+    const uint64_t own = (B >= 64 ? ~uint64_t{0} : (uint64_t{1} << B) - 1) << first;
+    const uint64_t seen = (owner >= 0 ? args.window_visible[owner] : 0) | own;
+    const int32_t start = owner >= 0 ? depths[owner] : 0;
+    for (int32_t j = 0; j < B; ++j) {
+      args.window.push_back(mask_token_id);
+      args.window_offsets.push_back(start + j);
+      args.window_visible.push_back(seen);
+    }
+  }
+  return tree;
+}
+
+// remasking "tree" (docs/decoding.md, "Tree"): verify with tree_width guesses for the first position and a
+// group of masks after every draft, so that whichever draft the reading stops at, the next drafts exist.
+GenerateResult generate_tree(Backend& backend, const std::vector<int32_t>& prompt, const DecodeParams& params,
+                             const BlockCallback& on_block, const std::atomic<bool>* cancel,
+                             std::chrono::steady_clock::time_point started) {
+  const ModelConfig& config = backend.config();
+  const int32_t B = params.block_size, vocab = config.vocab_size;
+  GenerateResult result;
+  result.prompt_tokens = static_cast<int64_t>(prompt.size());
+  result.finish_reason = FinishReason::length;
+  SplitMix64 rng(params.seed);
+  std::vector<int32_t> pending = prompt;
+  std::vector<std::vector<int32_t>> branches;
+  std::vector<float> logits;
+  auto elapsed = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  };
+
+  for (int64_t generated = 0; generated < params.max_tokens;) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      result.finish_reason = FinishReason::cancelled;
+      result.ms = elapsed();
+      return result;
+    }
+    const int64_t left = params.max_tokens - generated;
+    std::vector<std::vector<int32_t>> cut;
+    for (std::vector<int32_t>& branch : branches) {
+      if (left > 1 && !branch.empty()) {
+        if (static_cast<int64_t>(branch.size()) > left - 1) branch.resize(static_cast<size_t>(left - 1));
+        cut.push_back(std::move(branch));
+      }
+    }
+    ForwardArgs args;
+    args.commit = std::move(pending);
+    const TreeWindow tree = lay_out_tree(cut, B, config.mask_token_id, args);
+    const int32_t C = static_cast<int32_t>(args.commit.size());
+    const int32_t N = static_cast<int32_t>(tree.parents.size());
+    args.logit_rows.push_back(C - 1);
+    for (int32_t n = 0; n < N; ++n) args.logit_rows.push_back(C + n);
+    for (int32_t first : tree.group_rows) {
+      for (int32_t j = 0; j + 1 < B; ++j) args.logit_rows.push_back(C + first + j);
+    }
+    logits.resize(args.logit_rows.size() * static_cast<size_t>(vocab));
+    backend.forward(args, logits.data());
+    const int64_t forward_index = result.forward_passes++;
+    auto row = [&](int32_t i) { return logits.data() + static_cast<size_t>(i) * vocab; };
+
+    std::vector<Choice> readings;
+    for (int32_t i = 0; i <= N; ++i) {
+      const double u = params.temperature > 0.0 ? rng.next_double() : 0.0;
+      readings.push_back(choose_token(row(i), vocab, config.mask_token_id, params.temperature, params.top_p, u));
+    }
+    std::vector<Revealed> confirmed;
+    bool stop = false;
+    int32_t current = -1;  // the root
+    for (;;) {
+      const Choice& reading = readings[static_cast<size_t>(current + 1)];
+      if (is_eos(params, reading.token)) {
+        stop = true;
+        break;
+      }
+      confirmed.push_back({static_cast<int32_t>(confirmed.size()), reading.token, reading.confidence});
+      int32_t child = -1;
+      for (int32_t n = 0; n < N && child < 0; ++n) {
+        if (tree.parents[n] == current && args.window[n] == reading.token) child = n;
+      }
+      if (child < 0) break;
+      current = child;
+    }
+    std::vector<Revealed> drafts;
+    std::vector<int32_t> draft_branches;
+    branches.clear();
+    if (!stop && B > 1) {
+      const int32_t base = N + 1 + (current + 1) * (B - 1);  // the current node's group: its guesses' rows
+      std::vector<Revealed> chain;
+      for (int32_t j = 1; j + 1 < B; ++j) {
+        const Choice guess = choose_token(row(base + j), vocab, config.mask_token_id, 0.0, 1.0, 0.0);
+        if (!(guess.confidence > params.threshold)) break;
+        chain.push_back({j + 1, guess.token, guess.confidence});
+        if (is_eos(params, guess.token)) break;
+      }
+      int32_t b = 0;
+      for (const Choice& first : top_choices(row(base), vocab, config.mask_token_id, params.tree_width)) {
+        if (!(first.confidence > params.threshold)) continue;
+        std::vector<int32_t> branch{first.token};
+        drafts.push_back({1, first.token, first.confidence});
+        draft_branches.push_back(b);
+        if (!is_eos(params, first.token)) {
+          for (const Revealed& r : chain) {
+            branch.push_back(r.token);
+            drafts.push_back(r);
+            draft_branches.push_back(b);
+          }
+        }
+        branches.push_back(std::move(branch));
+        ++b;
+      }
+    }
+
+    std::vector<int32_t> tokens;
+    for (const Revealed& r : confirmed) tokens.push_back(r.token);
+    if (params.trace) {
+      std::vector<int32_t> candidates(static_cast<size_t>(N + 1));
+      std::iota(candidates.begin(), candidates.end(), 0);
+      result.trace.push_back({forward_index, result.prompt_tokens + generated, 0, std::move(candidates),
+                              std::move(confirmed), std::move(drafts), std::move(draft_branches)});
+    }
+    result.tokens.insert(result.tokens.end(), tokens.begin(), tokens.end());
+    generated += static_cast<int64_t>(tokens.size());
+    if (on_block && !tokens.empty()) on_block(tokens, result.forward_passes);
+    if (stop) {
+      result.finish_reason = FinishReason::stop;
+      break;
+    }
+    pending = std::move(tokens);
+  }
+  result.ms = elapsed();
+  return result;
+}
+
 }  // namespace
 
 GenerateResult generate(Backend& backend, const std::vector<int32_t>& prompt, const DecodeParams& params,
@@ -167,6 +337,7 @@ GenerateResult generate(Backend& backend, const std::vector<int32_t>& prompt, co
   const auto started = std::chrono::steady_clock::now();
   backend.reset_cache();
   if (params.remasking == Remasking::verify) return generate_verify(backend, prompt, params, on_block, cancel, started);
+  if (params.remasking == Remasking::tree) return generate_tree(backend, prompt, params, on_block, cancel, started);
   const ModelConfig& config = backend.config();
   const int32_t B = params.block_size;
   const bool shift = config.shift_logits;

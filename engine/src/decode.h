@@ -21,7 +21,8 @@ struct TraceStep {
   int32_t step;         // 0-based step within the block
   std::vector<int32_t> candidates;
   std::vector<Revealed> revealed;
-  std::vector<Revealed> drafts;  // remasking "verify": the drafts this forward made, j relative to the next window
+  std::vector<Revealed> drafts;  // remasking "verify"/"tree": the drafts this forward made, j relative to the next window
+  std::vector<int32_t> draft_branches;  // remasking "tree": each draft's branch (its j is then its depth)
 };
 
 struct GenerateResult {

@@ -83,6 +83,24 @@ Choice choose_token(const float* logits, int32_t vocab, int32_t mask_token_id, d
   return {token, p[token] / kept_sum};
 }
 
+std::vector<Choice> top_choices(const float* logits, int32_t vocab, int32_t mask_token_id, int32_t k) {
+  auto logit = [&](int32_t i) {
+    return i == mask_token_id ? -INFINITY : static_cast<double>(logits[i]);
+  };
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  const int32_t n = std::min(k, vocab);
+  std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
+    return logit(a) > logit(b) || (logit(a) == logit(b) && a < b);
+  });
+  const double max_logit = logit(order[0]);
+  double sum = 0.0;
+  for (int32_t i = 0; i < vocab; ++i) sum += std::exp(logit(i) - max_logit);
+  std::vector<Choice> out;
+  for (int32_t i = 0; i < n; ++i) out.push_back({order[i], std::exp(logit(order[i]) - max_logit) / sum});
+  return out;
+}
+
 std::vector<int32_t> select_reveals(const std::vector<double>& confidences,
                                     const std::vector<double>& priorities, double threshold,
                                     int32_t min_reveal) {

@@ -37,6 +37,10 @@ struct Choice {
 Choice choose_token(const float* logits, int32_t vocab, int32_t mask_token_id, double temperature,
                     double top_p, double u);
 
+// The k greedy choices of one logits row (remasking "tree"'s guesses): by confidence descending, ties to
+// the lower id; the first equals choose_token's at temperature 0, confidence included.
+std::vector<Choice> top_choices(const float* logits, int32_t vocab, int32_t mask_token_id, int32_t k);
+
 // Step 3: which candidates to reveal, as indices into the candidate list, ascending. Every candidate
 // with confidence > threshold, topped up to `min_reveal` by priority (ties: lower index first).
 std::vector<int32_t> select_reveals(const std::vector<double>& confidences,

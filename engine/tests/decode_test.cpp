@@ -546,3 +546,139 @@ TEST_CASE("decode verify: keeps matching drafts, corrects the first wrong one, a
                        doctest::Contains("use block_size <= 3"), std::runtime_error);
   CHECK(eos_backend.calls.size() == forwards_before);  // refused before any forward
 }
+
+namespace {
+
+// The C++ twin of convert/tests/test_decode.py's TreeSuccessor: a real token's row predicts t % 5 + 1 at
+// 0.9; a mask row at absolute position q predicts q+1 from `guesses` (token -> probability, the rest spread
+// evenly over the other non-mask ids; {1: 0.1} where none is given). Rows sit where the layout puts them.
+class TreeSuccessorBackend : public Backend {
+ public:
+  explicit TreeSuccessorBackend(std::map<int64_t, std::map<int32_t, double>> guesses)
+      : Backend(SuccessorBackend::scripted_config(), 64), guesses_(std::move(guesses)) {}
+
+  void forward(const ForwardArgs& args, float* logits) override {
+    calls.push_back(args);
+    const int64_t start = static_cast<int64_t>(cached_.size());
+    const int64_t C = static_cast<int64_t>(args.commit.size());
+    cached_.insert(cached_.end(), args.commit.begin(), args.commit.end());
+    std::vector<int32_t> tokens(args.commit);
+    tokens.insert(tokens.end(), args.window.begin(), args.window.end());
+    for (size_t i = 0; i < args.logit_rows.size(); ++i) {
+      const int64_t r = args.logit_rows[i];
+      const int64_t position = r < C || !args.has_layout() ? start + r : start + C + args.window_offsets.at(r - C);
+      const int32_t token = tokens.at(r);
+      std::map<int32_t, double> probs{{token % 5 + 1, 0.9}};
+      if (token == 7) {
+        const auto it = guesses_.find(position + 1);
+        probs = it == guesses_.end() ? std::map<int32_t, double>{{1, 0.1}} : it->second;
+      }
+      double given = 0.0;
+      for (const auto& [t, p] : probs) given += p;
+      const double rest = (1.0 - given) / static_cast<double>(7 - probs.size());
+      for (int32_t v = 0; v < 8; ++v) {
+        const double p = probs.count(v) ? probs.at(v) : v == 7 ? 0.0 : rest;
+        logits[i * 8 + v] = p > 0 ? static_cast<float>(std::log(p)) : -INFINITY;
+      }
+    }
+  }
+  int64_t cached_len() const override { return static_cast<int64_t>(cached_.size()); }
+  void reset_cache() override { cached_.clear(); }
+
+  std::vector<ForwardArgs> calls;
+
+ private:
+  std::map<int64_t, std::map<int32_t, double>> guesses_;
+  std::vector<int32_t> cached_;
+};
+
+}  // namespace
+
+TEST_CASE("decode tree: walks the branch the reading chooses, drafts from where it stops, as the Python test does") {
+  TreeSuccessorBackend backend({{4, {{5, 0.6}, {2, 0.3}}}, {5, {{1, 0.7}}}, {7, {{3, 0.8}}}, {8, {{5, 0.9}}},
+                                {9, {{5, 0.9}}}, {10, {{1, 0.9}}}});
+  DecodeParams p;
+  p.max_tokens = 8;
+  p.block_size = 3;
+  p.threshold = 0.2;
+  p.remasking = Remasking::tree;
+  p.tree_width = 2;
+  p.eos_token_ids = {6};
+  p.trace = true;
+  const GenerateResult r = generate(backend, {1, 2, 3}, p, nullptr, nullptr);
+  CHECK(r.tokens == std::vector<int32_t>{4, 5, 1, 2, 3, 4, 5, 1});
+  CHECK(r.finish_reason == FinishReason::length);
+  REQUIRE(backend.calls.size() == 4);
+  const int32_t M = 7;
+  const auto masks = [&](std::vector<int32_t> v, size_t n) {
+    v.insert(v.end(), n, M);
+    return v;
+  };
+  const std::vector<std::vector<int32_t>> commits{{1, 2, 3}, {4}, {5, 1, 2}, {3, 4}};
+  const std::vector<std::vector<int32_t>> windows{masks({}, 3), masks({5, 1, 2, 1}, 15), masks({3, 5}, 9), masks({5}, 6)};
+  const std::vector<std::vector<int32_t>> rows{
+      {2, 3, 4}, {0, 1, 2, 3, 4, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18}, {2, 3, 4, 5, 6, 8, 9, 11, 12}, {1, 2, 3, 4, 6, 7}};
+  for (size_t i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK(backend.calls[i].commit == commits[i]);
+    CHECK(backend.calls[i].window == windows[i]);
+    CHECK(backend.calls[i].logit_rows == rows[i]);
+  }
+  CHECK(backend.calls[0].window_offsets == std::vector<int32_t>{0, 1, 2});
+  CHECK(backend.calls[0].window_visible == std::vector<uint64_t>{7, 7, 7});
+  CHECK(backend.calls[1].window_offsets ==
+        std::vector<int32_t>{0, 1, 0, 1, 0, 1, 2, 1, 2, 3, 2, 3, 4, 1, 2, 3, 2, 3, 4});
+  std::vector<uint64_t> visible{1, 3, 4, 12};
+  for (uint64_t group : {uint64_t{7} << 4, 1 | uint64_t{7} << 7, 3 | uint64_t{7} << 10, 4 | uint64_t{7} << 13,
+                         12 | uint64_t{7} << 16}) {
+    visible.insert(visible.end(), 3, group);
+  }
+  CHECK(backend.calls[1].window_visible == visible);
+  std::vector<int64_t> starts;
+  std::vector<size_t> confirmed, drafted;
+  for (const TraceStep& s : r.trace) {
+    starts.push_back(s.block_start);
+    confirmed.push_back(s.revealed.size());
+    drafted.push_back(s.drafts.size());
+  }
+  CHECK(starts == std::vector<int64_t>{3, 4, 7, 9});
+  CHECK(confirmed == std::vector<size_t>{1, 3, 2, 2});
+  CHECK(drafted == std::vector<size_t>{4, 2, 2, 0});
+  CHECK(r.trace[0].draft_branches == std::vector<int32_t>{0, 0, 1, 1});
+
+  // Windows past 64 rows are refused before any forward: tree_width 1 at block size 8 needs 71.
+  p.block_size = 8;
+  p.tree_width = 1;
+  const size_t before = backend.calls.size();
+  CHECK_THROWS_WITH_AS(generate(backend, {1, 2, 3}, p, nullptr, nullptr), doctest::Contains("lower tree_width or block_size"),
+                       std::runtime_error);
+  CHECK(backend.calls.size() == before);
+}
+
+TEST_CASE("cpu forward: a tree layout places rows at their offsets and limits what each sees") {
+  // Two one-token branches x and y at the same position (offset 0), each seeing only itself: each row reads
+  // exactly as that token would read as the last commit row.
+  auto model = load_model(write_tiny_model("fwd-tree", TinyShape{}, 14));
+  auto backend = make_cpu_backend(*model, BackendOptions{2, 0});
+  const int64_t V = model->config.vocab_size, P = static_cast<int64_t>(kPrompt.size());
+  ForwardArgs tree;
+  tree.commit = kPrompt;
+  tree.window = {21, 8};
+  tree.window_offsets = {0, 0};
+  tree.window_visible = {1, 2};
+  tree.logit_rows = {static_cast<int32_t>(P), static_cast<int32_t>(P + 1)};
+  std::vector<float> both(2 * V);
+  backend->forward(tree, both.data());
+  for (int32_t k = 0; k < 2; ++k) {
+    CAPTURE(k);
+    backend->reset_cache();
+    std::vector<int32_t> commit = kPrompt;
+    commit.push_back(tree.window[k]);
+    const auto alone = forward_all(*backend, commit, {});
+    CHECK(max_rel_error(std::vector<float>(both.begin() + k * V, both.begin() + (k + 1) * V), alone, P * V) < 1e-6);
+  }
+  // Without the layout, y sits one position later and sees x: other logits.
+  backend->reset_cache();
+  const auto plain = forward_all(*backend, kPrompt, {21, 8});
+  CHECK(max_rel_error(std::vector<float>(both.begin() + V, both.end()), plain, (P + 1) * V) > 1e-3);
+}

@@ -48,6 +48,7 @@ DecodeParams decode_params(const json& p) {
     throw std::runtime_error("golden run with an unknown remasking '" + remasking + "'");
   }
   d.commit = p.at("commit") == "separate" ? CommitPolicy::separate : CommitPolicy::fused;
+  d.tree_width = p.value("tree_width", 1);
   d.seed = p.at("seed").get<uint64_t>();
   d.eos_token_ids = p.at("eos_token_ids").get<std::vector<int32_t>>();
   d.trace = true;
@@ -63,6 +64,10 @@ void check_forwards(Backend& backend, const json& golden, const SafetensorsFile&
     ForwardArgs args;
     args.commit = f.at("commit_ids").get<std::vector<int32_t>>();
     args.window = f.at("window_ids").get<std::vector<int32_t>>();
+    if (f.contains("window_visible")) {
+      args.window_offsets = f.at("window_offsets").get<std::vector<int32_t>>();
+      args.window_visible = f.at("window_visible").get<std::vector<uint64_t>>();
+    }
     for (int32_t r = 0; r < static_cast<int32_t>(args.commit.size() + args.window.size()); ++r) {
       args.logit_rows.push_back(r);
     }
@@ -117,7 +122,18 @@ void check_decodes(Backend& backend, const json& golden, double confidence_toler
         }
       };
       same(got.revealed, want.at("revealed"));
-      same(got.drafts, want.value("drafts", json::array()));
+      const json drafts = want.value("drafts", json::array());
+      if (got.draft_branches.empty()) {
+        same(got.drafts, drafts);
+      } else {  // remasking "tree": [branch, depth, token, confidence]
+        REQUIRE(got.drafts.size() == drafts.size());
+        for (size_t k = 0; k < drafts.size(); ++k) {
+          CHECK(got.draft_branches[k] == drafts[k][0].get<int32_t>());
+          CHECK(got.drafts[k].j == drafts[k][1].get<int32_t>());
+          CHECK(got.drafts[k].token == drafts[k][2].get<int32_t>());
+          CHECK(std::abs(got.drafts[k].confidence - drafts[k][3].get<double>()) <= confidence_tolerance);
+        }
+      }
     }
   }
 }

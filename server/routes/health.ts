@@ -19,7 +19,9 @@ export function registerHealthRoute(app: App, ctx: ServerContext): void {
         description:
           d.remasking === "verify"
             ? "iterative denoising of masked blocks (each block of masks drafted in parallel, every draft remasked unless the model's reading of the tokens before it agrees; KV cache of confirmed tokens)"
-            : "iterative denoising of masked blocks (confidence-threshold parallel reveal, KV cache of committed blocks)",
+            : d.remasking === "tree"
+              ? "iterative denoising of masked blocks (a block of masks after every draft, tree_width guesses for the first position, every draft remasked unless the model's reading of the tokens before it agrees; KV cache of confirmed tokens)"
+              : "iterative denoising of masked blocks (confidence-threshold parallel reveal, KV cache of committed blocks)",
         block_size: d.blockSize,
         threshold: d.threshold,
         min_tokens_per_step: d.minPerStep,
@@ -28,6 +30,7 @@ export function registerHealthRoute(app: App, ctx: ServerContext): void {
         top_p: d.topP,
         remasking: d.remasking,
         commit: d.commit,
+        tree_width: d.treeWidth,
         mask_token_id: info.maskTokenId,
       },
       forward_passes: ctx.model.engine.totalForwardPasses(),
