@@ -155,7 +155,7 @@ GenerateResult generate_verify(Backend& backend, const std::vector<int32_t>& pro
     for (const Revealed& r : next_drafts) drafts.push_back(r.token);
     if (params.trace) {
       result.trace.push_back({forward_index, result.prompt_tokens + generated, 0, std::move(reveal.candidates),
-                              std::move(confirmed), std::move(next_drafts)});
+                              std::move(confirmed), std::move(next_drafts), {}});
     }
     result.tokens.insert(result.tokens.end(), tokens.begin(), tokens.end());
     generated += kept;
@@ -427,7 +427,7 @@ GenerateResult generate(Backend& backend, const std::vector<int32_t>& prompt, co
       }
       if (params.trace) {
         result.trace.push_back({forward_index, block_start, step, std::move(reveal.candidates),
-                                std::move(stepped.revealed), {}});
+                                std::move(stepped.revealed), {}, {}});
       }
     }
 
