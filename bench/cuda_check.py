@@ -396,31 +396,13 @@ def section_backend(lib, workdir):
     return results
 
 
-def tree_layout(branches, block, mask):
-    """(window, offsets, visible) of a tree window (docs/decoding.md, "Tree"), as decode.tree_window lays it out."""
-    window, offsets, visible, depths = [], [], [], []
-    for branch in branches:
-        parent = -1
-        for depth, token in enumerate(branch, start=1):
-            row = len(window)
-            window.append(token)
-            offsets.append(depth - 1)
-            visible.append((visible[parent] if parent >= 0 else 0) | (1 << row))
-            depths.append(depth)
-            parent = row
-    for owner in [-1, *range(len(depths))]:
-        first = len(window)
-        seen = (visible[owner] if owner >= 0 else 0) | (((1 << block) - 1) << first)
-        start = depths[owner] if owner >= 0 else 0
-        window += [mask] * block
-        offsets += range(start, start + block)
-        visible += [seen] * block
-    return window, offsets, visible
-
-
 def compare_layout_logits(lib, path, commit, mask, vocab, name):
     """CUDA vs CPU logits of one tree window (a layout: positions and visibility per window row)."""
-    window, offsets, visible = tree_layout([[5, 6, 7], [8]], 4, mask)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "convert"))
+    from a2d_convert.decode import tree_window  # the reference's layout of a tree window
+
+    window, layout, _, _ = tree_window([[5, 6, 7], [8]], 4, mask)
+    offsets, visible = layout.offsets, layout.visible
     out = {}
     for device in ("cpu", "cuda"):
         logits = torch.empty(len(commit) + len(window), vocab, dtype=torch.float32)

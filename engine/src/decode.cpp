@@ -29,6 +29,18 @@ bool is_eos(const DecodeParams& params, int32_t token) {
          params.eos_token_ids.end();
 }
 
+double elapsed_ms(std::chrono::steady_clock::time_point started) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+}
+
+// True, with the result marked cancelled, once the caller asked to stop.
+bool cancelled(const std::atomic<bool>* cancel, std::chrono::steady_clock::time_point started, GenerateResult& result) {
+  if (cancel == nullptr || !cancel->load(std::memory_order_relaxed)) return false;
+  result.finish_reason = FinishReason::cancelled;
+  result.ms = elapsed_ms(started);
+  return true;
+}
+
 void check_request(const Backend& backend, const std::vector<int32_t>& prompt, const DecodeParams& params) {
   const ModelConfig& config = backend.config();
   validate_decode_params(params, config);
@@ -88,16 +100,9 @@ GenerateResult generate_verify(Backend& backend, const std::vector<int32_t>& pro
   SplitMix64 rng(params.seed);
   std::vector<int32_t> pending = prompt;
   std::vector<int32_t> drafts;
-  auto elapsed = [&] {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  };
 
   for (int64_t generated = 0; generated < params.max_tokens;) {
-    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
-      result.finish_reason = FinishReason::cancelled;
-      result.ms = elapsed();
-      return result;
-    }
+    if (cancelled(cancel, started, result)) return result;
     const int64_t left = params.max_tokens - generated;
     if (static_cast<int64_t>(drafts.size()) > left - 1) drafts.resize(static_cast<size_t>(left - 1));
     const int32_t D = static_cast<int32_t>(drafts.size());
@@ -166,7 +171,7 @@ GenerateResult generate_verify(Backend& backend, const std::vector<int32_t>& pro
     }
     pending = std::move(tokens);
   }
-  result.ms = elapsed();
+  result.ms = elapsed_ms(started);
   return result;
 }
 
@@ -223,16 +228,9 @@ GenerateResult generate_tree(Backend& backend, const std::vector<int32_t>& promp
   std::vector<int32_t> pending = prompt;
   std::vector<std::vector<int32_t>> branches;
   std::vector<float> logits;
-  auto elapsed = [&] {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  };
 
   for (int64_t generated = 0; generated < params.max_tokens;) {
-    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
-      result.finish_reason = FinishReason::cancelled;
-      result.ms = elapsed();
-      return result;
-    }
+    if (cancelled(cancel, started, result)) return result;
     const int64_t left = params.max_tokens - generated;
     std::vector<std::vector<int32_t>> cut;
     for (std::vector<int32_t>& branch : branches) {
@@ -325,7 +323,7 @@ GenerateResult generate_tree(Backend& backend, const std::vector<int32_t>& promp
     }
     pending = std::move(tokens);
   }
-  result.ms = elapsed();
+  result.ms = elapsed_ms(started);
   return result;
 }
 
@@ -378,11 +376,7 @@ GenerateResult generate(Backend& backend, const std::vector<int32_t>& prompt, co
         if (block[j] == config.mask_token_id) reveal.candidates.push_back(j);
       }
       if (reveal.candidates.empty()) break;
-      if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
-        result.finish_reason = FinishReason::cancelled;
-        result.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-        return result;
-      }
+      if (cancelled(cancel, started, result)) return result;
 
       ForwardArgs args;
       if (!pending_commit.empty()) commit_args(args);
@@ -442,7 +436,7 @@ GenerateResult generate(Backend& backend, const std::vector<int32_t>& prompt, co
     }
     pending_commit = block;
   }
-  result.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  result.ms = elapsed_ms(started);
   return result;
 }
 
