@@ -13,7 +13,7 @@
 # evaluate-probes on the GPU and the final export. Knobs: CALL_S (default 570), and any of the recipe's
 # (defaults here: DISTILL_N=40000 DISTILL_SAMPLES=0 DISTILL_BATCH=512 DISTILL_S=150 STEPS=400 LR=8e-4
 # SAVE_EVERY=50 PROBES=0 PROBES_PER_FAMILY=16 PROBE_TOKENS=48 THRESHOLDS=0.3,0.5,0.7,0.9 PROBE_BATCH=512
-# PROBES_AR=1).
+# PROBES_AR=1 AC=0 MICRO_ROWS=32).
 # VARIANTS (below) trains several configurations side by side, one per GPU, and lets the probes choose.
 set -euo pipefail
 start=$(date +%s)
@@ -31,6 +31,9 @@ export DISTILL_BATCH=${DISTILL_BATCH:-512} DISTILL_S=${DISTILL_S:-150} STEPS=${S
 export SAVE_EVERY=${SAVE_EVERY:-50} PROBES=${PROBES:-0} PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-16}
 export PROBE_TOKENS=${PROBE_TOKENS:-48} THRESHOLDS=${THRESHOLDS:-0.3,0.5,0.7,0.9} PROBE_BATCH=${PROBE_BATCH:-512}
 export PROBES_AR=${PROBES_AR:-1}
+# An H200 holds a 135M model's activations for 32 rows of 3 x 512 positions without checkpointing (47 GB):
+# twice the tokens per second of checkpointing at 16 rows (bench/NOTES.md, conversion 14).
+export AC=${AC:-0} MICRO_ROWS=${MICRO_ROWS:-32}
 status=0
 if [ -z "${VARIANTS:-}" ]; then
   bash convert/recipes/demo-conversion.sh 2>&1 | tee -a "$OUT/log.txt" || status=$?
