@@ -568,6 +568,11 @@ def section_2b(lib, out, summary):
     # block per SM (down in two splits instead of three).
     tunings = [(0, 4, 2), STREAM_TUNING, (0, 4, 2, -1, -1, 8), (0, 4, 2, -1, -1, -1, 0), (0, 4, 2, -1, -1, -1, 2),
                (0, 4, 1)]
+    # ROWS_SWEEP=1: only the default tuning's check, then ms/forward against the window's row count (what a
+    # tree window of remasking "tree" costs: 19 rows at width 1, 34 at 2, 49 at 3, 64 at 4, block 4).
+    sweep = os.environ.get("ROWS_SWEEP") == "1"
+    if sweep:
+        tunings = tunings[:1]
     checks = {}
     for tuning in tunings:
         engine.reconfigure(True, True, 7, tuning)
@@ -597,6 +602,14 @@ def section_2b(lib, out, summary):
             f"{device_ms / floor_ms:.2f}x floor")
         return device_ms
 
+    if sweep:
+        engine.reconfigure(True, True, 7, tunings[0])
+        for kv in (1024, 8192):
+            for rows in (1, 4, 8, 12, 16, 19, 24, 32, 34, 40, 48, 49, 56, 64):
+                timed("rows sweep", rows, kv)
+        summary["timings_2b"] = timings
+        engine.close()
+        return W
     for rows, kv in ((4, 1024), (4, 32768), (32, 1024)):
         profile_forward(engine, rows, kv, out, summary)
     profile_forward(engine, 4, 1024, out, summary, STREAM_TUNING)
