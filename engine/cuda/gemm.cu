@@ -705,6 +705,17 @@ template <bool kStream, int kTiles, int kLoads>
 void launch_gemm(const GemmParams& p, GemmInput input, GemmEpilogue epilogue, dim3 grid, cudaStream_t stream, bool pdl) {
   using In = GemmInput;
   using Ep = GemmEpilogue;
+  if constexpr (!kStream && kTiles > 2) {  // forwards of more than 16 rows read pre-normalised rows (rmsnorm.cuh)
+    if (input == In::bf16_rows && epilogue == Ep::silu_mul) {
+      return launch_kernel<kStream, kTiles, kLoads, In::bf16_rows, Ep::silu_mul>(p, grid, stream, pdl);
+    }
+    if (input == In::bf16_rows && epilogue == Ep::rope_qkv) {
+      return launch_kernel<kStream, kTiles, kLoads, In::bf16_rows, Ep::rope_qkv>(p, grid, stream, pdl);
+    }
+    if (input == In::bf16_rows && epilogue == Ep::logits) {
+      return launch_kernel<kStream, kTiles, kLoads, In::bf16_rows, Ep::logits>(p, grid, stream, pdl);
+    }
+  }
   if (input == In::rmsnorm_residual && epilogue == Ep::store_bf16) {
     launch_kernel<kStream, kTiles, kLoads, In::rmsnorm_residual, Ep::store_bf16>(p, grid, stream, pdl);
   } else if (input == In::rmsnorm_residual && epilogue == Ep::silu_mul) {

@@ -8,6 +8,7 @@
 
 #include "attention.cuh"
 #include "embed.cuh"
+#include "rmsnorm.cuh"
 #include "rope.cuh"
 
 namespace a2d::cuda {
@@ -123,6 +124,7 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   q_roped_ = device_alloc<bf16>(size_t(kMaxRows) * s.heads * head_dim_padded_, stream_);
   attention_out_ = device_alloc<bf16>(size_t(kMaxRows) * s.heads * s.head_dim, stream_);
   mlp_act_ = device_alloc<bf16>(size_t(kMaxRows) * s.intermediate, stream_);
+  normed_ = device_alloc<bf16>(size_t(kMaxRows) * H, stream_);
   // Splits x KV heads x rows: the largest over the buckets, each bucket's grid covers rows up to its size.
   size_t partial_slots = 0;
   for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
@@ -165,7 +167,7 @@ DeviceModel::~DeviceModel() {
                         static_cast<void*>(rope_table_), static_cast<void*>(state_), static_cast<void*>(residual_),
                         static_cast<void*>(ssq_attention_), static_cast<void*>(ssq_layer_),
                         static_cast<void*>(qkv_out_), static_cast<void*>(q_roped_),
-                        static_cast<void*>(attention_out_), static_cast<void*>(mlp_act_),
+                        static_cast<void*>(attention_out_), static_cast<void*>(mlp_act_), static_cast<void*>(normed_),
                         static_cast<void*>(attention_partial_o_), static_cast<void*>(attention_partial_ml_),
                         static_cast<void*>(logits_), static_cast<void*>(anchor_logits_),
                         static_cast<void*>(argmax_partials_), static_cast<void*>(choices_),
@@ -446,6 +448,19 @@ void DeviceModel::enqueue_forward(int max_rows) {
   const bool run_other = options_.kernels & kOtherKernels;
 
   if (run_other) embed(EmbedParams{embed_, s.hidden, state_, residual_, ssq_layer_}, max_rows, st, false);
+  // More than 16 rows (tile-per-block GEMMs): the normalised inputs are written once as bf16 rows and the
+  // GEMMs read those, instead of each re-normalising the fp32 residual rows at every weight chunk.
+  const bool prenormalise = max_rows > 16 && !options_.gemm.stream;
+  auto normalise_input = [&](GemmParams& g) {
+    if (!prenormalise) return;
+    if (run_other) {
+      rmsnorm_rows(RmsNormParams{g.residual_in, s.hidden, g.ssq_in, g.ssq_in_parts, g.norm_weight, g.norm_eps, state_,
+                                 normed_},
+                   max_rows, st, pdl);
+    }
+    g.x = normed_;
+  };
+  const GemmInput normalised = prenormalise ? GemmInput::bf16_rows : GemmInput::rmsnorm_residual;
   for (int l = 0; l < s.layers; ++l) {
     const LayerWeights& L = layers_[l];
 
@@ -484,9 +499,10 @@ void DeviceModel::enqueue_forward(int max_rows) {
       g.adapter_rank = site.rank;
     };
     with_adapter(qkv, kQkvSite, nullptr, residual_, L.input_norm);
+    normalise_input(qkv);
     if (run_gemms) {
-      gemm(qkv, GemmInput::rmsnorm_residual, fused_rope_ ? GemmEpilogue::rope_qkv : GemmEpilogue::store_bf16, max_rows,
-           options_.gemm, st, pdl);
+      gemm(qkv, normalised, fused_rope_ ? GemmEpilogue::rope_qkv : GemmEpilogue::store_bf16, max_rows, options_.gemm,
+           st, pdl);
     }
 
     RopeParams rp{};
@@ -550,7 +566,8 @@ void DeviceModel::enqueue_forward(int max_rows) {
     gate_up.out = mlp_act_;
     gate_up.out_stride = s.intermediate;
     with_adapter(gate_up, kGateUpSite, nullptr, residual_, L.post_norm);
-    if (run_gemms) gemm(gate_up, GemmInput::rmsnorm_residual, GemmEpilogue::silu_mul, max_rows, options_.gemm, st, pdl);
+    normalise_input(gate_up);
+    if (run_gemms) gemm(gate_up, normalised, GemmEpilogue::silu_mul, max_rows, options_.gemm, st, pdl);
 
     GemmParams down = gemm_params(L.down, s.hidden, s.hidden, s.intermediate, 4 * l + 3);
     down.x = mlp_act_;
@@ -574,7 +591,8 @@ void DeviceModel::enqueue_forward(int max_rows) {
   head.out_stride = s.vocab;
   head.argmax_out = argmax_partials_;
   head.mask_token_id = s.mask_token_id;
-  if (run_gemms) gemm(head, GemmInput::rmsnorm_residual, GemmEpilogue::logits, max_rows, options_.gemm, st, pdl);
+  normalise_input(head);
+  if (run_gemms) gemm(head, normalised, GemmEpilogue::logits, max_rows, options_.gemm, st, pdl);
   if (run_other) reveal_argmax(RevealParams{argmax_partials_, vocab_tiles_, state_, choices_}, max_rows, st, pdl);
 }
 

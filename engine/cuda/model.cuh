@@ -202,6 +202,7 @@ class DeviceModel {
   bf16* q_roped_ = nullptr;
   bf16* attention_out_ = nullptr;
   bf16* mlp_act_ = nullptr;
+  bf16* normed_ = nullptr;  // forwards of more than 16 rows: the RMSNorm'd GEMM inputs (rmsnorm.cuh)
   float* attention_partial_o_ = nullptr;
   float2* attention_partial_ml_ = nullptr;
   float* logits_ = nullptr;
