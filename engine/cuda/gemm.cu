@@ -705,7 +705,7 @@ template <bool kStream, int kTiles, int kLoads>
 void launch_gemm(const GemmParams& p, GemmInput input, GemmEpilogue epilogue, dim3 grid, cudaStream_t stream, bool pdl) {
   using In = GemmInput;
   using Ep = GemmEpilogue;
-  if constexpr (!kStream && kTiles > 2) {  // forwards of more than 16 rows read pre-normalised rows (rmsnorm.cuh)
+  if constexpr (!kStream && kTiles > 1) {  // forwards of more than 8 rows read pre-normalised rows (rmsnorm.cuh)
     if (input == In::bf16_rows && epilogue == Ep::silu_mul) {
       return launch_kernel<kStream, kTiles, kLoads, In::bf16_rows, Ep::silu_mul>(p, grid, stream, pdl);
     }

@@ -448,9 +448,9 @@ void DeviceModel::enqueue_forward(int max_rows) {
   const bool run_other = options_.kernels & kOtherKernels;
 
   if (run_other) embed(EmbedParams{embed_, s.hidden, state_, residual_, ssq_layer_}, max_rows, st, false);
-  // More than 16 rows (tile-per-block GEMMs): the normalised inputs are written once as bf16 rows and the
+  // More than 8 rows (tile-per-block GEMMs): the normalised inputs are written once as bf16 rows and the
   // GEMMs read those, instead of each re-normalising the fp32 residual rows at every weight chunk.
-  const bool prenormalise = max_rows > 16 && !options_.gemm.stream;
+  const bool prenormalise = max_rows > 8 && !options_.gemm.stream;
   auto normalise_input = [&](GemmParams& g) {
     if (!prenormalise) return;
     if (run_other) {

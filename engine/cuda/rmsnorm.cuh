@@ -1,7 +1,7 @@
-// RMSNorm of a forward's residual rows into bf16 rows, for forwards of more than 16 rows: their GEMMs then
+// RMSNorm of a forward's residual rows into bf16 rows, for forwards of more than 8 rows: their GEMMs then
 // read one bf16 row per token instead of re-normalising the fp32 residual row at every weight chunk, which
-// made the input traffic grow with the rows (bench/NOTES.md, run 64). Up to 16 rows the GEMMs normalise at
-// the load (gemm.cuh, GemmInput::rmsnorm_residual), saving this kernel.
+// made the input traffic grow with the rows (bench/NOTES.md, runs 64-66). Up to 8 rows the GEMMs normalise
+// at the load (gemm.cuh, GemmInput::rmsnorm_residual), saving this kernel.
 #pragma once
 
 #include "common.cuh"
