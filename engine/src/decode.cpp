@@ -41,6 +41,16 @@ bool cancelled(const std::atomic<bool>* cancel, std::chrono::steady_clock::time_
   return true;
 }
 
+// Verify and tree: appends a forward's confirmed tokens to the result and reports them to `on_block`;
+// false once an EOS reading ended the generation (the finish reason is then set).
+bool append_confirmed(GenerateResult& result, const std::vector<int32_t>& tokens, bool stop,
+                      const BlockCallback& on_block) {
+  result.tokens.insert(result.tokens.end(), tokens.begin(), tokens.end());
+  if (on_block && !tokens.empty()) on_block(tokens, result.forward_passes);
+  if (stop) result.finish_reason = FinishReason::stop;
+  return !stop;
+}
+
 void check_request(const Backend& backend, const std::vector<int32_t>& prompt, const DecodeParams& params) {
   const ModelConfig& config = backend.config();
   validate_decode_params(params, config);
@@ -162,13 +172,8 @@ GenerateResult generate_verify(Backend& backend, const std::vector<int32_t>& pro
       result.trace.push_back({forward_index, result.prompt_tokens + generated, 0, std::move(reveal.candidates),
                               std::move(confirmed), std::move(next_drafts), {}});
     }
-    result.tokens.insert(result.tokens.end(), tokens.begin(), tokens.end());
     generated += kept;
-    if (on_block && !tokens.empty()) on_block(tokens, result.forward_passes);
-    if (stop) {
-      result.finish_reason = FinishReason::stop;
-      break;
-    }
+    if (!append_confirmed(result, tokens, stop, on_block)) break;
     pending = std::move(tokens);
   }
   result.ms = elapsed_ms(started);
@@ -314,13 +319,8 @@ GenerateResult generate_tree(Backend& backend, const std::vector<int32_t>& promp
       result.trace.push_back({forward_index, result.prompt_tokens + generated, 0, std::move(candidates),
                               std::move(confirmed), std::move(drafts), std::move(draft_branches)});
     }
-    result.tokens.insert(result.tokens.end(), tokens.begin(), tokens.end());
     generated += static_cast<int64_t>(tokens.size());
-    if (on_block && !tokens.empty()) on_block(tokens, result.forward_passes);
-    if (stop) {
-      result.finish_reason = FinishReason::stop;
-      break;
-    }
+    if (!append_confirmed(result, tokens, stop, on_block)) break;
     pending = std::move(tokens);
   }
   result.ms = elapsed_ms(started);
