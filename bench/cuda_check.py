@@ -396,21 +396,28 @@ def section_backend(lib, workdir):
     return results
 
 
+def backend_logits_error(lib, path, commit, window, vocab, layout=None):
+    """Max per-row relative error, CUDA vs CPU backend, of every row of one forward (commit then window; with
+    a decode.WindowLayout, the window rows where it puts them)."""
+    n, w = len(commit), len(window)
+    offsets = None if layout is None else (ctypes.c_int * w)(*layout.offsets)
+    visible = None if layout is None else (ctypes.c_ulonglong * w)(*layout.visible)
+    out = {}
+    for device in ("cpu", "cuda"):
+        logits = torch.empty(n + w, vocab, dtype=torch.float32)
+        lib.call("a2d_bench_backend_logits_layout", path.encode(), device.encode(), (ctypes.c_int * n)(*commit), n,
+                 (ctypes.c_int * w)(*window), w, offsets, visible, ctypes.c_void_p(logits.data_ptr()))
+        out[device] = logits
+    return max(rel_errors(out["cuda"], out["cpu"]))
+
+
 def compare_layout_logits(lib, path, commit, mask, vocab, name):
     """CUDA vs CPU logits of one tree window (a layout: positions and visibility per window row)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "convert"))
     from a2d_convert.decode import tree_window  # the reference's layout of a tree window
 
     window, layout, _, _ = tree_window([[5, 6, 7], [8]], 4, mask)
-    offsets, visible = layout.offsets, layout.visible
-    out = {}
-    for device in ("cpu", "cuda"):
-        logits = torch.empty(len(commit) + len(window), vocab, dtype=torch.float32)
-        lib.call("a2d_bench_backend_logits_layout", path.encode(), device.encode(), (ctypes.c_int * len(commit))(*commit),
-                 len(commit), (ctypes.c_int * len(window))(*window), len(window), (ctypes.c_int * len(window))(*offsets),
-                 (ctypes.c_ulonglong * len(window))(*visible), ctypes.c_void_p(logits.data_ptr()))
-        out[device] = logits
-    err = max(rel_errors(out["cuda"], out["cpu"]))
+    err = backend_logits_error(lib, path, commit, window, vocab, layout)
     log(f"  backend {name:14s}: tree window of {len(window)} rows, cuda vs cpu logits rel_err {err:.2e}")
     return dict(rows=len(window), logits_rel_err=err)
 
@@ -418,14 +425,7 @@ def compare_layout_logits(lib, path, commit, mask, vocab, name):
 def compare_backends(lib, path, commit, window, prompts, vocab, max_new, name, threshold=0.9):
     """CUDA vs CPU backend on one model folder: logits of a commit (several GPU chunks when long) plus a
     window, then greedy generations token for token (the folder's default decoding at `threshold`)."""
-    n = len(commit) + len(window)
-    out = {}
-    for device in ("cpu", "cuda"):
-        logits = torch.empty(n, vocab, dtype=torch.float32)
-        lib.call("a2d_bench_backend_logits", path.encode(), device.encode(), (ctypes.c_int * len(commit))(*commit),
-                 len(commit), (ctypes.c_int * len(window))(*window), len(window), ctypes.c_void_p(logits.data_ptr()))
-        out[device] = logits
-    err = max(rel_errors(out["cuda"], out["cpu"]))
+    err = backend_logits_error(lib, path, commit, window, vocab)
     same, agree_tokens, total_tokens, forwards = 0, 0, 0, {}
     for prompt in prompts:
         seqs = {}

@@ -293,13 +293,13 @@ class BatchBlockForward:
         T = Cm + Wm
         ids = np.full((R, T), self.pad_id, dtype=np.int64)
         positions = np.zeros((R, T), dtype=np.int64)
+        layouts = {i: requests[i][3] for i in active if len(requests[i]) > 3 and requests[i][3] is not None}  # tree windows
         for i in active:
             commit, window = requests[i][:2]
             r, c, w = self.row_of[i], len(commit), len(window)
             ids[r, :c], ids[r, Cm : Cm + w] = commit, window
             positions[r, :c] = self.lengths[r] + np.arange(c)
-            layout = requests[i][3] if len(requests[i]) > 3 else None
-            offsets = np.arange(w) if layout is None else np.asarray(layout.offsets)
+            offsets = np.asarray(layouts[i].offsets) if i in layouts else np.arange(w)
             positions[r, Cm : Cm + w] = self.lengths[r] + c + offsets
         q = np.arange(T)
         commit_q = q[None, :] < C[:, None]  # [R, T]: query (and key) slot t is a real commit token
@@ -318,10 +318,9 @@ class BatchBlockForward:
             revealed_q = window_q & ~masked_q
             new |= masked_q[:, :, None] & real[:, None, :]
             new |= revealed_q[:, :, None] & (commit_q[:, None, :] | (revealed_q[:, None, :] & causal[None]))
-        for i in active:  # a tree window: its own rule among its window rows
-            if len(requests[i]) > 3 and requests[i][3] is not None:
-                r, w = self.row_of[i], len(requests[i][1])
-                new[r, Cm : Cm + w, Cm : Cm + w] = layout_mask(requests[i][3]).numpy()
+        for i, layout in layouts.items():  # a tree window: its own rule among its window rows
+            r, w = self.row_of[i], len(requests[i][1])
+            new[r, Cm : Cm + w, Cm : Cm + w] = layout_mask(layout).numpy()
         new |= ~real[:, :, None] & np.eye(T, dtype=bool)[None]  # pads: themselves only
         hidden, new_kv = self.model(
             torch.from_numpy(ids).to(self.device),

@@ -331,19 +331,8 @@ std::unique_ptr<a2d::Backend> make_backend(const a2d::Model& model, const char* 
 }  // namespace
 
 // Parity of the two backends through the Backend interface (the chunking of long commits included):
-// one forward from an empty cache, logits of every row, row-major [n_commit + n_window][vocab].
-int a2d_bench_backend_logits_layout(const char* dir, const char* device, const int* commit, int n_commit,
-                                    const int* window, int n_window, const int* offsets,
-                                    const unsigned long long* visible, float* logits, char* error, int size);
-
-int a2d_bench_backend_logits(const char* dir, const char* device, const int* commit, int n_commit, const int* window,
-                             int n_window, float* logits, char* error, int size) {
-  return a2d_bench_backend_logits_layout(dir, device, commit, n_commit, window, n_window, nullptr, nullptr, logits,
-                                         error, size);
-}
-
-// The same with a window layout (remasking "tree"): one offset and one visibility bit set per window row
-// (offsets and visible both null: no layout).
+// one forward from an empty cache, logits of every row, row-major [n_commit + n_window][vocab]; with a
+// window layout (remasking "tree"), one offset and one visibility bit set per window row (both null: none).
 int a2d_bench_backend_logits_layout(const char* dir, const char* device, const int* commit, int n_commit,
                                     const int* window, int n_window, const int* offsets,
                                     const unsigned long long* visible, float* logits, char* error, int size) {
