@@ -151,6 +151,7 @@ function nativeParams(request: GenerateRequest, info: ModelInfo): NativeParams {
   const remasking = checkChoice("remasking", p.remasking ?? d.remasking, ["low_confidence", "random", "leftmost", "verify", "tree"] as const);
   const commit = checkChoice("commit", p.commit ?? d.commit, ["fused", "separate"] as const);
   const treeWidth = checkInteger("treeWidth", p.treeWidth ?? d.treeWidth, 1, 8);
+  const lookupNgram = checkInteger("lookupNgram", p.lookupNgram ?? d.lookupNgram, 0, 8);
   const confirming = remasking === "verify" || remasking === "tree";
   if (confirming && !info.shiftLogits) {
     throw new InvalidDecodeParamError("remasking", `'${remasking}' needs a model with shifted logits (the row of a token predicts the next position); this one predicts each position from its own row`);
@@ -158,9 +159,11 @@ function nativeParams(request: GenerateRequest, info: ModelInfo): NativeParams {
   if (remasking === "verify" && info.device === "cuda" && 2 * blockSize - 1 > CUDA_MAX_WINDOW) {
     throw new InvalidDecodeParamError("blockSize", `must be at most ${(CUDA_MAX_WINDOW + 1) / 2} with remasking 'verify' on the CUDA engine (its windows reach 2 x block_size - 1 positions; one forward runs at most ${CUDA_MAX_WINDOW})`);
   }
-  const treeRows = treeWidth * (blockSize - 1) + blockSize * (treeWidth * (blockSize - 1) + 1);
+  const branches = treeWidth + (lookupNgram > 0 ? 1 : 0);
+  const treeRows = branches * (blockSize - 1) + blockSize * (branches * (blockSize - 1) + 1);
   if (remasking === "tree" && treeRows > MAX_TREE_WINDOW) {
-    throw new InvalidDecodeParamError("treeWidth", `${treeWidth} at block size ${blockSize} needs windows of ${treeRows} rows, more than a tree window's ${MAX_TREE_WINDOW}; lower treeWidth or blockSize (docs/decoding.md, "Tree")`);
+    const withLookup = lookupNgram > 0 ? " with lookupNgram" : "";
+    throw new InvalidDecodeParamError("treeWidth", `${treeWidth}${withLookup} at block size ${blockSize} needs windows of ${treeRows} rows, more than a tree window's ${MAX_TREE_WINDOW}; lower treeWidth or blockSize (docs/decoding.md, "Tree")`);
   }
   if (confirming && commit !== "fused") {
     throw new InvalidDecodeParamError("commit", `must be 'fused' with remasking '${remasking}' (confirmed tokens are committed in the next window's forward)`);
@@ -177,6 +180,7 @@ function nativeParams(request: GenerateRequest, info: ModelInfo): NativeParams {
     remasking,
     commit,
     treeWidth,
+    lookupNgram,
     seed: checkSeed(p.seed),
     eosTokenIds: Array.from(checkTokenIds("eosTokenIds", p.eosTokenIds ?? info.eosTokenIds, info.vocabSize)),
     trace: p.trace === true,

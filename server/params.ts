@@ -61,6 +61,7 @@ export function resolveParams(body: SamplingRequest, info: ModelInfo, promptToke
   if (body.remasking !== undefined) params.remasking = body.remasking as DecodeParams["remasking"];
   if (body.commit !== undefined) params.commit = body.commit as DecodeParams["commit"];
   if (body.tree_width !== undefined) params.treeWidth = body.tree_width;
+  if (body.lookup_ngram !== undefined) params.lookupNgram = body.lookup_ngram;
   if (body.ignore_eos === true) params.eosTokenIds = [];
   // Signed 64-bit seeds map onto a2d's unsigned RNG seed by their two's complement bits. Without a seed,
   // sampling is fresh per request, as OpenAI's is (the CLI's fixed default is for reproducing the reference).

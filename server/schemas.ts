@@ -55,6 +55,7 @@ const Sampling = {
   remasking: Type.Optional(Type.Enum(["low_confidence", "random", "leftmost", "verify", "tree"])),
   commit: Type.Optional(Type.Enum(["fused", "separate"])),
   tree_width: Type.Optional(Type.Integer({ minimum: 1, maximum: 8 })),
+  lookup_ngram: Type.Optional(Type.Integer({ minimum: 0, maximum: 8 })),
   // As in vLLM: generate max_tokens whatever the model says, for throughput measurements.
   ignore_eos: Type.Optional(Type.Boolean()),
 };

@@ -24,6 +24,7 @@ interface GoldenDecode {
     remasking: "low_confidence" | "random" | "leftmost" | "verify" | "tree";
     commit: "fused" | "separate";
     tree_width?: number;
+    lookup_ngram?: number;
     seed: number;
     eos_token_ids: number[];
   };
@@ -83,6 +84,7 @@ function decodeParams(p: GoldenDecode["params"]): DecodeParams {
     remasking: p.remasking,
     commit: p.commit,
     treeWidth: p.tree_width ?? 1,
+    lookupNgram: p.lookup_ngram ?? 0,
     seed: BigInt(p.seed),
     eosTokenIds: p.eos_token_ids,
     trace: true,

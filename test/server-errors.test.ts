@@ -99,6 +99,8 @@ const cases: BadCase[] = [
   { name: "tree with separate commits", body: { messages: user, remasking: "tree", commit: "separate" }, code: "invalid_value", param: "commit" },
   { name: "tree_width 9", body: { messages: user, remasking: "tree", tree_width: 9 }, param: "tree_width" },
   { name: "a tree window past 64 rows", body: { messages: user, remasking: "tree", tree_width: 1, block_size: 8 }, code: "invalid_value", param: "tree_width" },
+  { name: "lookup_ngram 9", body: { messages: user, remasking: "tree", lookup_ngram: 9 }, param: "lookup_ngram" },
+  { name: "a lookup branch past 64 rows", body: { messages: user, remasking: "tree", tree_width: 4, lookup_ngram: 2, block_size: 4 }, code: "invalid_value", param: "tree_width" },
   { name: "text/plain body", raw: "hello", contentType: "text/plain", body: null, status: 415, code: "unsupported_media_type" },
   { name: "completions: prompt missing", path: "/v1/completions", body: { max_tokens: 4 }, code: "missing_required_parameter", param: "prompt" },
   { name: "completions: empty prompt list", path: "/v1/completions", body: { prompt: [] }, param: "prompt" },

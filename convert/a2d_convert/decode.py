@@ -82,9 +82,10 @@ class DecodeParams(DecodingDefaults):
             ("remasking", self.remasking in REMASKING, f"one of {', '.join(REMASKING)}"),
             ("commit", self.commit in COMMIT, f"one of {', '.join(COMMIT)}"),
             ("tree_width", integer(self.tree_width) and 1 <= self.tree_width <= 8, "in 1..8"),
-            ("tree_width", self.remasking != "tree" or tree_window_rows(self.block_size, self.tree_width) <= 64,
+            ("lookup_ngram", integer(self.lookup_ngram) and 0 <= self.lookup_ngram <= 8, "in 0..8"),
+            ("tree_width", self.remasking != "tree" or tree_window_rows(self.block_size, self.tree_width + (self.lookup_ngram > 0)) <= 64,
              f"small enough for a window of at most 64 rows at block size {self.block_size} "
-             f"(tree_width W needs W(B-1) + B(W(B-1) + 1) rows; docs/decoding.md, \"Tree\")"),
+             f"(W branches, tree_width plus one with lookup_ngram, need W(B-1) + B(W(B-1) + 1) rows; docs/decoding.md, \"Tree\")"),
             ("seed", integer(self.seed) and 0 <= self.seed <= MASK64, "in 0..2^64-1"),
             ("eos_token_ids", all(integer(t) and t >= 0 for t in self.eos_token_ids), "a list of token ids"),
         ]
@@ -348,8 +349,9 @@ def tree_window_rows(block: int, width: int) -> int:
 
 def tree_window(branches: Sequence[Sequence[int]], block: int, mask_token_id: int) -> tuple[list[int], WindowLayout, list[int], list[int]]:
     """The window of one tree forward (docs/decoding.md, "Tree"): (window ids, layout, each node's parent
-    node or -1, each group's first window row). Nodes come branch after branch, then one group of `block`
-    masks for the root and for every node, in that order."""
+    node or -1, each group's first window row). Nodes come branch after branch (a branch's prefix that an
+    earlier branch holds is not repeated), then one group of `block` masks for the root and for every
+    node, in that order."""
     ids: list[int] = []
     offsets: list[int] = []
     visible: list[int] = []
@@ -358,6 +360,10 @@ def tree_window(branches: Sequence[Sequence[int]], block: int, mask_token_id: in
     for branch in branches:
         parent = -1
         for depth, token in enumerate(branch, start=1):
+            shared = next((n for n in range(len(parents)) if parents[n] == parent and ids[n] == token), None)
+            if shared is not None:  # a prefix another branch already holds: one node for both
+                parent = shared
+                continue
             row = len(ids)
             ids.append(token)
             offsets.append(depth - 1)
@@ -375,6 +381,21 @@ def tree_window(branches: Sequence[Sequence[int]], block: int, mask_token_id: in
         offsets += range(start, start + block)
         visible += [seen] * block
     return ids, WindowLayout(tuple(offsets), tuple(visible)), parents, group_rows
+
+
+def lookup_branch(context: Sequence[int], ngram: int, depth: int, eos: set[int]) -> list[int]:
+    """A draft branch from the context itself (docs/decoding.md, "Tree"): for n = ngram down to 1, the
+    latest earlier occurrence of the context's last n tokens that has a token after it; the (at most
+    `depth`) tokens after it, cut after an EOS. Empty when no n matches."""
+    size = len(context)
+    for n in range(min(ngram, size - 1), 0, -1):
+        key = list(context[size - n:])
+        for start in range(size - n - 1, -1, -1):
+            if list(context[start:start + n]) == key:
+                found = list(context[start + n:start + n + depth])
+                cut = next((i for i, t in enumerate(found) if t in eos), None)
+                return found if cut is None else found[: cut + 1]
+    return []
 
 
 def _tree_steps(
@@ -435,6 +456,10 @@ def _tree_steps(
             firsts = [t for t in top_tokens(logits[base], mask_token_id, W) if t[1] > params.threshold] if B > 1 else []
             for b, (token, confidence) in enumerate(firsts):
                 new_branches.append([[b, 1, token, confidence]] + ([] if token in eos else [[b, *c] for c in chain]))
+            if params.lookup_ngram:
+                found = lookup_branch([*prompt_ids, *completion, *(t for _, t, _ in confirmed)], params.lookup_ngram, B - 1, eos)
+                if found:
+                    new_branches.append([[len(new_branches), d, token, 0.0] for d, token in enumerate(found, start=1)])
         if steps_log is not None:
             steps_log.append({
                 "forward": forwards - 1,

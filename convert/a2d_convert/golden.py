@@ -81,6 +81,7 @@ def decode_runs(block_size: int, eos: list[int], shift_logits: bool = True) -> l
         remasking="low_confidence",
         commit="fused",
         tree_width=1,
+        lookup_ngram=0,
         seed=0,
         eos_token_ids=eos,
     )
@@ -104,6 +105,7 @@ def decode_runs(block_size: int, eos: list[int], shift_logits: bool = True) -> l
         if tree_window_rows(block_size, 3) <= 64:  # a tree window holds at most 64 rows
             runs.append(("tree", {"remasking": "tree", "tree_width": 3, "threshold": 0.05}))
             runs.append(("tree_sample", {"remasking": "tree", "tree_width": 2, "threshold": 0.0, "temperature": 0.9, "top_p": 0.95, "seed": 11, "max_tokens": 6 * block_size + 1}))
+            runs.append(("tree_lookup", {"remasking": "tree", "tree_width": 2, "lookup_ngram": 3, "threshold": 0.0, "max_tokens": 10 * block_size}))
     return [(name, {**base, **change}) for name, change in runs]
 
 

@@ -333,6 +333,7 @@ def evaluate_probes(
     block_size: int | None = None,
     remasking: str | None = None,
     tree_width: int | None = None,
+    lookup_ngram: int | None = None,
 ) -> dict[str, Any]:
     from .config import load_config
     from .decode import DecodeParams
@@ -374,7 +375,7 @@ def evaluate_probes(
         del base_model
     # Every (threshold, probe) pair in one list, so the C++ engine loads once for all of them.
     per_threshold = [
-        DecodeParams.from_defaults(a2d.decoding, block_size=block_size, max_tokens=max_tokens, eos_token_ids=a2d.eos_token_ids, threshold=t, temperature=0.0, remasking=remasking, tree_width=tree_width)
+        DecodeParams.from_defaults(a2d.decoding, block_size=block_size, max_tokens=max_tokens, eos_token_ids=a2d.eos_token_ids, threshold=t, temperature=0.0, remasking=remasking, tree_width=tree_width, lookup_ngram=lookup_ngram)
         for t in thresholds
     ]
     all_prompts = [ids for _ in thresholds for ids in prompts]
@@ -434,6 +435,7 @@ def add_parser(subparsers) -> None:
                         "showing how far training moved it from its base); the report then recommends no decoding")
     p.add_argument("--remasking", choices=REMASKING, help="decode with this remasking instead of the model's default (docs/decoding.md)")
     p.add_argument("--tree-width", type=int, help="with remasking tree: guesses for the first position instead of the model's default")
+    p.add_argument("--lookup-ngram", type=int, help="with remasking tree: a branch from the context's own earlier text (docs/decoding.md, \"Tree\"); 0: none")
     p.add_argument("--out", type=Path, required=True, help="JSON report to write")
     p.add_argument("--details", type=Path, help="also write every answer as JSONL")
     p.set_defaults(run=run)
@@ -458,7 +460,7 @@ def run(args) -> int:
     report = evaluate_probes(
         args.model, args.base, probes, thresholds, args.max_tokens, args.tolerance, args.device,
         False if args.no_think else None, args.details, args.engine, args.threads, args.batch_size, args.block_size,
-        args.remasking, args.tree_width,
+        args.remasking, args.tree_width, args.lookup_ngram,
     )
     report["probes"] = {
         "source": str(args.probes) if args.probes else f"built-in, seed {args.seed}, {args.per_family} per family",

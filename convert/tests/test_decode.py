@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from a2d_convert.decode import DecodeParams, choose_token, decode
+from a2d_convert.decode import DecodeParams, choose_token, decode, lookup_branch, tree_window
 from a2d_convert.errors import A2DError
 from a2d_convert.model import BlockForward, load_transformer
 from a2d_convert.rng import SplitMix64
@@ -399,6 +399,40 @@ def test_tree_output_does_not_depend_on_the_guesses():
     assert runs["second"].forward_passes < 12
 
 
+def test_tree_lookup_drafts_what_followed_the_context_s_last_match():
+    # The exact stream 4 5 1 2 3 4 5 1 2 3 4 5 repeats itself. Forward 3 confirms 1 (position 5): the group
+    # guesses 2 5 for positions 6-7, and the prompt's 1 was followed by 2 3, so the window of forward 4
+    # holds the branches 2 5 and 2 3 as one node 2 with the children 5 and 3.
+    result, fn = tree_run({6: {2: 0.9}, 7: {5: 0.9}}, max_tokens=12, tree_width=1, lookup_ngram=2)
+    assert result.token_ids == [4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5]
+    M = MASK
+    assert [c[0] for c in fn.calls] == [[1, 2, 3], [4], [5], [1], [2, 3, 4], [5, 1, 2]]
+    commit, window, rows, layout = fn.calls[3]
+    assert window == [2, 5, 3] + [M] * 12
+    assert layout.offsets == (0, 1, 1, 0, 1, 2, 1, 2, 3, 2, 3, 4, 2, 3, 4)
+    assert layout.visible == (1, 3, 5) + (7 << 3,) * 3 + (1 | 7 << 6,) * 3 + (3 | 7 << 9,) * 3 + (5 | 7 << 12,) * 3
+    assert [tuple(d) for d in result.trace[2]["drafts"]] == [(0, 1, 2, pytest.approx(0.9)), (0, 2, 5, pytest.approx(0.9)), (1, 1, 2, 0.0), (1, 2, 3, 0.0)]
+    # After it, the lookup alone drafts 5 1, then 3 4 (cut to the two tokens left).
+    assert [fn.calls[i][1][:2] for i in (4, 5)] == [[5, 1], [3, 4]]
+    assert [len(s["revealed"]) for s in result.trace] == [1, 1, 1, 3, 3, 3]
+    assert tree_run({6: {2: 0.9}, 7: {5: 0.9}}, max_tokens=12, tree_width=1)[0].forward_passes == 11
+
+
+def test_lookup_branch_takes_the_longest_latest_match_and_stops_after_an_eos():
+    assert lookup_branch([1, 2, 3, 9, 2, 3, 8, 7, 2, 3], 3, 4, set()) == [8, 7, 2, 3]  # "2 3": the latest, at 4
+    assert lookup_branch([5, 2, 3, 1, 4, 3, 6, 2, 3], 3, 2, set()) == [1, 4]  # "2 3" beats the later "3"
+    assert lookup_branch([1, 2, 6, 5, 1, 2], 2, 4, {6}) == [6]
+    assert lookup_branch([1, 2, 3], 3, 4, set()) == []
+    assert lookup_branch([4], 3, 4, set()) == []
+
+
+def test_tree_window_shares_the_prefixes_of_branches():
+    ids, layout, parents, groups = tree_window([[5, 1], [5, 2], [6]], 2, 9)
+    assert ids[:4] == [5, 1, 2, 6] and parents == [-1, 0, 0, -1]
+    assert layout.offsets[:4] == (0, 1, 1, 0) and layout.visible[:4] == (1, 3, 5, 8)
+    assert groups == [4, 6, 8, 10, 12]
+
+
 def test_tree_stops_at_an_eos_and_checks_its_parameters():
     result, _ = tree_run({}, max_tokens=8, eos_token_ids=(1,))
     assert result.token_ids == [4, 5] and result.finish_reason == "stop"
@@ -411,6 +445,11 @@ def test_tree_stops_at_an_eos_and_checks_its_parameters():
     with pytest.raises(A2DError, match="64 rows"):
         DecodeParams(max_tokens=4, block_size=8, remasking="tree", tree_width=1).validate()
     DecodeParams(max_tokens=4, block_size=4, remasking="tree", tree_width=4).validate()  # 12 + 4 x 13 = 64 rows
+    DecodeParams(max_tokens=4, block_size=4, remasking="tree", tree_width=3, lookup_ngram=2).validate()  # 4 branches
+    with pytest.raises(A2DError, match="lookup_ngram"):
+        DecodeParams(max_tokens=4, block_size=4, remasking="tree", tree_width=4, lookup_ngram=2).validate()
+    with pytest.raises(A2DError, match="lookup_ngram is 9"):
+        DecodeParams(max_tokens=4, remasking="tree", lookup_ngram=9).validate()
 
 
 def test_tree_on_a_mask_adapter_model_is_its_greedy_causal_stream(tiny_models, tmp_path):

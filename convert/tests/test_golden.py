@@ -16,7 +16,7 @@ from a2d_convert.prompts import load_prompt_codec
 
 # One case with shift_logits false and QK-norm, one whose mask row was appended (block size 2).
 SOME = ["qwen3_qknorm", "llama_appended_mask", "llama_mask_adapter"]
-PARAM_KEYS = {"max_tokens", "block_size", "threshold", "min_per_step", "steps", "temperature", "top_p", "remasking", "commit", "tree_width", "seed", "eos_token_ids"}
+PARAM_KEYS = {"max_tokens", "block_size", "threshold", "min_per_step", "steps", "temperature", "top_p", "remasking", "commit", "tree_width", "lookup_ngram", "seed", "eos_token_ids"}
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_decode_runs_replay_exactly(golden, name):
         "greedy_fused", "greedy_separate", "min_per_step_2", "steps_schedule", "max_tokens_odd", "eos_stop",
         "sample_top_p", "sample_full", "remask_random", "remask_leftmost", "threshold_low", "block_1", "block_4", "block_8",
     ] + (["verify", "verify_sample"] if a2d.shift_logits else []) + (
-        ["tree", "tree_sample"] if a2d.shift_logits and tree_window_rows(a2d.block_size, 3) <= 64 else [])
+        ["tree", "tree_sample", "tree_lookup"] if a2d.shift_logits and tree_window_rows(a2d.block_size, 3) <= 64 else [])
     assert [f["name"] for f in data["forwards"]] == ["prefill", "cached"] + (["tree"] if a2d.block_size > 1 else [])
     for run in data["decodes"]:
         assert set(run["params"]) == PARAM_KEYS
@@ -112,6 +112,8 @@ def test_decode_runs_replay_exactly(golden, name):
     odd = runs["max_tokens_odd"]
     assert odd["params"]["max_tokens"] % odd["params"]["block_size"] and len(odd["token_ids"]) == odd["params"]["max_tokens"]
     assert [runs[f"block_{b}"]["params"]["block_size"] for b in (1, 4, 8)] == [1, 4, 8]
+    if "tree_lookup" in runs:  # the context's repeats gave branches (their drafts' confidence is 0)
+        assert any(d[3] == 0.0 for step in runs["tree_lookup"]["trace"] for d in step["drafts"])
 
 
 @pytest.mark.parametrize("name", SOME)

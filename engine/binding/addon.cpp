@@ -142,6 +142,7 @@ a2d::DecodeParams read_params(const Napi::Object& o) {
     throw Napi::TypeError::New(env, "decode params: remasking must be 'low_confidence', 'random', 'leftmost', 'verify' or 'tree'");
   }
   p.tree_width = static_cast<int>(number_field(o, "treeWidth"));
+  p.lookup_ngram = static_cast<int>(number_field(o, "lookupNgram"));
   const std::string commit = string_field(o, "commit");
   if (commit == "fused") {
     p.commit = a2d::CommitPolicy::fused;
@@ -240,6 +241,7 @@ Napi::Object info_object(Napi::Env env, const a2d::Model& model, const a2d::Back
   decoding.Set("remasking", a2d::remasking_name(d.remasking));
   decoding.Set("commit", d.commit == a2d::CommitPolicy::separate ? "separate" : "fused");
   decoding.Set("treeWidth", d.tree_width);
+  decoding.Set("lookupNgram", d.lookup_ngram);
   Napi::Object info = Napi::Object::New(env);
   info.Set("architecture", c.architecture);
   info.Set("modelType", c.model_type);

@@ -212,8 +212,10 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
       d.fail("commit", "= '" + commit + "'; use 'fused' or 'separate'");
     }
     p.tree_width = static_cast<int>(d.integer_or("tree_width", 1, 8, p.tree_width));
-    if (p.remasking == Remasking::tree && tree_window_rows(p.block_size, p.tree_width) > kMaxTreeWindow) {
-      d.fail("tree_width", "= " + std::to_string(p.tree_width) + " at block_size " + std::to_string(p.block_size) +
+    p.lookup_ngram = static_cast<int>(d.integer_or("lookup_ngram", 0, 8, p.lookup_ngram));
+    if (p.remasking == Remasking::tree && tree_window_rows(p) > kMaxTreeWindow) {
+      d.fail("tree_width", "= " + std::to_string(p.tree_width) + (p.lookup_ngram > 0 ? " with lookup_ngram" : "") +
+                               " at block_size " + std::to_string(p.block_size) +
                                " needs tree windows of more than 64 rows; lower it (docs/decoding.md, \"Tree\")");
     }
     if (confirms_by_reading(p.remasking) && !config.shift_logits) {
@@ -393,9 +395,10 @@ void validate_decode_params(const DecodeParams& p, const ModelConfig& config) {
   if (!(p.top_p > 0.0 && p.top_p <= 1.0)) bad("top_p must be in (0, 1]");
   if (p.max_tokens < 0) bad("max_tokens must be >= 0");
   if (p.tree_width < 1 || p.tree_width > 8) bad("tree_width must be in 1..8");
-  if (p.remasking == Remasking::tree && tree_window_rows(p.block_size, p.tree_width) > kMaxTreeWindow) {
-    bad("tree_width " + std::to_string(p.tree_width) + " at block_size " + std::to_string(p.block_size) + " needs windows of " +
-        std::to_string(tree_window_rows(p.block_size, p.tree_width)) +
+  if (p.lookup_ngram < 0 || p.lookup_ngram > 8) bad("lookup_ngram must be in 0..8");
+  if (p.remasking == Remasking::tree && tree_window_rows(p) > kMaxTreeWindow) {
+    bad("tree_width " + std::to_string(p.tree_width) + (p.lookup_ngram > 0 ? " with lookup_ngram" : "") + " at block_size " +
+        std::to_string(p.block_size) + " needs windows of " + std::to_string(tree_window_rows(p)) +
         " rows, more than a tree window's 64; lower tree_width or block_size (docs/decoding.md, \"Tree\")");
   }
   const std::string name = std::string("remasking '") + remasking_name(p.remasking) + "'";

@@ -23,6 +23,7 @@ struct DecodeParams {
   Remasking remasking = Remasking::low_confidence;
   CommitPolicy commit = CommitPolicy::fused;
   int tree_width = 1;  // remasking tree: guesses for the first position (docs/decoding.md, "Tree")
+  int lookup_ngram = 0;  // remasking tree: a branch from the context's latest match of its last 1..n tokens; 0: none
   int64_t max_tokens = 0;
   uint64_t seed = 0;
   std::vector<int32_t> eos_token_ids;
@@ -85,6 +86,10 @@ inline int64_t tree_window_rows(int64_t block_size, int64_t tree_width) {
   return nodes + block_size * (nodes + 1);
 }
 constexpr int64_t kMaxTreeWindow = 64;
+// Rows of the largest tree window of these parameters: tree_width branches, one more with lookup_ngram.
+inline int64_t tree_window_rows(const DecodeParams& p) {
+  return tree_window_rows(p.block_size, p.tree_width + (p.lookup_ngram > 0 ? 1 : 0));
+}
 
 // Checks decoding parameters against the ranges of docs/decoding.md; throws naming the parameter.
 void validate_decode_params(const DecodeParams& params, const ModelConfig& config);

@@ -70,10 +70,11 @@ void check_request(const Backend& backend, const std::vector<int32_t>& prompt, c
                              " positions, and this backend runs at most " + std::to_string(backend.max_window()) +
                              "; use block_size <= " + std::to_string((backend.max_window() + 1) / 2));
   }
-  const int64_t tree_rows = tree_window_rows(B, params.tree_width);
+  const int64_t tree_rows = tree_window_rows(params);
   if (params.remasking == Remasking::tree && tree_rows > backend.max_window()) {
     throw std::runtime_error("invalid decoding parameter: block_size " + std::to_string(B) + " with tree_width " +
-                             std::to_string(params.tree_width) + " needs windows of up to " +
+                             std::to_string(params.tree_width) + (params.lookup_ngram > 0 ? " and lookup_ngram" : "") +
+                             " needs windows of up to " +
                              std::to_string(tree_rows) + " rows, and this backend runs at most " +
                              std::to_string(backend.max_window()) + "; lower tree_width or block_size");
   }
@@ -180,8 +181,8 @@ GenerateResult generate_verify(Backend& backend, const std::vector<int32_t>& pro
   return result;
 }
 
-// The window of one tree forward (docs/decoding.md, "Tree"): nodes branch after branch, then a group of B
-// masks for the root and for every node.
+// The window of one tree forward (docs/decoding.md, "Tree"): nodes branch after branch (a prefix an
+// earlier branch holds is not repeated), then a group of B masks for the root and for every node.
 struct TreeWindow {
   std::vector<int32_t> parents;     // per node: the node before it in its branch, -1 for the root
   std::vector<int32_t> group_rows;  // per group (root first, then each node): its first window row
@@ -194,6 +195,14 @@ TreeWindow lay_out_tree(const std::vector<std::vector<int32_t>>& branches, int32
   for (const std::vector<int32_t>& branch : branches) {
     int32_t parent = -1;
     for (size_t d = 0; d < branch.size(); ++d) {
+      int32_t shared = -1;
+      for (size_t n = 0; n < tree.parents.size() && shared < 0; ++n) {
+        if (tree.parents[n] == parent && args.window[n] == branch[d]) shared = static_cast<int32_t>(n);
+      }
+      if (shared >= 0) {  // a prefix another branch already holds: one node for both
+        parent = shared;
+        continue;
+      }
       const int32_t row = static_cast<int32_t>(args.window.size());
       args.window.push_back(branch[d]);
       args.window_offsets.push_back(static_cast<int32_t>(d));
@@ -219,6 +228,27 @@ TreeWindow lay_out_tree(const std::vector<std::vector<int32_t>>& branches, int32
   return tree;
 }
 
+// A draft branch from the context itself (docs/decoding.md, "Tree"): for n = ngram down to 1, the latest
+// earlier occurrence of the context's last n tokens that has a token after it; the (at most `depth`)
+// tokens after it, cut after an EOS. Empty when no n matches.
+std::vector<int32_t> lookup_branch(const std::vector<int32_t>& context, int ngram, int32_t depth,
+                                   const DecodeParams& params) {
+  const int64_t size = static_cast<int64_t>(context.size());
+  for (int64_t n = std::min<int64_t>(ngram, size - 1); n >= 1; --n) {
+    const auto key = context.end() - n;
+    for (int64_t start = size - n - 1; start >= 0; --start) {
+      if (!std::equal(key, context.end(), context.begin() + start)) continue;
+      std::vector<int32_t> found;
+      for (int64_t i = start + n; i < size && static_cast<int32_t>(found.size()) < depth; ++i) {
+        found.push_back(context[static_cast<size_t>(i)]);
+        if (is_eos(params, found.back())) break;
+      }
+      return found;
+    }
+  }
+  return {};
+}
+
 // remasking "tree" (docs/decoding.md, "Tree"): verify with tree_width guesses for the first position and a
 // group of masks after every draft, so that whichever draft the reading stops at, the next drafts exist.
 GenerateResult generate_tree(Backend& backend, const std::vector<int32_t>& prompt, const DecodeParams& params,
@@ -231,6 +261,7 @@ GenerateResult generate_tree(Backend& backend, const std::vector<int32_t>& promp
   result.finish_reason = FinishReason::length;
   SplitMix64 rng(params.seed);
   std::vector<int32_t> pending = prompt;
+  std::vector<int32_t> context = prompt;  // what lookup_ngram searches: the prompt and the completion so far
   std::vector<std::vector<int32_t>> branches;
   std::vector<float> logits;
 
@@ -308,6 +339,15 @@ GenerateResult generate_tree(Backend& backend, const std::vector<int32_t>& promp
         }
         branches.push_back(std::move(branch));
         ++b;
+      }
+      if (params.lookup_ngram > 0) {
+        for (const Revealed& r : confirmed) context.push_back(r.token);
+        std::vector<int32_t> found = lookup_branch(context, params.lookup_ngram, B - 1, params);
+        for (size_t d = 0; d < found.size(); ++d) {
+          drafts.push_back({static_cast<int32_t>(d) + 1, found[d], 0.0});
+          draft_branches.push_back(b);
+        }
+        if (!found.empty()) branches.push_back(std::move(found));
       }
     }
 

@@ -655,6 +655,56 @@ TEST_CASE("decode tree: walks the branch the reading chooses, drafts from where 
   CHECK(backend.calls.size() == before);
 }
 
+TEST_CASE("decode tree: lookup_ngram drafts what followed the context's last match, as the Python test does") {
+  // The exact stream 4 5 1 2 3 4 5 1 2 3 4 5 repeats itself. Forward 3 confirms 1 (position 5): the group
+  // guesses 2 5 for positions 6-7, and the prompt's 1 was followed by 2 3: one node 2 with children 5 and 3.
+  DecodeParams p;
+  p.max_tokens = 12;
+  p.block_size = 3;
+  p.threshold = 0.2;
+  p.remasking = Remasking::tree;
+  p.tree_width = 1;
+  p.lookup_ngram = 2;
+  p.eos_token_ids = {6};
+  p.trace = true;
+  TreeSuccessorBackend backend({{6, {{2, 0.9}}}, {7, {{5, 0.9}}}});
+  const GenerateResult r = generate(backend, {1, 2, 3}, p, nullptr, nullptr);
+  CHECK(r.tokens == std::vector<int32_t>{4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5});
+  REQUIRE(backend.calls.size() == 6);
+  std::vector<std::vector<int32_t>> commits;
+  for (const ForwardArgs& call : backend.calls) commits.push_back(call.commit);
+  CHECK(commits == std::vector<std::vector<int32_t>>{{1, 2, 3}, {4}, {5}, {1}, {2, 3, 4}, {5, 1, 2}});
+  const ForwardArgs& fourth = backend.calls[3];
+  std::vector<int32_t> window{2, 5, 3};
+  window.insert(window.end(), 12, 7);
+  CHECK(fourth.window == window);
+  CHECK(fourth.window_offsets == std::vector<int32_t>{0, 1, 1, 0, 1, 2, 1, 2, 3, 2, 3, 4, 2, 3, 4});
+  std::vector<uint64_t> visible{1, 3, 5};
+  for (uint64_t group : {uint64_t{7} << 3, 1 | uint64_t{7} << 6, 3 | uint64_t{7} << 9, 5 | uint64_t{7} << 12}) {
+    visible.insert(visible.end(), 3, group);
+  }
+  CHECK(fourth.window_visible == visible);
+  std::vector<int32_t> drafted, confidences_zero;
+  for (const Revealed& d : r.trace[2].drafts) {
+    drafted.push_back(d.token);
+    confidences_zero.push_back(d.confidence == 0.0 ? 1 : 0);
+  }
+  CHECK(drafted == std::vector<int32_t>{2, 5, 2, 3});
+  CHECK(confidences_zero == std::vector<int32_t>{0, 0, 1, 1});
+  CHECK(r.trace[2].draft_branches == std::vector<int32_t>{0, 0, 1, 1});
+  CHECK(std::vector<int32_t>(backend.calls[4].window.begin(), backend.calls[4].window.begin() + 2) == std::vector<int32_t>{5, 1});
+  CHECK(std::vector<int32_t>(backend.calls[5].window.begin(), backend.calls[5].window.begin() + 2) == std::vector<int32_t>{3, 4});
+
+  // Without the lookup branch the same stream takes 11 forwards; with tree_width 4 it would not fit 64 rows.
+  p.lookup_ngram = 0;
+  TreeSuccessorBackend plain({{6, {{2, 0.9}}}, {7, {{5, 0.9}}}});
+  CHECK(generate(plain, {1, 2, 3}, p, nullptr, nullptr).forward_passes == 11);
+  p.block_size = 4;
+  p.tree_width = 4;
+  p.lookup_ngram = 2;
+  CHECK_THROWS_WITH_AS(generate(plain, {1, 2, 3}, p, nullptr, nullptr), doctest::Contains("lookup_ngram"), std::runtime_error);
+}
+
 TEST_CASE("cpu forward: a tree layout places rows at their offsets and limits what each sees") {
   // Two one-token branches x and y at the same position (offset 0), each seeing only itself: each row reads
   // exactly as that token would read as the last commit row.

@@ -49,6 +49,7 @@ DecodeParams decode_params(const json& p) {
   }
   d.commit = p.at("commit") == "separate" ? CommitPolicy::separate : CommitPolicy::fused;
   d.tree_width = p.value("tree_width", 1);
+  d.lookup_ngram = p.value("lookup_ngram", 0);
   d.seed = p.at("seed").get<uint64_t>();
   d.eos_token_ids = p.at("eos_token_ids").get<std::vector<int32_t>>();
   d.trace = true;

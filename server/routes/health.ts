@@ -31,6 +31,7 @@ export function registerHealthRoute(app: App, ctx: ServerContext): void {
         remasking: d.remasking,
         commit: d.commit,
         tree_width: d.treeWidth,
+        lookup_ngram: d.lookupNgram,
         mask_token_id: info.maskTokenId,
       },
       forward_passes: ctx.model.engine.totalForwardPasses(),
