@@ -42,13 +42,17 @@ STREAM_TUNING = (1, 4, 2)
 # paths off the default.
 OPTIONS_TUNING = (0, 4, 2, -1, -1, 1000, 0, 0)
 # The tiny checks' configurations: the default, the stream GEMM schedule, the optional paths.
-SCHEDULES = (("tile", (-1, -1, -1)), ("stream", STREAM_TUNING), ("options", OPTIONS_TUNING))
+# The tile-per-block kernel above 8 rows too (no wide kernel); the wide kernel for every GEMM above 8 rows.
+NARROW_TUNING = (0, 4, 2, -1, -1, -1, -1, -1, 0)
+WIDE_TUNING = (0, 4, 2, -1, -1, -1, -1, -1, 9, 0)
+SCHEDULES = (("tile", (-1, -1, -1)), ("stream", STREAM_TUNING), ("options", OPTIONS_TUNING), ("narrow", NARROW_TUNING),
+             ("wide", WIDE_TUNING))
 
 
 # The optional fields after (stream, loads, blocks per SM), in a2d_bench_reconfigure's order, with their labels:
 # GemmTuning's small loads, stage ssq and rolling blocks per SM, then ModelOptions' attention early trigger and
-# attention key split.
-TUNING_EXTRA = ("x", "ssq", "roll", "tr", "ks")
+# attention key split, then GemmTuning's wide kernel: its first row count and its least tiles per SM.
+TUNING_EXTRA = ("x", "ssq", "roll", "tr", "ks", "wf", "wt")
 
 
 def tuning_label(tuning):
@@ -311,7 +315,7 @@ def section_tiny(lib, out):
 
 # ---------------------------------------------------------------- model folders (Backend interface)
 
-def write_folder(path, cfg, W, block_size=4, remasking="low_confidence", tree_width=1):
+def write_folder(path, cfg, W, block_size=4, remasking="low_confidence", tree_width=1, lookup_ngram=0):
     from safetensors.torch import save_file
     os.makedirs(path, exist_ok=True)
     arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[cfg.get("type", "llama")]
@@ -326,7 +330,8 @@ def write_folder(path, cfg, W, block_size=4, remasking="low_confidence", tree_wi
                 "shift_logits": True, "eos_token_ids": [cfg["vocab"] - 2], "trained": False,
                 "decoding": {"threshold": 0.9, "min_per_step": 1, "steps": 0, "temperature": 0.0, "top_p": 1.0,
                              "remasking": remasking, "commit": "fused",
-                             **({"tree_width": tree_width} if remasking == "tree" else {})}},
+                             **({"tree_width": tree_width} if remasking == "tree" else {}),
+                             **({"lookup_ngram": lookup_ngram} if lookup_ngram else {})}},
     }
     hf = {"embed": "model.embed_tokens.weight", "lm_head": "lm_head.weight", "final_norm": "model.norm.weight"}
     per_layer = {"input_norm": "input_layernorm.weight", "post_norm": "post_attention_layernorm.weight",
@@ -393,6 +398,10 @@ def section_backend(lib, workdir):
             write_folder(path + "_tree", cfg, W, remasking="tree", tree_width=3)
             results[name + "_tree"] = compare_backends(lib, path + "_tree", commit, window, prompts, cfg["vocab"], 48,
                                                        name + " tree3", threshold=0.0)
+            # and with a branch from the context's own repeats: windows of up to 64 rows
+            write_folder(path + "_lookup", cfg, W, remasking="tree", tree_width=3, lookup_ngram=3)
+            results[name + "_lookup"] = compare_backends(lib, path + "_lookup", commit, window, prompts, cfg["vocab"], 48,
+                                                         name + " tree3 lookup3", threshold=0.0)
     return results
 
 
@@ -475,18 +484,20 @@ def section_trained(lib, model_dir, summary):
         summary["trained_default"] = compare_backends(lib, model_dir, commit, window, prompts, config["vocab_size"], 64,
                                                       f"{name} {decoding['remasking']}@{decoding['threshold']}",
                                                       threshold=decoding["threshold"])
-    if config["a2d"].get("shift_logits", True):  # remasking tree on the same weights: a copy of the folder's config
-        tree_dir = model_dir.rstrip("/") + "-tree"
-        os.makedirs(tree_dir, exist_ok=True)
-        for entry in os.listdir(model_dir):
-            if entry != "config.json" and not os.path.exists(os.path.join(tree_dir, entry)):
-                os.symlink(os.path.join(os.path.abspath(model_dir), entry), os.path.join(tree_dir, entry))
-        tree_config = json.loads(json.dumps(config))
-        tree_config["a2d"]["decoding"].update(remasking="tree", tree_width=3, commit="fused")
-        with open(os.path.join(tree_dir, "config.json"), "w") as fh:
-            json.dump(tree_config, fh, indent=1)
-        summary["trained_tree"] = compare_backends(lib, tree_dir, commit, window, prompts, config["vocab_size"], 64,
-                                                   f"{name} tree3@0", threshold=0.0)
+    if config["a2d"].get("shift_logits", True):  # remasking tree on the same weights: copies of the folder's config
+        for key, suffix, label, decoding in (("trained_tree", "-tree", "tree3@0", dict(tree_width=3)),
+                                             ("trained_lookup", "-lookup", "tree3 lookup3@0", dict(tree_width=3, lookup_ngram=3))):
+            tree_dir = model_dir.rstrip("/") + suffix
+            os.makedirs(tree_dir, exist_ok=True)
+            for entry in os.listdir(model_dir):
+                if entry != "config.json" and not os.path.exists(os.path.join(tree_dir, entry)):
+                    os.symlink(os.path.join(os.path.abspath(model_dir), entry), os.path.join(tree_dir, entry))
+            tree_config = json.loads(json.dumps(config))
+            tree_config["a2d"]["decoding"].update(remasking="tree", commit="fused", **decoding)
+            with open(os.path.join(tree_dir, "config.json"), "w") as fh:
+                json.dump(tree_config, fh, indent=1)
+            summary[key] = compare_backends(lib, tree_dir, commit, window, prompts, config["vocab_size"], 64,
+                                            f"{name} {label}", threshold=0.0)
 
 
 # ---------------------------------------------------------------- the 2B shape
@@ -572,7 +583,9 @@ def section_2b(lib, out, summary):
     # tree window of remasking "tree" costs: 19 rows at width 1, 34 at 2, 49 at 3, 64 at 4, block 4).
     sweep = os.environ.get("ROWS_SWEEP") == "1"
     if sweep:
-        tunings = tunings[:1]
+        # The default (the wide kernel from 32 rows), the tile-per-block kernel at every row count, and the
+        # wide kernel for every GEMM above 8 rows.
+        tunings = [tunings[0], NARROW_TUNING, WIDE_TUNING]
     checks = {}
     for tuning in tunings:
         engine.reconfigure(True, True, 7, tuning)
@@ -584,6 +597,12 @@ def section_2b(lib, out, summary):
                                             torch_bf16_rel_err=yard[0])
         log(f"  2B P=1000 C=4 W=4 {tuning_label(tuning)}: rel_err {err:.2e} (PyTorch bf16 forward: {yard[0]:.2e}) "
             f"argmax agree {agree:.2f} conf diff {conf_diff:.1e} device argmax vs own {self_agree:.2f} ({self_conf:.1e})")
+        if sweep:  # a wide forward too: 64 rows
+            wide_yard = []
+            err, agree, conf_diff, self_agree, self_conf = check_case(engine, W, cfg, 1000, 4, 60, gen, wide_yard)
+            checks[tuning_label(tuning)]["wide_64_rows"] = dict(rel_err=err, argmax_agree=agree, torch_bf16_rel_err=wide_yard[0])
+            log(f"  2B P=1000 C=4 W=60 {tuning_label(tuning)}: rel_err {err:.2e} (PyTorch bf16 forward: {wide_yard[0]:.2e}) "
+                f"argmax agree {agree:.2f} conf diff {conf_diff:.1e} device argmax vs own {self_agree:.2f} ({self_conf:.1e})")
     summary["check_2b"] = dict(prefix=1000, commit=4, window=4, **checks[tuning_label(tunings[0])], all=checks)
 
     engine.fill_kv()
@@ -603,10 +622,12 @@ def section_2b(lib, out, summary):
         return device_ms
 
     if sweep:
-        engine.reconfigure(True, True, 7, tunings[0])
-        for kv in (1024, 8192):
-            for rows in (1, 4, 8, 12, 16, 19, 24, 32, 34, 40, 48, 49, 56, 64):
-                timed("rows sweep", rows, kv)
+        for tuning in tunings:
+            engine.reconfigure(True, True, 7, tuning)
+            for kv in (1024, 8192) if tuning == tunings[0] else (1024,):
+                for rows in (1, 4, 8, 12, 16, 19, 24, 32, 34, 40, 48, 49, 56, 64):
+                    if rows > 8 or tuning == tunings[0]:
+                        timed(f"rows sweep {tuning_label(tuning)}", rows, kv)
         summary["timings_2b"] = timings
         engine.close()
         return W

@@ -146,7 +146,9 @@ int a2d_bench_finish(void* handle, double* times, char* error, int size) {
 // attention_split_keys; negative keeps the default.
 int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int gemm_stream, int gemm_loads,
                           int gemm_blocks_per_sm, int gemm_small_loads, int gemm_stage_ssq, int gemm_rolling,
-                          int attention_trigger, int attention_split_keys, char* error, int size) {
+                          int attention_trigger, int attention_split_keys, int gemm_wide_from_rows,
+                          int gemm_wide_min_tiles_per_sm, char* error,
+                          int size) {
   return guarded(error, size, [&] {
     ModelOptions options;
     options.graphs = graphs;
@@ -161,6 +163,8 @@ int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int ge
     if (attention_trigger > 2) throw std::runtime_error("attention_trigger: 0 never, 1 at short KV, 2 always");
     if (attention_trigger >= 0) options.attention_early_trigger = static_cast<AttentionTrigger>(attention_trigger);
     if (attention_split_keys >= 0) options.attention_split_keys = attention_split_keys != 0;
+    if (gemm_wide_from_rows >= 0) options.gemm.wide_from_rows = gemm_wide_from_rows;
+    if (gemm_wide_min_tiles_per_sm >= 0) options.gemm.wide_min_tiles_per_sm = gemm_wide_min_tiles_per_sm;
     static_cast<DeviceModel*>(handle)->reconfigure(options);
   });
 }

@@ -419,6 +419,162 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   A2D_TRACE(record(true));
 }
 
+// Wide forwards (GemmTuning::wide_from_rows): one 16-row tile per warp, kWideWarps consecutive tiles per
+// block, all over the block's K split. The tile-per-block kernel's 8 warps each load their own chunk's input
+// rows, so above 8 token rows the input bytes outgrow the weight bytes (64 rows: 4 KiB of inputs per 1 KiB
+// chunk, mostly from L2) and its warps stall on them (bench/NOTES.md, run 70). Here the block copies each
+// chunk of its input rows once into shared memory (kWideStages - 1 chunks ahead, cp.async), and every warp
+// multiplies it with its own tile's chunk, which it streams from memory kWideLoads chunks ahead in
+// registers. Then each warp runs its own tile's epilogue (split K merged by the tile's last warp to finish,
+// in split order, as the stream kernel's epilogue warps do).
+constexpr int kWideWarps = 4;
+constexpr int kWideStages = 8;
+constexpr int kWideLoads = 4;
+template <int kTiles, GemmEpilogue kEpilogue>
+__global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __grid_constant__ GemmParams p) {
+  constexpr int kCols = kTiles * 8;
+  // The input stages (one chunk, 32 k, of every input row each) during the K loop, then each warp's sums
+  // and scratch for its epilogue: the same bytes.
+  using Stages = bf16[kWideStages][kCols][32];
+  using Partials = float[kWideWarps][2][kGemmTileRows][kCols + 1];
+  __shared__ __align__(16) unsigned char shared_bytes[sizeof(Stages) > sizeof(Partials) ? sizeof(Stages) : sizeof(Partials)];
+  Stages& stage = *reinterpret_cast<Stages*>(shared_bytes);
+  Partials& partial = *reinterpret_cast<Partials*>(shared_bytes);
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int c = lane % 4;
+  const int tiles = ceil_div(p.n_rows, kGemmTileRows);
+  const int tile = blockIdx.x * kWideWarps + warp;
+  const bool has_tile = tile < tiles;
+  const int chunks = (p.k + 31) / 32;
+  const int chunk_begin = blockIdx.y * p.chunks_per_split;
+  const int n = min(chunks, chunk_begin + p.chunks_per_split) - chunk_begin;  // >= 1 (gemm_plan)
+  const bf16* weights =
+      p.weight + (static_cast<size_t>(min(tile, tiles - 1)) * chunks + chunk_begin) * kChunkElements + lane * 8;
+
+  // The weights do not depend on earlier kernels: start streaming them before waiting.
+  uint4 wa[kWideLoads], wb[kWideLoads];
+#pragma unroll
+  for (int u = 0; u < kWideLoads; ++u) {
+    wa[u] = wb[u] = make_uint4(0, 0, 0, 0);
+    const bf16* w = weights + static_cast<size_t>(min(u, n - 1)) * kChunkElements;
+    load_stream16_if(wa[u], w, has_tile && u < n);
+    load_stream16_if(wb[u], w + kChunkElements / 2, has_tile && u < n);
+  }
+  const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
+  const StepView view = step_view(p);
+  wait_for_previous_grid();
+  if (rows <= 0) return;
+
+  // Local chunk i of every input row into stage slot i % kWideStages, 16 bytes a thread; zeros for
+  // columns without a token row and past K. One commit group per call, empty or not.
+  auto stage_chunk = [&](int i) {
+    const int k0 = (chunk_begin + i) * 32;
+    for (int piece = threadIdx.x; piece < kCols * 4; piece += blockDim.x) {
+      const int t = piece / 4, quarter = piece % 4;
+      const int k = k0 + quarter * 8;
+      const bool valid = t < rows && i < n && k < p.k;
+      const int row = valid ? (p.use_row_map ? p.state->logit_rows[t] : t) : 0;
+      cp_async16(&stage[i % kWideStages][t][quarter * 8], p.x + static_cast<size_t>(row) * p.x_stride + (valid ? k : 0),
+                 valid);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int i = 0; i < kWideStages - 1; ++i) stage_chunk(i);
+
+  float acc[kTiles][4];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  for (int base = 0; base < n; base += kWideLoads) {
+#pragma unroll
+    for (int u = 0; u < kWideLoads; ++u) {
+      const int i = base + u;
+      if (i >= n) break;  // the same for the whole block
+      cp_async_wait<kWideStages - 2>();  // chunk i's copies (this thread's), then everyone's:
+      __syncthreads();                   // and every warp is done with chunk i - 1's slot, refilled here
+      stage_chunk(i + kWideStages - 1);
+      const bf16 (*in)[32] = stage[i % kWideStages];
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        if (j > 0 && j * 8 >= rows) break;
+        const uint4 xv = *reinterpret_cast<const uint4*>(&in[j * 8 + g][c * 8]);
+        mma_bf16_16816(acc[j], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
+        mma_bf16_16816(acc[j], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
+      }
+      const int next = i + kWideLoads;
+      const bf16* w = weights + static_cast<size_t>(min(next, n - 1)) * kChunkElements;
+      load_stream16_if(wa[u], w, has_tile && next < n);
+      load_stream16_if(wb[u], w + kChunkElements / 2, has_tile && next < n);
+    }
+  }
+  cp_async_wait<0>();
+  allow_next_grid();
+  __syncthreads();  // every warp is done with the stages: their bytes become the partials
+  if (!has_tile) return;
+
+  const int active_cols = min(rows, kCols);
+  float (*sums)[kCols + 1] = partial[warp][0];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    sums[g][j * 8 + 2 * c] = acc[j][0];
+    sums[g][j * 8 + 2 * c + 1] = acc[j][1];
+    sums[g + 8][j * 8 + 2 * c] = acc[j][2];
+    sums[g + 8][j * 8 + 2 * c + 1] = acc[j][3];
+  }
+  __syncwarp();
+  if (p.splits > 1) {  // publish; the tile's last split to arrive sums all of them in split order
+    float* tile_partials = p.split_partials + static_cast<size_t>(tile) * p.splits * kMaxRows * kGemmTileRows;
+    float* mine = tile_partials + static_cast<size_t>(blockIdx.y) * kMaxRows * kGemmTileRows;
+    for (int e = lane; e < kGemmTileRows * active_cols; e += 32) mine[e] = sums[e % kGemmTileRows][e / kGemmTileRows];
+    __threadfence();
+    __syncwarp();
+    unsigned arrived = 0;
+    if (lane == 0) arrived = atomicAdd(&p.split_counters[tile], 1u);
+    if (__shfl_sync(0xffffffffu, arrived, 0) != static_cast<unsigned>(p.splits - 1)) return;
+    __threadfence();
+    for (int e = lane; e < kGemmTileRows * active_cols; e += 32) {
+      float sum = 0.f;
+      for (int split = 0; split < p.splits; ++split) sum += __ldcg(tile_partials + static_cast<size_t>(split) * kMaxRows * kGemmTileRows + e);
+      sums[e % kGemmTileRows][e / kGemmTileRows] = sum;
+    }
+    if (lane == 0) p.split_counters[tile] = 0;
+    __syncwarp();
+  }
+  tile_epilogue<kEpilogue, kCols>(p, view, tile, sums, partial[warp][1], active_cols, lane, 32, [] { __syncwarp(); });
+}
+
+template <int kTiles>
+void launch_wide(const GemmParams& p, GemmEpilogue epilogue, dim3 grid, cudaStream_t stream, bool pdl) {
+  using Ep = GemmEpilogue;
+  const dim3 block(kWideWarps * 32);
+  switch (epilogue) {
+    case Ep::store_bf16: return launch(gemm_wide_kernel<kTiles, Ep::store_bf16>, grid, block, 0, stream, pdl, p);
+    case Ep::silu_mul: return launch(gemm_wide_kernel<kTiles, Ep::silu_mul>, grid, block, 0, stream, pdl, p);
+    case Ep::residual_add: return launch(gemm_wide_kernel<kTiles, Ep::residual_add>, grid, block, 0, stream, pdl, p);
+    case Ep::logits: return launch(gemm_wide_kernel<kTiles, Ep::logits>, grid, block, 0, stream, pdl, p);
+    case Ep::rope_qkv: return launch(gemm_wide_kernel<kTiles, Ep::rope_qkv>, grid, block, 0, stream, pdl, p);
+  }
+}
+
+void dispatch_wide(const GemmParams& p, const GemmPlan& plan, GemmInput input, GemmEpilogue epilogue, int max_rows,
+                   cudaStream_t stream, bool pdl) {
+  if (input != GemmInput::bf16_rows) throw std::logic_error("gemm: the wide kernel reads bf16 rows");
+  const dim3 grid(plan.blocks, plan.splits);
+  switch (ceil_div(max_rows, 8)) {
+    case 2: return launch_wide<2>(p, epilogue, grid, stream, pdl);
+    case 3: return launch_wide<3>(p, epilogue, grid, stream, pdl);
+    case 4: return launch_wide<4>(p, epilogue, grid, stream, pdl);
+    case 5: return launch_wide<5>(p, epilogue, grid, stream, pdl);
+    case 6: return launch_wide<6>(p, epilogue, grid, stream, pdl);
+    case 7: return launch_wide<7>(p, epilogue, grid, stream, pdl);
+    case 8: return launch_wide<8>(p, epilogue, grid, stream, pdl);
+    default: throw std::logic_error("gemm: the wide kernel runs more than 8 rows");
+  }
+}
+
 // Persistent schedule (GemmTuning::stream): a grid of as many blocks as stay resident. The work is cut into
 // units, one K split of one tile (splits chosen on the host so that units are at least 32 chunks and a few
 // per block). Block b starts with unit b and then takes the next unit from an atomic counter of its own
@@ -763,6 +919,17 @@ GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning) {
   const int chunks = ceil_div(k, 32);
   const int tiles = ceil_div(n_rows, kGemmTileRows);
   GemmPlan plan;
+  if (!tuning.stream && tuning.wide_from_rows > 0 && max_rows > 8 && max_rows >= tuning.wide_from_rows &&
+      tiles >= tuning.wide_min_tiles_per_sm * tuning.sm_count) {
+    // kWideWarps tiles per block; K split until about two blocks per SM, each split at least 8 chunks.
+    plan.wide = true;
+    plan.blocks = ceil_div(tiles, kWideWarps);
+    const int splits = std::max(1, std::min(ceil_div(2 * tuning.sm_count, plan.blocks), chunks / 8));
+    plan.chunks_per_split = ceil_div(chunks, splits);
+    plan.splits = ceil_div(chunks, plan.chunks_per_split);
+    if (plan.splits > 1) plan.scratch_floats = static_cast<size_t>(tiles) * plan.splits * kMaxRows * kGemmTileRows;
+    return plan;
+  }
   if (tuning.stream && ceil_div(max_rows, 8) <= kGemmStreamMaxTiles) {
     // Units of at least 32 chunks (so the epilogue warp keeps up), about four per block where K allows.
     const int blocks = std::max(1, tuning.blocks_per_sm) * tuning.sm_count;
@@ -814,6 +981,7 @@ void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int 
     throw std::logic_error("gemm: split K without scratch");
   }
   if (plan.stream && p.unit_counter == nullptr) throw std::logic_error("gemm: stream schedule without a unit counter");
+  if (plan.wide) return dispatch_wide(p, plan, input, epilogue, max_rows, stream, pdl);
   switch (plan.stream ? tuning.loads : plan.loads) {
     case 4: return dispatch_rows<4>(p, plan, input, epilogue, max_rows, stream, pdl);
     case 8: return dispatch_rows<8>(p, plan, input, epilogue, max_rows, stream, pdl);

@@ -60,6 +60,13 @@ struct GemmTuning {
   // 0.07 ms off block 4 with four blocks per SM (runs 36-37); with three (run 48) it measured the same or
   // 0.01 ms slower at every block size and KV length (run 49), so it is off. 0: off.
   int rolling_blocks_per_sm = 0;
+  // Tile per block, forwards of at least this many rows (and more than 8): the wide kernel (gemm.cu), one
+  // tile per warp and each chunk of the input rows staged once per block in shared memory, for GEMMs of
+  // at least wide_min_tiles_per_sm tiles per SM. On the 2B shape that is gate/up and the lm_head; with
+  // fewer tiles (qkv, o, down) it measured slower than tile per block, its grid then holding too few warps
+  // (bench/NOTES.md, runs 72-75), and below 32 rows it measured 0.1 ms slower per forward (run 76). 0: never.
+  int wide_from_rows = 32;
+  int wide_min_tiles_per_sm = 4;
 };
 constexpr int kGemmStreamMaxTiles = 4;
 
@@ -71,6 +78,7 @@ struct GemmPlan {
   int splits = 1;            // tile per block: blocks per tile along K
   int chunks_per_split = 0;  // 32-column chunks each split covers
   bool rolling = false;      // tile per block: GemmTuning::rolling_blocks_per_sm
+  bool wide = false;         // the wide kernel: blocks of 8 tiles (GemmTuning::wide_from_rows)
   size_t scratch_floats = 0;
 };
 GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning);
