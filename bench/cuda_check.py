@@ -51,8 +51,9 @@ SCHEDULES = (("tile", (-1, -1, -1)), ("stream", STREAM_TUNING), ("options", OPTI
 
 # The optional fields after (stream, loads, blocks per SM), in a2d_bench_reconfigure's order, with their labels:
 # GemmTuning's small loads, stage ssq and rolling blocks per SM, then ModelOptions' attention early trigger and
-# attention key split, then GemmTuning's wide kernel: its first row count and its least tiles per SM.
-TUNING_EXTRA = ("x", "ssq", "roll", "tr", "ks", "wf", "wt")
+# attention key split, then GemmTuning's wide kernel: its first row count, its least tiles per SM, and its K
+# split (blocks per SM, least chunks per split).
+TUNING_EXTRA = ("x", "ssq", "roll", "tr", "ks", "wf", "wt", "wsb", "wsc")
 
 
 def tuning_label(tuning):
@@ -585,7 +586,9 @@ def section_2b(lib, out, summary):
     if sweep:
         # The default (the wide kernel from 32 rows), the tile-per-block kernel at every row count, and the
         # wide kernel for every GEMM above 8 rows.
-        tunings = [tunings[0], NARROW_TUNING, WIDE_TUNING]
+        tunings = [tunings[0], NARROW_TUNING, WIDE_TUNING] + [
+            (0, 4, 2, -1, -1, -1, -1, -1, 9, 0, blocks, chunks) for blocks, chunks in ((4, 4), (5, 2), (8, 2))] + [
+            (0, 4, 2, -1, -1, -1, -1, -1, -1, -1, blocks, chunks) for blocks, chunks in ((4, 4), (5, 2))]
     checks = {}
     for tuning in tunings:
         engine.reconfigure(True, True, 7, tuning)

@@ -147,7 +147,8 @@ int a2d_bench_finish(void* handle, double* times, char* error, int size) {
 int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int gemm_stream, int gemm_loads,
                           int gemm_blocks_per_sm, int gemm_small_loads, int gemm_stage_ssq, int gemm_rolling,
                           int attention_trigger, int attention_split_keys, int gemm_wide_from_rows,
-                          int gemm_wide_min_tiles_per_sm, char* error,
+                          int gemm_wide_min_tiles_per_sm, int gemm_wide_split_blocks_per_sm,
+                          int gemm_wide_split_chunks, char* error,
                           int size) {
   return guarded(error, size, [&] {
     ModelOptions options;
@@ -165,6 +166,8 @@ int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int ge
     if (attention_split_keys >= 0) options.attention_split_keys = attention_split_keys != 0;
     if (gemm_wide_from_rows >= 0) options.gemm.wide_from_rows = gemm_wide_from_rows;
     if (gemm_wide_min_tiles_per_sm >= 0) options.gemm.wide_min_tiles_per_sm = gemm_wide_min_tiles_per_sm;
+    if (gemm_wide_split_blocks_per_sm >= 0) options.gemm.wide_split_blocks_per_sm = gemm_wide_split_blocks_per_sm;
+    if (gemm_wide_split_chunks >= 0) options.gemm.wide_split_chunks = gemm_wide_split_chunks;
     static_cast<DeviceModel*>(handle)->reconfigure(options);
   });
 }

@@ -921,10 +921,12 @@ GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning) {
   GemmPlan plan;
   if (!tuning.stream && tuning.wide_from_rows > 0 && max_rows > 8 && max_rows >= tuning.wide_from_rows &&
       tiles >= tuning.wide_min_tiles_per_sm * tuning.sm_count) {
-    // kWideWarps tiles per block; K split until about two blocks per SM, each split at least 8 chunks.
+    // kWideWarps tiles per block; K split towards wide_split_blocks_per_sm blocks per SM, each split at
+    // least wide_split_chunks chunks.
     plan.wide = true;
     plan.blocks = ceil_div(tiles, kWideWarps);
-    const int splits = std::max(1, std::min(ceil_div(2 * tuning.sm_count, plan.blocks), chunks / 8));
+    const int splits = std::max(1, std::min(ceil_div(tuning.wide_split_blocks_per_sm * tuning.sm_count, plan.blocks),
+                                            chunks / std::max(1, tuning.wide_split_chunks)));
     plan.chunks_per_split = ceil_div(chunks, splits);
     plan.splits = ceil_div(chunks, plan.chunks_per_split);
     if (plan.splits > 1) plan.scratch_floats = static_cast<size_t>(tiles) * plan.splits * kMaxRows * kGemmTileRows;

@@ -67,6 +67,11 @@ struct GemmTuning {
   // (bench/NOTES.md, runs 72-75), and below 32 rows it measured 0.1 ms slower per forward (run 76). 0: never.
   int wide_from_rows = 32;
   int wide_min_tiles_per_sm = 4;
+  // The wide kernel's K split: towards this many blocks per SM, each split at least this many chunks. More
+  // splits (4 or 5 blocks per SM, splits of 2-4 chunks) did not make it win on GEMMs of few tiles, and made
+  // 64-row forwards slower (run 79).
+  int wide_split_blocks_per_sm = 2;
+  int wide_split_chunks = 8;
 };
 constexpr int kGemmStreamMaxTiles = 4;
 
