@@ -28,7 +28,7 @@ export interface DecodingDefaults {
   commit: CommitPolicy;
   /** remasking "tree": guesses for the first position (docs/decoding.md, "Tree"). */
   treeWidth: number;
-  /** remasking "tree": one more branch from the context's latest match of its last 1..n tokens; 0: none. */
+  /** remasking "verify" / "tree": drafts from the context's latest match of its last 1..n tokens; 0: none. */
   lookupNgram: number;
 }
 
@@ -63,7 +63,7 @@ export interface DecodeParams {
   commit?: CommitPolicy;
   /** remasking "tree": guesses for the first position, 1..8. */
   treeWidth?: number;
-  /** remasking "tree": a branch from the context's own earlier text, matching its last 1..n tokens; 0..8, 0: none. */
+  /** remasking "verify" / "tree": drafts from the context's own earlier text, matching its last 1..n tokens; 0..8, 0: none. */
   lookupNgram?: number;
   /** Unsigned 64-bit seed, as a bigint or a safe integer. */
   seed?: bigint | number;

@@ -34,7 +34,9 @@ for key in sys.argv[2:]:
     d = d[key]
 print(d)' "$@" 2>/dev/null || true
 }
+# Rebuilt again when the delta changed (its lineage too: a new default decoding leaves the weights as they were).
 if [ "$(json_get "$work/model/lineage.json" shipped weights_sha256)" != "$(json_get "$delta/delta.json" weights_sha256)" ] ||
+   ! cmp -s "$work/model/lineage.json" "$delta/lineage.json" ||
    ! .venv/bin/python -m a2d_convert verify "$work/model" >/dev/null 2>&1; then
   echo "== rebuilding the converted model from the base and $delta"
   .venv/bin/python -m a2d_convert rebuild --base "$work/base.gguf" --delta "$delta" --out "$work/model" --force

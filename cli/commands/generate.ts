@@ -46,7 +46,7 @@ export function register(program: Command): void {
     .option("--steps <s>", "linear top-k schedule over this many steps per block (0: off)", integerIn("--steps", 0, 64))
     .addOption(new Option("--remasking <r>", "candidate priority, or verify / tree (docs/decoding.md)").choices(["low_confidence", "random", "leftmost", "verify", "tree"]))
     .option("--tree-width <n>", "guesses for the first position with --remasking tree", integerIn("--tree-width", 1, 8))
-    .option("--lookup-ngram <n>", "with --remasking tree: one more branch from the context's latest match of its last 1..n tokens (0: none)", integerIn("--lookup-ngram", 0, 8))
+    .option("--lookup-ngram <n>", "with --remasking verify or tree: drafts from the context's latest match of its last 1..n tokens (0: none)", integerIn("--lookup-ngram", 0, 8))
     .addOption(new Option("--commit <c>", "commit policy").choices(["fused", "separate"]))
     .option("--temperature <x>", "0: greedy", numberIn("--temperature", 0, 2))
     .option("--top-p <p>", "nucleus sampling mass", numberIn("--top-p", Number.MIN_VALUE, 1))

@@ -171,7 +171,7 @@ def add_decoding_flags(parser) -> None:
     parser.add_argument("--remasking", choices=REMASKING)
     parser.add_argument("--commit", choices=COMMIT)
     parser.add_argument("--tree-width", type=int, help="guesses for the first position with --remasking tree")
-    parser.add_argument("--lookup-ngram", type=int, help="with --remasking tree: one more branch from the context's latest match of its last 1..N tokens (0: none)")
+    parser.add_argument("--lookup-ngram", type=int, help="with --remasking verify or tree: drafts from the context's latest match of its last 1..N tokens (0: none)")
 
 
 def decoding_flags(args) -> dict:
@@ -217,8 +217,8 @@ class A2DSection:
         }
         if self.decoding.remasking == "tree":  # written only where it applies: other models' files stay as they were
             out["decoding"]["tree_width"] = self.decoding.tree_width
-            if self.decoding.lookup_ngram:
-                out["decoding"]["lookup_ngram"] = self.decoding.lookup_ngram
+        if self.decoding.lookup_ngram:
+            out["decoding"]["lookup_ngram"] = self.decoding.lookup_ngram
         if self.mask_rank:
             out["mask_adapter"] = {"rank": self.mask_rank, "targets": list(self.mask_targets)}
         return out

@@ -257,7 +257,9 @@ def _verify_steps(
     order from the rows of confirmed or draft tokens (with a mask adapter: the base's exact reading), keeps
     every draft that reading chooses too, replaces the first one it does not with its own choice, and
     drops the drafts after it. When every draft held, the reading of the first masked position is kept as
-    well, and the masked rows after it draft the next B-1 positions (greedy, while confidence > threshold)."""
+    well, and the masked rows after it draft the next B-1 positions (greedy, while confidence > threshold).
+    With `lookup_ngram`, the context's own continuation (lookup_branch) drafts instead where the masks made
+    no drafts (after a mismatch) or guessed the same first token."""
     _check_confirming(params, shift_logits)
     B, eos = params.block_size, set(params.eos_token_ids)
     rng = SplitMix64(params.seed)
@@ -296,6 +298,10 @@ def _verify_steps(
                 new_drafts.append([i - len(confirmed), token, confidence])
                 if token in eos:
                     break
+        if params.lookup_ngram and not stop:
+            found = lookup_branch([*prompt_ids, *completion, *(t for _, t, _ in confirmed)], params.lookup_ngram, B - 1, eos)
+            if found and (not new_drafts or found[0] == new_drafts[0][1]):
+                new_drafts = [[i, token, 0.0] for i, token in enumerate(found)]
         if steps_log is not None:
             steps_log.append({
                 "forward": forwards - 1,

@@ -188,6 +188,69 @@ def export(
     return out
 
 
+def redecode(folder: Path, decoding_flags: dict[str, Any] | None = None, probes_file: Path | None = None) -> dict[str, Any]:
+    """New default decoding for an exported model folder or a delta folder, recorded as a `redecode`
+    stage: config.json and decoder_config.json are rewritten (the old choice kept under `previous`), the
+    lineage's shipped records (and a delta's delta_files.json) follow. The weights are untouched. Returns
+    the new decoding."""
+    from .config import DecodingDefaults, load_config
+    from .decode import DecodeParams
+
+    folder = Path(folder)
+    for name in ("config.json", DECODER_CONFIG, lin.LINEAGE_FILE):
+        if not (folder / name).is_file():
+            raise A2DError(f"{folder / name}: missing; redecode takes a folder written by `export` (a model or its --delta)")
+    lineage = lin.read_lineage(folder)
+    old = {name: lin.file_record(folder / name) for name in ("config.json", DECODER_CONFIG)}
+    for name, rec in old.items():
+        if lineage.get("shipped", {}).get("files", {}).get(name, {}).get("sha256") != rec["sha256"]:
+            raise A2DError(f"{folder / name}: not the file the lineage records; run `verify {folder}` and restore it first")
+    config, decoder = read_json(folder / "config.json"), read_json(folder / DECODER_CONFIG)
+    decoding = dict(config["a2d"]["decoding"])
+    chosen_by: dict[str, Any] = {"method": "redecode", "previous": decoder.get("chosen_by")}
+    if probes_file is not None:
+        recommended = read_json(probes_file).get("recommended")
+        if not isinstance(recommended, dict):
+            raise A2DError(f"{probes_file}: no 'recommended' decoding in it; run `evaluate-probes` with --thresholds")
+        decoding.update({k: v for k, v in recommended.items() if k in DecodingDefaults.__dataclass_fields__})
+        chosen_by["probes_file"] = {"path": str(probes_file), **lin.file_record(probes_file)}
+    flags = {k: v for k, v in (decoding_flags or {}).items() if v is not None}
+    if not flags and probes_file is None:
+        raise A2DError("redecode: give the decoding parameters to change (e.g. --lookup-ngram 3) or --probes")
+    decoding.update(flags)
+    chosen_by["flags"] = flags
+    a2d = config["a2d"]
+    DecodeParams.from_defaults(DecodingDefaults(**decoding), block_size=a2d["block_size"], max_tokens=0,
+                               eos_token_ids=a2d["eos_token_ids"]).validate(f"{folder / 'config.json'}: a2d.decoding")
+    if decoding["remasking"] in ("verify", "tree") and (not a2d["shift_logits"] or decoding["commit"] != "fused"):
+        raise A2DError(f"redecode: remasking {decoding['remasking']!r} needs a model with shift_logits and commit 'fused'")
+    config["a2d"]["decoding"] = decoding
+    decoder = {**decoder, "decoding": decoding, "chosen_by": chosen_by}
+    # Written beside the old files and renamed over them only once all are complete.
+    staged = {name: folder / f".{name}.redecode" for name in ("config.json", DECODER_CONFIG)}
+    write_json(staged["config.json"], config)
+    write_json(staged[DECODER_CONFIG], decoder)
+    new = {name: lin.file_record(path) for name, path in staged.items()}
+    stage = lin.make_stage(
+        "redecode",
+        config={"decoding": decoding, "chosen_by": chosen_by},
+        inputs={name: {**rec, "from_previous": True} for name, rec in old.items()},
+        outputs=new,
+    )
+    lineage = lin.append_stage(lineage, stage)
+    lineage["shipped"] = {**lineage["shipped"], "files": {**lineage["shipped"]["files"], **new}}
+    staged_lineage = folder / f".{lin.LINEAGE_FILE}.redecode"
+    staged_lineage.write_text(json.dumps(lineage, indent=2, sort_keys=False) + "\n")
+    for name, path in staged.items():
+        path.replace(folder / name)
+    staged_lineage.replace(folder / lin.LINEAGE_FILE)
+    if (folder / "delta_files.json").is_file():
+        finish_delta(folder)
+    else:
+        load_config(folder)  # the folder must read back as a valid a2d model
+    return decoding
+
+
 # --------------------------------------------------------------------------------------------- delta
 
 
@@ -406,6 +469,23 @@ def add_parser(subparsers) -> None:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--force", action="store_true")
     r.set_defaults(run=run_rebuild)
+
+    d = subparsers.add_parser(
+        "redecode",
+        help="change an exported model's (or delta's) default decoding, recorded in its lineage; weights untouched",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    d.add_argument("--model", type=Path, required=True, help="a folder written by `export`: the model, or its --delta")
+    d.add_argument("--probes", type=Path, help="evaluate-probes result whose 'recommended' decoding becomes the default")
+    add_decoding_flags(d)
+    d.set_defaults(run=run_redecode)
+
+
+def run_redecode(args) -> int:
+    decoding = redecode(args.model, decoding_flags(args), args.probes)
+    print(json.dumps({"model": str(args.model), "decoding": decoding}))
+    return 0
 
 
 def run_export(args) -> int:

@@ -102,6 +102,7 @@ def decode_runs(block_size: int, eos: list[int], shift_logits: bool = True) -> l
     if shift_logits:
         runs.append(("verify", {"remasking": "verify", "threshold": 0.2}))
         runs.append(("verify_sample", {"remasking": "verify", "threshold": 0.0, "temperature": 0.9, "top_p": 0.95, "seed": 5, "max_tokens": 6 * block_size + 1}))
+        runs.append(("verify_lookup", {"remasking": "verify", "lookup_ngram": 3, "threshold": 0.0, "max_tokens": 10 * block_size}))
         if tree_window_rows(block_size, 3) <= 64:  # a tree window holds at most 64 rows
             runs.append(("tree", {"remasking": "tree", "tree_width": 3, "threshold": 0.05}))
             runs.append(("tree_sample", {"remasking": "tree", "tree_width": 2, "threshold": 0.0, "temperature": 0.9, "top_p": 0.95, "seed": 11, "max_tokens": 6 * block_size + 1}))

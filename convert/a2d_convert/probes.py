@@ -435,7 +435,7 @@ def add_parser(subparsers) -> None:
                         "showing how far training moved it from its base); the report then recommends no decoding")
     p.add_argument("--remasking", choices=REMASKING, help="decode with this remasking instead of the model's default (docs/decoding.md)")
     p.add_argument("--tree-width", type=int, help="with remasking tree: guesses for the first position instead of the model's default")
-    p.add_argument("--lookup-ngram", type=int, help="with remasking tree: a branch from the context's own earlier text (docs/decoding.md, \"Tree\"); 0: none")
+    p.add_argument("--lookup-ngram", type=int, help="with remasking verify or tree: drafts from the context's own earlier text (docs/decoding.md, \"Verify\", \"Tree\"); 0: none")
     p.add_argument("--out", type=Path, required=True, help="JSON report to write")
     p.add_argument("--details", type=Path, help="also write every answer as JSONL")
     p.set_defaults(run=run)

@@ -418,6 +418,21 @@ def test_tree_lookup_drafts_what_followed_the_context_s_last_match():
     assert tree_run({6: {2: 0.9}, 7: {5: 0.9}}, max_tokens=12, tree_width=1)[0].forward_passes == 11
 
 
+def test_verify_lookup_drafts_after_a_mismatch_and_where_the_masks_agree():
+    # The same stream in verify: forward 3's masks guess 2 5 and the context's 1 was followed by 2 3, the
+    # same first token, so 2 3 is drafted; forward 4's masks guess nothing and the context drafts 5 1.
+    fn = TreeSuccessor({6: {2: 0.9}, 7: {5: 0.9}})
+    params = DecodeParams(max_tokens=12, block_size=3, threshold=0.2, remasking="verify", lookup_ngram=2, eos_token_ids=(6,))
+    result = decode(fn, PROMPT, params, mask_token_id=MASK, shift_logits=True, trace=True)
+    assert result.token_ids == [4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5]
+    assert [c[0] for c in fn.calls] == [[1, 2, 3], [4], [5], [1], [2, 3, 4], [5, 1, 2]]
+    assert [c[1] for c in fn.calls[3:5]] == [[2, 3] + [MASK] * 3, [5, 1] + [MASK] * 3]
+    assert [tuple(d) for d in result.trace[2]["drafts"]] == [(0, 2, 0.0), (1, 3, 0.0)]
+    without = decode(TreeSuccessor({6: {2: 0.9}, 7: {5: 0.9}}), PROMPT, DecodeParams(**{**params.__dict__, "lookup_ngram": 0}),
+                     mask_token_id=MASK, shift_logits=True)
+    assert without.token_ids == result.token_ids and without.forward_passes == 11
+
+
 def test_lookup_branch_takes_the_longest_latest_match_and_stops_after_an_eos():
     assert lookup_branch([1, 2, 3, 9, 2, 3, 8, 7, 2, 3], 3, 4, set()) == [8, 7, 2, 3]  # "2 3": the latest, at 4
     assert lookup_branch([5, 2, 3, 1, 4, 3, 6, 2, 3], 3, 2, set()) == [1, 4]  # "2 3" beats the later "3"

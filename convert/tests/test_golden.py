@@ -89,7 +89,7 @@ def test_decode_runs_replay_exactly(golden, name):
     assert list(runs) == [
         "greedy_fused", "greedy_separate", "min_per_step_2", "steps_schedule", "max_tokens_odd", "eos_stop",
         "sample_top_p", "sample_full", "remask_random", "remask_leftmost", "threshold_low", "block_1", "block_4", "block_8",
-    ] + (["verify", "verify_sample"] if a2d.shift_logits else []) + (
+    ] + (["verify", "verify_sample", "verify_lookup"] if a2d.shift_logits else []) + (
         ["tree", "tree_sample", "tree_lookup"] if a2d.shift_logits and tree_window_rows(a2d.block_size, 3) <= 64 else [])
     assert [f["name"] for f in data["forwards"]] == ["prefill", "cached"] + (["tree"] if a2d.block_size > 1 else [])
     for run in data["decodes"]:
@@ -114,6 +114,8 @@ def test_decode_runs_replay_exactly(golden, name):
     assert [runs[f"block_{b}"]["params"]["block_size"] for b in (1, 4, 8)] == [1, 4, 8]
     if "tree_lookup" in runs:  # the context's repeats gave branches (their drafts' confidence is 0)
         assert any(d[3] == 0.0 for step in runs["tree_lookup"]["trace"] for d in step["drafts"])
+    if "verify_lookup" in runs:  # and drafts in verify
+        assert any(d[2] == 0.0 for step in runs["verify_lookup"]["trace"] for d in step["drafts"])
 
 
 @pytest.mark.parametrize("name", SOME)

@@ -73,6 +73,37 @@ def test_full_finetune_delta_rebuilds_bit_for_bit(full_finetune, tmp_path):
     assert sha256_file(out / "model.safetensors") == sha256_file(root / "model" / "model.safetensors")
 
 
+def test_redecode_records_the_new_decoding_and_the_delta_still_rebuilds(full_finetune, tmp_path):
+    root, hf, model = full_finetune
+    delta = tmp_path / "delta"
+    shutil.copytree(root / "delta", delta)
+    cli = [sys.executable, "-m", "a2d_convert", "redecode", "--model", str(delta)]
+    done = subprocess.run(cli + ["--lookup-ngram", "2", "--threshold", "0.5"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    config = json.loads((delta / "config.json").read_text())
+    decoder = json.loads((delta / "decoder_config.json").read_text())
+    assert config["a2d"]["decoding"]["lookup_ngram"] == 2 and config["a2d"]["decoding"]["threshold"] == 0.5
+    assert decoder["decoding"] == config["a2d"]["decoding"]
+    assert decoder["chosen_by"]["flags"] == {"lookup_ngram": 2, "threshold": 0.5} and decoder["chosen_by"]["previous"]["method"] == "defaults"
+    lineage = json.loads((delta / "lineage.json").read_text())
+    assert [s["stage"] for s in lineage["stages"]][-2:] == ["export", "redecode"]
+    assert run_verify(delta).returncode == 0
+    rebuilt = rebuild(hf, delta, tmp_path / "rebuilt")
+    done = run_verify(rebuilt)
+    assert done.returncode == 0, done.stdout
+    assert sha256_file(rebuilt / "model.safetensors") == sha256_file(model / "model.safetensors")
+    # Nothing to change, a bad value, or a file that is not the recorded one: refused, nothing written.
+    before = {p.name: p.read_bytes() for p in delta.iterdir()}
+    for args, message in (([], "give the decoding parameters"), (["--lookup-ngram", "9"], "lookup_ngram")):
+        done = subprocess.run(cli + args, capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0 and message in done.stderr
+    (delta / "decoder_config.json").write_text("{}")
+    done = subprocess.run(cli + ["--threshold", "0.7"], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "not the file the lineage records" in done.stderr
+    assert {p.name: p.read_bytes() for p in delta.iterdir() if p.name != "decoder_config.json"} == {
+        k: v for k, v in before.items() if k != "decoder_config.json"}
+
+
 def test_lora_merge_is_exact_whatever_the_summation_order():
     g = torch.Generator().manual_seed(0)
     weight = torch.randn(48, 40, generator=g).to(torch.bfloat16)

@@ -23,7 +23,7 @@ struct DecodeParams {
   Remasking remasking = Remasking::low_confidence;
   CommitPolicy commit = CommitPolicy::fused;
   int tree_width = 1;  // remasking tree: guesses for the first position (docs/decoding.md, "Tree")
-  int lookup_ngram = 0;  // remasking tree: a branch from the context's latest match of its last 1..n tokens; 0: none
+  int lookup_ngram = 0;  // verify and tree: drafts from the context's latest match of its last 1..n tokens; 0: none
   int64_t max_tokens = 0;
   uint64_t seed = 0;
   std::vector<int32_t> eos_token_ids;

@@ -705,6 +705,32 @@ TEST_CASE("decode tree: lookup_ngram drafts what followed the context's last mat
   CHECK_THROWS_WITH_AS(generate(plain, {1, 2, 3}, p, nullptr, nullptr), doctest::Contains("lookup_ngram"), std::runtime_error);
 }
 
+TEST_CASE("decode verify: lookup_ngram drafts after a mismatch and where the masks agree, as the Python test does") {
+  DecodeParams p;
+  p.max_tokens = 12;
+  p.block_size = 3;
+  p.threshold = 0.2;
+  p.remasking = Remasking::verify;
+  p.lookup_ngram = 2;
+  p.eos_token_ids = {6};
+  p.trace = true;
+  TreeSuccessorBackend backend({{6, {{2, 0.9}}}, {7, {{5, 0.9}}}});
+  const GenerateResult r = generate(backend, {1, 2, 3}, p, nullptr, nullptr);
+  CHECK(r.tokens == std::vector<int32_t>{4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5});
+  REQUIRE(backend.calls.size() == 6);
+  std::vector<std::vector<int32_t>> commits;
+  for (const ForwardArgs& call : backend.calls) commits.push_back(call.commit);
+  CHECK(commits == std::vector<std::vector<int32_t>>{{1, 2, 3}, {4}, {5}, {1}, {2, 3, 4}, {5, 1, 2}});
+  CHECK(backend.calls[3].window == std::vector<int32_t>{2, 3, 7, 7, 7});
+  CHECK(backend.calls[4].window == std::vector<int32_t>{5, 1, 7, 7, 7});
+  REQUIRE(r.trace[2].drafts.size() == 2);
+  CHECK(r.trace[2].drafts[1].token == 3);
+  CHECK(r.trace[2].drafts[1].confidence == 0.0);
+  p.lookup_ngram = 0;
+  TreeSuccessorBackend plain({{6, {{2, 0.9}}}, {7, {{5, 0.9}}}});
+  CHECK(generate(plain, {1, 2, 3}, p, nullptr, nullptr).forward_passes == 11);
+}
+
 TEST_CASE("cpu forward: a tree layout places rows at their offsets and limits what each sees") {
   // Two one-token branches x and y at the same position (offset 0), each seeing only itself: each row reads
   // exactly as that token would read as the last commit row.
