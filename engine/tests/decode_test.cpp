@@ -655,25 +655,40 @@ TEST_CASE("decode tree: walks the branch the reading chooses, drafts from where 
   CHECK(backend.calls.size() == before);
 }
 
-TEST_CASE("decode tree: lookup_ngram drafts what followed the context's last match, as the Python test does") {
-  // The exact stream 4 5 1 2 3 4 5 1 2 3 4 5 repeats itself. Forward 3 confirms 1 (position 5): the group
-  // guesses 2 5 for positions 6-7, and the prompt's 1 was followed by 2 3: one node 2 with children 5 and 3.
+namespace {
+
+// The lookup tests' stream: after the prompt 1 2 3 the exact stream 4 5 1 2 3 4 5 1 2 3 4 5 repeats itself;
+// the masks guess 2 5 for positions 6-7 (after forward 3 confirms 1 at position 5). Block size 3, threshold 0.2,
+// lookup_ngram 2: every forward after the third confirms 3 tokens, committed as below.
+DecodeParams repeating_stream_params(Remasking remasking) {
   DecodeParams p;
   p.max_tokens = 12;
   p.block_size = 3;
   p.threshold = 0.2;
-  p.remasking = Remasking::tree;
+  p.remasking = remasking;
   p.tree_width = 1;
   p.lookup_ngram = 2;
   p.eos_token_ids = {6};
   p.trace = true;
-  TreeSuccessorBackend backend({{6, {{2, 0.9}}}, {7, {{5, 0.9}}}});
-  const GenerateResult r = generate(backend, {1, 2, 3}, p, nullptr, nullptr);
+  return p;
+}
+TreeSuccessorBackend repeating_stream_backend() { return TreeSuccessorBackend({{6, {{2, 0.9}}}, {7, {{5, 0.9}}}}); }
+void check_repeating_stream(const TreeSuccessorBackend& backend, const GenerateResult& r) {
   CHECK(r.tokens == std::vector<int32_t>{4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5});
   REQUIRE(backend.calls.size() == 6);
   std::vector<std::vector<int32_t>> commits;
   for (const ForwardArgs& call : backend.calls) commits.push_back(call.commit);
   CHECK(commits == std::vector<std::vector<int32_t>>{{1, 2, 3}, {4}, {5}, {1}, {2, 3, 4}, {5, 1, 2}});
+}
+
+}  // namespace
+
+TEST_CASE("decode tree: lookup_ngram drafts what followed the context's last match, as the Python test does") {
+  // Forward 4's window: the group's 2 5 and the prompt's continuation 2 3, one node 2 with children 5 and 3.
+  DecodeParams p = repeating_stream_params(Remasking::tree);
+  TreeSuccessorBackend backend = repeating_stream_backend();
+  const GenerateResult r = generate(backend, {1, 2, 3}, p, nullptr, nullptr);
+  check_repeating_stream(backend, r);
   const ForwardArgs& fourth = backend.calls[3];
   std::vector<int32_t> window{2, 5, 3};
   window.insert(window.end(), 12, 7);
@@ -697,7 +712,7 @@ TEST_CASE("decode tree: lookup_ngram drafts what followed the context's last mat
 
   // Without the lookup branch the same stream takes 11 forwards; with tree_width 4 it would not fit 64 rows.
   p.lookup_ngram = 0;
-  TreeSuccessorBackend plain({{6, {{2, 0.9}}}, {7, {{5, 0.9}}}});
+  TreeSuccessorBackend plain = repeating_stream_backend();
   CHECK(generate(plain, {1, 2, 3}, p, nullptr, nullptr).forward_passes == 11);
   p.block_size = 4;
   p.tree_width = 4;
@@ -706,28 +721,19 @@ TEST_CASE("decode tree: lookup_ngram drafts what followed the context's last mat
 }
 
 TEST_CASE("decode verify: lookup_ngram drafts after a mismatch and where the masks agree, as the Python test does") {
-  DecodeParams p;
-  p.max_tokens = 12;
-  p.block_size = 3;
-  p.threshold = 0.2;
-  p.remasking = Remasking::verify;
-  p.lookup_ngram = 2;
-  p.eos_token_ids = {6};
-  p.trace = true;
-  TreeSuccessorBackend backend({{6, {{2, 0.9}}}, {7, {{5, 0.9}}}});
+  // Forward 3's masks guess 2 5 and the prompt's 1 was followed by 2 3: the same first token, so 2 3 is
+  // drafted; forward 4's masks guess nothing and the context drafts 5 1.
+  DecodeParams p = repeating_stream_params(Remasking::verify);
+  TreeSuccessorBackend backend = repeating_stream_backend();
   const GenerateResult r = generate(backend, {1, 2, 3}, p, nullptr, nullptr);
-  CHECK(r.tokens == std::vector<int32_t>{4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5});
-  REQUIRE(backend.calls.size() == 6);
-  std::vector<std::vector<int32_t>> commits;
-  for (const ForwardArgs& call : backend.calls) commits.push_back(call.commit);
-  CHECK(commits == std::vector<std::vector<int32_t>>{{1, 2, 3}, {4}, {5}, {1}, {2, 3, 4}, {5, 1, 2}});
+  check_repeating_stream(backend, r);
   CHECK(backend.calls[3].window == std::vector<int32_t>{2, 3, 7, 7, 7});
   CHECK(backend.calls[4].window == std::vector<int32_t>{5, 1, 7, 7, 7});
   REQUIRE(r.trace[2].drafts.size() == 2);
   CHECK(r.trace[2].drafts[1].token == 3);
   CHECK(r.trace[2].drafts[1].confidence == 0.0);
   p.lookup_ngram = 0;
-  TreeSuccessorBackend plain({{6, {{2, 0.9}}}, {7, {{5, 0.9}}}});
+  TreeSuccessorBackend plain = repeating_stream_backend();
   CHECK(generate(plain, {1, 2, 3}, p, nullptr, nullptr).forward_passes == 11);
 }
 
