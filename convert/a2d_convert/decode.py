@@ -113,6 +113,12 @@ class DecodeResult:
         return self.completion_tokens / self.forward_passes if self.forward_passes else 0.0
 
 
+def _result(completion: list[int], finish: str, prompt_ids: Sequence[int], forwards: int, trace: list[dict] | None) -> DecodeResult:
+    """A decoder's result (ms stays 0: the callers that time a decode fill it in)."""
+    return DecodeResult(token_ids=completion, finish_reason=finish, prompt_tokens=len(prompt_ids),
+                        forward_passes=forwards, ms=0.0, trace=trace)
+
+
 def choose_token(row: np.ndarray, mask_token_id: int, temperature: float, top_p: float, rng: SplitMix64) -> tuple[int, float]:
     """Step 1 of a denoising step for one candidate: (token, confidence) from its fp32 logits row."""
     logits = np.array(row, dtype=np.float64)  # always a copy: the greedy path works in place
@@ -234,14 +240,7 @@ def decode_steps(
             finish = "stop"
             break
         pending = block
-    return DecodeResult(
-        token_ids=completion,
-        finish_reason=finish,
-        prompt_tokens=len(prompt_ids),
-        forward_passes=forwards,
-        ms=0.0,
-        trace=steps_log,
-    )
+    return _result(completion, finish, prompt_ids, forwards, steps_log)
 
 
 def _verify_steps(
@@ -317,14 +316,7 @@ def _verify_steps(
         if stop:
             finish = "stop"
             break
-    return DecodeResult(
-        token_ids=completion,
-        finish_reason=finish,
-        prompt_tokens=len(prompt_ids),
-        forward_passes=forwards,
-        ms=0.0,
-        trace=steps_log,
-    )
+    return _result(completion, finish, prompt_ids, forwards, steps_log)
 
 
 def _check_confirming(params: DecodeParams, shift_logits: bool) -> None:
@@ -481,14 +473,7 @@ def _tree_steps(
         if stop:
             finish = "stop"
             break
-    return DecodeResult(
-        token_ids=completion,
-        finish_reason=finish,
-        prompt_tokens=len(prompt_ids),
-        forward_passes=forwards,
-        ms=0.0,
-        trace=steps_log,
-    )
+    return _result(completion, finish, prompt_ids, forwards, steps_log)
 
 
 def _drive(steps: Generator, forward: ForwardFn) -> DecodeResult:

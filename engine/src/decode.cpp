@@ -41,6 +41,14 @@ bool cancelled(const std::atomic<bool>* cancel, std::chrono::steady_clock::time_
   return true;
 }
 
+// A generation's result before its first forward: no tokens, finish "length" unless something ends it sooner.
+GenerateResult empty_result(const std::vector<int32_t>& prompt) {
+  GenerateResult result;
+  result.prompt_tokens = static_cast<int64_t>(prompt.size());
+  result.finish_reason = FinishReason::length;
+  return result;
+}
+
 // Verify and tree: appends a forward's confirmed tokens to the result and reports them to `on_block`;
 // false once an EOS reading ended the generation (the finish reason is then set).
 bool append_confirmed(GenerateResult& result, const std::vector<int32_t>& tokens, bool stop,
@@ -126,9 +134,7 @@ GenerateResult generate_verify(Backend& backend, const std::vector<int32_t>& pro
                                std::chrono::steady_clock::time_point started) {
   const ModelConfig& config = backend.config();
   const int32_t B = params.block_size;
-  GenerateResult result;
-  result.prompt_tokens = static_cast<int64_t>(prompt.size());
-  result.finish_reason = FinishReason::length;
+  GenerateResult result = empty_result(prompt);
   SplitMix64 rng(params.seed);
   std::vector<int32_t> pending = prompt;
   std::vector<int32_t> context = prompt;  // what lookup_ngram searches: the prompt and the completion so far
@@ -267,9 +273,7 @@ GenerateResult generate_tree(Backend& backend, const std::vector<int32_t>& promp
                              std::chrono::steady_clock::time_point started) {
   const ModelConfig& config = backend.config();
   const int32_t B = params.block_size, vocab = config.vocab_size;
-  GenerateResult result;
-  result.prompt_tokens = static_cast<int64_t>(prompt.size());
-  result.finish_reason = FinishReason::length;
+  GenerateResult result = empty_result(prompt);
   SplitMix64 rng(params.seed);
   std::vector<int32_t> pending = prompt;
   std::vector<int32_t> context = prompt;  // what lookup_ngram searches: the prompt and the completion so far
@@ -391,9 +395,7 @@ GenerateResult generate(Backend& backend, const std::vector<int32_t>& prompt, co
   const int32_t B = params.block_size;
   const bool shift = config.shift_logits;
 
-  GenerateResult result;
-  result.prompt_tokens = static_cast<int64_t>(prompt.size());
-  result.finish_reason = FinishReason::length;
+  GenerateResult result = empty_result(prompt);
   SplitMix64 rng(params.seed);
   std::vector<int32_t> pending_commit = prompt;  // tokens the next forward appends to the cache
 
