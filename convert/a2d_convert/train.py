@@ -117,9 +117,14 @@ def run(args) -> int:
     values = {name: getattr(args, name) for name in TrainConfig.__dataclass_fields__}
     config = TrainConfig(**values)
     check_config(config)
-    from .trainer import train
+    from .trainer import close_runtime, train
 
-    train(config, resume=args.resume)
+    finished = False
+    try:
+        train(config, resume=args.resume)
+        finished = True
+    finally:
+        close_runtime(finished)
     return 0
 
 

@@ -71,6 +71,17 @@ def setup_runtime(config: TrainConfig) -> Runtime:
     return Runtime(0, 1, torch.device("cuda") if cuda else torch.device("cpu"), False)
 
 
+def close_runtime(finished: bool) -> None:
+    """Ends the process group of a distributed run (after a barrier when the run finished): left to the
+    interpreter's exit, gloo's threads may be torn down in an order that aborts a rank after it finished."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        if finished:
+            dist.barrier()
+        dist.destroy_process_group()
+
+
 def barrier(rt: Runtime) -> None:
     if rt.distributed:
         import torch.distributed as dist
