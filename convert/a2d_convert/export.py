@@ -239,8 +239,7 @@ def redecode(folder: Path, decoding_flags: dict[str, Any] | None = None, probes_
     )
     lineage = lin.append_stage(lineage, stage)
     lineage["shipped"] = {**lineage["shipped"], "files": {**lineage["shipped"]["files"], **new}}
-    staged_lineage = folder / f".{lin.LINEAGE_FILE}.redecode"
-    staged_lineage.write_text(json.dumps(lineage, indent=2, sort_keys=False) + "\n")
+    staged_lineage = lin.write_lineage(folder, lineage, f".{lin.LINEAGE_FILE}.redecode")
     for name, path in staged.items():
         path.replace(folder / name)
     staged_lineage.replace(folder / lin.LINEAGE_FILE)

@@ -131,8 +131,8 @@ def append_stage(lineage: dict[str, Any], stage: dict[str, Any]) -> dict[str, An
     return {**lineage, "format_version": FORMAT_VERSION, "stages": [*lineage.get("stages", []), stage]}
 
 
-def write_lineage(folder: str | os.PathLike, lineage: dict[str, Any]) -> Path:
-    path = Path(folder) / LINEAGE_FILE
+def write_lineage(folder: str | os.PathLike, lineage: dict[str, Any], name: str = LINEAGE_FILE) -> Path:
+    path = Path(folder) / name
     path.write_text(json.dumps(lineage, indent=2, sort_keys=False) + "\n")
     return path
 

@@ -491,6 +491,22 @@ class SuccessorBackend : public Backend {
   std::vector<int32_t> cached_;
 };
 
+// Per forward of a traced generation: the window's first position, how many tokens it confirmed, how many
+// drafts it made.
+struct TraceShape {
+  std::vector<int64_t> starts;
+  std::vector<size_t> confirmed, drafted;
+};
+TraceShape trace_shape(const GenerateResult& r) {
+  TraceShape shape;
+  for (const TraceStep& s : r.trace) {
+    shape.starts.push_back(s.block_start);
+    shape.confirmed.push_back(s.revealed.size());
+    shape.drafted.push_back(s.drafts.size());
+  }
+  return shape;
+}
+
 }  // namespace
 
 TEST_CASE("decode verify: keeps matching drafts, corrects the first wrong one, as the Python test does") {
@@ -518,13 +534,7 @@ TEST_CASE("decode verify: keeps matching drafts, corrects the first wrong one, a
     CHECK(backend.calls[i].window == windows[i]);
     CHECK(backend.calls[i].logit_rows == rows[i]);
   }
-  std::vector<int64_t> starts;
-  std::vector<size_t> confirmed, drafted;
-  for (const TraceStep& s : r.trace) {
-    starts.push_back(s.block_start);
-    confirmed.push_back(s.revealed.size());
-    drafted.push_back(s.drafts.size());
-  }
+  const auto [starts, confirmed, drafted] = trace_shape(r);
   CHECK(starts == std::vector<int64_t>{3, 4, 7, 8, 10});
   CHECK(confirmed == std::vector<size_t>{1, 3, 1, 2, 1});
   CHECK(drafted == std::vector<size_t>{3, 0, 1, 1, 0});
@@ -634,13 +644,7 @@ TEST_CASE("decode tree: walks the branch the reading chooses, drafts from where 
     visible.insert(visible.end(), 3, group);
   }
   CHECK(backend.calls[1].window_visible == visible);
-  std::vector<int64_t> starts;
-  std::vector<size_t> confirmed, drafted;
-  for (const TraceStep& s : r.trace) {
-    starts.push_back(s.block_start);
-    confirmed.push_back(s.revealed.size());
-    drafted.push_back(s.drafts.size());
-  }
+  const auto [starts, confirmed, drafted] = trace_shape(r);
   CHECK(starts == std::vector<int64_t>{3, 4, 7, 9});
   CHECK(confirmed == std::vector<size_t>{1, 3, 2, 2});
   CHECK(drafted == std::vector<size_t>{4, 2, 2, 0});
