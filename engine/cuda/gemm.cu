@@ -248,6 +248,34 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
   }
 }
 
+// Split K across teams (a block, or one warp): publishes this team's fp32 partial of `tile` (sums[r][t], 16 rows x
+// active_cols) as split `split`, and returns true in the team that arrives last, whose `sums` then hold every
+// split's partial added in split order (the same result whichever team arrives last). Every thread of the team
+// calls it; `sync` is the team's barrier and `from_rank0` hands rank 0's value to the whole team. The last team
+// resets the tile's counter for the next launch.
+template <int kCols, typename Sync, typename FromRank0>
+__device__ __forceinline__ bool merge_split_k(const GemmParams& p, int tile, int split, float (*sums)[kCols + 1],
+                                              int active_cols, int rank, int team, Sync sync, FromRank0 from_rank0) {
+  float* tile_partials = p.split_partials + static_cast<size_t>(tile) * p.splits * kMaxRows * kGemmTileRows;
+  float* own = tile_partials + static_cast<size_t>(split) * kMaxRows * kGemmTileRows;
+  for (int e = rank; e < kGemmTileRows * active_cols; e += team) own[e] = sums[e % kGemmTileRows][e / kGemmTileRows];
+  __threadfence();
+  sync();
+  unsigned arrived = 0;
+  if (rank == 0) arrived = atomicAdd(&p.split_counters[tile], 1u);
+  if (from_rank0(arrived) != static_cast<unsigned>(p.splits - 1)) return false;
+  __threadfence();
+  for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
+    float sum = 0.f;
+    for (int s = 0; s < p.splits; ++s) sum += __ldcg(tile_partials + static_cast<size_t>(s) * kMaxRows * kGemmTileRows + e);
+    sums[e % kGemmTileRows][e / kGemmTileRows] = sum;
+  }
+  if (rank == 0) p.split_counters[tile] = 0;
+  return true;
+}
+
+__device__ __forceinline__ unsigned warp_from_lane0(unsigned value) { return __shfl_sync(0xffffffffu, value, 0); }
+
 // One block: one 16-row tile of the weight over its split's K range, which is contiguous in the tiled
 // layout. The 8 warps take interleaved chunks; each lane keeps kLoads pairs of 16-byte weight loads in
 // flight (every warp load instruction reads 512 contiguous bytes), then multiplies them with the
@@ -272,7 +300,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   __shared__ float partial[kGemmWarps][kGemmTileRows][kCols + 1];
   __shared__ float row_scale[kCols];
   __shared__ __align__(16) float ssq_stage[kStageSsq ? kStagedParts * kCols : 4];
-  __shared__ bool last_block;
+  __shared__ unsigned arrived;  // merge_split_k's count, from thread 0
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -392,27 +420,18 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   };
 #endif
 
-  // Split K across blocks: publish this block's tile; the last block of the tile sums all of them in
-  // split order (the same result whichever block arrives last) and goes on to the epilogue.
+  // Split K across blocks: the tile's last block to finish sums every split's partial and runs the epilogue.
   if (p.splits > 1) {
-    float* tile_partials = p.split_partials + static_cast<size_t>(tile) * p.splits * kMaxRows * kGemmTileRows;
-    float* mine = tile_partials + static_cast<size_t>(blockIdx.y) * kMaxRows * kGemmTileRows;
-    for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += blockDim.x) mine[e] = partial[0][e % kGemmTileRows][e / kGemmTileRows];
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last_block = atomicAdd(&p.split_counters[tile], 1u) == static_cast<unsigned>(p.splits - 1);
-    __syncthreads();
-    if (!last_block) {
+    const auto sync = [] { __syncthreads(); };
+    const auto from_thread0 = [&](unsigned value) {
+      if (threadIdx.x == 0) arrived = value;
+      __syncthreads();
+      return arrived;
+    };
+    if (!merge_split_k<kCols>(p, tile, blockIdx.y, partial[0], active_cols, threadIdx.x, blockDim.x, sync, from_thread0)) {
       A2D_TRACE(record(false));
       return;
     }
-    __threadfence();
-    for (int e = threadIdx.x; e < kGemmTileRows * active_cols; e += blockDim.x) {
-      float sum = 0.f;
-      for (int split = 0; split < p.splits; ++split) sum += __ldcg(tile_partials + static_cast<size_t>(split) * kMaxRows * kGemmTileRows + e);
-      partial[0][e % kGemmTileRows][e / kGemmTileRows] = sum;
-    }
-    if (threadIdx.x == 0) p.split_counters[tile] = 0;
   }
   tile_epilogue<kEpilogue, kCols>(p, view, tile, partial[0], partial[1], active_cols, threadIdx.x, blockDim.x,
                                  [] { __syncthreads(); });
@@ -525,23 +544,10 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
     sums[g + 8][j * 8 + 2 * c + 1] = acc[j][3];
   }
   __syncwarp();
-  if (p.splits > 1) {  // publish; the tile's last split to arrive sums all of them in split order
-    float* tile_partials = p.split_partials + static_cast<size_t>(tile) * p.splits * kMaxRows * kGemmTileRows;
-    float* mine = tile_partials + static_cast<size_t>(blockIdx.y) * kMaxRows * kGemmTileRows;
-    for (int e = lane; e < kGemmTileRows * active_cols; e += 32) mine[e] = sums[e % kGemmTileRows][e / kGemmTileRows];
-    __threadfence();
-    __syncwarp();
-    unsigned arrived = 0;
-    if (lane == 0) arrived = atomicAdd(&p.split_counters[tile], 1u);
-    if (__shfl_sync(0xffffffffu, arrived, 0) != static_cast<unsigned>(p.splits - 1)) return;
-    __threadfence();
-    for (int e = lane; e < kGemmTileRows * active_cols; e += 32) {
-      float sum = 0.f;
-      for (int split = 0; split < p.splits; ++split) sum += __ldcg(tile_partials + static_cast<size_t>(split) * kMaxRows * kGemmTileRows + e);
-      sums[e % kGemmTileRows][e / kGemmTileRows] = sum;
-    }
-    if (lane == 0) p.split_counters[tile] = 0;
-    __syncwarp();
+  // Split K: the tile's last warp to finish (of its splits' blocks) sums them and runs the epilogue.
+  if (p.splits > 1 &&
+      !merge_split_k<kCols>(p, tile, blockIdx.y, sums, active_cols, lane, 32, [] { __syncwarp(); }, warp_from_lane0)) {
+    return;
   }
   tile_epilogue<kEpilogue, kCols>(p, view, tile, sums, partial[warp][1], active_cols, lane, 32, [] { __syncwarp(); });
 }
@@ -615,7 +621,6 @@ __global__ void __launch_bounds__(stream_threads<kTiles>(), 2) gemm_stream_kerne
   constexpr int kSlots = stream_slots<kTiles>();
   __shared__ float partial[kSlots][kGemmWarps][kGemmTileRows][kCols + 1];
   __shared__ float row_scale[kCols];
-  __shared__ bool last_split[kSlots];
   // Units past a block's first, as the fetching lane published them: entry i % kQueue = i * kQueueTag + unit
   // (one store, so a reader that sees the tag sees the unit).
   __shared__ int queue[kQueue];
@@ -762,30 +767,8 @@ __global__ void __launch_bounds__(stream_threads<kTiles>(), 2) gemm_stream_kerne
       }
       __syncwarp();
       A2D_TRACE(const uint64_t t_reduced = trace_clock());
-      bool finish = true;
-      if (p.splits > 1) {
-        float* tile_partials = p.split_partials + static_cast<size_t>(tile) * p.splits * kMaxRows * kGemmTileRows;
-        float* own = tile_partials + static_cast<size_t>(unit % p.splits) * kMaxRows * kGemmTileRows;
-        for (int e = lane; e < kGemmTileRows * active_cols; e += 32) own[e] = sums[e % kGemmTileRows][e / kGemmTileRows];
-        __threadfence();
-        __syncwarp();
-        if (lane == 0) {
-          last_split[epilogue_warp] = atomicAdd(&p.split_counters[tile], 1u) == static_cast<unsigned>(p.splits - 1);
-        }
-        __syncwarp();
-        finish = last_split[epilogue_warp];
-        if (finish) {
-          __threadfence();
-          for (int e = lane; e < kGemmTileRows * active_cols; e += 32) {
-            float sum = 0.f;
-            for (int split = 0; split < p.splits; ++split) {
-              sum += __ldcg(tile_partials + static_cast<size_t>(split) * kMaxRows * kGemmTileRows + e);
-            }
-            sums[e % kGemmTileRows][e / kGemmTileRows] = sum;
-          }
-          if (lane == 0) p.split_counters[tile] = 0;
-        }
-      }
+      const bool finish = p.splits == 1 || merge_split_k<kCols>(p, tile, unit % p.splits, sums, active_cols, lane, 32,
+                                                                [] { __syncwarp(); }, warp_from_lane0);
       if (finish) {
         tile_epilogue<kEpilogue, kCols>(p, view, tile, sums, partial[slot][1], active_cols, lane, 32, [] { __syncwarp(); });
       }
