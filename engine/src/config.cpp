@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include "lookup.h"
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -212,7 +214,7 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
       d.fail("commit", "= '" + commit + "'; use 'fused' or 'separate'");
     }
     p.tree_width = static_cast<int>(d.integer_or("tree_width", 1, 8, p.tree_width));
-    p.lookup_ngram = static_cast<int>(d.integer_or("lookup_ngram", 0, 8, p.lookup_ngram));
+    p.lookup_ngram = static_cast<int>(d.integer_or("lookup_ngram", 0, kMaxLookupNgram, p.lookup_ngram));
     if (p.remasking == Remasking::tree && tree_window_rows(p) > kMaxTreeWindow) {
       d.fail("tree_width", "= " + std::to_string(p.tree_width) + (p.lookup_ngram > 0 ? " with lookup_ngram" : "") +
                                " at block_size " + std::to_string(p.block_size) +
@@ -395,7 +397,7 @@ void validate_decode_params(const DecodeParams& p, const ModelConfig& config) {
   if (!(p.top_p > 0.0 && p.top_p <= 1.0)) bad("top_p must be in (0, 1]");
   if (p.max_tokens < 0) bad("max_tokens must be >= 0");
   if (p.tree_width < 1 || p.tree_width > 8) bad("tree_width must be in 1..8");
-  if (p.lookup_ngram < 0 || p.lookup_ngram > 8) bad("lookup_ngram must be in 0..8");
+  if (p.lookup_ngram < 0 || p.lookup_ngram > kMaxLookupNgram) bad("lookup_ngram must be in 0.." + std::to_string(kMaxLookupNgram));
   if (p.remasking == Remasking::tree && tree_window_rows(p) > kMaxTreeWindow) {
     bad("tree_width " + std::to_string(p.tree_width) + (p.lookup_ngram > 0 ? " with lookup_ngram" : "") + " at block_size " +
         std::to_string(p.block_size) + " needs windows of " + std::to_string(tree_window_rows(p)) +

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "lookup.h"
 #include "reveal.h"
 
 namespace a2d {
@@ -102,27 +103,6 @@ void check_request(const Backend& backend, const std::vector<int32_t>& prompt, c
   }
 }
 
-// A draft branch from the context itself (docs/decoding.md, "Tree"): for n = ngram down to 1, the latest
-// earlier occurrence of the context's last n tokens that has a token after it; the (at most `depth`)
-// tokens after it, cut after an EOS. Empty when no n matches.
-std::vector<int32_t> lookup_branch(const std::vector<int32_t>& context, int ngram, int32_t depth,
-                                   const DecodeParams& params) {
-  const int64_t size = static_cast<int64_t>(context.size());
-  for (int64_t n = std::min<int64_t>(ngram, size - 1); n >= 1; --n) {
-    const auto key = context.end() - n;
-    for (int64_t start = size - n - 1; start >= 0; --start) {
-      if (!std::equal(key, context.end(), context.begin() + start)) continue;
-      std::vector<int32_t> found;
-      for (int64_t i = start + n; i < size && static_cast<int32_t>(found.size()) < depth; ++i) {
-        found.push_back(context[static_cast<size_t>(i)]);
-        if (is_eos(params, found.back())) break;
-      }
-      return found;
-    }
-  }
-  return {};
-}
-
 // remasking "verify" (docs/decoding.md, "Verify"): the window follows the confirmed tokens: the last
 // forward's drafts (at most B-1), then a block of B masks. The rows of confirmed and draft tokens read
 // the positions after them in order (with a mask adapter, exactly as the base does); every draft they
@@ -137,7 +117,7 @@ GenerateResult generate_verify(Backend& backend, const std::vector<int32_t>& pro
   GenerateResult result = empty_result(prompt);
   SplitMix64 rng(params.seed);
   std::vector<int32_t> pending = prompt;
-  std::vector<int32_t> context = prompt;  // what lookup_ngram searches: the prompt and the completion so far
+  LookupContext context(prompt, params.lookup_ngram);  // what lookup_ngram drafts from
   std::vector<int32_t> drafts;
 
   for (int64_t generated = 0; generated < params.max_tokens;) {
@@ -195,8 +175,8 @@ GenerateResult generate_verify(Backend& backend, const std::vector<int32_t>& pro
     if (params.lookup_ngram > 0 && !stop) {
       // The context's own continuation drafts instead where the masks made no drafts (after a mismatch) or
       // guessed the same first token.
-      for (const Revealed& r : confirmed) context.push_back(r.token);
-      const std::vector<int32_t> found = lookup_branch(context, params.lookup_ngram, B - 1, params);
+      for (const Revealed& r : confirmed) context.push(r.token);
+      const std::vector<int32_t> found = context.branch(B - 1, [&](int32_t t) { return is_eos(params, t); });
       if (!found.empty() && (next_drafts.empty() || found[0] == next_drafts[0].token)) {
         next_drafts.clear();
         for (size_t i = 0; i < found.size(); ++i) next_drafts.push_back({static_cast<int32_t>(i), found[i], 0.0});
@@ -276,7 +256,7 @@ GenerateResult generate_tree(Backend& backend, const std::vector<int32_t>& promp
   GenerateResult result = empty_result(prompt);
   SplitMix64 rng(params.seed);
   std::vector<int32_t> pending = prompt;
-  std::vector<int32_t> context = prompt;  // what lookup_ngram searches: the prompt and the completion so far
+  LookupContext context(prompt, params.lookup_ngram);  // what lookup_ngram drafts from
   std::vector<std::vector<int32_t>> branches;
   std::vector<float> logits;
 
@@ -356,8 +336,8 @@ GenerateResult generate_tree(Backend& backend, const std::vector<int32_t>& promp
         ++b;
       }
       if (params.lookup_ngram > 0) {
-        for (const Revealed& r : confirmed) context.push_back(r.token);
-        std::vector<int32_t> found = lookup_branch(context, params.lookup_ngram, B - 1, params);
+        for (const Revealed& r : confirmed) context.push(r.token);
+        std::vector<int32_t> found = context.branch(B - 1, [&](int32_t t) { return is_eos(params, t); });
         for (size_t d = 0; d < found.size(); ++d) {
           drafts.push_back({static_cast<int32_t>(d) + 1, found[d], 0.0});
           draft_branches.push_back(b);

@@ -11,6 +11,8 @@
 #include "backend.h"
 #include "cpu_kernels.h"
 #include "decode.h"
+#include "lookup.h"
+#include "reveal.h"
 #include "model.h"
 #include "test_util.h"
 
@@ -767,4 +769,48 @@ TEST_CASE("cpu forward: a tree layout places rows at their offsets and limits wh
   backend->reset_cache();
   const auto plain = forward_all(*backend, kPrompt, {21, 8});
   CHECK(max_rel_error(std::vector<float>(both.begin() + V, both.end()), plain, (P + 1) * V) > 1e-3);
+}
+
+TEST_CASE("lookup context: its index answers what a scan of the whole context answers") {
+  // The rule of docs/decoding.md ("Tree", step 4), written as the scan it replaces.
+  auto scan = [](const std::vector<int32_t>& context, int ngram, int32_t depth, int32_t eos) {
+    const int64_t size = static_cast<int64_t>(context.size());
+    for (int64_t n = std::min<int64_t>(ngram, size - 1); n >= 1; --n) {
+      for (int64_t start = size - n - 1; start >= 0; --start) {
+        if (!std::equal(context.end() - n, context.end(), context.begin() + start)) continue;
+        std::vector<int32_t> found;
+        for (int64_t i = start + n; i < size && static_cast<int32_t>(found.size()) < depth; ++i) {
+          found.push_back(context[static_cast<size_t>(i)]);
+          if (found.back() == eos) break;
+        }
+        return found;
+      }
+    }
+    return std::vector<int32_t>{};
+  };
+  SplitMix64 rng(11);
+  int64_t matched = 0, compared = 0;
+  for (int ngram : {1, 2, 3, 8}) {
+    for (int32_t vocab : {2, 3, 6, 50}) {  // small vocabularies repeat n-grams often
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < 5; ++i) prompt.push_back(static_cast<int32_t>(rng.next_u64() % vocab));
+      LookupContext context(prompt, ngram);
+      std::vector<int32_t> tokens = prompt;
+      for (int step = 0; step < 300; ++step) {
+        const int32_t token = static_cast<int32_t>(rng.next_u64() % vocab);
+        context.push(token);
+        tokens.push_back(token);
+        for (int32_t depth : {1, 3, 7}) {
+          const std::vector<int32_t> want = scan(tokens, ngram, depth, 0);
+          CHECK(context.branch(depth, [](int32_t t) { return t == 0; }) == want);
+          matched += want.empty() ? 0 : 1;
+          ++compared;
+        }
+      }
+      CHECK(context.tokens() == tokens);
+    }
+  }
+  CHECK(matched > compared / 2);  // the comparison is not all empty branches
+  CHECK(LookupContext({1, 2}, 0).branch(3, [](int32_t) { return false; }).empty());
+  CHECK_THROWS_AS(LookupContext({1}, kMaxLookupNgram + 1), std::invalid_argument);
 }
