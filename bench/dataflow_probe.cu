@@ -23,7 +23,7 @@
 //   launches  one launch per matrix, no waits (today's boundaries with this unit shape)
 // Built outside the engine's CMake:
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o build/probe/dataflow_probe bench/dataflow_probe.cu
-#include "../engine/cuda/common.cuh"
+#include "probe_util.cuh"
 
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +33,7 @@ namespace {
 
 using a2d::cuda::bf16;
 using a2d::cuda::load_stream16;
+using namespace a2d::probe;
 
 constexpr int kThreads = 256;
 constexpr int kRows = 4;                                         // token rows
@@ -80,6 +81,20 @@ __device__ __forceinline__ void wait_counter(const unsigned* counter, unsigned t
   }
 }
 
+// Until the units producing what split `split` of `m` reads have finished (epoch x their count per counter).
+__device__ void wait_inputs(const Forward* f, const Matrix& m, int split, unsigned epoch, const unsigned* counters) {
+  if (m.producer < 0) return;
+  const Matrix& p = f->m[m.producer];
+  const unsigned per_segment = static_cast<unsigned>(kSegment / p.features_per_tile * p.splits) * epoch;
+  if (m.wait_all) {
+    for (int s = 0; s < p.segments; ++s) wait_counter(counters + p.first_counter + s, per_segment);
+  } else {
+    wait_counter(counters + p.first_counter + split, per_segment);
+    if (m.extra_segment >= 0) wait_counter(counters + p.first_counter + m.extra_segment, per_segment);
+  }
+  __threadfence();
+}
+
 // Units [unit_begin, unit_end) of the forward's order, block b taking unit_begin + b, + G, ...; with `waits`,
 // each unit first waits for its inputs' counters (at epoch x the units that produce them).
 __global__ void __launch_bounds__(kThreads, 4) forward_kernel(const uint4* weights, const bf16* input, const Forward* f,
@@ -114,17 +129,7 @@ __global__ void __launch_bounds__(kThreads, 4) forward_kernel(const uint4* weigh
       locate(following, next_matrix);
       issue(next, following, next_matrix);
     }
-    if (mode != 0 && m.producer >= 0 && tid == 0) {
-      const Matrix& p = f->m[m.producer];
-      const unsigned per_segment = static_cast<unsigned>(kSegment / p.features_per_tile * p.splits) * epoch;
-      if (m.wait_all) {
-        for (int s = 0; s < p.segments; ++s) wait_counter(counters + p.first_counter + s, per_segment);
-      } else {
-        wait_counter(counters + p.first_counter + split, per_segment);
-        if (m.extra_segment >= 0) wait_counter(counters + p.first_counter + m.extra_segment, per_segment);
-      }
-      __threadfence();
-    }
+    if (mode != 0 && tid == 0) wait_inputs(f, m, split, epoch, counters);
     __syncthreads();
 
     // Thread t multiplies k = (t % 64) * 8 .. + 7 of weight rows t / 64 + 4j with the 4 token rows' inputs.
@@ -169,45 +174,13 @@ __global__ void __launch_bounds__(kThreads, 4) forward_kernel(const uint4* weigh
 constexpr int kRingWarps = 12;
 constexpr int kUnitBytes = kUnitVectors * 16;
 
-__device__ __forceinline__ uint32_t smem_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void bar_init(uint64_t* b, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(uint64_t* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(b)) : "memory");
-}
-__device__ __forceinline__ void bar_expect(uint64_t* b, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint64_t* b, unsigned parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n"
-      "dataflow_wait:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra dataflow_wait;\n}" ::"r"(smem_address(b)),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* b) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_address(dst)),
-               "l"(src), "r"(bytes), "r"(smem_address(b))
-               : "memory");
-}
-
 __global__ void __launch_bounds__((kRingWarps + 1) * 32, 1) ring_kernel(const uint4* weights, const bf16* input,
                                                                         const Forward* f, int mode, unsigned epoch,
                                                                         unsigned* counters, float* out) {
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ uint64_t full[kRingWarps], empty[kRingWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kRingWarps; ++s) {
-      bar_init(&full[s], 1);
-      bar_init(&empty[s], 1);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n fence.proxy.async.shared::cta;" ::: "memory");
-  }
-  __syncthreads();
+  init_ring(full, empty, kRingWarps, 1);
   const int per_block = (f->units - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;  // units b, b + G, ...
   if (warp == kRingWarps) {
     if (lane == 0) {
@@ -234,17 +207,7 @@ __global__ void __launch_bounds__((kRingWarps + 1) * 32, 1) ring_kernel(const ui
     const Matrix& m = f->m[mi];
     const int local = unit - m.first_unit;
     const int tile = local % m.tiles, split = local / m.tiles;
-    if (mode != 0 && m.producer >= 0 && lane == 0) {
-      const Matrix& p = f->m[m.producer];
-      const unsigned per_segment = static_cast<unsigned>(kSegment / p.features_per_tile * p.splits) * epoch;
-      if (m.wait_all) {
-        for (int s = 0; s < p.segments; ++s) wait_counter(counters + p.first_counter + s, per_segment);
-      } else {
-        wait_counter(counters + p.first_counter + split, per_segment);
-        if (m.extra_segment >= 0) wait_counter(counters + p.first_counter + m.extra_segment, per_segment);
-      }
-      __threadfence();
-    }
+    if (mode != 0 && lane == 0) wait_inputs(f, m, split, epoch, counters);
     __syncwarp();
     // Lane l: k = 8l..8l+7 and 256+8l.. of the unit's 16 rows (each warp load reads 512 contiguous bytes).
     uint4 x[kRows][2];
@@ -340,9 +303,6 @@ int main(int argc, char** argv) {
   std::printf("gpu %s, %d SMs; %d matrices, %d units of %d KiB, %.3f GB of weights; up to %d blocks per SM\n", prop.name,
               prop.multiProcessorCount, f.count, f.units, kUnitVectors * 16 / 1024, bytes / 1e9, fits);
 
-  cudaEvent_t start, stop;
-  A2D_CUDA_CHECK(cudaEventCreate(&start));
-  A2D_CUDA_CHECK(cudaEventCreate(&stop));
   const char* names[] = {"flat", "fine", "norm", "matrix", "launches"};
   const int ring_smem = kRingWarps * kUnitBytes;
   A2D_CUDA_CHECK(cudaFuncSetAttribute(ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ring_smem));
@@ -369,17 +329,7 @@ int main(int argc, char** argv) {
           forward_kernel<<<grid, kThreads>>>(weights, input, device_f, 0, g.units, mode, epoch, counts, out);
         }
       };
-      once();
-      A2D_CUDA_CHECK(cudaGetLastError());
-      A2D_CUDA_CHECK(cudaDeviceSynchronize());
-      A2D_CUDA_CHECK(cudaEventRecord(start));
-      for (int i = 0; i < iterations; ++i) once();
-      A2D_CUDA_CHECK(cudaEventRecord(stop));
-      A2D_CUDA_CHECK(cudaEventSynchronize(stop));
-      A2D_CUDA_CHECK(cudaGetLastError());
-      float ms = 0.f;
-      A2D_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      ms /= iterations;
+      const float ms = time_launches(iterations, once);
       // Every unit ran once per forward: each counter holds epoch x its segment's units.
       std::vector<unsigned> seen(counters);
       A2D_CUDA_CHECK(cudaMemcpy(seen.data(), counts, counters * sizeof(unsigned), cudaMemcpyDeviceToHost));

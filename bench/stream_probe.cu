@@ -9,7 +9,7 @@
 // and, for reference, the same 169 phases as 169 ordinary launches. Prints ms per forward and TB/s.
 // The loads are the engine's own (common.cuh's load_stream16). Built outside the engine's CMake:
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o build/probe/stream_probe bench/stream_probe.cu
-#include "../engine/cuda/common.cuh"
+#include "probe_util.cuh"
 
 #include <cstdio>
 #include <cstdlib>
@@ -153,21 +153,8 @@ int main(int argc, char** argv) {
   A2D_CUDA_CHECK(cudaMemset(sync, 0, 2 * sizeof(unsigned)));
   A2D_CUDA_CHECK(cudaDeviceSynchronize());
 
-  cudaEvent_t start, stop;
-  A2D_CUDA_CHECK(cudaEventCreate(&start));
-  A2D_CUDA_CHECK(cudaEventCreate(&stop));
   auto timed = [&](const char* name, int blocks_per_sm, auto&& launch_once) {
-    launch_once();
-    A2D_CUDA_CHECK(cudaGetLastError());
-    A2D_CUDA_CHECK(cudaDeviceSynchronize());
-    A2D_CUDA_CHECK(cudaEventRecord(start));
-    for (int i = 0; i < iterations; ++i) launch_once();
-    A2D_CUDA_CHECK(cudaEventRecord(stop));
-    A2D_CUDA_CHECK(cudaEventSynchronize(stop));
-    A2D_CUDA_CHECK(cudaGetLastError());
-    float ms = 0.f;
-    A2D_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    ms /= iterations;
+    const float ms = a2d::probe::time_launches(iterations, launch_once);
     std::printf("%-10s blocks/SM %d: %.3f ms per forward, %.2f TB/s\n", name, blocks_per_sm, ms, total / (ms * 1e-3) / 1e12);
     return ms;
   };

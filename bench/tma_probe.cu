@@ -9,7 +9,7 @@
 //              stages taken by the grid in turn (block b: stages b, b + G, ...) or as one contiguous share
 // Built outside the engine's CMake:
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o build/probe/tma_probe bench/tma_probe.cu
-#include "../engine/cuda/common.cuh"
+#include "probe_util.cuh"
 
 #include <cstdint>
 #include <cstdio>
@@ -17,33 +17,10 @@
 namespace {
 
 using a2d::cuda::load_stream16;
+using namespace a2d::probe;
 
 constexpr int kConsumerWarps = 8;
 constexpr int kMaxStages = 32;
-
-__device__ __forceinline__ uint32_t smem(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void bar_init(uint64_t* b, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(uint64_t* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem(b)) : "memory");
-}
-__device__ __forceinline__ void bar_expect(uint64_t* b, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint64_t* b, unsigned parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n"
-      "probe_wait:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra probe_wait;\n}" ::"r"(smem(b)),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* b) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem(dst)),
-               "l"(src), "r"(bytes), "r"(smem(b))
-               : "memory");
-}
 
 __device__ __forceinline__ float sum8(uint4 w) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&w);
@@ -80,14 +57,7 @@ __global__ void __launch_bounds__((kConsumerWarps + 1) * 32) ring_kernel(const u
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) {
-      bar_init(&full[s], 1);
-      bar_init(&empty[s], kConsumerWarps);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n fence.proxy.async.shared::cta;" ::: "memory");
-  }
-  __syncthreads();
+  init_ring(full, empty, stages, kConsumerWarps);
   const long long per_block = (total_stages + gridDim.x - 1) / gridDim.x;
   auto global_stage = [&](long long i) {
     return contiguous ? blockIdx.x * per_block + i : blockIdx.x + i * gridDim.x;
@@ -130,20 +100,7 @@ int main() {
   int sms = 0;
   A2D_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   A2D_CUDA_CHECK(cudaFuncSetAttribute(ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
-  cudaEvent_t a, b;
-  A2D_CUDA_CHECK(cudaEventCreate(&a));
-  A2D_CUDA_CHECK(cudaEventCreate(&b));
-  auto time = [&](auto launch) {
-    launch();
-    A2D_CUDA_CHECK(cudaDeviceSynchronize());
-    A2D_CUDA_CHECK(cudaEventRecord(a));
-    for (int it = 0; it < 10; ++it) launch();
-    A2D_CUDA_CHECK(cudaEventRecord(b));
-    A2D_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0.f;
-    A2D_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    return bytes / (ms / 10 * 1e-3) / 1e12;
-  };
+  auto time = [&](auto launch) { return bytes / (time_launches(10, launch) * 1e-3) / 1e12; };
   for (int per_sm : {2, 4}) {
     const double tbps = time([&] { regs_kernel<<<per_sm * sms, 256>>>(reinterpret_cast<const uint4*>(w), bytes / 16, out); });
     std::printf("regs   %d blocks/SM                              %.2f TB/s\n", per_sm, tbps);
