@@ -7,7 +7,7 @@
 # and installs the carried wheels (.device/whl: gguf) into /tmp/site.
 # Exit 0: /root/base.gguf is ready; 10: more parts are to come in the next call; 3: no parts at all.
 set -euo pipefail
-GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+GGUF_SHA256=${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  # another base: set GGUF and GGUF_SHA256
 mkdir -p /root/stash
 shopt -s nullglob
 for part in .device/gguf-*/gguf.part*-of-* .device/a/part0[0] .device/b/part0[1]; do

@@ -7,7 +7,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 GGUF=${GGUF:-.cache/demo/base.gguf}
-GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+GGUF_SHA256=${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  # another base: set GGUF and GGUF_SHA256
 LIMIT=$((64 * 1024 * 1024)); MARGIN=${MARGIN:-$((2 * 1024 * 1024))}  # room for the tree to grow meanwhile
 echo "$GGUF_SHA256  $GGUF" | sha256sum -c --quiet || { echo "$GGUF: not the pinned base (run npm run demo once, or set GGUF=)"; exit 1; }
 [ -n "$(ls .device/whl/gguf-*.whl 2>/dev/null)" ] || { echo ".device/whl/gguf-*.whl missing (python3 -m pip download gguf==0.19.0 --no-deps -d .device/whl)"; exit 1; }
