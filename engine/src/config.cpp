@@ -1,13 +1,13 @@
 #include "config.h"
 
-#include "lookup.h"
-
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
+
+#include "lookup.h"
 
 namespace a2d {
 
