@@ -314,6 +314,10 @@ def summarise(probes: list[Probe], answers: list[dict], base_answers: list[dict]
     tokens = sum(a["tokens"] for a in answers)
     passes = sum(a["forward_passes"] for a in answers)
     result["tokens_per_forward"] = tokens / passes if passes else 0.0
+    # Short answers bound tokens/forward whatever the drafts: with verify or tree an answer of n tokens
+    # takes at least 1 + ceil(n / B) forwards (the first reads one token, each later one at most B, and
+    # the EOS, which is not counted, must be read too).
+    result["tokens_per_answer"] = tokens / len(answers) if answers else 0.0
     return result
 
 
@@ -471,7 +475,8 @@ def run(args) -> int:
     report["model_dir"] = str(args.model)
     report["base_dir"] = str(args.base) if args.base else None
     write_json(args.out, report)
-    summary = {t: {"accuracy": r["accuracy"], "tokens_per_forward": r["tokens_per_forward"]} for t, r in report["model"].items()}
+    summary = {t: {"accuracy": r["accuracy"], "tokens_per_forward": r["tokens_per_forward"], "tokens_per_answer": r["tokens_per_answer"]}
+               for t, r in report["model"].items()}
     print(json.dumps({"base_accuracy": report.get("base", {}).get("accuracy"), "model": summary, "recommended": report.get("recommended"), **({"diagnostic": report["diagnostic"]} if "diagnostic" in report else {})}, indent=2))
     return 0
 

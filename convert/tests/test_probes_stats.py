@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from a2d_convert.probes import evaluate_probes, generated_probes, sign_test, wilson_interval
@@ -21,10 +23,17 @@ def test_sign_test_known_values():
     assert sign_test(2, 10) == pytest.approx(2 * (1 + 12 + 66) / 4096)
 
 
-def test_report_counts_match_the_accuracies(tiny_models):
+def test_report_counts_match_the_accuracies(tiny_models, tmp_path):
     base, model = tiny_models("llama")
     probes = generated_probes(2, seed=4)
-    report = evaluate_probes(model, base, probes, [0.9, 0.3], max_tokens=10, tolerance=0.0, batch_size=9)
+    details = tmp_path / "details.jsonl"
+    report = evaluate_probes(model, base, probes, [0.9, 0.3], max_tokens=10, tolerance=0.0, batch_size=9, details=details)
+    rows = [json.loads(line) for line in details.read_text().splitlines()]
+    for kind, summary in [("base", report["base"]), *((f"model@{t}", r) for t, r in report["model"].items())]:
+        answers = [r for r in rows if r["kind"] == kind]
+        assert len(answers) == len(probes)
+        assert summary["tokens_per_answer"] == pytest.approx(sum(r["tokens"] for r in answers) / len(answers))
+        assert summary["tokens_per_forward"] == pytest.approx(sum(r["tokens"] for r in answers) / sum(r["forward_passes"] for r in answers))
     n = len(probes)
     base_acc = report["base"]["accuracy"]
     assert report["base"]["accuracy_ci95"] == wilson_interval(round(base_acc * n), n)
