@@ -31,6 +31,9 @@
 #   PROBES_PER_FAMILY, PROBE_TOKENS, THRESHOLDS, PROBE_BATCH, RESERVE_S (seconds kept after training)
 #   PROBES_AR (1: after the final export, the same probes with --block-size 1 into probes-ar.json: how far
 #   training moved the model read as a plain AR model)
+#   PROBES_OPEN (1: after the final export, the open prompts of open-prompts.jsonl beside this recipe, answers
+#   of up to OPEN_TOKENS tokens (default 128), into probes-open.json: tokens/forward where answer length does
+#   not bound it)
 #   CHECKPOINT_PROBES (1: keep every checkpoint, probe each (ck/step_N/probes.json) and ship the one the
 #   probes rank first (`a2d_convert rank-probes`, checkpoint-ranking.json) instead of the last)
 #   BLOCK (block size of the data and the training, default 4),
@@ -48,6 +51,7 @@ MIN_TRAIN_S=${MIN_TRAIN_S:-60}; TRAIN_TAIL_S=${TRAIN_TAIL_S:-75}; TRAIN=${TRAIN:
 DISTILL_N=${DISTILL_N:-4000}; DISTILL_TOKENS=${DISTILL_TOKENS:-256}; DISTILL_SAMPLES=${DISTILL_SAMPLES:-0}
 DISTILL_BATCH=${DISTILL_BATCH:-256}; DISTILL_WORKERS=${DISTILL_WORKERS:-0}; DISTILL_S=${DISTILL_S:-0}
 PROBES=${PROBES:-1}; PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-20}; PROBE_TOKENS=${PROBE_TOKENS:-48}; PROBES_AR=${PROBES_AR:-0}
+PROBES_OPEN=${PROBES_OPEN:-0}; OPEN_TOKENS=${OPEN_TOKENS:-128}
 THRESHOLDS=${THRESHOLDS:-0.5,0.7,0.9}; PROBE_BATCH=${PROBE_BATCH:-256}; LOG_EVERY=${LOG_EVERY:-5}
 read -r -a TRAIN_EXTRA_ARGS <<< "${TRAIN_EXTRA:-}"; read -r -a EXPORT_EXTRA_ARGS <<< "${EXPORT_EXTRA:-}"; DATA_ONLY=${DATA_ONLY:-0}; SAVE_DELTA=${SAVE_DELTA:-1}
 CHECKPOINT_PROBES=${CHECKPOINT_PROBES:-0}
@@ -78,7 +82,7 @@ save_results() {  # the small results into OUT/results.tar.gz (replaced whole; t
   ( cd "$WORK" && { [ -f data/distill/self-distill.jsonl ] && head -n 300 data/distill/self-distill.jsonl > distill-sample.jsonl || true; }
     tar czf "$OUT/.results.tar.gz" --ignore-failed-read timings.txt status.txt delta.sha256 distill-sample.jsonl data.log \
       train.log run/train_log.jsonl run/latest.json run/train_config.json scale-*/train_log.jsonl scale-*.log \
-      data/data_manifest.json probes.json probes-details.jsonl probes.log probes-ar.json delta/*.json delta/*.txt model/*.json \
+      data/data_manifest.json probes.json probes-details.jsonl probes.log probes-ar.json probes-open.json delta/*.json delta/*.txt model/*.json \
       model-candidate/*.json checkpoint-ranking.json ck/*/probes.json 2>/dev/null || true
     mv "$OUT/.results.tar.gz" "$OUT/results.tar.gz" )
 }
@@ -238,5 +242,11 @@ if [ "$PROBES_AR" = 1 ]; then
   stamp "probes at block size 1 (the model read as a plain AR model; limit $s s)"
   probe "$candidate" "$WORK/probes-ar.json" "$s" --thresholds 1.0 --block-size 1
   [ -f "$WORK/probes-ar.json" ] && status "probes at block size 1 ok"
+fi
+if [ "$PROBES_OPEN" = 1 ]; then
+  s=$(budget 0 10)
+  stamp "open prompts (up to $OPEN_TOKENS tokens; limit $s s)"
+  probe "$candidate" "$WORK/probes-open.json" "$s" --probes "$here/open-prompts.jsonl" --max-tokens "$OPEN_TOKENS"
+  [ -f "$WORK/probes-open.json" ] && status "open prompts ok"
 fi
 stamp done
