@@ -2,6 +2,7 @@
 section. Every rejection names the field, the file and what to do about it."""
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,8 +30,23 @@ def read_json(path: Path) -> dict:
     return data
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write beside the target, then rename over it: a process killed mid-write (a time box, Ctrl-C)
+    leaves either the old file or the new one, never a truncated one."""
+    path = Path(path)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
 def write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 @dataclass(frozen=True)

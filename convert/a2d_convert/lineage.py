@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from .config import write_text_atomic
+
 LINEAGE_FILE = "lineage.json"
 FORMAT_VERSION = 1
 _CHUNK = 8 << 20
@@ -133,7 +135,7 @@ def append_stage(lineage: dict[str, Any], stage: dict[str, Any]) -> dict[str, An
 
 def write_lineage(folder: str | os.PathLike, lineage: dict[str, Any], name: str = LINEAGE_FILE) -> Path:
     path = Path(folder) / name
-    path.write_text(json.dumps(lineage, indent=2, sort_keys=False) + "\n")
+    write_text_atomic(path, json.dumps(lineage, indent=2, sort_keys=False) + "\n")
     return path
 
 

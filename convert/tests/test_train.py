@@ -270,3 +270,22 @@ def test_mask_adapter_changes_only_masked_rows_and_exports_unmerged(workspace, t
     assert (adapted[0, [6, 8]] - no_adapter[0, [6, 8]]).abs().max() > 1e-4
     with pytest.raises(Exception, match="mask-adapter"):
         train(tiny_config(root, base, data, "mask-adapter-ar", max_steps=1, lora_rank=4, mask_adapter=True, ar_weight=1.0))
+
+
+def test_a_write_interrupted_before_its_rename_leaves_the_old_pointer(tmp_path, monkeypatch):
+    # A time box kills training while it moves latest.json on; the run must stay resumable.
+    import os
+    from a2d_convert.config import read_json, write_json
+
+    pointer = tmp_path / "latest.json"
+    write_json(pointer, {"step": 2, "path": "checkpoints/step_000002"})
+
+    def killed(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write_json(pointer, {"step": 4, "path": "checkpoints/step_000004"})
+    monkeypatch.undo()
+    assert read_json(pointer)["step"] == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["latest.json"]
