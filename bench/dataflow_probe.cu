@@ -42,7 +42,6 @@ constexpr int kSegment = 512;                                    // k per unit; 
 constexpr int kLoads = kTileRows * kSegment / 8 / kThreads;      // 16-byte weight loads per thread per unit: 4
 constexpr int kUnitVectors = kTileRows * kSegment / 8;           // uint4 per unit
 constexpr int kMaxMatrices = 176;
-constexpr long long kSpinLimit = 400000000;  // about a second of polling: a hang becomes a trap
 
 struct Matrix {
   long long weight;       // the matrix's first uint4; unit i of it starts at weight + i * kUnitVectors
@@ -61,25 +60,6 @@ struct Forward {
   int units;
   Matrix m[kMaxMatrices];
 };
-
-__device__ __forceinline__ float dot8(uint4 w, uint4 x) {
-  const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&x);
-  float s = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 fa = __bfloat1622float2(a[i]), fb = __bfloat1622float2(b[i]);
-    s += fa.x * fb.x + fa.y * fb.y;
-  }
-  return s;
-}
-
-__device__ __forceinline__ void wait_counter(const unsigned* counter, unsigned target) {
-  long long spins = 0;
-  while (*reinterpret_cast<const volatile unsigned*>(counter) < target) {
-    if (++spins > kSpinLimit) __trap();
-  }
-}
 
 // Until the units producing what split `split` of `m` reads have finished (epoch x their count per counter).
 __device__ void wait_inputs(const Forward* f, const Matrix& m, int split, unsigned epoch, const unsigned* counters) {

@@ -1,5 +1,6 @@
-// What the standalone GPU probes of bench/ share (stream_probe.cu, tma_probe.cu, dataflow_probe.cu): the bulk
-// copy engine's mbarrier handshake and the timing of repeated launches.
+// What the standalone GPU probes of bench/ share (stream_probe.cu, tma_probe.cu, dataflow_probe.cu,
+// slice_probe.cu): the bulk copy engine's mbarrier handshake, a bf16 dot product, polling a counter that other
+// blocks raise, and the timing of repeated launches.
 #pragma once
 
 #include "../engine/cuda/common.cuh"
@@ -46,6 +47,28 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
                    smem_address(dst)),
                "l"(src), "r"(bytes), "r"(smem_address(b))
                : "memory");
+}
+
+// The dot product of 8 bf16 weights with 8 bf16 inputs, in fp32.
+__device__ __forceinline__ float dot8(uint4 w, uint4 x) {
+  const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&x);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 fa = __bfloat1622float2(a[i]), fb = __bfloat1622float2(b[i]);
+    s += fa.x * fb.x + fa.y * fb.y;
+  }
+  return s;
+}
+
+// Polls a counter that other blocks raise (after a __threadfence) until it reaches `target`; about a second of
+// polling traps, so a wrong dependency fails the run instead of hanging it.
+__device__ __forceinline__ void wait_counter(const unsigned* counter, unsigned target) {
+  long long spins = 0;
+  while (*reinterpret_cast<const volatile unsigned*>(counter) < target) {
+    if (++spins > 400000000LL) __trap();
+  }
 }
 
 // Milliseconds per call of `launch` (it enqueues one run on the default stream): one call to warm up, then the
