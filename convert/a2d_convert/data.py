@@ -48,7 +48,7 @@ from tqdm import tqdm
 from . import lineage as lin
 from .config import read_json, write_json
 from .errors import A2DError
-from .tiny import prepare_out_dir
+from .tiny import staged_out_dir
 
 MANIFEST_FILE = "data_manifest.json"
 TRAIN_FILE = "train.safetensors"
@@ -763,103 +763,105 @@ def build_data(
         raise A2DError(f"--seq-len {config.seq_len} must be a multiple of --block-size {config.block_size}")
     if not sources:
         raise A2DError("no sources: pass --source PATH or --sources FILE.json")
-    prepare_out_dir(out, force)
-    tok = ChatTokenizer(tokenizer_dir)
-    pad_id = config.pad_token_id if config.pad_token_id >= 0 else tok.eos_ids[0]
-    blocklist = load_blocklist(list(blocklist_paths), config.ngram, config.ngram_min_words)
-    manifest_sources = []
-    samples: list[Sample] = []
-    for source in sources:
-        record: dict[str, Any] = {
-            k: v for k, v in asdict(source).items() if k in ("name", "kind", "split", "revision", "license", "url")
-        }
-        record["path"] = str(source.path)
-        row_source = source
-        if source.kind == "distill":
-            row_source, generator = distill(
-                source, tok, out / "distill", RowFilter(source, config, blocklist, tok.decode)
-            )
-            record["generator"] = generator
-        keep = RowFilter(row_source, config, blocklist, tok.decode)
-        files = source_files(row_source)
-        record["files"] = [{"path": str(p), **lin.file_record(p)} for p in files]
-        counts = {"samples": 0, "tokens": 0, "loss_tokens": 0, "unrenderable": 0}
-        for path in files:
-            for row in tqdm(read_rows(row_source, path), desc=f"{source.name}: {path.name}", unit="row", leave=False):
-                if source.max_rows and keep.stats["rows_read"] >= source.max_rows:
-                    break
-                example = keep(row)
-                if example is None:
-                    continue
-                sample = make_sample(tok, example, source)
-                if sample is None:
-                    counts["unrenderable"] += 1
-                    continue
-                samples.append(sample)
-                counts["samples"] += 1
-                counts["tokens"] += len(sample.ids)
-                counts["loss_tokens"] += sum(sample.loss)
-        record.update(keep.stats, **counts)
-        manifest_sources.append(record)
-        print(json.dumps({"source": source.name, "rows_read": keep.stats["rows_read"], "kept": keep.stats["rows_kept"], "dropped": keep.stats["dropped"]}))
+    out = Path(out)
+    with staged_out_dir(out, force) as work:
+        tok = ChatTokenizer(tokenizer_dir)
+        pad_id = config.pad_token_id if config.pad_token_id >= 0 else tok.eos_ids[0]
+        blocklist = load_blocklist(list(blocklist_paths), config.ngram, config.ngram_min_words)
+        manifest_sources = []
+        samples: list[Sample] = []
+        for source in sources:
+            record: dict[str, Any] = {
+                k: v for k, v in asdict(source).items() if k in ("name", "kind", "split", "revision", "license", "url")
+            }
+            record["path"] = str(source.path)
+            row_source = source
+            if source.kind == "distill":
+                row_source, generator = distill(
+                    source, tok, work / "distill", RowFilter(source, config, blocklist, tok.decode)
+                )
+                record["generator"] = generator
+            keep = RowFilter(row_source, config, blocklist, tok.decode)
+            files = source_files(row_source)
+            # Files generated into the staging folder are recorded where they will be: under OUT.
+            record["files"] = [{"path": str(out / p.relative_to(work) if p.is_relative_to(work) else p), **lin.file_record(p)} for p in files]
+            counts = {"samples": 0, "tokens": 0, "loss_tokens": 0, "unrenderable": 0}
+            for path in files:
+                for row in tqdm(read_rows(row_source, path), desc=f"{source.name}: {path.name}", unit="row", leave=False):
+                    if source.max_rows and keep.stats["rows_read"] >= source.max_rows:
+                        break
+                    example = keep(row)
+                    if example is None:
+                        continue
+                    sample = make_sample(tok, example, source)
+                    if sample is None:
+                        counts["unrenderable"] += 1
+                        continue
+                    samples.append(sample)
+                    counts["samples"] += 1
+                    counts["tokens"] += len(sample.ids)
+                    counts["loss_tokens"] += sum(sample.loss)
+            record.update(keep.stats, **counts)
+            manifest_sources.append(record)
+            print(json.dumps({"source": source.name, "rows_read": keep.stats["rows_read"], "kept": keep.stats["rows_kept"], "dropped": keep.stats["dropped"]}))
 
-    rng = random.Random(config.seed)
-    rng.shuffle(samples)
-    n_holdout = int(len(samples) * config.holdout_fraction)
-    splits = {HELDOUT_FILE: samples[:n_holdout], TRAIN_FILE: samples[n_holdout:]}
-    if not splits[TRAIN_FILE]:
-        raise A2DError("every row was dropped or unreadable: nothing to train on (see the per-source counts above)")
-    outputs, totals = {}, {}
-    for name, chosen in splits.items():
-        if not chosen:
-            continue
-        placed, cut, too_long = [], 0, 0
-        for sample in chosen:
-            item, was_cut = place(sample, config.block_size, config.seq_len, pad_id)
-            cut += was_cut
-            if item is None:
-                too_long += 1
-            else:
-                placed.append(item)
-        arrays = pack(placed, config.seq_len, pad_id)
-        meta = {"format": DATA_FORMAT, "block_size": str(config.block_size), "seq_len": str(config.seq_len), "pad_token_id": str(pad_id)}
-        write_rows(out / name, arrays, meta)
-        outputs[name] = lin.file_record(out / name)
-        used = int((arrays["segment_ids"] > 0).sum())
-        totals[name] = {
-            "samples": len(placed),
-            "rows": int(arrays["input_ids"].shape[0]),
-            "tokens_in_samples": used,
-            "loss_tokens": int(arrays["loss_mask"].sum()),
-            "fill": round(used / arrays["input_ids"].size, 4),
-            "samples_truncated": cut - too_long,
-            "samples_dropped_too_long": too_long,
-        }
-    for path in sorted((out / "distill").glob("*.jsonl")) if (out / "distill").is_dir() else []:
-        outputs[path.relative_to(out).as_posix()] = lin.file_record(path)
-    manifest = {
-        "format_version": 1,
-        "command": lin.command_line(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "versions": lin.software_versions(),
-        "config": {**asdict(config), "pad_token_id": pad_id, "benchmark_names": list(config.benchmark_names)},
-        "tokenizer": {"path": str(tokenizer_dir), "files": {n: lin.file_record(tokenizer_dir / n) for n in ("tokenizer.json", "tokenizer_config.json") if (tokenizer_dir / n).is_file()}},
-        "filters": {
-            "eval_split": {"fields": list(SPLIT_KEYS), "words": sorted(EVAL_SPLIT_WORDS), "also": "the source's declared split"},
-            "benchmark_metadata": {"names": list(config.benchmark_names), "also": "the source's name"},
-            "ngram_overlap": {
-                "n": blocklist.n,
-                "min_words": config.ngram_min_words,
-                "blocklist": blocklist.files,
-                "entries": blocklist.entries,
-                "entries_ignored_short": blocklist.skipped_short,
+        rng = random.Random(config.seed)
+        rng.shuffle(samples)
+        n_holdout = int(len(samples) * config.holdout_fraction)
+        splits = {HELDOUT_FILE: samples[:n_holdout], TRAIN_FILE: samples[n_holdout:]}
+        if not splits[TRAIN_FILE]:
+            raise A2DError("every row was dropped or unreadable: nothing to train on (see the per-source counts above)")
+        outputs, totals = {}, {}
+        for name, chosen in splits.items():
+            if not chosen:
+                continue
+            placed, cut, too_long = [], 0, 0
+            for sample in chosen:
+                item, was_cut = place(sample, config.block_size, config.seq_len, pad_id)
+                cut += was_cut
+                if item is None:
+                    too_long += 1
+                else:
+                    placed.append(item)
+            arrays = pack(placed, config.seq_len, pad_id)
+            meta = {"format": DATA_FORMAT, "block_size": str(config.block_size), "seq_len": str(config.seq_len), "pad_token_id": str(pad_id)}
+            write_rows(work / name, arrays, meta)
+            outputs[name] = lin.file_record(work / name)
+            used = int((arrays["segment_ids"] > 0).sum())
+            totals[name] = {
+                "samples": len(placed),
+                "rows": int(arrays["input_ids"].shape[0]),
+                "tokens_in_samples": used,
+                "loss_tokens": int(arrays["loss_mask"].sum()),
+                "fill": round(used / arrays["input_ids"].size, 4),
+                "samples_truncated": cut - too_long,
+                "samples_dropped_too_long": too_long,
+            }
+        for path in sorted((work / "distill").glob("*.jsonl")) if (work / "distill").is_dir() else []:
+            outputs[path.relative_to(work).as_posix()] = lin.file_record(path)
+        manifest = {
+            "format_version": 1,
+            "command": lin.command_line(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "versions": lin.software_versions(),
+            "config": {**asdict(config), "pad_token_id": pad_id, "benchmark_names": list(config.benchmark_names)},
+            "tokenizer": {"path": str(tokenizer_dir), "files": {n: lin.file_record(tokenizer_dir / n) for n in ("tokenizer.json", "tokenizer_config.json") if (tokenizer_dir / n).is_file()}},
+            "filters": {
+                "eval_split": {"fields": list(SPLIT_KEYS), "words": sorted(EVAL_SPLIT_WORDS), "also": "the source's declared split"},
+                "benchmark_metadata": {"names": list(config.benchmark_names), "also": "the source's name"},
+                "ngram_overlap": {
+                    "n": blocklist.n,
+                    "min_words": config.ngram_min_words,
+                    "blocklist": blocklist.files,
+                    "entries": blocklist.entries,
+                    "entries_ignored_short": blocklist.skipped_short,
+                },
             },
-        },
-        "sources": manifest_sources,
-        "outputs": outputs,
-        "totals": totals,
-    }
-    write_json(out / MANIFEST_FILE, manifest)
+            "sources": manifest_sources,
+            "outputs": outputs,
+            "totals": totals,
+        }
+        write_json(work / MANIFEST_FILE, manifest)
     return out
 
 

@@ -25,6 +25,7 @@ sha256 that lineage.json records; `verify OUT` then passes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import tempfile
@@ -35,7 +36,7 @@ from typing import Any
 from . import lineage as lin
 from .config import add_decoding_flags, decoding_flags, read_json, write_json
 from .errors import A2DError
-from .tiny import prepare_out_dir
+from .tiny import staged_out_dir
 
 WEIGHTS = "model.safetensors"
 DELTA_JSON = "delta.json"
@@ -136,55 +137,57 @@ def export(
     for name in (record["weights"], "checkpoint.json"):
         check_recorded(ckpt / name, train_stage["outputs"][name], "the checkpoint")
 
-    prepare_out_dir(out, force)
-    if delta_dir is not None:
-        prepare_out_dir(delta_dir, force)
-    tensors, adapters = shipped_weights(ckpt, record, init_dir)
-    lin.save_tensors(out / WEIGHTS, tensors, {"format": "pt"})
+    if delta_dir is not None and (Path(delta_dir).resolve().is_relative_to(Path(out).resolve()) or Path(out).resolve().is_relative_to(Path(delta_dir).resolve())):
+        raise A2DError(f"--delta {delta_dir} and --out {out} overlap; give them separate folders")
+    with contextlib.ExitStack() as staged:
+        work = staged.enter_context(staged_out_dir(out, force))
+        delta_work = staged.enter_context(staged_out_dir(delta_dir, force)) if delta_dir is not None else None
+        tensors, adapters = shipped_weights(ckpt, record, init_dir)
+        lin.save_tensors(work / WEIGHTS, tensors, {"format": "pt"})
 
-    init_config = read_json(init_dir / "config.json")
-    decoding, chosen_by = decoder_choice(init_config, decoding_flags or {}, probes_file)
-    config = json.loads(json.dumps(init_config))
-    config["a2d"].update(trained=True, decoding=decoding)
-    if "mask_targets" in record.get("lora", {}):
-        config["a2d"]["mask_adapter"] = {"rank": record["lora"]["rank"], "targets": record["lora"]["mask_targets"]}
-    write_json(out / "config.json", config)
-    for name in CARRIED[1:]:
-        if (init_dir / name).is_file():
-            shutil.copyfile(init_dir / name, out / name)
-    if (data_dir / DATA_MANIFEST).is_file():
-        shutil.copyfile(data_dir / DATA_MANIFEST, out / DATA_MANIFEST)
-    write_json(
-        out / DECODER_CONFIG,
-        {
-            "format_version": 1,
-            "block_size": config["a2d"]["block_size"],
-            "shift_logits": config["a2d"]["shift_logits"],
-            "decoding": decoding,
-            "chosen_by": chosen_by,
-            "checkpoint_step": record["step"],
-        },
-    )
-    cfg, a2d, _ = load_config(out)  # the folder must read back as a valid a2d model
-    from .weights import read_tensors
+        init_config = read_json(init_dir / "config.json")
+        decoding, chosen_by = decoder_choice(init_config, decoding_flags or {}, probes_file)
+        config = json.loads(json.dumps(init_config))
+        config["a2d"].update(trained=True, decoding=decoding)
+        if "mask_targets" in record.get("lora", {}):
+            config["a2d"]["mask_adapter"] = {"rank": record["lora"]["rank"], "targets": record["lora"]["mask_targets"]}
+        write_json(work / "config.json", config)
+        for name in CARRIED[1:]:
+            if (init_dir / name).is_file():
+                shutil.copyfile(init_dir / name, work / name)
+        if (data_dir / DATA_MANIFEST).is_file():
+            shutil.copyfile(data_dir / DATA_MANIFEST, work / DATA_MANIFEST)
+        write_json(
+            work / DECODER_CONFIG,
+            {
+                "format_version": 1,
+                "block_size": config["a2d"]["block_size"],
+                "shift_logits": config["a2d"]["shift_logits"],
+                "decoding": decoding,
+                "chosen_by": chosen_by,
+                "checkpoint_step": record["step"],
+            },
+        )
+        cfg, a2d, _ = load_config(work)  # the folder must read back as a valid a2d model
+        from .weights import read_tensors
 
-    check_tensors(read_tensors(out), cfg, out, a2d)
+        check_tensors(read_tensors(work), cfg, work, a2d)
 
-    inputs = {f"checkpoint/{n}": {**r, "from_previous": True} for n, r in train_stage["outputs"].items()}
-    stage = lin.make_stage(
-        "export",
-        config={"checkpoint": str(ckpt.resolve()), "mode": record["mode"], "decoding": decoding, "chosen_by": chosen_by},
-        inputs=inputs,
-        outputs=lin.hash_folder(out),
-    )
-    lineage = lin.append_stage(chain, stage)
-    lineage["shipped"] = {"files": lin.hash_folder(out), "weights_sha256": lin.sha256_file(out / WEIGHTS)}
-    if delta_dir is not None:
-        lineage["delta"] = write_delta(delta_dir, out, tensors, adapters, record, chain)
-    lin.write_lineage(out, lineage)
-    if delta_dir is not None:
-        shutil.copyfile(out / lin.LINEAGE_FILE, delta_dir / lin.LINEAGE_FILE)
-        finish_delta(delta_dir)
+        inputs = {f"checkpoint/{n}": {**r, "from_previous": True} for n, r in train_stage["outputs"].items()}
+        stage = lin.make_stage(
+            "export",
+            config={"checkpoint": str(ckpt.resolve()), "mode": record["mode"], "decoding": decoding, "chosen_by": chosen_by},
+            inputs=inputs,
+            outputs=lin.hash_folder(work),
+        )
+        lineage = lin.append_stage(chain, stage)
+        lineage["shipped"] = {"files": lin.hash_folder(work), "weights_sha256": lin.sha256_file(work / WEIGHTS)}
+        if delta_dir is not None:
+            lineage["delta"] = write_delta(delta_work, work, tensors, adapters, record, chain)
+        lin.write_lineage(work, lineage)
+        if delta_dir is not None:
+            shutil.copyfile(work / lin.LINEAGE_FILE, delta_work / lin.LINEAGE_FILE)
+            finish_delta(delta_work)
     return out
 
 
@@ -388,24 +391,24 @@ def rebuild(base: Path, delta_dir: Path, out: Path, force: bool = False) -> Path
     if manifest.get("format") != DELTA_FORMAT:
         raise A2DError(f"{delta_dir / DELTA_JSON}: format {manifest.get('format')!r} is not {DELTA_FORMAT}")
     pins = manifest["base"]
-    prepare_out_dir(out, force)
-    with tempfile.TemporaryDirectory(prefix="a2d-rebuild-") as tmp:
-        weights_folder = locate_base_weights(base, pins, Path(tmp) / "imported", import_base)
-        base_tensors = read_tensors(weights_folder)
-        tensors = apply_delta(base_tensors, load_file(delta_dir / DELTA_WEIGHTS), manifest)
-        lin.save_tensors(out / WEIGHTS, tensors, {"format": "pt"})
-    got = lin.sha256_file(out / WEIGHTS)
-    if got != manifest["weights_sha256"]:
-        raise A2DError(
-            f"{out / WEIGHTS}: rebuilt weights have sha256 {got}, the delta records {manifest['weights_sha256']}; "
-            "the safetensors or torch version differs from the one that exported it"
-        )
-    for name in (*CARRIED, DATA_MANIFEST, DECODER_CONFIG, lin.LINEAGE_FILE):
-        if (delta_dir / name).is_file():
-            shutil.copyfile(delta_dir / name, out / name)
-    report = verify_folder(out)
-    if not report.ok:
-        raise A2DError(f"{out}: the rebuilt folder fails verify: {report.failures[0]}")
+    with staged_out_dir(out, force) as work:
+        with tempfile.TemporaryDirectory(prefix="a2d-rebuild-") as tmp:
+            weights_folder = locate_base_weights(base, pins, Path(tmp) / "imported", import_base)
+            base_tensors = read_tensors(weights_folder)
+            tensors = apply_delta(base_tensors, load_file(delta_dir / DELTA_WEIGHTS), manifest)
+            lin.save_tensors(work / WEIGHTS, tensors, {"format": "pt"})
+        got = lin.sha256_file(work / WEIGHTS)
+        if got != manifest["weights_sha256"]:
+            raise A2DError(
+                f"{out / WEIGHTS}: rebuilt weights have sha256 {got}, the delta records {manifest['weights_sha256']}; "
+                "the safetensors or torch version differs from the one that exported it"
+            )
+        for name in (*CARRIED, DATA_MANIFEST, DECODER_CONFIG, lin.LINEAGE_FILE):
+            if (delta_dir / name).is_file():
+                shutil.copyfile(delta_dir / name, work / name)
+        report = verify_folder(work)
+        if not report.ok:
+            raise A2DError(f"{out}: the rebuilt folder fails verify: {report.failures[0]}")
     return out
 
 

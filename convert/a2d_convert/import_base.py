@@ -29,7 +29,7 @@ from tqdm import tqdm
 from . import lineage as lin
 from .config import ModelConfig, read_json, write_json
 from .errors import A2DError
-from .tiny import prepare_out_dir
+from .tiny import staged_out_dir
 from .weights import check_tensors, read_tensors
 
 TOKENIZER_FILES = (
@@ -377,23 +377,19 @@ def import_base(source: Path, out: Path, tokenizer_dir: Path | None = None, forc
         raise A2DError(f"{source} does not exist: give an HF folder or a .gguf file")
     if source.is_dir() and tokenizer_dir is not None:
         raise A2DError("--tokenizer is only for GGUF sources (an HF folder carries its own tokenizer)")
-    prepare_out_dir(out, force)
-    try:
-        result = import_hf_folder(source, out) if source.is_dir() else import_gguf(source, out, tokenizer_dir)
-        config_path = out / "config.json"
-        check_tensors(read_tensors(out), ModelConfig.from_dict(json.loads(config_path.read_text()), config_path), out)
-    except BaseException:
-        shutil.rmtree(out, ignore_errors=True)  # a half-written base must not look importable
-        raise
-    stage = lin.make_stage(
-        "import",
-        config={**result["config"], "source": str(source.resolve())},
-        inputs=result["inputs"],
-        outputs=lin.hash_folder(out),
-    )
-    # An HF folder written by an earlier a2d stage carries its chain on; anything else starts a new one.
-    previous = lin.read_lineage_or_root(source) if source.is_dir() else lin.read_lineage_or_root(out)
-    lin.write_lineage(out, lin.append_stage(previous, stage))
+    with staged_out_dir(out, force) as work:
+        result = import_hf_folder(source, work) if source.is_dir() else import_gguf(source, work, tokenizer_dir)
+        config_path = work / "config.json"
+        check_tensors(read_tensors(work), ModelConfig.from_dict(json.loads(config_path.read_text()), config_path), work)
+        stage = lin.make_stage(
+            "import",
+            config={**result["config"], "source": str(source.resolve())},
+            inputs=result["inputs"],
+            outputs=lin.hash_folder(work),
+        )
+        # An HF folder written by an earlier a2d stage carries its chain on; anything else starts a new one.
+        previous = lin.read_lineage_or_root(source) if source.is_dir() else lin.read_lineage_or_root(work)
+        lin.write_lineage(work, lin.append_stage(previous, stage))
     return out
 
 

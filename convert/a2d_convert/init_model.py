@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .config import A2DSection, DecodingDefaults, load_config, read_json, write_json
 from .errors import A2DError
-from .tiny import check_out_dir, prepare_out_dir
+from .tiny import check_out_dir, staged_out_dir
 
 MAX_BLOCK_SIZE = 64
 
@@ -150,15 +150,15 @@ def init_model(base: Path, out: Path, block_size: int = 4, shift_logits: bool = 
     raw = {k: v for k, v in raw.items() if k != "torch_dtype"}
     raw.update(vocab_size=vocab_size, dtype="bfloat16", a2d=section.to_dict())
 
-    prepare_out_dir(out, force)
-    save_file({name: t.contiguous() for name, t in tensors.items()}, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "model.safetensors").chmod(0o644)  # the writer creates 0600 files; model folders are shared and packed
-    write_json(out / "config.json", raw)
-    write_json(out / "tokenizer.json", tokenizer_json)
-    write_json(out / "tokenizer_config.json", tok_config)
-    for name in COPIED_FILES:
-        if (base / name).is_file():
-            shutil.copyfile(base / name, out / name)
+    with staged_out_dir(out, force) as work:
+        save_file({name: t.contiguous() for name, t in tensors.items()}, str(work / "model.safetensors"), metadata={"format": "pt"})
+        (work / "model.safetensors").chmod(0o644)  # the writer creates 0600 files; model folders are shared and packed
+        write_json(work / "config.json", raw)
+        write_json(work / "tokenizer.json", tokenizer_json)
+        write_json(work / "tokenizer_config.json", tok_config)
+        for name in COPIED_FILES:
+            if (base / name).is_file():
+                shutil.copyfile(base / name, work / name)
     return out
 
 

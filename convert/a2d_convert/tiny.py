@@ -16,9 +16,11 @@ ignoring them fails its comparison.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -243,16 +245,16 @@ def check_spec(spec: TinySpec) -> None:
 def make_tiny_base(out: Path, spec: TinySpec = TinySpec(), force: bool = False) -> Path:
     """Write a tiny random AR base model folder to `out` and return it."""
     check_spec(spec)
-    prepare_out_dir(out, force)
-    tokenizer = build_tokenizer(spec.bpe_vocab)
-    ids = {t: tokenizer.token_to_id(t) for t in (END_OF_TEXT, IM_START, IM_END, THINK, END_THINK)}
-    size = tokenizer_size(tokenizer)
-    vocab_size = -(-size // spec.vocab_multiple) * spec.vocab_multiple
-    write_bf16_safetensors(out / "model.safetensors", random_weights(spec, vocab_size))
-    tokenizer.save(str(out / "tokenizer.json"))
-    write_json(out / "config.json", config_json(spec, vocab_size, ids))
-    write_json(out / "tokenizer_config.json", tokenizer_config_json(tokenizer))
-    write_json(out / "generation_config.json", {"eos_token_id": [ids[END_OF_TEXT], ids[IM_END]], "pad_token_id": ids[END_OF_TEXT]})
+    with staged_out_dir(out, force) as work:
+        tokenizer = build_tokenizer(spec.bpe_vocab)
+        ids = {t: tokenizer.token_to_id(t) for t in (END_OF_TEXT, IM_START, IM_END, THINK, END_THINK)}
+        size = tokenizer_size(tokenizer)
+        vocab_size = -(-size // spec.vocab_multiple) * spec.vocab_multiple
+        write_bf16_safetensors(work / "model.safetensors", random_weights(spec, vocab_size))
+        tokenizer.save(str(work / "tokenizer.json"))
+        write_json(work / "config.json", config_json(spec, vocab_size, ids))
+        write_json(work / "tokenizer_config.json", tokenizer_config_json(tokenizer))
+        write_json(work / "generation_config.json", {"eos_token_id": [ids[END_OF_TEXT], ids[IM_END]], "pad_token_id": ids[END_OF_TEXT]})
     return out
 
 
@@ -264,12 +266,29 @@ def check_out_dir(out: Path, force: bool) -> None:
         raise A2DError(f"{out}: folder is not empty; choose an empty --out or pass --force to overwrite it")
 
 
-def prepare_out_dir(out: Path, force: bool) -> None:
-    """Create `out` empty (a non-empty one only with `force`)."""
+@contextlib.contextmanager
+def staged_out_dir(out: Path, force: bool) -> Iterator[Path]:
+    """An empty folder beside `out` (`.NAME.partial`) for a stage to write its output into. When the block
+    completes it takes `out`'s place (a non-empty `out` only with `force`; the old one is moved aside, then
+    deleted). When the block fails it is deleted and `out` is left as it was; after a kill the next run
+    with the same `out` deletes it. So no interrupted stage leaves a half-written `out`."""
+    out = Path(out)
     check_out_dir(out, force)
-    if out.is_dir():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging, old = out.parent / f".{out.name}.partial", out.parent / f".{out.name}.old"
+    for leftover in (staging, old):
+        if leftover.exists():
+            shutil.rmtree(leftover)
+    staging.mkdir()
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if out.exists():
+        out.rename(old)
+    staging.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def add_parser(subparsers) -> None:

@@ -76,3 +76,24 @@ def test_cli_exits_2_with_one_line(broken, tmp_path, name):
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert CASES[name][1] in result.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_failed_stage_leaves_its_old_output_whole(broken, tiny_models, tmp_path):
+    # Stages write beside --out and rename into place at the end: a failure half way (here the weights do not
+    # match the config, found after they were written) keeps the previous output, and what a killed run left
+    # beside it is cleared.
+    from a2d_convert.import_base import import_base
+
+    base, _ = tiny_models("llama")
+    out = tmp_path / "imported"
+    import_base(base, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (tmp_path / ".imported.partial").mkdir()
+    (tmp_path / ".imported.partial" / "model.safetensors").write_bytes(b"left by a killed run")
+    with pytest.raises(A2DError, match="has shape"):
+        import_base(broken("hidden_size_mismatch"), out, force=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["imported"]
+    import_base(base, out, force=True)  # and the next run replaces it
+    assert sorted(p.name for p in out.iterdir()) == sorted(before)
+    assert (out / "model.safetensors").read_bytes() == before["model.safetensors"]
