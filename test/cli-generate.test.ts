@@ -105,3 +105,24 @@ describe("a2d generate on bad input", () => {
     expect((await fails(["--model", model, "--prompt", ""])).stderr).toContain("--prompt encodes to no tokens");
   });
 });
+
+describe("a2d bench on the same tiny model (CPU)", () => {
+  it("times every block size and KV length with finite numbers", async () => {
+    const { stdout } = await run(process.execPath, [CLI, "bench", "--model", model, "--device", "cpu", "--blocks", "4,16", "--kv", "8,24", "--tokens", "24", "--json"], { cwd: work });
+    const result = JSON.parse(stdout) as { rows: Array<{ blockSize: number; kv: number; msPerForward: number; tokensPerForward: number }> };
+    expect(result.rows.map((r) => [r.blockSize, r.kv])).toEqual([[4, 8], [4, 24], [16, 8], [16, 24]]);
+    for (const row of result.rows) {
+      expect(Number.isFinite(row.msPerForward) && row.msPerForward > 0).toBe(true);
+      expect(row.tokensPerForward).toBeGreaterThan(0);
+    }
+  });
+
+  it("refuses --tokens that do not exceed the largest block, naming the fix", async () => {
+    const failure = await run(process.execPath, [CLI, "bench", "--model", model, "--device", "cpu", "--blocks", "4,16", "--kv", "8", "--tokens", "16"], { cwd: work }).then(
+      () => undefined,
+      (error: { code: number; stderr: string }) => error,
+    );
+    expect(failure?.code).not.toBe(0);
+    expect(failure?.stderr).toContain("--tokens 16 must be more than the largest block size (16)");
+  });
+});

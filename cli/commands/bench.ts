@@ -89,8 +89,17 @@ async function bench(options: BenchOptions): Promise<string> {
   if ((options.model === undefined) === (options.randomShape === undefined)) {
     throw new Error("give exactly one of --model DIR and --random-shape NAME");
   }
+  const largestBlock = Math.max(...options.blocks);
+  if (options.tokens <= largestBlock) {
+    throw new Error(
+      `--tokens ${options.tokens} must be more than the largest block size (${largestBlock}): ms/forward is the ` +
+        "difference between a --tokens generation and a one-block one; raise --tokens or drop that block size",
+    );
+  }
   const modelDir = options.model ?? randomModel(options.randomShape as string);
-  const longest = Math.max(...options.kv) + options.tokens + Math.max(...options.blocks);
+  // Room for the longest generation plus what a window reaches past it: verify's 2B - 1 positions, a
+  // tree's up to 64 rows (decode.cpp).
+  const longest = Math.max(...options.kv) + options.tokens + Math.max(2 * largestBlock, 64);
   const loadStarted = performance.now();
   const engine = await loadEngine({ modelDir, device: options.device, maxContext: longest });
   const loadSeconds = (performance.now() - loadStarted) / 1e3;
@@ -142,6 +151,9 @@ async function timeBlocks(engine: Engine, blockSize: number, kv: number, options
   const long = await fastest(options.tokens);
   const forwards = long.forwardPasses - short.forwardPasses;
   const ms = long.ms - short.ms;
+  if (forwards <= 0) {
+    throw new Error(`block ${blockSize} kv ${kv}: the ${options.tokens}-token generation took no more forwards than the one-block one; raise --tokens`);
+  }
   const msPerForward = ms / forwards;
   return {
     blockSize,
