@@ -5,10 +5,10 @@
 #include <cstring>
 #include <stdexcept>
 
-// Hot loops get an AVX2/FMA clone chosen at load time by the dynamic loader (ifunc); the default clone
-// keeps the addon running on any x86-64-v2 machine.
+// Hot loops get AVX-512 and AVX2/FMA clones chosen at load time by the dynamic loader (ifunc); the default
+// clone keeps the addon running on any x86-64-v2 machine.
 #if defined(__x86_64__) && defined(__GNUC__)
-#define A2D_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define A2D_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define A2D_HOT
 #endif
@@ -17,7 +17,7 @@ namespace a2d::cpu {
 
 namespace {
 
-float bf16_to_float(uint16_t h) {
+inline float bf16_to_float(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;
   std::memcpy(&f, &bits, sizeof f);
@@ -91,44 +91,84 @@ constexpr int kTileRows = 4;   // weight rows converted together and dotted agai
 // so each weight row comes from memory once; only long prefills sweep the weights again.
 constexpr int64_t kTileM = 128;
 
-// y[m, r] = dot(w[r], x[m]) for r < rows, m < M. Full tiles are 2 x rows by 4 weight rows: eight
-// independent accumulators hide the FMA latency and each loaded vector feeds several FMAs.
-A2D_HOT void dot_tile(const float* w, int rows, const float* x, int64_t M, int64_t K, float* y,
-                      int64_t ldy) {
-  int64_t m = 0;
-  if (rows == kTileRows) {
-    const float *w0 = w, *w1 = w + K, *w2 = w + 2 * K, *w3 = w + 3 * K;
-    for (; m + 2 <= M; m += 2) {
-      const float* xa = x + m * K;
-      const float* xb = xa + K;
-      float a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
-#pragma omp simd reduction(+ : a0, a1, a2, a3, b0, b1, b2, b3)
-      for (int64_t k = 0; k < K; ++k) {
-        a0 += w0[k] * xa[k];
-        a1 += w1[k] * xa[k];
-        a2 += w2[k] * xa[k];
-        a3 += w3[k] * xa[k];
-        b0 += w0[k] * xb[k];
-        b1 += w1[k] * xb[k];
-        b2 += w2[k] * xb[k];
-        b3 += w3[k] * xb[k];
-      }
-      float* ya = y + m * ldy;
-      float* yb = ya + ldy;
-      ya[0] = a0, ya[1] = a1, ya[2] = a2, ya[3] = a3;
-      yb[0] = b0, yb[1] = b1, yb[2] = b2, yb[3] = b3;
-    }
+inline float weight_value(float w) { return w; }
+inline float weight_value(uint16_t w) { return bf16_to_float(w); }  // bf16 bits
+
+// y[i, r] = dot(w[r], x[i]) for 4 x rows and the tile's 4 weight rows: sixteen independent accumulators
+// hide the FMA latency, and each weight vector loaded feeds four FMAs. bf16 weights are widened in registers
+// as they are loaded (the same fp32 values as a converted copy, so the same sums).
+template <typename W>
+__attribute__((always_inline)) inline void dot_quad(const W* w, const float* x, int64_t K, float* y, int64_t ldy) {
+  const W *w0 = w, *w1 = w + K, *w2 = w + 2 * K, *w3 = w + 3 * K;
+  const float *xa = x, *xb = x + K, *xc = x + 2 * K, *xd = x + 3 * K;
+  float a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+  float c0 = 0, c1 = 0, c2 = 0, c3 = 0, d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+#pragma omp simd reduction(+ : a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, d0, d1, d2, d3)
+  for (int64_t k = 0; k < K; ++k) {
+    const float v0 = weight_value(w0[k]), v1 = weight_value(w1[k]), v2 = weight_value(w2[k]), v3 = weight_value(w3[k]);
+    a0 += v0 * xa[k];
+    a1 += v1 * xa[k];
+    a2 += v2 * xa[k];
+    a3 += v3 * xa[k];
+    b0 += v0 * xb[k];
+    b1 += v1 * xb[k];
+    b2 += v2 * xb[k];
+    b3 += v3 * xb[k];
+    c0 += v0 * xc[k];
+    c1 += v1 * xc[k];
+    c2 += v2 * xc[k];
+    c3 += v3 * xc[k];
+    d0 += v0 * xd[k];
+    d1 += v1 * xd[k];
+    d2 += v2 * xd[k];
+    d3 += v3 * xd[k];
   }
-  for (; m < M; ++m) {
+  float* ya = y;
+  float* yb = ya + ldy;
+  float* yc = yb + ldy;
+  float* yd = yc + ldy;
+  ya[0] = a0, ya[1] = a1, ya[2] = a2, ya[3] = a3;
+  yb[0] = b0, yb[1] = b1, yb[2] = b2, yb[3] = b3;
+  yc[0] = c0, yc[1] = c1, yc[2] = c2, yc[3] = c3;
+  yd[0] = d0, yd[1] = d1, yd[2] = d2, yd[3] = d3;
+}
+
+// y[m, r] = dot(w[r], x[m]) for r < rows, m < M. Full weight tiles take the x rows four at a time; the last
+// one to three go through the same loop from `tail`, the caller's zero-padded copy of them (4 K floats), so
+// every row of a full tile is summed alike. A partial tile (a matrix's last rows) takes one weight row and
+// one x row at a time.
+template <typename W>
+__attribute__((always_inline)) inline void dot_tile_body(const W* w, int rows, const float* x, int64_t M, int64_t K,
+                                                         float* y, int64_t ldy, const float* tail) {
+  if (rows == kTileRows) {
+    const int64_t quads = M / 4 * 4;
+    for (int64_t m = 0; m < quads; m += 4) dot_quad(w, x + m * K, K, y + m * ldy, ldy);
+    if (quads < M) {
+      float out[4 * kTileRows];
+      dot_quad(w, tail, K, out, kTileRows);
+      for (int64_t m = quads; m < M; ++m) std::memcpy(y + m * ldy, out + (m - quads) * kTileRows, kTileRows * sizeof(float));
+    }
+    return;
+  }
+  for (int64_t m = 0; m < M; ++m) {
     const float* xm = x + m * K;
     for (int r = 0; r < rows; ++r) {
-      const float* wr = w + r * K;
+      const W* wr = w + r * K;
       float s = 0;
 #pragma omp simd reduction(+ : s)
-      for (int64_t k = 0; k < K; ++k) s += wr[k] * xm[k];
+      for (int64_t k = 0; k < K; ++k) s += weight_value(wr[k]) * xm[k];
       y[m * ldy + r] = s;
     }
   }
+}
+
+A2D_HOT void dot_tile(const float* w, int rows, const float* x, int64_t M, int64_t K, float* y, int64_t ldy,
+                      const float* tail) {
+  dot_tile_body(w, rows, x, M, K, y, ldy, tail);
+}
+A2D_HOT void dot_tile_bf16(const uint16_t* w, int rows, const float* x, int64_t M, int64_t K, float* y, int64_t ldy,
+                           const float* tail) {
+  dot_tile_body(w, rows, x, M, K, y, ldy, tail);
 }
 
 A2D_HOT float dot(const float* a, const float* b, int64_t n) {
@@ -183,6 +223,24 @@ void embed(const Tensor& table, const int32_t* ids, int64_t M, float* out) {
   for (int64_t m = 0; m < M; ++m) row_to_float(table, ids[m], out + m * table.cols());
 }
 
+// Weight tiles come from memory (a model is larger than the caches), and a core that multiplies one tile
+// leaves the memory idle unless it has asked for the next ones: the tile kPrefetchTiles ahead is requested
+// before each multiply (12 % off a forward of the bundled model on 2 cores, bench/NOTES.md).
+constexpr int64_t kPrefetchTiles = 4;
+
+void prefetch_tile(const std::vector<Projection>& outs, const std::vector<int64_t>& first_tile, int64_t t, int64_t t_end) {
+  if (t >= t_end) return;
+  size_t o = 0;
+  while (t >= first_tile[o + 1]) ++o;
+  const Tensor& W = *outs[o].W;
+  const int64_t n0 = (t - first_tile[o]) * kTileRows;
+  const int64_t rows = std::min<int64_t>(kTileRows, W.rows() - n0);
+  const int64_t element = W.dtype == DType::f32 ? 4 : 2;
+  const char* begin = static_cast<const char*>(W.data) + n0 * W.cols() * element;
+  const char* end = begin + rows * W.cols() * element;
+  for (const char* line = begin; line < end; line += 64) __builtin_prefetch(line, 0, 0);
+}
+
 void matmuls(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<Projection> projections) {
   const std::vector<Projection> outs(projections);
   const int64_t K = outs.front().W->cols();
@@ -200,12 +258,15 @@ void matmuls(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>({tiles, pool.size() * 8, work / kMinWorkPerTask}));
   const int64_t tiles_per_chunk = (tiles + chunks - 1) / chunks;
   pool.parallel_for(chunks, [&](int64_t chunk) {
-    thread_local std::vector<float> wbuf;
+    thread_local std::vector<float> wbuf, tail;
     wbuf.resize(kTileRows * K);
+    tail.assign(4 * K, 0.0f);  // rows past a block's last x row feed only outputs that are dropped
     const int64_t t_begin = chunk * tiles_per_chunk;
     const int64_t t_end = std::min(tiles, t_begin + tiles_per_chunk);
     for (int64_t m0 = 0; m0 < M; m0 += kTileM) {
       const int64_t mt = std::min(kTileM, M - m0);
+      const int64_t quads = mt / 4 * 4;
+      std::copy(x + (m0 + quads) * K, x + (m0 + mt) * K, tail.begin());
       size_t o = 0;
       for (int64_t t = t_begin; t < t_end; ++t) {
         while (t >= first_tile[o + 1]) ++o;
@@ -213,8 +274,14 @@ void matmuls(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<
         const int64_t N = p.W->rows();
         const int64_t n0 = (t - first_tile[o]) * kTileRows;
         const int rows = static_cast<int>(std::min<int64_t>(kTileRows, N - n0));
-        for (int r = 0; r < rows; ++r) row_to_float(*p.W, n0 + r, wbuf.data() + r * K);
-        dot_tile(wbuf.data(), rows, x + m0 * K, mt, K, p.y + m0 * N + n0, N);
+        prefetch_tile(outs, first_tile, t + kPrefetchTiles, t_end);
+        if (p.W->dtype == DType::bf16) {
+          dot_tile_bf16(static_cast<const uint16_t*>(p.W->data) + n0 * K, rows, x + m0 * K, mt, K, p.y + m0 * N + n0, N,
+                        tail.data());
+        } else {
+          for (int r = 0; r < rows; ++r) row_to_float(*p.W, n0 + r, wbuf.data() + r * K);
+          dot_tile(wbuf.data(), rows, x + m0 * K, mt, K, p.y + m0 * N + n0, N, tail.data());
+        }
         if (p.bias != nullptr) {
           for (int64_t m = m0; m < m0 + mt; ++m) {
             for (int r = 0; r < rows; ++r) p.y[m * N + n0 + r] += p.bias[n0 + r];
