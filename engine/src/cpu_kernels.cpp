@@ -228,9 +228,10 @@ void embed(const Tensor& table, const int32_t* ids, int64_t M, float* out) {
 // before each multiply (12 % off a forward of the bundled model on 2 cores, bench/NOTES.md).
 constexpr int64_t kPrefetchTiles = 4;
 
-void prefetch_tile(const std::vector<Projection>& outs, const std::vector<int64_t>& first_tile, int64_t t, int64_t t_end) {
+// Requests tile t (of projection `o` or a later one) of the projections' one tile index space.
+void prefetch_tile(const std::vector<Projection>& outs, const std::vector<int64_t>& first_tile, int64_t t, int64_t t_end,
+                   size_t o) {
   if (t >= t_end) return;
-  size_t o = 0;
   while (t >= first_tile[o + 1]) ++o;
   const Tensor& W = *outs[o].W;
   const int64_t n0 = (t - first_tile[o]) * kTileRows;
@@ -274,7 +275,7 @@ void matmuls(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<
         const int64_t N = p.W->rows();
         const int64_t n0 = (t - first_tile[o]) * kTileRows;
         const int rows = static_cast<int>(std::min<int64_t>(kTileRows, N - n0));
-        prefetch_tile(outs, first_tile, t + kPrefetchTiles, t_end);
+        prefetch_tile(outs, first_tile, t + kPrefetchTiles, t_end, o);
         if (p.W->dtype == DType::bf16) {
           dot_tile_bf16(static_cast<const uint16_t*>(p.W->data) + n0 * K, rows, x + m0 * K, mt, K, p.y + m0 * N + n0, N,
                         tail.data());
