@@ -94,11 +94,12 @@ constexpr int64_t kTileM = 128;
 inline float weight_value(float w) { return w; }
 inline float weight_value(uint16_t w) { return bf16_to_float(w); }  // bf16 bits
 
-// y[i, r] = dot(w[r], x[i]) for 4 x rows and the tile's 4 weight rows: sixteen independent accumulators
-// hide the FMA latency, and each weight vector loaded feeds four FMAs. bf16 weights are widened in registers
-// as they are loaded (the same fp32 values as a converted copy, so the same sums).
-template <typename W>
-__attribute__((always_inline)) inline void dot_quad(const W* w, const float* x, int64_t K, float* y, int64_t ldy) {
+// y[i, r] = dot(w[r], x[i]) for kX <= 4 x rows and the tile's 4 weight rows: up to sixteen independent
+// accumulators hide the FMA latency, and each weight vector loaded feeds kX FMAs; rows past kX are compiled
+// out. bf16 weights are widened in registers as they are loaded (the same fp32 values as a converted copy,
+// so the same sums).
+template <int kX, typename W>
+__attribute__((always_inline)) inline void dot_rows(const W* w, const float* x, int64_t K, float* y, int64_t ldy) {
   const W *w0 = w, *w1 = w + K, *w2 = w + 2 * K, *w3 = w + 3 * K;
   const float *xa = x, *xb = x + K, *xc = x + 2 * K, *xd = x + 3 * K;
   float a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
@@ -110,43 +111,43 @@ __attribute__((always_inline)) inline void dot_quad(const W* w, const float* x, 
     a1 += v1 * xa[k];
     a2 += v2 * xa[k];
     a3 += v3 * xa[k];
-    b0 += v0 * xb[k];
-    b1 += v1 * xb[k];
-    b2 += v2 * xb[k];
-    b3 += v3 * xb[k];
-    c0 += v0 * xc[k];
-    c1 += v1 * xc[k];
-    c2 += v2 * xc[k];
-    c3 += v3 * xc[k];
-    d0 += v0 * xd[k];
-    d1 += v1 * xd[k];
-    d2 += v2 * xd[k];
-    d3 += v3 * xd[k];
+    if constexpr (kX > 1) {
+      b0 += v0 * xb[k];
+      b1 += v1 * xb[k];
+      b2 += v2 * xb[k];
+      b3 += v3 * xb[k];
+    }
+    if constexpr (kX > 2) {
+      c0 += v0 * xc[k];
+      c1 += v1 * xc[k];
+      c2 += v2 * xc[k];
+      c3 += v3 * xc[k];
+    }
+    if constexpr (kX > 3) {
+      d0 += v0 * xd[k];
+      d1 += v1 * xd[k];
+      d2 += v2 * xd[k];
+      d3 += v3 * xd[k];
+    }
   }
-  float* ya = y;
-  float* yb = ya + ldy;
-  float* yc = yb + ldy;
-  float* yd = yc + ldy;
-  ya[0] = a0, ya[1] = a1, ya[2] = a2, ya[3] = a3;
-  yb[0] = b0, yb[1] = b1, yb[2] = b2, yb[3] = b3;
-  yc[0] = c0, yc[1] = c1, yc[2] = c2, yc[3] = c3;
-  yd[0] = d0, yd[1] = d1, yd[2] = d2, yd[3] = d3;
+  const float sums[4][kTileRows] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}, {c0, c1, c2, c3}, {d0, d1, d2, d3}};
+  for (int i = 0; i < kX; ++i) std::memcpy(y + i * ldy, sums[i], sizeof sums[i]);
 }
 
-// y[m, r] = dot(w[r], x[m]) for r < rows, m < M. Full weight tiles take the x rows four at a time; the last
-// one to three go through the same loop from `tail`, the caller's zero-padded copy of them (4 K floats), so
-// every row of a full tile is summed alike. A partial tile (a matrix's last rows) takes one weight row and
-// one x row at a time.
+// y[m, r] = dot(w[r], x[m]) for r < rows, m < M. Full weight tiles take the x rows four at a time, then the
+// last one to three together; a partial tile (a matrix's last rows) takes one weight row and one x row at a
+// time.
 template <typename W>
 __attribute__((always_inline)) inline void dot_tile_body(const W* w, int rows, const float* x, int64_t M, int64_t K,
-                                                         float* y, int64_t ldy, const float* tail) {
+                                                         float* y, int64_t ldy) {
   if (rows == kTileRows) {
-    const int64_t quads = M / 4 * 4;
-    for (int64_t m = 0; m < quads; m += 4) dot_quad(w, x + m * K, K, y + m * ldy, ldy);
-    if (quads < M) {
-      float out[4 * kTileRows];
-      dot_quad(w, tail, K, out, kTileRows);
-      for (int64_t m = quads; m < M; ++m) std::memcpy(y + m * ldy, out + (m - quads) * kTileRows, kTileRows * sizeof(float));
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) dot_rows<4>(w, x + m * K, K, y + m * ldy, ldy);
+    switch (M - m) {
+      case 3: dot_rows<3>(w, x + m * K, K, y + m * ldy, ldy); break;
+      case 2: dot_rows<2>(w, x + m * K, K, y + m * ldy, ldy); break;
+      case 1: dot_rows<1>(w, x + m * K, K, y + m * ldy, ldy); break;
+      default: break;
     }
     return;
   }
@@ -162,13 +163,11 @@ __attribute__((always_inline)) inline void dot_tile_body(const W* w, int rows, c
   }
 }
 
-A2D_HOT void dot_tile(const float* w, int rows, const float* x, int64_t M, int64_t K, float* y, int64_t ldy,
-                      const float* tail) {
-  dot_tile_body(w, rows, x, M, K, y, ldy, tail);
+A2D_HOT void dot_tile(const float* w, int rows, const float* x, int64_t M, int64_t K, float* y, int64_t ldy) {
+  dot_tile_body(w, rows, x, M, K, y, ldy);
 }
-A2D_HOT void dot_tile_bf16(const uint16_t* w, int rows, const float* x, int64_t M, int64_t K, float* y, int64_t ldy,
-                           const float* tail) {
-  dot_tile_body(w, rows, x, M, K, y, ldy, tail);
+A2D_HOT void dot_tile_bf16(const uint16_t* w, int rows, const float* x, int64_t M, int64_t K, float* y, int64_t ldy) {
+  dot_tile_body(w, rows, x, M, K, y, ldy);
 }
 
 A2D_HOT float dot(const float* a, const float* b, int64_t n) {
@@ -259,15 +258,12 @@ void matmuls(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>({tiles, pool.size() * 8, work / kMinWorkPerTask}));
   const int64_t tiles_per_chunk = (tiles + chunks - 1) / chunks;
   pool.parallel_for(chunks, [&](int64_t chunk) {
-    thread_local std::vector<float> wbuf, tail;
+    thread_local std::vector<float> wbuf;
     wbuf.resize(kTileRows * K);
-    tail.assign(4 * K, 0.0f);  // rows past a block's last x row feed only outputs that are dropped
     const int64_t t_begin = chunk * tiles_per_chunk;
     const int64_t t_end = std::min(tiles, t_begin + tiles_per_chunk);
     for (int64_t m0 = 0; m0 < M; m0 += kTileM) {
       const int64_t mt = std::min(kTileM, M - m0);
-      const int64_t quads = mt / 4 * 4;
-      std::copy(x + (m0 + quads) * K, x + (m0 + mt) * K, tail.begin());
       size_t o = 0;
       for (int64_t t = t_begin; t < t_end; ++t) {
         while (t >= first_tile[o + 1]) ++o;
@@ -277,11 +273,10 @@ void matmuls(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<
         const int rows = static_cast<int>(std::min<int64_t>(kTileRows, N - n0));
         prefetch_tile(outs, first_tile, t + kPrefetchTiles, t_end, o);
         if (p.W->dtype == DType::bf16) {
-          dot_tile_bf16(static_cast<const uint16_t*>(p.W->data) + n0 * K, rows, x + m0 * K, mt, K, p.y + m0 * N + n0, N,
-                        tail.data());
+          dot_tile_bf16(static_cast<const uint16_t*>(p.W->data) + n0 * K, rows, x + m0 * K, mt, K, p.y + m0 * N + n0, N);
         } else {
           for (int r = 0; r < rows; ++r) row_to_float(*p.W, n0 + r, wbuf.data() + r * K);
-          dot_tile(wbuf.data(), rows, x + m0 * K, mt, K, p.y + m0 * N + n0, N, tail.data());
+          dot_tile(wbuf.data(), rows, x + m0 * K, mt, K, p.y + m0 * N + n0, N);
         }
         if (p.bias != nullptr) {
           for (int64_t m = m0; m < m0 + mt; ++m) {
