@@ -5,6 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "safetensors.h"
+
 // Hot loops get AVX-512 and AVX2/FMA clones chosen at load time by the dynamic loader (ifunc); the default
 // clone keeps the addon running on any x86-64-v2 machine.
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -235,7 +237,7 @@ void prefetch_tile(const std::vector<Projection>& outs, const std::vector<int64_
   const Tensor& W = *outs[o].W;
   const int64_t n0 = (t - first_tile[o]) * kTileRows;
   const int64_t rows = std::min<int64_t>(kTileRows, W.rows() - n0);
-  const int64_t element = W.dtype == DType::f32 ? 4 : 2;
+  const int64_t element = static_cast<int64_t>(dtype_size(W.dtype));
   const char* begin = static_cast<const char*>(W.data) + n0 * W.cols() * element;
   const char* end = begin + rows * W.cols() * element;
   for (const char* line = begin; line < end; line += 64) __builtin_prefetch(line, 0, 0);
