@@ -160,34 +160,50 @@ class ModelConfig:
         )
 
 
-REMASKING = ("low_confidence", "random", "leftmost", "verify", "tree")
-COMMIT = ("fused", "separate")
+# The decoding parameters, defined once for every part of a2d (engine/decoding-params.json): names, ranges,
+# choices and defaults come from the table; DecodingDefaults mirrors its parameters with a default (a test
+# holds the two together), and decode.DecodeParams.validate checks them by the table.
+DECODING_TABLE_PATH = Path(__file__).resolve().parents[2] / "engine" / "decoding-params.json"
+DECODING_TABLE = json.loads(DECODING_TABLE_PATH.read_text(encoding="utf-8"))
+DECODING_PARAMETERS = {p["name"]: p for p in DECODING_TABLE["parameters"] + DECODING_TABLE["request_parameters"]}
+REMASKING = tuple(DECODING_PARAMETERS["remasking"]["choices"])
+ADVANCE = tuple(DECODING_PARAMETERS["advance"]["choices"])
+COMMIT = tuple(DECODING_PARAMETERS["commit"]["choices"])
+
+
+# What earlier a2d versions had and this one refuses with a reason: drafts confirmed by a causal reading of
+# the tokens before them are speculative (left-to-right) decoding, not denoising.
+RETIRED_REMASKING = ("verify", "tree")
+RETIRED_DECODING_FIELDS = ("tree_width", "lookup_ngram")
+RETIRED_RULES_NOTE = ("remasking 'verify' and 'tree' and their lookup drafts are gone: they kept a token only when a causal "
+                      "reading of the tokens before it chose it too, which is left-to-right decoding with a drafter; "
+                      "decode by the denoiser's own confidence instead (remasking low_confidence, random or leftmost; "
+                      "`python -m a2d_convert redecode` changes a model's default)")
 
 
 @dataclass(frozen=True)
 class DecodingDefaults:
-    threshold: float = 0.9
-    min_per_step: int = 1
-    steps: int = 0
-    temperature: float = 0.0
-    top_p: float = 1.0
-    remasking: str = "low_confidence"
-    commit: str = "fused"
-    tree_width: int = 1
-    lookup_ngram: int = 0
+    """A model's default decoding (config.json a2d.decoding): every table parameter that has a default."""
+
+    threshold: float = DECODING_PARAMETERS["threshold"]["default"]
+    min_per_step: int = DECODING_PARAMETERS["min_per_step"]["default"]
+    steps: int = DECODING_PARAMETERS["steps"]["default"]
+    temperature: float = DECODING_PARAMETERS["temperature"]["default"]
+    top_p: float = DECODING_PARAMETERS["top_p"]["default"]
+    remasking: str = DECODING_PARAMETERS["remasking"]["default"]
+    advance: str = DECODING_PARAMETERS["advance"]["default"]
+    commit: str = DECODING_PARAMETERS["commit"]["default"]
 
 
 def add_decoding_flags(parser) -> None:
     """One flag per DecodingDefaults field, for the commands that override a model's defaults."""
-    parser.add_argument("--threshold", type=float)
-    parser.add_argument("--min-per-step", type=int)
-    parser.add_argument("--steps", type=int)
-    parser.add_argument("--temperature", type=float)
-    parser.add_argument("--top-p", type=float)
-    parser.add_argument("--remasking", choices=REMASKING)
-    parser.add_argument("--commit", choices=COMMIT)
-    parser.add_argument("--tree-width", type=int, help="guesses for the first position with --remasking tree")
-    parser.add_argument("--lookup-ngram", type=int, help="with --remasking verify or tree: drafts from the context's latest match of its last 1..N tokens (0: none)")
+    for name in DecodingDefaults.__dataclass_fields__:
+        spec = DECODING_PARAMETERS[name]
+        flag = "--" + name.replace("_", "-")
+        if spec["type"] == "choice":
+            parser.add_argument(flag, choices=spec["choices"], help=spec["doc"])
+        else:
+            parser.add_argument(flag, type=int if spec["type"] == "integer" else float, help=spec["doc"])
 
 
 def decoding_flags(args) -> dict:
@@ -228,13 +244,10 @@ class A2DSection:
                 "temperature": self.decoding.temperature,
                 "top_p": self.decoding.top_p,
                 "remasking": self.decoding.remasking,
+                "advance": self.decoding.advance,
                 "commit": self.decoding.commit,
             },
         }
-        if self.decoding.remasking == "tree":  # written only where it applies: other models' files stay as they were
-            out["decoding"]["tree_width"] = self.decoding.tree_width
-        if self.decoding.lookup_ngram:
-            out["decoding"]["lookup_ngram"] = self.decoding.lookup_ngram
         if self.mask_rank:
             out["mask_adapter"] = {"rank": self.mask_rank, "targets": list(self.mask_targets)}
         return out
@@ -255,7 +268,8 @@ class A2DSection:
             return value
 
         mask_token_id = integer("mask_token_id", 0, vocab_size - 1)
-        block_size = integer("block_size", 1, 64)
+        block = DECODING_PARAMETERS["block_size"]
+        block_size = integer("block_size", block["min"], block["max"])
         eos = raw.get("eos_token_ids")
         if not isinstance(eos, list) or not eos or not all(
             isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in eos
@@ -273,7 +287,9 @@ class A2DSection:
         known = DecodingDefaults.__dataclass_fields__
         unknown = sorted(set(decoding_raw) - set(known))
         if unknown:
-            raise A2DError(f"{where}decoding has unknown fields {unknown}; allowed: {sorted(known)}")
+            retired = [name for name in unknown if name in RETIRED_DECODING_FIELDS]
+            hint = f" ({', '.join(retired)}: {RETIRED_RULES_NOTE})" if retired else ""
+            raise A2DError(f"{where}decoding has unknown fields {unknown}{hint}; allowed: {sorted(known)}")
         decoding = DecodingDefaults(**decoding_raw)
         # The ranges are the decoder's; check them here so a bad default fails at load, not at the first request.
         from .decode import DecodeParams
@@ -281,10 +297,6 @@ class A2DSection:
         DecodeParams.from_defaults(decoding, block_size=block_size, max_tokens=0, eos_token_ids=eos).validate(
             f"{where}decoding"
         )
-        if decoding.remasking in ("verify", "tree") and (not raw["shift_logits"] or decoding.commit != "fused"):
-            raise A2DError(
-                f"{where}decoding: remasking {decoding.remasking!r} needs shift_logits true and commit 'fused'; fix config.json"
-            )
         mask_rank, mask_targets = parse_mask_adapter(raw.get("mask_adapter"), where)
         return A2DSection(
             mask_token_id=mask_token_id,

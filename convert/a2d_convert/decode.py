@@ -1,13 +1,17 @@
 """The block-diffusion decode loop: docs/decoding.md, implemented once.
 
 `decode` drives any `ForwardFn` (the PyTorch reference model with its KV cache, or a fake logits
-function in tests) through blocks of `block_size` masked positions. Each denoising step picks a token
+function in tests) over a window of `block_size` masked positions. Each denoising step picks a token
 and a confidence for every candidate position (greedy or temperature/top-p sampling, in float64), then
 reveals every candidate above `threshold` and at least `k` of them (the `min_per_step` floor and the
 linear top-k `steps` schedule), by priority (confidence; a random draw with `remasking: random`; the
-leftmost first with `remasking: leftmost`).
+leftmost first with `remasking: leftmost`). Every committed token is one the denoiser's own prediction
+at a masked position chose: nothing is accepted because a causal reading agrees with it.
+With `advance: block` the window is a block that moves on once wholly revealed; with `advance: slide`
+it moves past every revealed prefix after each step, so that it always holds `block_size` positions
+(multi-block decoding in its simplest form: the next block starts before the current one is finished).
 This is confidence-thresholded parallel decoding (Fast-dLLM, Wu et al. 2025, sec. 3.3) on top of
-block diffusion with a KV cache of committed blocks (Arriola et al. 2025, BD3-LM).
+block diffusion with a KV cache of committed tokens (Arriola et al. 2025, BD3-LM).
 
 Sums are sequential in increasing id order (numpy cumsum, not the pairwise np.sum), so that a plain
 C++ loop computes the same doubles.
@@ -23,25 +27,15 @@ from typing import Any, Callable, Generator, Sequence
 
 import numpy as np
 
-from .config import COMMIT, REMASKING, DecodingDefaults
+from .config import DECODING_PARAMETERS, DECODING_TABLE, RETIRED_REMASKING, RETIRED_RULES_NOTE, DecodingDefaults
 from .errors import A2DError
 from .rng import MASK64, SplitMix64
 
-# (commit_ids, window_ids, rows[, layout]) -> fp32 logits [len(rows), vocab]; rows index commit ++ window.
-# The function owns the KV cache: after the call it holds the commit tokens too (the window is scratch).
-# Without a layout the window rows sit at consecutive positions after the commit rows and attend by the
-# block rule (model.block_causal_mask); with one (remasking "tree"), as the layout says.
+# (commit_ids, window_ids, rows) -> fp32 logits [len(rows), vocab]; rows index commit ++ window. The
+# function owns the KV cache: after the call it holds the commit tokens too (the window is scratch). The
+# window rows sit at consecutive positions after the commit rows and attend by the block rule
+# (model.block_causal_mask).
 ForwardFn = Callable[..., Any]
-
-
-@dataclass(frozen=True)
-class WindowLayout:
-    """Where each window row sits and what it sees (docs/decoding.md, "Tree"): window row i is at position
-    cached + C + offsets[i] and attends to every cached and commit position and to the window rows j whose
-    bit j is set in visible[i]."""
-
-    offsets: tuple[int, ...]
-    visible: tuple[int, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,36 +57,54 @@ class DecodeParams(DecodingDefaults):
         return DecodeParams(**fields)
 
     def validate(self, where: str = "decode parameters") -> "DecodeParams":
-        """Range checks of docs/decoding.md "Parameters"; raises A2DError naming `where` and the field."""
-
-        def integer(value) -> bool:
-            return isinstance(value, int) and not isinstance(value, bool)
-
-        def number(value) -> bool:
-            return (integer(value) or isinstance(value, float)) and math.isfinite(value)
-
-        checks = [
-            ("max_tokens", integer(self.max_tokens) and self.max_tokens >= 0, ">= 0"),
-            ("block_size", integer(self.block_size) and 1 <= self.block_size <= 64, "in 1..64"),
-            ("threshold", number(self.threshold) and 0 <= self.threshold <= 1, "in [0, 1]"),
-            ("min_per_step", integer(self.min_per_step) and 1 <= self.min_per_step <= self.block_size, f"in 1..block_size ({self.block_size})"),
-            ("steps", integer(self.steps) and 0 <= self.steps <= self.block_size, f"in 0..block_size ({self.block_size})"),
-            ("temperature", number(self.temperature) and 0 <= self.temperature <= 2, "in [0, 2]"),
-            ("top_p", number(self.top_p) and 0 < self.top_p <= 1, "in (0, 1]"),
-            ("remasking", self.remasking in REMASKING, f"one of {', '.join(REMASKING)}"),
-            ("commit", self.commit in COMMIT, f"one of {', '.join(COMMIT)}"),
-            ("tree_width", integer(self.tree_width) and 1 <= self.tree_width <= 8, "in 1..8"),
-            ("lookup_ngram", integer(self.lookup_ngram) and 0 <= self.lookup_ngram <= 8, "in 0..8"),
-            ("tree_width", self.remasking != "tree" or tree_window_rows(self.block_size, self.tree_width + (self.lookup_ngram > 0)) <= 64,
-             f"small enough for a window of at most 64 rows at block size {self.block_size} "
-             f"(W branches, tree_width plus one with lookup_ngram, need W(B-1) + B(W(B-1) + 1) rows; docs/decoding.md, \"Tree\")"),
-            ("seed", integer(self.seed) and 0 <= self.seed <= MASK64, "in 0..2^64-1"),
-            ("eos_token_ids", all(integer(t) and t >= 0 for t in self.eos_token_ids), "a list of token ids"),
-        ]
-        for name, ok, wanted in checks:
-            if not ok:
-                raise A2DError(f"{where}: {name} is {getattr(self, name)!r}, it must be {wanted}")
+        """The ranges and choices of engine/decoding-params.json, then its cross-field rules; raises
+        A2DError naming `where`, the field (or rule) and what it must be."""
+        for spec in DECODING_PARAMETERS.values():
+            problem = table_problem(spec, getattr(self, spec["name"]), self.block_size)
+            if problem:
+                raise A2DError(f"{where}: {spec['name']} is {getattr(self, spec['name'])!r}, it must be {problem}")
+        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.eos_token_ids):
+            raise A2DError(f"{where}: eos_token_ids is {self.eos_token_ids!r}, it must be a list of token ids")
+        broken = broken_rule(self)
+        if broken:
+            raise A2DError(f"{where}: {broken}: {RULES[broken]}")
         return self
+
+
+RULES = {rule["id"]: rule["message"] for rule in DECODING_TABLE["rules"]}
+
+
+def table_problem(spec: dict, value, block_size) -> str | None:
+    """What `value` must be by its table entry (engine/decoding-params.json), or None when it is fine."""
+    if spec["type"] == "choice":
+        if value in spec["choices"]:
+            return None
+        retired = f" ({RETIRED_RULES_NOTE})" if spec["name"] == "remasking" and value in RETIRED_REMASKING else ""
+        return f"one of {', '.join(spec['choices'])}{retired}"
+    integer = isinstance(value, int) and not isinstance(value, bool)
+    if spec["type"] == "integer" and not integer:
+        return "an integer"
+    if spec["type"] == "number" and not ((integer or isinstance(value, float)) and math.isfinite(value)):
+        return "a finite number"
+    low = spec["min"]
+    high = {"block_size": block_size, "2^64-1": MASK64, None: math.inf}.get(spec.get("max"), spec.get("max"))
+    above_low = value > low if spec.get("min_exclusive") else value >= low
+    if above_low and value <= high:
+        return None
+    if high == math.inf:
+        return f">= {low}"
+    bound = {"block_size": f"block_size ({block_size})"}.get(spec.get("max"), spec.get("max"))
+    return f"in {'(' if spec.get('min_exclusive') else '['}{low}, {bound}]"
+
+
+def broken_rule(p: "DecodeParams") -> str | None:
+    """The id of the first cross-field rule of the table these (in-range) parameters break, or None."""
+    one_by_one = p.min_per_step == 1 and (p.steps == 0 or p.steps >= p.block_size)
+    if p.remasking == "leftmost" and p.threshold >= 1 and one_by_one:
+        return "left_to_right"
+    if p.advance == "slide" and p.steps > 0:
+        return "schedule_needs_blocks"
+    return None
 
 
 @dataclass
@@ -103,6 +115,9 @@ class DecodeResult:
     forward_passes: int
     ms: float
     trace: list[dict] | None = None
+    steps: int = 0  # denoising steps (forwards that revealed tokens; commit-only forwards are not steps)
+    revealed: int = 0  # tokens the steps revealed, those an EOS then cut off included
+    topped_up: int = 0  # of them, revealed by the min_per_step / schedule floor rather than by the threshold
 
     @property
     def completion_tokens(self) -> int:
@@ -112,11 +127,11 @@ class DecodeResult:
     def tokens_per_forward(self) -> float:
         return self.completion_tokens / self.forward_passes if self.forward_passes else 0.0
 
-
-def _result(completion: list[int], finish: str, prompt_ids: Sequence[int], forwards: int, trace: list[dict] | None) -> DecodeResult:
-    """A decoder's result (ms stays 0: the callers that time a decode fill it in)."""
-    return DecodeResult(token_ids=completion, finish_reason=finish, prompt_tokens=len(prompt_ids),
-                        forward_passes=forwards, ms=0.0, trace=trace)
+    @property
+    def parallel_share(self) -> float:
+        """Share of the revealed tokens beyond one per step: what a one-token-per-step decoder would not
+        have revealed in that step."""
+        return (self.revealed - self.steps) / self.revealed if self.revealed else 0.0
 
 
 def choose_token(row: np.ndarray, mask_token_id: int, temperature: float, top_p: float, rng: SplitMix64) -> tuple[int, float]:
@@ -170,11 +185,7 @@ def decode_steps(
     params.validate()
     if not prompt_ids:
         raise A2DError("the prompt is empty; it must hold at least one token")
-    if params.remasking == "verify":
-        return (yield from _verify_steps(prompt_ids, params, mask_token_id=mask_token_id, shift_logits=shift_logits, trace=trace))
-    if params.remasking == "tree":
-        return (yield from _tree_steps(prompt_ids, params, mask_token_id=mask_token_id, shift_logits=shift_logits, trace=trace))
-    B, eos = params.block_size, set(params.eos_token_ids)
+    B, eos, slide = params.block_size, set(params.eos_token_ids), params.advance == "slide"
     rng = SplitMix64(params.seed)
     steps_log: list[dict] | None = [] if trace else None
     completion: list[int] = []
@@ -182,27 +193,25 @@ def decode_steps(
     finish = "length"
     pending = list(prompt_ids)  # tokens to commit with the next forward
     anchor: np.ndarray | None = None  # logits row of the last committed token (shift_logits)
+    window = [mask_token_id] * B
+    revealed = [False] * B
+    step = 0  # denoising steps since the window last moved
+    counts = {"steps": 0, "revealed": 0, "topped_up": 0}
 
     while len(completion) < params.max_tokens:
         limit_len = min(B, params.max_tokens - len(completion))
-        block = [mask_token_id] * B
-        revealed = [False] * B
-        block_start = len(prompt_ids) + len(completion)
-        if params.commit == "separate" and pending:
-            anchor = _to_numpy((yield (list(pending), [], [len(pending) - 1])))[0]
-            forwards += 1
-            pending = []
-        step = 0
-        while True:
-            limit_eos = next((j for j in range(B) if revealed[j] and block[j] in eos), B)
-            relevant = min(limit_len, limit_eos)
-            candidates = [j for j in range(relevant) if not revealed[j]]
-            if not candidates:
-                break
+        limit_eos = next((j for j in range(B) if revealed[j] and window[j] in eos), B)
+        relevant = min(limit_len, limit_eos)
+        candidates = [j for j in range(relevant) if not revealed[j]]
+        if candidates:
+            if params.commit == "separate" and pending:
+                anchor = _to_numpy((yield (list(pending), [], [len(pending) - 1])))[0]
+                forwards += 1
+                pending = []
             C = len(pending)
             window_rows = {j: C + j - 1 if shift_logits else C + j for j in candidates if not (shift_logits and j == 0)}
             rows = ([C - 1] if shift_logits and C else []) + sorted(set(window_rows.values()))
-            logits = _to_numpy((yield (list(pending), list(block), rows)))
+            logits = _to_numpy((yield (list(pending), list(window), rows)))
             row_of = {r: logits[i] for i, r in enumerate(rows)}
             if shift_logits and C:
                 anchor = row_of[C - 1]
@@ -223,257 +232,38 @@ def decode_steps(
             k_steps = 0 if params.steps == 0 else math.ceil(len(candidates) / max(params.steps - step, 1))
             k = min(len(candidates), max(params.min_per_step, k_steps))
             picked = reveal_set(confidences, priorities, params.threshold, k)
+            counts["steps"] += 1
+            counts["revealed"] += len(picked)
+            counts["topped_up"] += max(0, k - sum(c > params.threshold for c in confidences))
             for i in picked:
-                block[candidates[i]], revealed[candidates[i]] = choices[i][0], True
+                window[candidates[i]], revealed[candidates[i]] = choices[i][0], True
             if steps_log is not None:
                 steps_log.append({
                     "forward": forwards - 1,
-                    "block_start": block_start,
+                    "block_start": len(prompt_ids) + len(completion),
                     "step": step,
                     "candidates": candidates,
                     "revealed": [[candidates[i], choices[i][0], confidences[i]] for i in picked],
                 })
             step += 1
+            limit_eos = next((j for j in range(B) if revealed[j] and window[j] in eos), B)
+            relevant = min(limit_len, limit_eos)
 
-        completion += block[:relevant]
-        if limit_eos < limit_len:
-            finish = "stop"
-            break
-        pending = block
-    return _result(completion, finish, prompt_ids, forwards, steps_log)
-
-
-def _verify_steps(
-    prompt_ids: Sequence[int],
-    params: DecodeParams,
-    *,
-    mask_token_id: int,
-    shift_logits: bool,
-    trace: bool,
-) -> Generator[tuple[list[int], list[int], list[int]], Any, DecodeResult]:
-    """`remasking: verify` (docs/decoding.md, "Verify"). The window follows the confirmed tokens: the
-    drafts of the last forward (at most B-1), then a block of B masks. Each forward reads the positions in
-    order from the rows of confirmed or draft tokens (with a mask adapter: the base's exact reading), keeps
-    every draft that reading chooses too, replaces the first one it does not with its own choice, and
-    drops the drafts after it. When every draft held, the reading of the first masked position is kept as
-    well, and the masked rows after it draft the next B-1 positions (greedy, while confidence > threshold).
-    With `lookup_ngram`, the context's own continuation (lookup_branch) drafts instead where the masks made
-    no drafts (after a mismatch) or guessed the same first token."""
-    _check_confirming(params, shift_logits)
-    B, eos = params.block_size, set(params.eos_token_ids)
-    rng = SplitMix64(params.seed)
-    steps_log: list[dict] | None = [] if trace else None
-    completion: list[int] = []
-    drafts: list[int] = []
-    pending = list(prompt_ids)
-    forwards = 0
-    finish = "length"
-
-    while len(completion) < params.max_tokens:
-        left = params.max_tokens - len(completion)
-        drafts = drafts[: left - 1]
-        C, D = len(pending), len(drafts)
-        wanted = min(D + B, left)  # window positions read: the chain 0..D, then the drafts D+1..wanted-1
-        rows = [C - 1 + i for i in range(wanted)]
-        logits = _to_numpy((yield (list(pending), drafts + [mask_token_id] * B, rows)))
-        forwards += 1
-
-        chain = [choose_token(logits[i], mask_token_id, params.temperature, params.top_p, rng) for i in range(D + 1)]
-        confirmed: list[list] = []
-        stop = False
-        for i, (token, confidence) in enumerate(chain):
-            if token in eos:
-                stop = True
+        # The revealed prefix is final: all of the window's relevant positions once no candidate is left
+        # (both policies), or with `advance: slide` whatever revealed run starts the window.
+        done = next((j for j in range(relevant) if not revealed[j]), relevant)
+        if done == relevant:
+            completion += window[:relevant]
+            if limit_eos < limit_len:
+                finish = "stop"
                 break
-            confirmed.append([i, token, confidence])
-            if i == D or token != drafts[i]:
-                break
-        new_drafts: list[list] = []
-        if not stop and len(confirmed) == D + 1:
-            for i in range(len(confirmed), wanted):
-                token, confidence = choose_token(logits[i], mask_token_id, 0.0, 1.0, rng)
-                if confidence <= params.threshold:
-                    break
-                new_drafts.append([i - len(confirmed), token, confidence])
-                if token in eos:
-                    break
-        if params.lookup_ngram and not stop:
-            found = lookup_branch([*prompt_ids, *completion, *(t for _, t, _ in confirmed)], params.lookup_ngram, B - 1, eos)
-            if found and (not new_drafts or found[0] == new_drafts[0][1]):
-                new_drafts = [[i, token, 0.0] for i, token in enumerate(found)]
-        if steps_log is not None:
-            steps_log.append({
-                "forward": forwards - 1,
-                "block_start": len(prompt_ids) + len(completion),
-                "step": 0,
-                "candidates": list(range(wanted)),
-                "revealed": confirmed,
-                "drafts": new_drafts,
-            })
-        completion += [token for _, token, _ in confirmed]
-        pending = [token for _, token, _ in confirmed]
-        drafts = [token for _, token, _ in new_drafts]
-        if stop:
-            finish = "stop"
-            break
-    return _result(completion, finish, prompt_ids, forwards, steps_log)
-
-
-def _check_confirming(params: DecodeParams, shift_logits: bool) -> None:
-    """What verify and tree need: a token's row reads the next position, and commits ride the next window."""
-    if not shift_logits:
-        raise A2DError(f"remasking {params.remasking!r} needs a model with shift_logits (the row of a token predicts the next position)")
-    if params.commit != "fused":
-        raise A2DError(f"remasking {params.remasking!r} commits the confirmed tokens in the next window's forward; use commit 'fused'")
-
-
-def top_tokens(row: np.ndarray, mask_token_id: int, k: int) -> list[tuple[int, float]]:
-    """The k greedy choices of a logits row: (token, confidence) by confidence descending, ties to the lower
-    id; the first is choose_token's at temperature 0, with the same confidence."""
-    logits = np.array(row, dtype=np.float64)
-    logits[mask_token_id] = -np.inf
-    order = np.lexsort((np.arange(logits.size), -logits))[:k]
-    top = logits[order[0]]
-    total = np.cumsum(np.exp(logits - top))[-1]
-    return [(int(t), float(np.exp(logits[t] - top) / total)) for t in order]
-
-
-def tree_window_rows(block: int, width: int) -> int:
-    """Rows of the largest tree window: width x (block-1) nodes, and a group of `block` masks for the root
-    and for each node."""
-    nodes = width * (block - 1)
-    return nodes + block * (nodes + 1)
-
-
-def tree_window(branches: Sequence[Sequence[int]], block: int, mask_token_id: int) -> tuple[list[int], WindowLayout, list[int], list[int]]:
-    """The window of one tree forward (docs/decoding.md, "Tree"): (window ids, layout, each node's parent
-    node or -1, each group's first window row). Nodes come branch after branch (a branch's prefix that an
-    earlier branch holds is not repeated), then one group of `block` masks for the root and for every
-    node, in that order."""
-    ids: list[int] = []
-    offsets: list[int] = []
-    visible: list[int] = []
-    parents: list[int] = []
-    depths: list[int] = []
-    for branch in branches:
-        parent = -1
-        for depth, token in enumerate(branch, start=1):
-            shared = next((n for n in range(len(parents)) if parents[n] == parent and ids[n] == token), None)
-            if shared is not None:  # a prefix another branch already holds: one node for both
-                parent = shared
-                continue
-            row = len(ids)
-            ids.append(token)
-            offsets.append(depth - 1)
-            visible.append((visible[parent] if parent >= 0 else 0) | (1 << row))
-            parents.append(parent)
-            depths.append(depth)
-            parent = row
-    group_rows: list[int] = []
-    for owner in [-1, *range(len(parents))]:
-        first = len(ids)
-        group_rows.append(first)
-        seen = (visible[owner] if owner >= 0 else 0) | (((1 << block) - 1) << first)
-        start = depths[owner] if owner >= 0 else 0
-        ids += [mask_token_id] * block
-        offsets += range(start, start + block)
-        visible += [seen] * block
-    return ids, WindowLayout(tuple(offsets), tuple(visible)), parents, group_rows
-
-
-def lookup_branch(context: Sequence[int], ngram: int, depth: int, eos: set[int]) -> list[int]:
-    """A draft branch from the context itself (docs/decoding.md, "Tree"): for n = ngram down to 1, the
-    latest earlier occurrence of the context's last n tokens that has a token after it; the (at most
-    `depth`) tokens after it, cut after an EOS. Empty when no n matches."""
-    size = len(context)
-    for n in range(min(ngram, size - 1), 0, -1):
-        key = list(context[size - n:])
-        for start in range(size - n - 1, -1, -1):
-            if list(context[start:start + n]) == key:
-                found = list(context[start + n:start + n + depth])
-                cut = next((i for i, t in enumerate(found) if t in eos), None)
-                return found if cut is None else found[: cut + 1]
-    return []
-
-
-def _tree_steps(
-    prompt_ids: Sequence[int],
-    params: DecodeParams,
-    *,
-    mask_token_id: int,
-    shift_logits: bool,
-    trace: bool,
-) -> Generator[tuple[list[int], list[int], list[int], WindowLayout], Any, DecodeResult]:
-    """`remasking: tree` (docs/decoding.md, "Tree"): verify with `tree_width` guesses for the first
-    position and a group of masks after every draft, so that every forward ends with drafts."""
-    _check_confirming(params, shift_logits)
-    B, W, eos = params.block_size, params.tree_width, set(params.eos_token_ids)
-    rng = SplitMix64(params.seed)
-    steps_log: list[dict] | None = [] if trace else None
-    completion: list[int] = []
-    branches: list[list[int]] = []
-    pending = list(prompt_ids)
-    forwards = 0
-    finish = "length"
-
-    while len(completion) < params.max_tokens:
-        left = params.max_tokens - len(completion)
-        branches = [b[: left - 1] for b in branches if left > 1 and b]
-        window, layout, parents, group_rows = tree_window(branches, B, mask_token_id)
-        C, N = len(pending), len(parents)
-        reading_rows = [C - 1] + [C + n for n in range(N)]
-        guess_rows = [C + first + j for first in group_rows for j in range(B - 1)]
-        logits = _to_numpy((yield (list(pending), window, reading_rows + guess_rows, layout)))
-        forwards += 1
-
-        readings = [choose_token(logits[i], mask_token_id, params.temperature, params.top_p, rng) for i in range(N + 1)]
-        confirmed: list[list] = []
-        stop = False
-        current = -1  # the root
-        while True:
-            token, confidence = readings[current + 1]
-            if token in eos:
-                stop = True
-                break
-            confirmed.append([len(confirmed), token, confidence])
-            child = next((n for n in range(N) if parents[n] == current and window[n] == token), None)
-            if child is None:
-                break
-            current = child
-        new_branches: list[list[list]] = []
-        if not stop:
-            base = N + 1 + (current + 1) * (B - 1)  # the current node's group: its guesses' logits rows
-            chain: list[list] = []
-            for j in range(1, B - 1):
-                token, confidence = choose_token(logits[base + j], mask_token_id, 0.0, 1.0, rng)
-                if confidence <= params.threshold:
-                    break
-                chain.append([j + 1, token, confidence])
-                if token in eos:
-                    break
-            firsts = [t for t in top_tokens(logits[base], mask_token_id, W) if t[1] > params.threshold] if B > 1 else []
-            for b, (token, confidence) in enumerate(firsts):
-                new_branches.append([[b, 1, token, confidence]] + ([] if token in eos else [[b, *c] for c in chain]))
-            if params.lookup_ngram:
-                found = lookup_branch([*prompt_ids, *completion, *(t for _, t, _ in confirmed)], params.lookup_ngram, B - 1, eos)
-                if found:
-                    new_branches.append([[len(new_branches), d, token, 0.0] for d, token in enumerate(found, start=1)])
-        if steps_log is not None:
-            steps_log.append({
-                "forward": forwards - 1,
-                "block_start": len(prompt_ids) + len(completion),
-                "step": 0,
-                "candidates": list(range(N + 1)),
-                "revealed": confirmed,
-                "drafts": [d for branch in new_branches for d in branch],
-            })
-        completion += [token for _, token, _ in confirmed]
-        pending = [token for _, token, _ in confirmed]
-        branches = [[token for _, _, token, _ in branch] for branch in new_branches]
-        if stop:
-            finish = "stop"
-            break
-    return _result(completion, finish, prompt_ids, forwards, steps_log)
+            pending, window, revealed, step = window[:relevant], [mask_token_id] * B, [False] * B, 0
+        elif slide and done > 0:
+            completion += window[:done]
+            pending = window[:done]
+            window, revealed, step = window[done:] + [mask_token_id] * done, revealed[done:] + [False] * done, 0
+    return DecodeResult(token_ids=completion, finish_reason=finish, prompt_tokens=len(prompt_ids), forward_passes=forwards,
+                        ms=0.0, trace=steps_log, **counts)
 
 
 def _drive(steps: Generator, forward: ForwardFn) -> DecodeResult:

@@ -196,7 +196,7 @@ def redecode(folder: Path, decoding_flags: dict[str, Any] | None = None, probes_
     stage: config.json and decoder_config.json are rewritten (the old choice kept under `previous`), the
     lineage's shipped records (and a delta's delta_files.json) follow. The weights are untouched. Returns
     the new decoding."""
-    from .config import DecodingDefaults, load_config
+    from .config import RETIRED_DECODING_FIELDS, DecodingDefaults, load_config
     from .decode import DecodeParams
 
     folder = Path(folder)
@@ -211,6 +211,10 @@ def redecode(folder: Path, decoding_flags: dict[str, Any] | None = None, probes_
     config, decoder = read_json(folder / "config.json"), read_json(folder / DECODER_CONFIG)
     decoding = dict(config["a2d"]["decoding"])
     chosen_by: dict[str, Any] = {"method": "redecode", "previous": decoder.get("chosen_by")}
+    # A model exported by an earlier a2d may hold fields of the retired rules: dropped, and said so.
+    dropped = {k: decoding.pop(k) for k in RETIRED_DECODING_FIELDS if k in decoding}
+    if dropped:
+        chosen_by["dropped"] = dropped
     if probes_file is not None:
         recommended = read_json(probes_file).get("recommended")
         if not isinstance(recommended, dict):
@@ -219,14 +223,12 @@ def redecode(folder: Path, decoding_flags: dict[str, Any] | None = None, probes_
         chosen_by["probes_file"] = {"path": str(probes_file), **lin.file_record(probes_file)}
     flags = {k: v for k, v in (decoding_flags or {}).items() if v is not None}
     if not flags and probes_file is None:
-        raise A2DError("redecode: give the decoding parameters to change (e.g. --lookup-ngram 3) or --probes")
+        raise A2DError("redecode: give the decoding parameters to change (e.g. --threshold 0.8 --advance slide) or --probes")
     decoding.update(flags)
     chosen_by["flags"] = flags
     a2d = config["a2d"]
     DecodeParams.from_defaults(DecodingDefaults(**decoding), block_size=a2d["block_size"], max_tokens=0,
                                eos_token_ids=a2d["eos_token_ids"]).validate(f"{folder / 'config.json'}: a2d.decoding")
-    if decoding["remasking"] in ("verify", "tree") and (not a2d["shift_logits"] or decoding["commit"] != "fused"):
-        raise A2DError(f"redecode: remasking {decoding['remasking']!r} needs a model with shift_logits and commit 'fused'")
     config["a2d"]["decoding"] = decoding
     decoder = {**decoder, "decoding": decoding, "chosen_by": chosen_by}
     # Written beside the old files and renamed over them only once all are complete.

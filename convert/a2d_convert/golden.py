@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .decode import WindowLayout, tree_window, tree_window_rows
 from .errors import A2DError
 from .rng import SplitMix64
 
@@ -67,9 +66,8 @@ CASES = {
 }
 
 
-def decode_runs(block_size: int, eos: list[int], shift_logits: bool = True) -> list[tuple[str, dict]]:
-    """(name, parameters) of every run but `eos_stop`, which needs the greedy run's tokens. `verify` needs
-    shifted logits, so cases without them lack its runs."""
+def decode_runs(block_size: int, eos: list[int]) -> list[tuple[str, dict]]:
+    """(name, parameters) of every run but `eos_stop`, which needs the greedy run's tokens."""
     base = dict(
         max_tokens=6 * block_size,
         block_size=block_size,
@@ -79,9 +77,8 @@ def decode_runs(block_size: int, eos: list[int], shift_logits: bool = True) -> l
         temperature=0.0,
         top_p=1.0,
         remasking="low_confidence",
+        advance="block",
         commit="fused",
-        tree_width=1,
-        lookup_ngram=0,
         seed=0,
         eos_token_ids=eos,
     )
@@ -97,16 +94,14 @@ def decode_runs(block_size: int, eos: list[int], shift_logits: bool = True) -> l
         ("remask_leftmost", {"remasking": "leftmost", "threshold": 0.6}),
         ("threshold_low", {"threshold": 0.3}),
     ]
-    for b in (1, 4, 8):
+    for b in (2, 4, 8):
         runs.append((f"block_{b}", {"block_size": b, "max_tokens": max(6 * b, 12)}))
-    if shift_logits:
-        runs.append(("verify", {"remasking": "verify", "threshold": 0.2}))
-        runs.append(("verify_sample", {"remasking": "verify", "threshold": 0.0, "temperature": 0.9, "top_p": 0.95, "seed": 5, "max_tokens": 6 * block_size + 1}))
-        runs.append(("verify_lookup", {"remasking": "verify", "lookup_ngram": 3, "threshold": 0.0, "max_tokens": 10 * block_size}))
-        if tree_window_rows(block_size, 3) <= 64:  # a tree window holds at most 64 rows
-            runs.append(("tree", {"remasking": "tree", "tree_width": 3, "threshold": 0.05}))
-            runs.append(("tree_sample", {"remasking": "tree", "tree_width": 2, "threshold": 0.0, "temperature": 0.9, "top_p": 0.95, "seed": 11, "max_tokens": 6 * block_size + 1}))
-            runs.append(("tree_lookup", {"remasking": "tree", "tree_width": 2, "lookup_ngram": 3, "threshold": 0.0, "max_tokens": 10 * block_size}))
+    runs += [
+        ("slide", {"advance": "slide"}),
+        ("slide_mid", {"advance": "slide", "threshold": 0.6, "max_tokens": 6 * block_size + 1}),
+        ("slide_leftmost", {"advance": "slide", "remasking": "leftmost", "threshold": 0.6, "commit": "separate"}),
+        ("slide_sample", {"advance": "slide", "temperature": 0.9, "top_p": 0.95, "seed": 5, "min_per_step": min(2, block_size)}),
+    ]
     return [(name, {**base, **change}) for name, change in runs]
 
 
@@ -116,8 +111,8 @@ class Perturbed:
     def __init__(self, forward, seed: int):
         self.forward, self.rng = forward, np.random.default_rng(seed)
 
-    def __call__(self, commit, window, rows, layout=None):
-        logits = np.asarray(self.forward(commit, window, rows, layout), dtype=np.float32)
+    def __call__(self, commit, window, rows):
+        logits = np.asarray(self.forward(commit, window, rows), dtype=np.float32)
         if logits.size == 0:
             return logits
         scale = PERTURBATION * np.abs(logits).max(axis=1, keepdims=True)
@@ -128,8 +123,7 @@ class Perturbed:
 def decisions(result) -> tuple:
     """Everything a golden test compares exactly."""
     steps = tuple(
-        (s["forward"], s["block_start"], s["step"], tuple(s["candidates"]), tuple((j, t) for j, t, _ in s["revealed"]),
-         tuple(tuple(d[:-1]) for d in s.get("drafts", ())))
+        (s["forward"], s["block_start"], s["step"], tuple(s["candidates"]), tuple((j, t) for j, t, _ in s["revealed"]))
         for s in result.trace
     )
     return tuple(result.token_ids), result.finish_reason, result.forward_passes, steps
@@ -166,8 +160,7 @@ def run_record(name: str, prompt_ids: list[int], params: dict, result) -> dict:
         "forward_passes": result.forward_passes,
         "tokens_per_forward": result.tokens_per_forward,
         "trace": [
-            {**s, "candidates": list(s["candidates"]), "revealed": [[j, t, float(c)] for j, t, c in s["revealed"]],
-             **({"drafts": [[*d[:-1], float(d[-1])] for d in s["drafts"]]} if "drafts" in s else {})}
+            {**s, "candidates": list(s["candidates"]), "revealed": [[j, t, float(c)] for j, t, c in s["revealed"]]}
             for s in result.trace
         ],
     }
@@ -232,21 +225,16 @@ def write_case(out: Path, name: str, case: Case, seed: int) -> None:
         {"name": "prefill", "cached_ids": [], "commit_ids": prompt, "window_ids": [mask] * B},
         {"name": "cached", "cached_ids": prompt, "commit_ids": commit, "window_ids": window},
     ]
-    if B > 1:  # a tree window (docs/decoding.md, "Tree"): rows at their own positions, seeing what the layout says
-        tree_ids, layout, _, _ = tree_window([words[3:3 + min(B - 1, 3)], words[7:8]], B, mask)
-        forwards.append({"name": "tree", "cached_ids": prompt, "commit_ids": commit, "window_ids": tree_ids,
-                         "window_offsets": list(layout.offsets), "window_visible": list(layout.visible)})
     tensors = {"prompt_ids": torch.tensor(prompt, dtype=torch.int32)}
     for f in forwards:
         step = BlockForward(model)
         if f["cached_ids"]:
             step(f["cached_ids"], [], [])
         rows = list(range(len(f["commit_ids"]) + len(f["window_ids"])))
-        layout = WindowLayout(tuple(f["window_offsets"]), tuple(f["window_visible"])) if "window_visible" in f else None
-        tensors[f"logits_{f['name']}"] = step(f["commit_ids"], f["window_ids"], rows, layout).float().contiguous()
+        tensors[f"logits_{f['name']}"] = step(f["commit_ids"], f["window_ids"], rows).float().contiguous()
 
     records = []
-    for run_name, params in decode_runs(B, list(a2d.eos_token_ids), a2d.shift_logits):
+    for run_name, params in decode_runs(B, list(a2d.eos_token_ids)):
         prompt_ids, result = robust_run(model, a2d, chats, params, run_name, name)
         records.append(run_record(run_name, prompt_ids, params, result))
     greedy = records[0]

@@ -201,13 +201,6 @@ def block_causal_mask(cached: int, commit: int, window: int, device=None, reveal
     return mask
 
 
-def layout_mask(layout, device=None) -> torch.Tensor:
-    """[W, W] bool of a decode.WindowLayout: window row i sees window row j when bit j of visible[i] is set."""
-    W = len(layout.visible)
-    bits = torch.tensor([[(v >> j) & 1 for j in range(W)] for v in layout.visible], dtype=torch.bool)
-    return bits.to(device)
-
-
 class BlockForward:
     """The decoder's ForwardFn over a Transformer: (commit, window, rows) -> fp32 logits rows, with a KV cache."""
 
@@ -217,19 +210,13 @@ class BlockForward:
         self.device = next(model.parameters()).device
 
     @torch.no_grad()
-    def __call__(self, commit_ids: Sequence[int], window_ids: Sequence[int], rows: Sequence[int], layout=None) -> torch.Tensor:
+    def __call__(self, commit_ids: Sequence[int], window_ids: Sequence[int], rows: Sequence[int]) -> torch.Tensor:
         n, C, W = self.cache.length, len(commit_ids), len(window_ids)
         ids = torch.tensor([list(commit_ids) + list(window_ids)], dtype=torch.long, device=self.device)
         positions = torch.arange(n, n + C + W, device=self.device)[None]
-        if layout is None:
-            token = self.model.mask_rows_token
-            revealed = None if token is None else [t != token for t in window_ids]
-            mask = block_causal_mask(n, C, W, self.device, revealed)[None]
-        else:
-            positions[0, C:] = n + C + torch.tensor(layout.offsets, dtype=torch.long, device=self.device)
-            mask = block_causal_mask(n, C, W, self.device)
-            mask[C:, n + C :] = layout_mask(layout, self.device)
-            mask = mask[None]
+        token = self.model.mask_rows_token
+        revealed = None if token is None else [t != token for t in window_ids]
+        mask = block_causal_mask(n, C, W, self.device, revealed)[None]
         hidden, new_kv = self.model(ids, positions, mask, self.cache)
         self.cache.append(new_kv, C)
         return self.model.logits(hidden[0, list(rows)]).float()
@@ -293,14 +280,12 @@ class BatchBlockForward:
         T = Cm + Wm
         ids = np.full((R, T), self.pad_id, dtype=np.int64)
         positions = np.zeros((R, T), dtype=np.int64)
-        layouts = {i: requests[i][3] for i in active if len(requests[i]) > 3 and requests[i][3] is not None}  # tree windows
         for i in active:
             commit, window = requests[i][:2]
             r, c, w = self.row_of[i], len(commit), len(window)
             ids[r, :c], ids[r, Cm : Cm + w] = commit, window
             positions[r, :c] = self.lengths[r] + np.arange(c)
-            offsets = np.asarray(layouts[i].offsets) if i in layouts else np.arange(w)
-            positions[r, Cm : Cm + w] = self.lengths[r] + c + offsets
+            positions[r, Cm : Cm + w] = self.lengths[r] + c + np.arange(w)
         q = np.arange(T)
         commit_q = q[None, :] < C[:, None]  # [R, T]: query (and key) slot t is a real commit token
         window_q = (q[None, :] >= Cm) & (q[None, :] - Cm < W[:, None])
@@ -318,9 +303,6 @@ class BatchBlockForward:
             revealed_q = window_q & ~masked_q
             new |= masked_q[:, :, None] & real[:, None, :]
             new |= revealed_q[:, :, None] & (commit_q[:, None, :] | (revealed_q[:, None, :] & causal[None]))
-        for i, layout in layouts.items():  # a tree window: its own rule among its window rows
-            r, w = self.row_of[i], len(requests[i][1])
-            new[r, Cm : Cm + w, Cm : Cm + w] = layout_mask(layout).numpy()
         new |= ~real[:, :, None] & np.eye(T, dtype=bool)[None]  # pads: themselves only
         hidden, new_kv = self.model(
             torch.from_numpy(ids).to(self.device),

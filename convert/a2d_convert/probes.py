@@ -9,10 +9,18 @@ The base answers greedily, token by token, with the reference Transformer under 
 the converted model answers with the reference block-diffusion decoder (docs/decoding.md) at every
 threshold asked for, or with `--engine cpu` the C++ engine, which decodes the same rule bit for bit and
 much faster: prompts are tokenized here, every threshold's requests go as token ids to one
-`a2d generate-batch` process (the built CLI, dist/cli/main.js), and its token ids are decoded here. Reported per family and overall: accuracy, agreement with the base (same
-extracted answer), tokens per forward. `recommended` is the decoding with the most tokens per forward
-among thresholds whose accuracy is within `--tolerance` of the best threshold's; `export --probes`
-takes it as the model's default and records this file's sha256 in decoder_config.json.
+`a2d generate-batch` process (the built CLI, dist/cli/main.js), and its token ids are decoded here.
+
+Reported per family and overall, for every threshold: accuracy (with its 95 % interval), retention
+(accuracy as a share of the base's), agreement with the base (same extracted answer), tokens per forward,
+tokens per answer, `parallel_share` (the share of revealed tokens beyond one per step: what a one-token-
+per-step decoder would not have revealed then) and `topup_share` (the share revealed by the per-step floor
+rather than by passing the threshold); over the sweep, `aup` (d3LLM's accuracy under parallelism: one
+number that rewards tokens per forward only where accuracy holds). `recommended` is the decoding with the
+most tokens per forward among thresholds whose accuracy is within `--tolerance` of the best threshold's;
+`export --probes` takes it, with the report's `decoding`, as the model's default and records this file's
+sha256 in decoder_config.json. Thresholds and checkpoints are chosen on these probes only, never on a
+benchmark.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from typing import Any
 from tqdm import tqdm
 
 from . import lineage as lin
-from .config import REMASKING, read_json, write_json
+from .config import ADVANCE, REMASKING, read_json, write_json
 from .errors import A2DError
 
 CHECKS = ("number", "choice", "contains", "exact", "math")
@@ -219,8 +227,8 @@ def ar_answers(model, prompts: list[list[int]], max_tokens: int, eos: set[int], 
 
 
 def reference_answers(model_dir: Path, device: str, a2d, prompts: list[list[int]], params: list, batch_size: int = 64, threads: int = 1) -> list[tuple[list[int], int]]:
-    """The reference block-diffusion decoder: (tokens, forward passes) per (prompt, params) pair,
-    `batch_size` sequences decoded together (decode.decode_batch: the same decisions as one by one)."""
+    """The reference block-diffusion decoder: one `answer_of` dict per (prompt, params) pair, `batch_size`
+    sequences decoded together (decode.decode_batch: the same decisions as one by one)."""
     import torch
 
     from .decode import decode, decode_batch
@@ -238,8 +246,13 @@ def reference_answers(model_dir: Path, device: str, a2d, prompts: list[list[int]
                     BatchBlockForward(model, len(chunk)), [prompts[i] for i in chunk], [params[i] for i in chunk],
                     mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits, threads=threads,
                 )
-            answers += [(r.token_ids, r.forward_passes) for r in results]
+            answers += [answer_of(r.token_ids, r.forward_passes, r.steps, r.revealed, r.topped_up) for r in results]
     return answers
+
+
+def answer_of(tokens: list[int], forward_passes: int, steps: int, revealed: int, topped_up: int) -> dict[str, Any]:
+    """What a decoder reports of one answer, whichever decoder it is."""
+    return {"tokens": tokens, "forward_passes": forward_passes, "steps": steps, "revealed": revealed, "topped_up": topped_up}
 
 
 def engine_params(params) -> dict[str, Any]:
@@ -247,8 +260,8 @@ def engine_params(params) -> dict[str, Any]:
     return {re.sub(r"_(\w)", lambda m: m.group(1).upper(), k): v for k, v in dataclasses.asdict(params).items()}
 
 
-def engine_answers(model_dir: Path, threads: int, prompts: list[list[int]], params: list, cli: Path = REPO / "dist" / "cli" / "main.js") -> list[tuple[list[int], int]]:
-    """The C++ CPU engine through one `a2d generate-batch` process: (tokens, forward passes) per pair."""
+def engine_answers(model_dir: Path, threads: int, prompts: list[list[int]], params: list, cli: Path = REPO / "dist" / "cli" / "main.js") -> list[dict[str, Any]]:
+    """The C++ CPU engine through one `a2d generate-batch` process: one `answer_of` dict per pair."""
     node = shutil.which("node")
     if node is None:
         raise A2DError("--engine cpu needs Node.js (`node` on PATH) and the built engine (`npm run build`)")
@@ -267,7 +280,7 @@ def engine_answers(model_dir: Path, threads: int, prompts: list[list[int]], para
             f"--engine cpu: `a2d generate-batch` failed (exit {proc.returncode}): {stderr or 'no message'}; "
             f"if dist/ or the engine addon is missing or stale, rebuild with `npm run build` in {REPO}"
         )
-    return [(r["token_ids"], r["forward_passes"]) for r in results]
+    return [answer_of(r["token_ids"], r["forward_passes"], r["steps"], r["revealed"], r["topped_up"]) for r in results]
 
 
 def wilson_interval(correct: int, n: int, z: float = 1.96) -> list[float]:
@@ -314,11 +327,31 @@ def summarise(probes: list[Probe], answers: list[dict], base_answers: list[dict]
     tokens = sum(a["tokens"] for a in answers)
     passes = sum(a["forward_passes"] for a in answers)
     result["tokens_per_forward"] = tokens / passes if passes else 0.0
-    # Short answers bound tokens/forward whatever the drafts: with verify or tree an answer of n tokens
-    # takes at least 1 + ceil(n / B) forwards (the first reads one token, each later one at most B, and
-    # the EOS, which is not counted, must be read too).
+    # Short answers bound tokens/forward: the EOS, which is not counted, must be revealed too.
     result["tokens_per_answer"] = tokens / len(answers) if answers else 0.0
+    if all("revealed" in a for a in answers):  # the model's answers (the base's are one token a forward)
+        revealed = sum(a["revealed"] for a in answers)
+        result["parallel_share"] = (revealed - sum(a["steps"] for a in answers)) / revealed if revealed else 0.0
+        result["topup_share"] = sum(a["topped_up"] for a in answers) / revealed if revealed else 0.0
     return result
+
+
+AUP_ALPHA = 3.0  # d3LLM's penalty for accuracy below the reference
+
+
+def accuracy_under_parallelism(points: list[tuple[float, float]], reference: float) -> float:
+    """The area under accuracy (as a share of `reference`, weighted down where it falls short of it) over
+    tokens per forward, from 0 to the most parallel setting: AUP as d3LLM defines it (Qian et al. 2025,
+    "d3LLM"), with the weight W(y) = min(exp(-alpha (1 - y / reference)), 1) and the accuracy of the least
+    parallel point held from 0 tokens/forward to it. One number for a threshold sweep that rewards speed only
+    where accuracy holds: a setting at half the reference's accuracy adds about a quarter of its width."""
+    if not points or reference <= 0:
+        return 0.0
+    weighted = sorted((tpf, min(acc / reference, 1.0) * min(math.exp(-AUP_ALPHA * (1 - acc / reference)), 1.0)) for tpf, acc in points)
+    area = weighted[0][0] * weighted[0][1]
+    for (x0, y0), (x1, y1) in zip(weighted, weighted[1:]):
+        area += (x1 - x0) * (y0 + y1) / 2
+    return area
 
 
 def evaluate_probes(
@@ -335,10 +368,10 @@ def evaluate_probes(
     threads: int = 1,
     batch_size: int = 64,
     block_size: int | None = None,
-    remasking: str | None = None,
-    tree_width: int | None = None,
-    lookup_ngram: int | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The report of `evaluate-probes` (module docstring). `overrides`: decoding parameters (by DecodeParams
+    field name) that replace the model's defaults in every threshold's run."""
     from .config import load_config
     from .decode import DecodeParams
     from .model import load_transformer
@@ -351,17 +384,16 @@ def evaluate_probes(
         raise A2DError(f"{model_dir}/config.json: not an a2d model (no a2d section); pass the converted model as --model")
     own_block = block_size is None or block_size == a2d.block_size
     block_size = a2d.block_size if block_size is None else block_size
-    if block_size < 1:
-        raise A2DError(f"--block-size {block_size} must be at least 1")
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     codec = load_prompt_codec(model_dir)
     eos = set(a2d.eos_token_ids)
     prompts = [prompt_ids(codec, p, enable_thinking) for p in probes]
     records: list[dict[str, Any]] = []
 
-    def record(kind: str, probe: Probe, tokens: list[int], passes: int) -> dict[str, Any]:
-        text = codec.decode(tokens)
+    def record(kind: str, probe: Probe, answer: dict[str, Any]) -> dict[str, Any]:
+        text = codec.decode(answer["tokens"])
         row = {"kind": kind, "family": probe.family, "prompt": probe.prompt, "text": text, "correct": is_correct(probe, text),
-               "extracted": extracted(probe, text), "tokens": len(tokens), "forward_passes": passes}
+               "extracted": extracted(probe, text), **answer, "tokens": len(answer["tokens"])}
         records.append(row)
         return row
 
@@ -374,12 +406,13 @@ def evaluate_probes(
             if base_codec.tokenizer.encode(probe.prompt).ids != codec.tokenizer.encode(probe.prompt).ids:
                 raise A2DError(f"{base_dir}: its tokenizer differs from {model_dir}'s; pass the base the model was converted from")
         answered = ar_answers(base_model, prompts, max_tokens, eos, batch_size, threads)
-        base_answers = [record("base", probe, tokens, passes) for probe, (tokens, passes) in zip(probes, answered)]
+        base_answers = [record("base", probe, {"tokens": tokens, "forward_passes": passes}) for probe, (tokens, passes) in zip(probes, answered)]
         report["base"] = summarise(probes, base_answers, None)
         del base_model
     # Every (threshold, probe) pair in one list, so the C++ engine loads once for all of them.
     per_threshold = [
-        DecodeParams.from_defaults(a2d.decoding, block_size=block_size, max_tokens=max_tokens, eos_token_ids=a2d.eos_token_ids, threshold=t, temperature=0.0, remasking=remasking, tree_width=tree_width, lookup_ngram=lookup_ngram)
+        DecodeParams.from_defaults(a2d.decoding, block_size=block_size, max_tokens=max_tokens, eos_token_ids=a2d.eos_token_ids,
+                                   **{**overrides, "threshold": t, "temperature": 0.0}).validate("--thresholds and the decoding flags")
         for t in thresholds
     ]
     all_prompts = [ids for _ in thresholds for ids in prompts]
@@ -391,9 +424,17 @@ def evaluate_probes(
     report["model"] = {}
     for i, threshold in enumerate(thresholds):
         rows = decoded[i * len(probes):(i + 1) * len(probes)]
-        answers = [record(f"model@{threshold}", probe, tokens, passes) for probe, (tokens, passes) in zip(probes, rows)]
+        answers = [record(f"model@{threshold}", probe, answer) for probe, answer in zip(probes, rows)]
         report["model"][str(threshold)] = summarise(probes, answers, base_answers)
     report["block_size"] = block_size
+    decoding = {k: v for k, v in dataclasses.asdict(per_threshold[0]).items() if k not in ("threshold", "max_tokens", "seed", "eos_token_ids")}
+    report["decoding"] = decoding  # what every threshold's run shared: export --probes ships exactly this
+    reference = report["base"]["accuracy"] if "base" in report else max(r["accuracy"] for r in report["model"].values())
+    report["aup"] = {
+        "value": accuracy_under_parallelism([(r["tokens_per_forward"], r["accuracy"]) for r in report["model"].values()], reference),
+        "reference_accuracy": reference,
+        "rule": f"d3LLM's accuracy under parallelism, alpha {AUP_ALPHA}, accuracy as a share of the {'base' if 'base' in report else 'best threshold'}'s",
+    }
     if own_block:
         best = max(r["accuracy"] for r in report["model"].values())
         eligible = [(float(t), r) for t, r in report["model"].items() if r["accuracy"] >= best - tolerance]
@@ -401,8 +442,7 @@ def evaluate_probes(
         report["recommended"] = {"threshold": threshold}
         report["rule"] = f"most tokens/forward among thresholds within {tolerance} accuracy of the best ({best:.4f})"
     else:
-        # A diagnostic (block size 1 reads the model's clean stream as a plain AR model): no decoding for
-        # the model to ship with comes out of it.
+        # A diagnostic: a decoding the model cannot ship with (its block size is the model's).
         report["diagnostic"] = f"decoded with block size {block_size}, not the model's {a2d.block_size}"
     if details is not None:
         details.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
@@ -435,11 +475,10 @@ def add_parser(subparsers) -> None:
                    help="sequences decoded together by the PyTorch reference (AR base and --engine reference); the same answers as one by one (1), far fewer forwards (default: %(default)s)")
     p.add_argument("--no-think", action="store_true", help="render chats with enable_thinking=false")
     p.add_argument("--block-size", type=int,
-                   help="decode with this block size instead of the model's (a diagnostic: 1 reads the clean stream as a plain AR model, "
-                        "showing how far training moved it from its base); the report then recommends no decoding")
+                   help="decode with this block size instead of the model's (a diagnostic: the report then recommends no decoding)")
     p.add_argument("--remasking", choices=REMASKING, help="decode with this remasking instead of the model's default (docs/decoding.md)")
-    p.add_argument("--tree-width", type=int, help="with remasking tree: guesses for the first position instead of the model's default")
-    p.add_argument("--lookup-ngram", type=int, help="with remasking verify or tree: drafts from the context's own earlier text (docs/decoding.md, \"Verify\", \"Tree\"); 0: none")
+    p.add_argument("--advance", choices=ADVANCE, help="decode with this window policy instead of the model's default (docs/decoding.md)")
+    p.add_argument("--min-per-step", type=int, help="decode with this floor of reveals per step instead of the model's default")
     p.add_argument("--out", type=Path, required=True, help="JSON report to write")
     p.add_argument("--details", type=Path, help="also write every answer as JSONL")
     p.set_defaults(run=run)
@@ -464,7 +503,7 @@ def run(args) -> int:
     report = evaluate_probes(
         args.model, args.base, probes, thresholds, args.max_tokens, args.tolerance, args.device,
         False if args.no_think else None, args.details, args.engine, args.threads, args.batch_size, args.block_size,
-        args.remasking, args.tree_width, args.lookup_ngram,
+        {"remasking": args.remasking, "advance": args.advance, "min_per_step": args.min_per_step},
     )
     report["probes"] = {
         "source": str(args.probes) if args.probes else f"built-in, seed {args.seed}, {args.per_family} per family",
@@ -475,23 +514,23 @@ def run(args) -> int:
     report["model_dir"] = str(args.model)
     report["base_dir"] = str(args.base) if args.base else None
     write_json(args.out, report)
-    summary = {t: {"accuracy": r["accuracy"], "tokens_per_forward": r["tokens_per_forward"], "tokens_per_answer": r["tokens_per_answer"]}
+    summary = {t: {k: r.get(k) for k in ("accuracy", "accuracy_vs_base", "agreement", "tokens_per_forward", "tokens_per_answer", "parallel_share", "topup_share")}
                for t, r in report["model"].items()}
-    print(json.dumps({"base_accuracy": report.get("base", {}).get("accuracy"), "model": summary, "recommended": report.get("recommended"), **({"diagnostic": report["diagnostic"]} if "diagnostic" in report else {})}, indent=2))
+    print(json.dumps({"base_accuracy": report.get("base", {}).get("accuracy"), "model": summary, "aup": report["aup"]["value"],
+                      "recommended": report.get("recommended"), **({"diagnostic": report["diagnostic"]} if "diagnostic" in report else {})}, indent=2))
     return 0
 
 
 # ---------------------------------------------------------------------------------- ranking of reports
 
 # What a converted model must reach at its recommended threshold (the demo model's goal).
-GOAL_VS_BASE = 0.8
+GOAL_VS_BASE = 0.9
 GOAL_TOKENS_PER_FORWARD = 2.0
 
 
 def rank_reports(paths: list[Path]) -> list[dict[str, Any]]:
     """Probe reports of candidate models (training variants, checkpoints of one run), best first: those that
-    meet the goal at their recommended threshold, then accuracy there, then tokens per forward. A
-    `probes-ar.json` beside a report (the same probes at block size 1) adds its accuracy and agreement."""
+    meet the goal at their recommended threshold, then accuracy there, then tokens per forward."""
     ranked = []
     for path in paths:
         report = read_json(path)
@@ -505,12 +544,9 @@ def rank_reports(paths: list[Path]) -> list[dict[str, Any]]:
             "accuracy": row["accuracy"],
             "accuracy_vs_base": row.get("accuracy_vs_base"),
             "tokens_per_forward": row["tokens_per_forward"],
+            "aup": report.get("aup", {}).get("value"),
         }
         entry["meets_goal"] = (entry["accuracy_vs_base"] or 0) >= GOAL_VS_BASE and entry["tokens_per_forward"] >= GOAL_TOKENS_PER_FORWARD
-        ar = path.parent / "probes-ar.json"
-        if ar.is_file():
-            ar_row = next(iter(read_json(ar)["model"].values()))
-            entry["ar_accuracy"], entry["ar_agreement"] = ar_row["accuracy"], ar_row["agreement"]
         ranked.append(entry)
     ranked.sort(key=lambda e: (e["meets_goal"], round(e["accuracy"], 4), e["tokens_per_forward"]), reverse=True)
     return ranked
@@ -530,10 +566,10 @@ def add_rank_parser(subparsers) -> None:
 def run_rank(args) -> int:
     ranked = rank_reports(args.reports)
     for e in ranked:
-        ar = f"; as a plain AR model accuracy {e['ar_accuracy']:.3f}, agreement {e['ar_agreement']:.2f}" if "ar_accuracy" in e else ""
         vs = f" ({e['accuracy_vs_base']:.2f} of the base)" if e["accuracy_vs_base"] is not None else ""
+        aup = f", AUP {e['aup']:.3f}" if e["aup"] is not None else ""
         print(f"{e['path']}: threshold {e['threshold']}, accuracy {e['accuracy']:.3f}{vs}, "
-              f"{e['tokens_per_forward']:.2f} tokens/forward{', meets the goal' if e['meets_goal'] else ''}{ar}", file=sys.stderr)
+              f"{e['tokens_per_forward']:.2f} tokens/forward{aup}{', meets the goal' if e['meets_goal'] else ''}", file=sys.stderr)
     if args.out is not None:
         write_json(args.out, ranked)
     print(ranked[0]["path"])

@@ -66,7 +66,7 @@ class TrainConfig:
     t_max: float = field(default=0.8, metadata={"help": "highest per-block mask rate"})
     loss_weighting: str = field(default="elbo", metadata={"help": "elbo (1/t weights of the NELBO) or none (plain masked-token CE)"})
     complementary: bool = field(default=True, metadata={"help": "second noisy copy with the complementary mask"})
-    mask_pattern: str = field(default="random", metadata={"help": "random (each token of a block masked with rate t) or full (every block wholly masked: the window of remasking verify, B masks after the drafts; needs --loss-weighting none --no-complementary)"})
+    mask_pattern: str = field(default="random", metadata={"help": "random (each token of a block masked with rate t) or full (every block wholly masked: the state of a window's first step; needs --loss-weighting none --no-complementary)"})
     kl_weight: float = field(default=0.0, metadata={"help": "weight of KL(AR base || model) on masked targets"})
     ar_weight: float = field(default=0.0, metadata={"help": "weight of the next-token loss on the clean stream"})
     clean_kl_weight: float = field(default=0.0, metadata={"help": "weight of KL(AR base || model) on every clean-stream row, prompts included (holds the model's plain AR reading to its base)"})

@@ -38,18 +38,16 @@ def params_grid(a2d, n: int, eos: int) -> list[DecodeParams]:
         {"threshold": 0.5, "max_tokens": 0},
         {"threshold": 0.5, "max_tokens": 7},
     ]
-    # The last eight sequences (models with shifted logits): verify, whose windows (drafts, then B masks)
-    # change length every forward, and tree, whose rows also sit at their own positions.
-    confirming = [
-        {"threshold": 0.0, "remasking": "verify"},
-        {"threshold": 0.3, "remasking": "verify", "temperature": 0.8, "seed": 3, "eos_token_ids": (eos,)},
-        {"threshold": 0.0, "remasking": "tree", "tree_width": 3},
-        {"threshold": 0.1, "remasking": "tree", "tree_width": 2, "temperature": 0.8, "seed": 4, "eos_token_ids": (eos,)},
+    # The last eight sequences slide their windows, so their commits change length every forward.
+    sliding = [
+        {"threshold": 0.9, "advance": "slide"},
+        {"threshold": 0.3, "advance": "slide", "temperature": 0.8, "seed": 3, "eos_token_ids": (eos,)},
+        {"threshold": 0.5, "advance": "slide", "commit": "separate", "min_per_step": 2},
+        {"threshold": 0.6, "advance": "slide", "remasking": "leftmost", "max_tokens": 9},
     ]
     out = []
     for i in range(n):
-        last = a2d.shift_logits and i >= n - 8
-        v = {"max_tokens": 17, "eos_token_ids": (), **(confirming[i % 4] if last else variants[i % len(variants)])}
+        v = {"max_tokens": 17, "eos_token_ids": (), **(sliding[i % 4] if i >= n - 8 else variants[i % len(variants)])}
         max_tokens, eos_ids = v.pop("max_tokens"), v.pop("eos_token_ids")
         out.append(DecodeParams.from_defaults(a2d.decoding, block_size=a2d.block_size, max_tokens=max_tokens, eos_token_ids=eos_ids, **v))
     return out
@@ -128,30 +126,24 @@ def test_evaluate_probes_batched_equals_one_by_one(tiny_models, tmp_path):
     assert reports[9] == reports[1]
 
 
-def test_block_size_one_reads_the_clean_stream_as_the_ar_base(tiny_models, tmp_path):
-    """--block-size 1 (a diagnostic): with shifted logits every block is the anchor row alone, so an
-    untrained model (the base plus a mask token) answers every probe exactly as its base does; the report
-    recommends no decoding and export refuses it."""
+def test_block_size_one_is_refused_and_another_block_size_is_only_a_diagnostic(tiny_models, tmp_path):
+    """Block size 1 is left-to-right decoding: refused. Another block size than the model's gives a report
+    that recommends nothing and that export refuses."""
     from a2d_convert.errors import A2DError
     from a2d_convert.export import decoder_choice
 
     base, model = tiny_models("llama")
-    probes = generated_probes(2, seed=4)
-    details = tmp_path / "b1.jsonl"
-    report = evaluate_probes(model, base, probes, [0.9], max_tokens=10, tolerance=0.0, details=details, batch_size=9, block_size=1)
-    rows = [json.loads(line) for line in details.read_text().splitlines()]
-    base_rows = [r for r in rows if r["kind"] == "base"]
-    model_rows = [r for r in rows if r["kind"] == "model@0.9"]
-    assert [r["text"] for r in model_rows] == [r["text"] for r in base_rows]
-    assert report["model"]["0.9"]["agreement"] == 1.0 and report["block_size"] == 1
-    assert "recommended" not in report and "block size 1, not the model's 4" in report["diagnostic"]
-    # At the model's own block size the untrained model does not answer as its base.
-    own_details = tmp_path / "b4.jsonl"
-    own = evaluate_probes(model, base, probes, [0.9], max_tokens=10, tolerance=0.0, details=own_details, batch_size=9)
-    own_rows = [json.loads(line) for line in own_details.read_text().splitlines() if '"model@0.9"' in line]
-    assert [r["text"] for r in own_rows] != [r["text"] for r in base_rows]
-    assert own["block_size"] == 4 and own["recommended"] == {"threshold": 0.9}
-    path = tmp_path / "b1.json"
+    probes = generated_probes(1, seed=4)
+    with pytest.raises(A2DError, match="block_size is 1"):
+        evaluate_probes(model, base, probes, [0.9], max_tokens=10, tolerance=0.0, batch_size=9, block_size=1)
+    report = evaluate_probes(model, None, probes, [0.9], max_tokens=10, tolerance=0.0, batch_size=9, block_size=8)
+    assert report["block_size"] == 8 and "recommended" not in report and "block size 8, not the model's 4" in report["diagnostic"]
+    own = evaluate_probes(model, base, probes, [0.9, 0.5], max_tokens=10, tolerance=0.0, batch_size=9, overrides={"advance": "slide"})
+    assert own["block_size"] == 4 and own["decoding"]["advance"] == "slide" and "threshold" in own["recommended"]
+    assert own["aup"]["value"] >= 0 and own["aup"]["reference_accuracy"] == own["base"]["accuracy"]
+    for row in own["model"].values():
+        assert 0 <= row["parallel_share"] <= 1 and 0 <= row["topup_share"] <= 1
+    path = tmp_path / "b8.json"
     path.write_text(json.dumps(report))
-    with pytest.raises(A2DError, match="block size 1.*own block size"):
+    with pytest.raises(A2DError, match="block size 8.*own block size"):
         decoder_choice(json.loads((model / "config.json").read_text()), {}, path)

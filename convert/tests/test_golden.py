@@ -8,15 +8,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from a2d_convert.decode import DecodeParams, WindowLayout, decode, tree_window_rows
+from a2d_convert.decode import DecodeParams, decode
 from a2d_convert.errors import A2DError
 from a2d_convert.golden import CASES, write_golden
-from a2d_convert.model import BlockForward, block_causal_mask, layout_mask, load_transformer
+from a2d_convert.model import BlockForward, block_causal_mask, load_transformer
 from a2d_convert.prompts import load_prompt_codec
 
 # One case with shift_logits false and QK-norm, one whose mask row was appended (block size 2).
 SOME = ["qwen3_qknorm", "llama_appended_mask", "llama_mask_adapter"]
-PARAM_KEYS = {"max_tokens", "block_size", "threshold", "min_per_step", "steps", "temperature", "top_p", "remasking", "commit", "tree_width", "lookup_ngram", "seed", "eos_token_ids"}
+PARAM_KEYS = {"max_tokens", "block_size", "threshold", "min_per_step", "steps", "temperature", "top_p", "remasking", "advance", "commit", "seed", "eos_token_ids"}
 
 
 @pytest.fixture(scope="module")
@@ -46,18 +46,14 @@ def test_layout_and_rng_vectors(golden):
     assert a2d.mask_token_id == cfg.vocab_size - 1  # no padding rows, so init appended the mask
 
 
-def cache_free_logits(model, cached, commit, window, layout=None):
-    """All commit ++ window rows from one forward over the whole sequence, no KV cache involved; with a
-    tree layout, its window rows at their offsets, seeing what the layout says."""
+def cache_free_logits(model, cached, commit, window):
+    """All commit ++ window rows from one forward over the whole sequence, no KV cache involved."""
     n = len(cached)
     ids = torch.tensor([cached + commit + window])
     positions = torch.arange(ids.shape[1])
     token = model.mask_rows_token  # a mask adapter's model: its rule for the revealed window rows
     start = n + len(commit)
-    mask = block_causal_mask(0, start, len(window), revealed=None if token is None or layout else [t != token for t in window])
-    if layout is not None:
-        positions[start:] = start + torch.tensor(layout.offsets)
-        mask[start:, start:] = layout_mask(layout)
+    mask = block_causal_mask(0, start, len(window), revealed=None if token is None else [t != token for t in window])
     with torch.no_grad():
         hidden, _ = model(ids, positions[None], mask[None])
         return model.logits(hidden[0, n:])
@@ -76,8 +72,7 @@ def test_logits_match_a_cache_free_forward(golden, name):
     for f in data["forwards"]:
         got = tensors[f"logits_{f['name']}"]
         assert got.dtype == torch.float32 and got.shape == (len(f["commit_ids"]) + len(f["window_ids"]), cfg.vocab_size)
-        layout = WindowLayout(tuple(f["window_offsets"]), tuple(f["window_visible"])) if "window_visible" in f else None
-        want = cache_free_logits(model, f["cached_ids"], f["commit_ids"], f["window_ids"], layout)
+        want = cache_free_logits(model, f["cached_ids"], f["commit_ids"], f["window_ids"])
         assert ((got - want).abs().max() / want.abs().max()).item() <= 1e-5
 
 
@@ -88,10 +83,10 @@ def test_decode_runs_replay_exactly(golden, name):
     runs = {r["name"]: r for r in data["decodes"]}
     assert list(runs) == [
         "greedy_fused", "greedy_separate", "min_per_step_2", "steps_schedule", "max_tokens_odd", "eos_stop",
-        "sample_top_p", "sample_full", "remask_random", "remask_leftmost", "threshold_low", "block_1", "block_4", "block_8",
-    ] + (["verify", "verify_sample", "verify_lookup"] if a2d.shift_logits else []) + (
-        ["tree", "tree_sample", "tree_lookup"] if a2d.shift_logits and tree_window_rows(a2d.block_size, 3) <= 64 else [])
-    assert [f["name"] for f in data["forwards"]] == ["prefill", "cached"] + (["tree"] if a2d.block_size > 1 else [])
+        "sample_top_p", "sample_full", "remask_random", "remask_leftmost", "threshold_low", "block_2", "block_4", "block_8",
+        "slide", "slide_mid", "slide_leftmost", "slide_sample",
+    ]
+    assert [f["name"] for f in data["forwards"]] == ["prefill", "cached"]
     for run in data["decodes"]:
         assert set(run["params"]) == PARAM_KEYS
         params = DecodeParams(**{**run["params"], "eos_token_ids": tuple(run["params"]["eos_token_ids"])})
@@ -102,7 +97,6 @@ def test_decode_runs_replay_exactly(golden, name):
             assert [ours["forward"], ours["block_start"], ours["step"], list(ours["candidates"])] == [theirs["forward"], theirs["block_start"], theirs["step"], theirs["candidates"]]
             assert [[j, t] for j, t, _ in ours["revealed"]] == [[j, t] for j, t, _ in theirs["revealed"]]
             assert all(abs(c - c2) <= 1e-12 for (_, _, c), (_, _, c2) in zip(ours["revealed"], theirs["revealed"]))
-            assert [list(d[:-1]) for d in ours.get("drafts", [])] == [d[:-1] for d in theirs.get("drafts", [])]
     greedy = runs["greedy_fused"]
     assert runs["greedy_separate"]["token_ids"] == greedy["token_ids"]
     assert runs["greedy_separate"]["forward_passes"] > greedy["forward_passes"]
@@ -111,11 +105,10 @@ def test_decode_runs_replay_exactly(golden, name):
     assert stop["params"]["eos_token_ids"][0] not in stop["token_ids"]
     odd = runs["max_tokens_odd"]
     assert odd["params"]["max_tokens"] % odd["params"]["block_size"] and len(odd["token_ids"]) == odd["params"]["max_tokens"]
-    assert [runs[f"block_{b}"]["params"]["block_size"] for b in (1, 4, 8)] == [1, 4, 8]
-    if "tree_lookup" in runs:  # the context's repeats gave branches (their drafts' confidence is 0)
-        assert any(d[3] == 0.0 for step in runs["tree_lookup"]["trace"] for d in step["drafts"])
-    if "verify_lookup" in runs:  # and drafts in verify
-        assert any(d[2] == 0.0 for step in runs["verify_lookup"]["trace"] for d in step["drafts"])
+    assert [runs[f"block_{b}"]["params"]["block_size"] for b in (2, 4, 8)] == [2, 4, 8]
+    for name in ("slide", "slide_leftmost"):  # each moved its window mid-block at least once
+        run, B = runs[name], runs[name]["params"]["block_size"]
+        assert any((s["block_start"] - len(run["prompt_ids"])) % B for s in run["trace"]), name
 
 
 @pytest.mark.parametrize("name", SOME)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -43,3 +44,16 @@ def test_report_counts_match_the_accuracies(tiny_models, tmp_path):
         vs = row["vs_base"]
         assert vs["only_model_right"] - vs["only_base_right"] == round((row["accuracy"] - base_acc) * n)
         assert vs["sign_test_p"] == sign_test(vs["only_model_right"], vs["only_base_right"])
+
+
+def test_accuracy_under_parallelism_rewards_speed_only_where_accuracy_holds():
+    from a2d_convert.probes import accuracy_under_parallelism
+
+    # At the reference's accuracy everywhere: the area is the most parallel point's tokens/forward.
+    assert accuracy_under_parallelism([(1.0, 0.4), (2.0, 0.4), (3.0, 0.4)], 0.4) == pytest.approx(3.0)
+    # Accuracy halving at 3 tokens/forward: that last step adds its width times (1 + 0.5 e^-1.5) / 2.
+    half = accuracy_under_parallelism([(1.0, 0.4), (2.0, 0.4), (3.0, 0.2)], 0.4)
+    assert half == pytest.approx(2.0 + (1 + 0.5 * math.exp(-1.5)) / 2)
+    # Above the reference counts as the reference; order of the points does not matter.
+    assert accuracy_under_parallelism([(2.0, 0.5), (1.0, 0.5)], 0.4) == pytest.approx(2.0)
+    assert accuracy_under_parallelism([], 0.4) == 0.0 and accuracy_under_parallelism([(1.0, 0.3)], 0.0) == 0.0

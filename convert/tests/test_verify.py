@@ -78,13 +78,13 @@ def test_redecode_records_the_new_decoding_and_the_delta_still_rebuilds(full_fin
     delta = tmp_path / "delta"
     shutil.copytree(root / "delta", delta)
     cli = [sys.executable, "-m", "a2d_convert", "redecode", "--model", str(delta)]
-    done = subprocess.run(cli + ["--lookup-ngram", "2", "--threshold", "0.5"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(cli + ["--advance", "slide", "--threshold", "0.5"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     config = json.loads((delta / "config.json").read_text())
     decoder = json.loads((delta / "decoder_config.json").read_text())
-    assert config["a2d"]["decoding"]["lookup_ngram"] == 2 and config["a2d"]["decoding"]["threshold"] == 0.5
+    assert config["a2d"]["decoding"]["advance"] == "slide" and config["a2d"]["decoding"]["threshold"] == 0.5
     assert decoder["decoding"] == config["a2d"]["decoding"]
-    assert decoder["chosen_by"]["flags"] == {"lookup_ngram": 2, "threshold": 0.5} and decoder["chosen_by"]["previous"]["method"] == "defaults"
+    assert decoder["chosen_by"]["flags"] == {"advance": "slide", "threshold": 0.5} and decoder["chosen_by"]["previous"]["method"] == "defaults"
     lineage = json.loads((delta / "lineage.json").read_text())
     assert [s["stage"] for s in lineage["stages"]][-2:] == ["export", "redecode"]
     assert run_verify(delta).returncode == 0
@@ -94,7 +94,8 @@ def test_redecode_records_the_new_decoding_and_the_delta_still_rebuilds(full_fin
     assert sha256_file(rebuilt / "model.safetensors") == sha256_file(model / "model.safetensors")
     # Nothing to change, a bad value, or a file that is not the recorded one: refused, nothing written.
     before = {p.name: p.read_bytes() for p in delta.iterdir()}
-    for args, message in (([], "give the decoding parameters"), (["--lookup-ngram", "9"], "lookup_ngram")):
+    for args, message in (([], "give the decoding parameters"), (["--min-per-step", "99"], "min_per_step"),
+                          (["--remasking", "leftmost", "--threshold", "1"], "left_to_right")):
         done = subprocess.run(cli + args, capture_output=True, text=True, timeout=120)
         assert done.returncode != 0 and message in done.stderr
     (delta / "decoder_config.json").write_text("{}")
