@@ -1,6 +1,6 @@
 // The only module that touches the native addon. It finds the addon, validates every parameter at this
-// boundary (ranges of docs/decoding.md), fills decoding defaults from the model, and turns the native
-// callbacks into the Promise/AbortSignal surface of ./types.ts.
+// boundary (the ranges and rules of engine/decoding-params.json, through ./params.ts), fills decoding
+// defaults from the model, and turns the native callbacks into the Promise/AbortSignal surface of ./types.ts.
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { basename, dirname, join, resolve } from "node:path";
@@ -17,8 +17,10 @@ import type {
   ModelInfo,
   TraceStep,
 } from "./types.js";
+import { brokenRule, camelName, paramSpec, valueProblem } from "./params.js";
 
 export type * from "./types.js";
+export { positionsNeeded, roomForTokens } from "./params.js";
 
 /** A decoding parameter or input outside its documented range; `param` names it (camelCase). */
 export class InvalidDecodeParamError extends RangeError {
@@ -92,25 +94,10 @@ function requireAddon(device: Device): NativeAddon {
   return addon;
 }
 
-function checkInteger(param: string, value: unknown, min: number, max: number): number {
-  if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
-    throw new InvalidDecodeParamError(param, `must be an integer in ${min}..${max}, got ${String(value)}`);
-  }
-  return value;
-}
-
-function checkNumber(param: string, value: unknown, min: number, max: number, minExclusive = false): number {
-  const below = typeof value === "number" && (minExclusive ? value <= min : value < min);
-  if (typeof value !== "number" || Number.isNaN(value) || below || value > max) {
-    throw new InvalidDecodeParamError(param, `must be a number in ${minExclusive ? "(" : "["}${min}, ${max}], got ${String(value)}`);
-  }
-  return value;
-}
-
-function checkChoice<T extends string>(param: string, value: unknown, choices: readonly T[]): T {
-  if (!choices.includes(value as T)) {
-    throw new InvalidDecodeParamError(param, `must be one of ${choices.map((c) => `'${c}'`).join(", ")}, got ${String(value)}`);
-  }
+/** `value` checked against the table entry `name` (snake_case); errors name the camelCase parameter. */
+function checked<T>(name: string, value: unknown, blockSize: number): T {
+  const problem = valueProblem(paramSpec(name), value, blockSize);
+  if (problem !== null) throw new InvalidDecodeParamError(camelName(name), `must be ${problem}, got ${String(value)}`);
   return value as T;
 }
 
@@ -127,10 +114,6 @@ function checkTokenIds(param: string, ids: unknown, vocabSize: number): Int32Arr
 }
 
 const MAX_SEED = (1n << 64n) - 1n;
-/** Rows one forward of the CUDA backend runs (engine/cuda/step_state.cuh, kMaxRows). */
-const CUDA_MAX_WINDOW = 64;
-/** Rows of a tree window at most, on every device (one bit each in the layout's visibility sets). */
-const MAX_TREE_WINDOW = 64;
 
 function checkSeed(value: bigint | number | undefined): bigint {
   if (value === undefined) return 0n;
@@ -147,44 +130,26 @@ function nativeParams(request: GenerateRequest, info: ModelInfo): NativeParams {
   const p = request.params;
   if (typeof p !== "object" || p === null) throw new InvalidDecodeParamError("params", "must be an object");
   const d = info.decoding;
-  const blockSize = checkInteger("blockSize", p.blockSize ?? d.blockSize, 1, 64);
-  const remasking = checkChoice("remasking", p.remasking ?? d.remasking, ["low_confidence", "random", "leftmost", "verify", "tree"] as const);
-  const commit = checkChoice("commit", p.commit ?? d.commit, ["fused", "separate"] as const);
-  const treeWidth = checkInteger("treeWidth", p.treeWidth ?? d.treeWidth, 1, 8);
-  const lookupNgram = checkInteger("lookupNgram", p.lookupNgram ?? d.lookupNgram, 0, 8);
-  const confirming = remasking === "verify" || remasking === "tree";
-  if (confirming && !info.shiftLogits) {
-    throw new InvalidDecodeParamError("remasking", `'${remasking}' needs a model with shifted logits (the row of a token predicts the next position); this one predicts each position from its own row`);
-  }
-  if (remasking === "verify" && info.device === "cuda" && 2 * blockSize - 1 > CUDA_MAX_WINDOW) {
-    throw new InvalidDecodeParamError("blockSize", `must be at most ${(CUDA_MAX_WINDOW + 1) / 2} with remasking 'verify' on the CUDA engine (its windows reach 2 x block_size - 1 positions; one forward runs at most ${CUDA_MAX_WINDOW})`);
-  }
-  const branches = treeWidth + (lookupNgram > 0 ? 1 : 0);
-  const treeRows = branches * (blockSize - 1) + blockSize * (branches * (blockSize - 1) + 1);
-  if (remasking === "tree" && treeRows > MAX_TREE_WINDOW) {
-    const withLookup = lookupNgram > 0 ? " with lookupNgram" : "";
-    throw new InvalidDecodeParamError("treeWidth", `${treeWidth}${withLookup} at block size ${blockSize} needs windows of ${treeRows} rows, more than a tree window's ${MAX_TREE_WINDOW}; lower treeWidth or blockSize (docs/decoding.md, "Tree")`);
-  }
-  if (confirming && commit !== "fused") {
-    throw new InvalidDecodeParamError("commit", `must be 'fused' with remasking '${remasking}' (confirmed tokens are committed in the next window's forward)`);
-  }
-  return {
-    maxTokens: checkInteger("maxTokens", p.maxTokens, 0, Number.MAX_SAFE_INTEGER),
+  const blockSize = checked<number>("block_size", p.blockSize ?? d.blockSize, 64);
+  const params: NativeParams = {
+    maxTokens: checked<number>("max_tokens", p.maxTokens, blockSize),
     blockSize,
-    threshold: checkNumber("threshold", p.threshold ?? d.threshold, 0, 1),
+    threshold: checked<number>("threshold", p.threshold ?? d.threshold, blockSize),
     // A model default above a smaller requested block size is clamped rather than rejected.
-    minPerStep: checkInteger("minPerStep", p.minPerStep ?? Math.min(d.minPerStep, blockSize), 1, blockSize),
-    steps: checkInteger("steps", p.steps ?? Math.min(d.steps, blockSize), 0, blockSize),
-    temperature: checkNumber("temperature", p.temperature ?? d.temperature, 0, 2),
-    topP: checkNumber("topP", p.topP ?? d.topP, 0, 1, true),
-    remasking,
-    commit,
-    treeWidth,
-    lookupNgram,
+    minPerStep: checked<number>("min_per_step", p.minPerStep ?? Math.min(d.minPerStep, blockSize), blockSize),
+    steps: checked<number>("steps", p.steps ?? Math.min(d.steps, blockSize), blockSize),
+    temperature: checked<number>("temperature", p.temperature ?? d.temperature, blockSize),
+    topP: checked<number>("top_p", p.topP ?? d.topP, blockSize),
+    remasking: checked<NativeParams["remasking"]>("remasking", p.remasking ?? d.remasking, blockSize),
+    advance: checked<NativeParams["advance"]>("advance", p.advance ?? d.advance, blockSize),
+    commit: checked<NativeParams["commit"]>("commit", p.commit ?? d.commit, blockSize),
     seed: checkSeed(p.seed),
     eosTokenIds: Array.from(checkTokenIds("eosTokenIds", p.eosTokenIds ?? info.eosTokenIds, info.vocabSize)),
     trace: p.trace === true,
   };
+  const rule = brokenRule(params);
+  if (rule !== null) throw new InvalidDecodeParamError(rule.id, rule.message);
+  return params;
 }
 
 function toResult(native: NativeResult, traced: boolean): GenerateResult {
@@ -214,7 +179,10 @@ class NativeBackedEngine implements Engine {
     const signal = request.signal;
     // Already aborted: nothing runs (the engine thread might otherwise finish before the flag lands).
     if (signal?.aborted) {
-      return { tokenIds: [], finishReason: "cancelled", promptTokens: prompt.length, completionTokens: 0, forwardPasses: 0, tokensPerForward: 0, ms: 0, ...(params.trace ? { trace: [] } : {}) };
+      return {
+        tokenIds: [], finishReason: "cancelled", promptTokens: prompt.length, completionTokens: 0, forwardPasses: 0, tokensPerForward: 0,
+        prefillForwards: 0, steps: 0, revealed: 0, toppedUp: 0, ms: 0, ...(params.trace ? { trace: [] } : {}),
+      };
     }
     const token = this.nextToken++;
     const pending = this.native.generate(prompt, params, request.onBlock, token);

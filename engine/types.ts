@@ -3,7 +3,9 @@
 // Decoding parameters and their exact meaning: docs/decoding.md. Model folder: docs/model-format.md.
 
 export type Device = "cpu" | "cuda";
-export type Remasking = "low_confidence" | "random" | "leftmost" | "verify" | "tree";
+// The choices of engine/decoding-params.json (test/decoding-params.test.ts holds these types to it).
+export type Remasking = "low_confidence" | "random" | "leftmost";
+export type Advance = "block" | "slide";
 export type CommitPolicy = "fused" | "separate";
 export type FinishReason = "stop" | "length" | "cancelled";
 
@@ -25,11 +27,9 @@ export interface DecodingDefaults {
   temperature: number;
   topP: number;
   remasking: Remasking;
+  /** "block": the window moves on once wholly revealed; "slide": past every revealed prefix (docs/decoding.md). */
+  advance: Advance;
   commit: CommitPolicy;
-  /** remasking "tree": guesses for the first position (docs/decoding.md, "Tree"). */
-  treeWidth: number;
-  /** remasking "verify" / "tree": drafts from the context's latest match of its last 1..n tokens; 0: none. */
-  lookupNgram: number;
 }
 
 export interface ModelInfo {
@@ -60,11 +60,8 @@ export interface DecodeParams {
   temperature?: number;
   topP?: number;
   remasking?: Remasking;
+  advance?: Advance;
   commit?: CommitPolicy;
-  /** remasking "tree": guesses for the first position, 1..8. */
-  treeWidth?: number;
-  /** remasking "verify" / "tree": drafts from the context's own earlier text, matching its last 1..n tokens; 0..8, 0: none. */
-  lookupNgram?: number;
   /** Unsigned 64-bit seed, as a bigint or a safe integer. */
   seed?: bigint | number;
   eosTokenIds?: number[];
@@ -72,7 +69,7 @@ export interface DecodeParams {
   trace?: boolean;
 }
 
-/** Tokens appended to the completion when a block is done (EOS and anything after it excluded). */
+/** Tokens a step commits to the completion (EOS and anything after it excluded). */
 export interface BlockEvent {
   tokens: number[];
   forwardPasses: number;
@@ -84,11 +81,6 @@ export interface TraceStep {
   step: number;
   candidates: number[];
   revealed: Array<[position: number, token: number, confidence: number]>;
-  /**
-   * remasking "verify": the drafts this forward made, positions relative to the next window; "tree":
-   * [branch, depth, token, confidence] each.
-   */
-  drafts?: Array<[position: number, token: number, confidence: number] | [branch: number, depth: number, token: number, confidence: number]>;
 }
 
 export interface GenerateResult {
@@ -96,8 +88,15 @@ export interface GenerateResult {
   finishReason: FinishReason;
   promptTokens: number;
   completionTokens: number;
+  /** Every forward but the prompt's commit-only chunks. */
   forwardPasses: number;
   tokensPerForward: number;
+  /** The prompt's commit-only chunks before the first denoising forward (long prompts). */
+  prefillForwards: number;
+  /** Denoising steps, the tokens they revealed (an EOS's cut-off included), and how many of those the per-step floor forced. */
+  steps: number;
+  revealed: number;
+  toppedUp: number;
   /** Wall time of the decode on the engine thread, milliseconds. */
   ms: number;
   trace?: TraceStep[];
@@ -106,7 +105,7 @@ export interface GenerateResult {
 export interface GenerateRequest {
   promptIds: number[];
   params: DecodeParams;
-  /** Called on the JS thread as each block is committed. */
+  /** Called on the JS thread as each step commits tokens. */
   onBlock?: (event: BlockEvent) => void;
   /** Aborting cancels the generation within one denoising step; the promise resolves with finishReason "cancelled". */
   signal?: AbortSignal;

@@ -3,6 +3,7 @@
 // fitted to the context the engine was loaded with.
 import { randomBytes } from "node:crypto";
 
+import { brokenRule, roomForTokens } from "../engine/params.js";
 import type { DecodeParams, ModelInfo } from "../engine/types.js";
 import { ApiError } from "./errors.js";
 import type { SamplingRequest } from "./schemas.js";
@@ -32,9 +33,20 @@ export function resolveParams(body: SamplingRequest, info: ModelInfo, promptToke
     throw new ApiError("invalid_value", `steps (${body.steps}) must not exceed the block size (${blockSize}).`, "steps");
   }
 
+  const d = info.decoding;
+  const rule = brokenRule({
+    blockSize,
+    threshold: body.threshold ?? d.threshold,
+    minPerStep: body.min_per_step ?? Math.min(d.minPerStep, blockSize),
+    steps: body.steps ?? Math.min(d.steps, blockSize),
+    remasking: body.remasking ?? d.remasking,
+    advance: body.advance ?? d.advance,
+  });
+  if (rule !== null) throw new ApiError("invalid_value", `These decoding parameters break the rule ${rule.id}: ${rule.message}.`, rule.id);
+
   if (promptTokens === 0) throw new ApiError("invalid_value", "The prompt must hold at least one token.", null);
-  // The engine's window always spans a whole block, so the completion gets whole blocks of the context.
-  const room = Math.floor((info.maxContext - promptTokens) / blockSize) * blockSize;
+  // The engine's window reaches block_size - 1 positions past the last token: positionsNeeded's rule.
+  const room = roomForTokens(promptTokens, blockSize, info.maxContext);
   if (room <= 0) {
     throw new ApiError(
       "context_length_exceeded",
@@ -59,9 +71,8 @@ export function resolveParams(body: SamplingRequest, info: ModelInfo, promptToke
   params.minPerStep = body.min_per_step ?? Math.min(info.decoding.minPerStep, blockSize);
   params.steps = body.steps ?? Math.min(info.decoding.steps, blockSize);
   if (body.remasking !== undefined) params.remasking = body.remasking as DecodeParams["remasking"];
+  if (body.advance !== undefined) params.advance = body.advance as DecodeParams["advance"];
   if (body.commit !== undefined) params.commit = body.commit as DecodeParams["commit"];
-  if (body.tree_width !== undefined) params.treeWidth = body.tree_width;
-  if (body.lookup_ngram !== undefined) params.lookupNgram = body.lookup_ngram;
   if (body.ignore_eos === true) params.eosTokenIds = [];
   // Signed 64-bit seeds map onto a2d's unsigned RNG seed by their two's complement bits. Without a seed,
   // sampling is fresh per request, as OpenAI's is (the CLI's fixed default is for reproducing the reference).

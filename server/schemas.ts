@@ -1,7 +1,9 @@
 // Request bodies as TypeBox schemas, checked by fastify at the edge. Unknown fields are ignored, as
 // OpenAI's API does; types and ranges are enforced (no type coercion: "0.5" is not a number). Limits
 // that depend on the loaded model (context length, block size) are checked in params.ts.
-import { type Static, Type } from "@fastify/type-provider-typebox";
+import { type Static, type TInteger, type TNumber, type TString, Type } from "@fastify/type-provider-typebox";
+
+import { paramSpec, valueProblem } from "../engine/params.js";
 
 const TextPart = Type.Object({ type: Type.String(), text: Type.Optional(Type.String()) });
 
@@ -23,6 +25,19 @@ const Stop = Type.Optional(
     description: "a string or an array of at most 16 strings",
   }),
 );
+
+/** An a2d decoding field's schema from its entry in engine/decoding-params.json ("block_size" bounds: 64). */
+function decodingField(name: "block_size" | "min_per_step" | "steps"): TInteger;
+function decodingField(name: "threshold"): TNumber;
+function decodingField(name: "remasking" | "advance" | "commit"): TString;
+function decodingField(name: string): TInteger | TNumber | TString {
+  const spec = paramSpec(name);
+  const description = `${valueProblem(spec, undefined, 64)}: ${spec.doc}`;
+  if (spec.type === "choice") return Type.String({ enum: spec.choices, description });
+  const max = typeof spec.max === "number" ? spec.max : 64;
+  const low = spec.min_exclusive ? { exclusiveMinimum: spec.min } : { minimum: spec.min };
+  return spec.type === "integer" ? Type.Integer({ ...low, maximum: max, description }) : Type.Number({ ...low, maximum: max, description });
+}
 
 /** Sampling and a2d's decoding parameters, shared by both generation endpoints. */
 const Sampling = {
@@ -47,15 +62,15 @@ const Sampling = {
   logprobs: Type.Optional(Type.Union([Type.Boolean(), Type.Integer({ minimum: 0 }), Type.Null()], { description: "a boolean" })),
   presence_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: "a number in [-2, 2]" })),
   frequency_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: "a number in [-2, 2]" })),
-  // a2d extensions (docs/decoding.md, "Parameters"); absent means the model's default.
-  block_size: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
-  threshold: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
-  min_per_step: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
-  steps: Type.Optional(Type.Integer({ minimum: 0, maximum: 64 })),
-  remasking: Type.Optional(Type.Enum(["low_confidence", "random", "leftmost", "verify", "tree"])),
-  commit: Type.Optional(Type.Enum(["fused", "separate"])),
-  tree_width: Type.Optional(Type.Integer({ minimum: 1, maximum: 8 })),
-  lookup_ngram: Type.Optional(Type.Integer({ minimum: 0, maximum: 8 })),
+  // a2d extensions (docs/decoding.md, "Parameters"), from engine/decoding-params.json; absent means the
+  // model's default.
+  block_size: Type.Optional(decodingField("block_size")),
+  threshold: Type.Optional(decodingField("threshold")),
+  min_per_step: Type.Optional(decodingField("min_per_step")),
+  steps: Type.Optional(decodingField("steps")),
+  remasking: Type.Optional(decodingField("remasking")),
+  advance: Type.Optional(decodingField("advance")),
+  commit: Type.Optional(decodingField("commit")),
   // As in vLLM: generate max_tokens whatever the model says, for throughput measurements.
   ignore_eos: Type.Optional(Type.Boolean()),
 };

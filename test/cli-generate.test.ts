@@ -30,6 +30,9 @@ interface GenerateJson {
   completion_tokens: number;
   forward_passes: number;
   tokens_per_forward: number;
+  steps: number;
+  revealed: number;
+  topped_up: number;
   ms: number;
   finish_reason: string;
   prompt_tokens: number;
@@ -40,8 +43,8 @@ const cases: Array<[string, string[]]> = [
   ["greedy, big blocks, low threshold, 2 per step, separate commits", ["--prompt", "What is two plus two?", "--max-tokens", "37", "--block-size", "8", "--threshold", "0.3", "--min-per-step", "2", "--commit", "separate"]],
   ["sampled with a seed, top-p, random remasking", ["--prompt", "Once upon a time", "--max-tokens", "32", "--temperature", "0.9", "--top-p", "0.8", "--seed", "1234", "--remasking", "random"]],
   ["leftmost remasking, two per step", ["--prompt", "Count to ten:", "--max-tokens", "28", "--remasking", "leftmost", "--min-per-step", "2", "--threshold", "0.6"]],
-  ["verify, greedy", ["--prompt", "Count to ten:", "--max-tokens", "30", "--remasking", "verify", "--threshold", "0.3"]],
-  ["verify, sampled", ["--prompt", "Once upon a time", "--max-tokens", "29", "--remasking", "verify", "--threshold", "0", "--temperature", "0.7", "--seed", "3"]],
+  ["sliding window, greedy", ["--prompt", "Count to ten:", "--max-tokens", "30", "--advance", "slide", "--threshold", "0.3"]],
+  ["sliding window, sampled, separate commits", ["--prompt", "Once upon a time", "--max-tokens", "29", "--advance", "slide", "--threshold", "0.5", "--temperature", "0.7", "--seed", "3", "--commit", "separate"]],
   ["chat, no thinking, step schedule", ["--prompt", "Hello! How are you?", "--chat", "--no-think", "--max-tokens", "24", "--steps", "2", "--threshold", "1"]],
   ["chat with a 64-bit seed", ["--prompt", "def add(a, b):", "--chat", "--max-tokens", "24", "--temperature", "1.0", "--seed", "18446744073709551615"]],
 ];
@@ -70,6 +73,7 @@ describe("a2d generate against the PyTorch reference", () => {
     expect(ours.completion_tokens).toBe(reference.completion_tokens);
     expect(ours.forward_passes).toBe(reference.forward_passes);
     expect(ours.tokens_per_forward).toBeCloseTo(reference.tokens_per_forward, 12);
+    expect([ours.steps, ours.revealed, ours.topped_up]).toEqual([reference.steps, reference.revealed, reference.topped_up]);
     expect(ours.finish_reason).toBe(reference.finish_reason);
     expect(ours.prompt_tokens).toBe(reference.prompt_tokens);
     expect(Object.keys(ours)).toEqual(Object.keys(reference));
@@ -98,6 +102,9 @@ describe("a2d generate on bad input", () => {
     expect((await fails(["--model", model, "--prompt", "x", "--no-think"])).stderr).toContain("add --chat");
     expect((await fails(["--model", model, "--prompt", "x", "--temperature", "3"])).stderr).toContain("--temperature must be in [0, 2]");
     expect((await fails(["--model", model, "--prompt", "x", "--seed", "-1"])).stderr).toContain("--seed");
+    const verify = (await fails(["--model", model, "--prompt", "x", "--remasking", "verify"])).stderr;
+    expect(verify).toContain("Allowed choices are low_confidence, random, leftmost");
+    expect((await fails(["--model", model, "--prompt", "x", "--remasking", "leftmost", "--threshold", "1"])).stderr).toContain("autoregressive decoding, not denoising");
     expect((await fails(["--model", model, "--prompt", "x", "--block-size", "0"])).stderr).toContain("--block-size");
   });
 

@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InvalidDecodeParamError, loadEngine, type DecodeParams, type Engine } from "../engine/index.js";
+import { camelName, DECODING_TABLE } from "../engine/params.js";
 
 const root = resolve(import.meta.dirname, "..");
 const goldenDir = join(root, "build", "golden");
@@ -21,10 +22,9 @@ interface GoldenDecode {
     steps: number;
     temperature: number;
     top_p: number;
-    remasking: "low_confidence" | "random" | "leftmost" | "verify" | "tree";
+    remasking: "low_confidence" | "random" | "leftmost";
+    advance: "block" | "slide";
     commit: "fused" | "separate";
-    tree_width?: number;
-    lookup_ngram?: number;
     seed: number;
     eos_token_ids: number[];
   };
@@ -37,16 +37,13 @@ interface GoldenDecode {
     step: number;
     candidates: number[];
     revealed: Array<[number, number, number]>;
-    drafts?: number[][];
   }>;
 }
 
 interface Golden {
   model: string;
   tolerance: { logits_max_rel: number; confidence_abs: number };
-  // window_visible: a tree window's layout (docs/decoding.md, "Tree"), which forwardLogits does not take; the
-  // C++ golden test checks those forwards.
-  forwards: Array<{ name: string; cached_ids: number[]; commit_ids: number[]; window_ids: number[]; window_visible?: number[] }>;
+  forwards: Array<{ name: string; cached_ids: number[]; commit_ids: number[]; window_ids: number[] }>;
   decodes: GoldenDecode[];
 }
 
@@ -82,9 +79,8 @@ function decodeParams(p: GoldenDecode["params"]): DecodeParams {
     temperature: p.temperature,
     topP: p.top_p,
     remasking: p.remasking,
+    advance: p.advance,
     commit: p.commit,
-    treeWidth: p.tree_width ?? 1,
-    lookupNgram: p.lookup_ngram ?? 0,
     seed: BigInt(p.seed),
     eosTokenIds: p.eos_token_ids,
     trace: true,
@@ -112,7 +108,7 @@ describe("golden parity through the addon", () => {
       const engine = await loadEngine({ modelDir: join(goldenDir, caseName, golden.model), device: "cpu", threads: 2 });
       try {
         const tensors = readF32Tensors(join(goldenDir, caseName, "golden.safetensors"));
-        for (const f of golden.forwards.filter((g) => g.window_visible === undefined)) {
+        for (const f of golden.forwards) {
           const want = tensors.get(`logits_${f.name}`);
           expect(want, `${caseName}: logits_${f.name}`).toBeDefined();
           const got = await engine.forwardLogits(f.cached_ids, f.commit_ids, f.window_ids);
@@ -142,8 +138,6 @@ describe("golden parity through the addon", () => {
             step.revealed.forEach(([, , confidence], k) => {
               expect(Math.abs(confidence - want.revealed[k]![2])).toBeLessThanOrEqual(golden.tolerance.confidence_abs);
             });
-            // verify: [j, token, confidence]; tree: [branch, depth, token, confidence]. All but the confidence exactly.
-            expect((step.drafts ?? []).map((d) => d.slice(0, -1)), `${label} step ${i} drafts`).toEqual((want.drafts ?? []).map((d) => d.slice(0, -1)));
           });
         }
       } finally {
@@ -183,7 +177,7 @@ describe("generation on the engine thread", () => {
     const result = await engine.generate({ promptIds: run.prompt_ids, params: decodeParams(run.params), onBlock: (e) => events.push(e) });
     expect(result.tokenIds).toEqual(run.token_ids);
     expect(events.flatMap((e) => e.tokens)).toEqual(result.tokenIds);
-    expect(events.length).toBe(Math.ceil(run.token_ids.length / run.params.block_size));
+    expect(events.length).toBe(Math.ceil(run.token_ids.length / run.params.block_size)); // a block a time
     expect(events.at(-1)!.forwardPasses).toBe(result.forwardPasses);
     expect(engine.totalForwardPasses() - before).toBe(result.forwardPasses);
   });
@@ -193,10 +187,10 @@ describe("generation on the engine thread", () => {
     const controller = new AbortController();
     const streamed: number[] = [];
     // As long as the context allows, so the engine is still running when the abort arrives.
-    const maxTokens = engine.info.maxContext - prompt.length;
+    const maxTokens = engine.info.maxContext - prompt.length - 1;
     const result = await engine.generate({
       promptIds: prompt,
-      params: { maxTokens, blockSize: 1 },
+      params: { maxTokens, blockSize: 2, threshold: 1 },
       onBlock: (e) => {
         streamed.push(...e.tokens);
         controller.abort();
@@ -229,6 +223,11 @@ describe("generation on the engine thread", () => {
     const promptIds = [1, 2, 3];
     const bad: Array<[Partial<DecodeParams>, string]> = [
       [{ blockSize: 0 }, "blockSize"],
+      [{ blockSize: 1 }, "blockSize"],
+      [{ advance: "jump" as never }, "advance"],
+      [{ remasking: "verify" as never }, "remasking"],
+      [{ remasking: "leftmost", threshold: 1 }, "left_to_right"],
+      [{ advance: "slide", steps: 2 }, "schedule_needs_blocks"],
       [{ blockSize: 65 }, "blockSize"],
       [{ threshold: 1.5 }, "threshold"],
       [{ minPerStep: 9, blockSize: 8 }, "minPerStep"],
@@ -254,6 +253,25 @@ describe("generation on the engine thread", () => {
     // The largest seed is valid.
     const ok = await engine.generate({ promptIds, params: { maxTokens: 4, seed: (1n << 64n) - 1n, temperature: 1 } });
     expect(ok.tokenIds.length).toBe(4);
+  });
+
+  it("holds the decoding table's shared cases, and reports every table parameter's model default", async () => {
+    const promptIds = [1, 2, 3];
+    for (const c of DECODING_TABLE.cases) {
+      const snake = { ...DECODING_TABLE.case_defaults, ...c.params } as Record<string, unknown>;
+      const params = Object.fromEntries(Object.entries(snake).map(([k, v]) => [camelName(k), v])) as unknown as DecodeParams;
+      const label = JSON.stringify(c.params);
+      if (c.ok) {
+        expect((await engine.generate({ promptIds, params })).tokenIds.length, label).toBe(params.maxTokens);
+      } else {
+        const error = await engine.generate({ promptIds, params }).catch((e: unknown) => e);
+        expect(error, label).toBeInstanceOf(InvalidDecodeParamError);
+        // A broken cross-field rule is named by its id; a parameter by its camelCase name.
+        const rule = DECODING_TABLE.rules.some((r) => r.id === c.error);
+        expect((error as InvalidDecodeParamError).param, label).toBe(rule ? c.error : camelName(c.error!));
+      }
+    }
+    expect(Object.keys(engine.info.decoding).sort()).toEqual(DECODING_TABLE.parameters.map((p) => camelName(p.name)).sort());
   });
 
   it("rejects the promise when onBlock throws, and keeps serving", async () => {
@@ -331,9 +349,9 @@ describe("bad model folders are rejected with the file and the fix", () => {
 
   it("close cancels a running generation and frees the model", async () => {
     const engine = await loadEngine({ modelDir: source, device: "cpu", threads: 1 });
-    const maxTokens = engine.info.maxContext - 3;
-    const running = engine.generate({ promptIds: [1, 2, 3], params: { maxTokens, blockSize: 1 } });
-    const queued = engine.generate({ promptIds: [1, 2, 3], params: { maxTokens, blockSize: 1 } });
+    const maxTokens = engine.info.maxContext - 4;
+    const running = engine.generate({ promptIds: [1, 2, 3], params: { maxTokens, blockSize: 2, threshold: 1 } });
+    const queued = engine.generate({ promptIds: [1, 2, 3], params: { maxTokens, blockSize: 2, threshold: 1 } });
     await engine.close();
     for (const result of await Promise.all([running, queued])) {
       expect(result.finishReason).toBe("cancelled");

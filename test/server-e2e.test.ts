@@ -109,8 +109,8 @@ describe("the official client against a2d serve", () => {
     expect(streamed.pieces.length).toBeGreaterThan(2);
   });
 
-  it("decodes with remasking verify: stream and non-stream agree, one chunk per forward", async () => {
-    const extra = { remasking: "verify", threshold: 0 };
+  it("decodes with a sliding window: stream and non-stream agree, a chunk per step that commits", async () => {
+    const extra = { advance: "slide", threshold: 0.3 };
     const whole = await completionText("The quick brown fox", extra);
     const streamed = await streamCompletion("The quick brown fox", extra);
     expect(whole.text.length).toBeGreaterThan(0);

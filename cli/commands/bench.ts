@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type Command, Option } from "commander";
 
-import { loadEngine } from "../../engine/index.js";
+import { loadEngine, positionsNeeded } from "../../engine/index.js";
 import type { Device, Engine } from "../../engine/types.js";
 import { integerIn, numberIn } from "../parse.js";
 
@@ -62,8 +62,8 @@ interface Row {
   tokensPerSecond: number;
 }
 
-const list = (name: string) => (value: string) =>
-  value.split(",").map((part) => integerIn(name, 1, 1 << 20)(part));
+const list = (name: string, min: number) => (value: string) =>
+  value.split(",").map((part) => integerIn(name, min, 1 << 20)(part));
 
 export function register(program: Command): void {
   program
@@ -72,8 +72,8 @@ export function register(program: Command): void {
     .option("--model <dir>", "a2d model folder")
     .addOption(new Option("--random-shape <name>", "random bf16 weights of a known shape").choices(Object.keys(SHAPES)))
     .addOption(new Option("--device <device>", "compute backend").choices(["cpu", "cuda"]).default("cuda"))
-    .option("--blocks <list>", "block sizes", list("--blocks"), [1, 4, 8, 16, 32])
-    .option("--kv <list>", "KV lengths (prompt tokens before the timed blocks)", list("--kv"), [1024, 8192, 32768])
+    .option("--blocks <list>", "block sizes (2..64)", list("--blocks", 2), [2, 4, 8, 16, 32])
+    .option("--kv <list>", "KV lengths (prompt tokens before the timed blocks)", list("--kv", 1), [1024, 8192, 32768])
     .option("--tokens <n>", "tokens of the long generation", integerIn("--tokens", 8, 1 << 16), 256)
     .option("--threshold <t>", "reveal threshold", numberIn("--threshold", 0, 1), 0.9)
     .option("--hbm-tbps <x>", "memory bandwidth for the floor, TB/s (H200 copy: 4.3)", numberIn("--hbm-tbps", 0.01, 100), 4.3)
@@ -97,9 +97,8 @@ async function bench(options: BenchOptions): Promise<string> {
     );
   }
   const modelDir = options.model ?? randomModel(options.randomShape as string);
-  // Room for the longest generation plus what a window reaches past it: verify's 2B - 1 positions, a
-  // tree's up to 64 rows (decode.cpp).
-  const longest = Math.max(...options.kv) + options.tokens + Math.max(2 * largestBlock, 64);
+  // Room for the longest generation plus what a window reaches past it (decode.cpp positions_needed).
+  const longest = positionsNeeded(Math.max(...options.kv), options.tokens, largestBlock);
   const loadStarted = performance.now();
   const engine = await loadEngine({ modelDir, device: options.device, maxContext: longest });
   const loadSeconds = (performance.now() - loadStarted) / 1e3;

@@ -3,7 +3,8 @@
 // Decoding flags left out take the model's a2d.block_size / a2d.decoding.
 import { type Command, InvalidArgumentError, Option } from "commander";
 
-import { loadEngine } from "../../engine/index.js";
+import { loadEngine, positionsNeeded } from "../../engine/index.js";
+import { camelName, DECODING_TABLE, type ParamSpec } from "../../engine/params.js";
 import type { DecodeParams, Device, GenerateResult, TraceStep } from "../../engine/types.js";
 import { ModelTokenizer } from "../../server/tokenizer.js";
 import { integerIn, numberIn } from "../parse.js";
@@ -14,16 +15,6 @@ interface GenerateOptions {
   chat?: boolean;
   think: boolean;
   maxTokens: number;
-  blockSize?: number;
-  threshold?: number;
-  minPerStep?: number;
-  steps?: number;
-  remasking?: DecodeParams["remasking"];
-  commit?: DecodeParams["commit"];
-  treeWidth?: number;
-  lookupNgram?: number;
-  temperature?: number;
-  topP?: number;
   seed: bigint;
   threads?: number;
   trace?: boolean;
@@ -31,25 +22,30 @@ interface GenerateOptions {
   device: Device;
 }
 
+/**
+ * One flag per decoding parameter of engine/decoding-params.json (left out: the model's default). The
+ * engine checks what depends on other parameters (min_per_step <= block_size, the table's rules).
+ */
+export function decodingOption(spec: ParamSpec): Option {
+  const flag = `--${spec.name.replace(/_/g, "-")}`;
+  const option = new Option(`${flag} <${spec.type === "choice" ? "name" : "n"}>`, `${spec.doc} (docs/decoding.md)`);
+  if (spec.type === "choice") return option.choices(spec.choices ?? []);
+  const max = typeof spec.max === "number" ? spec.max : 64;  // "block_size": the largest block
+  const low = spec.min_exclusive ? Number.MIN_VALUE : (spec.min ?? 0);
+  return option.argParser(spec.type === "integer" ? integerIn(flag, low, max) : numberIn(flag, low, max));
+}
+
 export function register(program: Command): void {
-  program
+  const command = program
     .command("generate")
     .description("Generate a completion for one prompt with the block-diffusion decoder")
     .requiredOption("--model <dir>", "a2d model folder (docs/model-format.md)")
     .requiredOption("--prompt <text>", "prompt text (a user message with --chat)")
     .option("--chat", "wrap the prompt in the model's chat template")
     .option("--no-think", "render the chat template with enable_thinking=false")
-    .option("--max-tokens <n>", "most tokens to generate", integerIn("--max-tokens", 0, 1 << 24), 128)
-    .option("--block-size <n>", "tokens per denoising block", integerIn("--block-size", 1, 64))
-    .option("--threshold <t>", "reveal every candidate whose confidence is above this", numberIn("--threshold", 0, 1))
-    .option("--min-per-step <k>", "reveal at least this many tokens per step", integerIn("--min-per-step", 1, 64))
-    .option("--steps <s>", "linear top-k schedule over this many steps per block (0: off)", integerIn("--steps", 0, 64))
-    .addOption(new Option("--remasking <r>", "candidate priority, or verify / tree (docs/decoding.md)").choices(["low_confidence", "random", "leftmost", "verify", "tree"]))
-    .option("--tree-width <n>", "guesses for the first position with --remasking tree", integerIn("--tree-width", 1, 8))
-    .option("--lookup-ngram <n>", "with --remasking verify or tree: drafts from the context's latest match of its last 1..n tokens (0: none)", integerIn("--lookup-ngram", 0, 8))
-    .addOption(new Option("--commit <c>", "commit policy").choices(["fused", "separate"]))
-    .option("--temperature <x>", "0: greedy", numberIn("--temperature", 0, 2))
-    .option("--top-p <p>", "nucleus sampling mass", numberIn("--top-p", Number.MIN_VALUE, 1))
+    .option("--max-tokens <n>", "most tokens to generate", integerIn("--max-tokens", 0, 1 << 24), 128);
+  for (const spec of DECODING_TABLE.parameters) command.addOption(decodingOption(spec));
+  command
     .option("--seed <s>", "RNG seed, an unsigned 64-bit integer", parseSeed, 0n)
     .option("--threads <n>", "CPU worker threads (default: all cores)", integerIn("--threads", 1, 1024))
     .option("--trace", "include every denoising step in the JSON")
@@ -82,24 +78,21 @@ async function generate(options: GenerateOptions): Promise<string> {
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
   });
   try {
-    if (promptIds.length + options.maxTokens > engine.info.maxContext) {
+    const params: DecodeParams = { maxTokens: options.maxTokens, seed: options.seed };
+    const chosen = options as unknown as Record<string, unknown>;
+    for (const spec of DECODING_TABLE.parameters) {
+      const value = chosen[camelName(spec.name)];
+      if (value !== undefined) (params as unknown as Record<string, unknown>)[camelName(spec.name)] = value;
+    }
+    if (options.trace) params.trace = true;
+    const blockSize = params.blockSize ?? engine.info.decoding.blockSize;
+    const needed = positionsNeeded(promptIds.length, options.maxTokens, blockSize);
+    if (needed > engine.info.maxContext) {
       throw new Error(
-        `prompt (${promptIds.length} tokens) + --max-tokens ${options.maxTokens} exceeds the engine's context of ` +
-          `${engine.info.maxContext} tokens; lower --max-tokens`,
+        `prompt (${promptIds.length} tokens) + --max-tokens ${options.maxTokens} need ${needed} positions at block size ` +
+          `${blockSize}, more than the engine's context of ${engine.info.maxContext}; lower --max-tokens`,
       );
     }
-    const params: DecodeParams = { maxTokens: options.maxTokens, seed: options.seed };
-    if (options.blockSize !== undefined) params.blockSize = options.blockSize;
-    if (options.threshold !== undefined) params.threshold = options.threshold;
-    if (options.minPerStep !== undefined) params.minPerStep = options.minPerStep;
-    if (options.steps !== undefined) params.steps = options.steps;
-    if (options.remasking !== undefined) params.remasking = options.remasking;
-    if (options.commit !== undefined) params.commit = options.commit;
-    if (options.treeWidth !== undefined) params.treeWidth = options.treeWidth;
-    if (options.lookupNgram !== undefined) params.lookupNgram = options.lookupNgram;
-    if (options.temperature !== undefined) params.temperature = options.temperature;
-    if (options.topP !== undefined) params.topP = options.topP;
-    if (options.trace) params.trace = true;
     const result = await engine.generate({ promptIds, params });
     const text = tokenizer.decode(result.tokenIds);
     if (!options.json) return text;
@@ -119,6 +112,9 @@ export function resultJson(result: GenerateResult, text?: string): Record<string
     completion_tokens: result.completionTokens,
     forward_passes: result.forwardPasses,
     tokens_per_forward: result.tokensPerForward,
+    steps: result.steps,
+    revealed: result.revealed,
+    topped_up: result.toppedUp,
     ms: result.ms,
     finish_reason: result.finishReason,
     prompt_tokens: result.promptTokens,

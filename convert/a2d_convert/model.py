@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import A2DSection, ModelConfig, load_config
+from .errors import A2DError
 from .lora import RowGate, add_mask_factors, target_modules
 from .weights import load_checked
 
@@ -75,7 +76,10 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q.transpose(1, 2), cos, sin)
         k = apply_rope(k.transpose(1, 2), cos, sin)
-        k_all, v_all = (k, v) if past is None else (torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2))
+        if isinstance(past, StaticKV):
+            k_all, v_all = past.extend(k, v)
+        else:
+            k_all, v_all = (k, v) if past is None else (torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2))
         out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=attn_mask[:, None], enable_gqa=self.heads != self.kv_heads)
         return self.o_proj(out.transpose(1, 2).reshape(b, T, -1)), (k, v)
 
@@ -130,6 +134,36 @@ class KVCache:
             k, v = k[:, :, :count], v[:, :, :count]
             past = self.layers[i]
             self.layers[i] = (k, v) if past is None else (torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2))
+        self.length += count
+
+
+class StaticKV:
+    """One layer's keys/values in preallocated buffers [b, kv_heads, capacity, head_dim]: a forward writes its
+    tokens' keys/values after the `length` kept ones and attends to all of them, without copying the past
+    (KVCache concatenates, which costs a copy of the whole cache per forward)."""
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, owner: "StaticCache") -> None:
+        self.k, self.v, self.owner = k, v, owner
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n, T = self.owner.length, k.shape[2]
+        if n + T > self.k.shape[2]:
+            raise A2DError(f"static KV cache: {n + T} positions exceed its capacity of {self.k.shape[2]}")
+        self.k[:, :, n : n + T] = k
+        self.v[:, :, n : n + T] = v
+        return self.k[:, :, : n + T], self.v[:, :, : n + T]
+
+
+class StaticCache:
+    """KVCache's interface over StaticKV buffers: `append` keeps a forward's first `count` positions."""
+
+    def __init__(self, cfg: ModelConfig, batch: int, capacity: int, device, dtype) -> None:
+        shape = (batch, cfg.num_kv_heads, capacity, cfg.head_dim)
+        self.length = 0
+        self.layers = [StaticKV(torch.empty(shape, device=device, dtype=dtype), torch.empty(shape, device=device, dtype=dtype), self)
+                       for _ in range(cfg.num_layers)]
+
+    def append(self, new, count: int) -> None:
         self.length += count
 
 

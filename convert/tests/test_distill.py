@@ -134,3 +134,24 @@ def test_bad_sampling_options_are_named(base, prompts, tmp_path):
     with pytest.raises(A2DError, match="workers"):
         distilled(base, prompts, tmp_path / "b", workers=-1)
     assert np.all(uniforms([1], 3) < 1)
+
+
+def test_static_cache_greedy_answers_as_the_one_by_one_reference(base):
+    """greedy_static (left-padded prefill, preallocated cache) gives every prompt exactly the tokens of greedy
+    decoding it alone with the reference's growing KV cache, EOS cuts included."""
+    from a2d_convert.model import load_transformer
+    from a2d_convert.probes import ar_answer
+
+    model, cfg, _ = load_transformer(base)
+    rng = np.random.default_rng(3)
+    prompts = [[int(t) for t in rng.integers(3, cfg.vocab_size, size=n)] for n in (1, 5, 9, 2, 17, 5)]
+    alone = [ar_answer(model, p, 12, set())[0] for p in prompts]
+    assert gen.greedy_static(model, prompts, 12, set(), pad_id=0) == alone
+    eos = {alone[1][4]}  # a token one answer emits mid-way: that answer stops there, EOS kept
+    cut = gen.greedy_static(model, prompts, 12, eos, pad_id=0)
+    for got, full in zip(cut, alone):
+        end = next((k for k, t in enumerate(full) if t in eos), None)
+        assert got == (full if end is None else full[: end + 1])
+    assert len(cut[1]) <= 5
+    with pytest.raises(A2DError, match="max_new_tokens"):
+        gen.greedy_static(model, prompts, 0, set(), pad_id=0)

@@ -16,6 +16,7 @@
 
 #include "backend.h"
 #include "decode.h"
+#include "decode_params.h"
 #include "model.h"
 
 namespace {
@@ -138,18 +139,17 @@ a2d::DecodeParams read_params(const Napi::Object& o) {
   p.steps = static_cast<int>(number_field(o, "steps"));
   p.temperature = number_field(o, "temperature");
   p.top_p = number_field(o, "topP");
-  if (!a2d::parse_remasking(string_field(o, "remasking"), &p.remasking)) {
-    throw Napi::TypeError::New(env, "decode params: remasking must be 'low_confidence', 'random', 'leftmost', 'verify' or 'tree'");
-  }
-  p.tree_width = static_cast<int>(number_field(o, "treeWidth"));
-  p.lookup_ngram = static_cast<int>(number_field(o, "lookupNgram"));
+  const std::string remasking = string_field(o, "remasking");
+  const std::string advance = string_field(o, "advance");
   const std::string commit = string_field(o, "commit");
-  if (commit == "fused") {
-    p.commit = a2d::CommitPolicy::fused;
-  } else if (commit == "separate") {
-    p.commit = a2d::CommitPolicy::separate;
-  } else {
-    throw Napi::TypeError::New(env, "decode params: commit must be 'fused' or 'separate'");
+  if (!a2d::parse_remasking(remasking, &p.remasking)) {
+    throw Napi::TypeError::New(env, "decode params: remasking must be " + a2d::choice_problem(a2d::decoding_spec("remasking"), remasking));
+  }
+  if (!a2d::parse_advance(advance, &p.advance)) {
+    throw Napi::TypeError::New(env, "decode params: advance must be " + a2d::choice_problem(a2d::decoding_spec("advance"), advance));
+  }
+  if (!a2d::parse_commit(commit, &p.commit)) {
+    throw Napi::TypeError::New(env, "decode params: commit must be " + a2d::choice_problem(a2d::decoding_spec("commit"), commit));
   }
   Napi::Value seed = get_field(o, "seed");
   bool lossless = false;
@@ -194,6 +194,10 @@ Napi::Object result_object(Napi::Env env, const a2d::GenerateResult& r) {
   o.Set("promptTokens", static_cast<double>(r.prompt_tokens));
   o.Set("completionTokens", static_cast<double>(r.tokens.size()));
   o.Set("forwardPasses", static_cast<double>(r.forward_passes));
+  o.Set("prefillForwards", static_cast<double>(r.prefill_forwards));
+  o.Set("steps", static_cast<double>(r.steps));
+  o.Set("revealed", static_cast<double>(r.revealed));
+  o.Set("toppedUp", static_cast<double>(r.topped_up));
   o.Set("tokensPerForward",
         r.forward_passes == 0 ? 0.0 : static_cast<double>(r.tokens.size()) / static_cast<double>(r.forward_passes));
   o.Set("ms", r.ms);
@@ -206,21 +210,6 @@ Napi::Object result_object(Napi::Env env, const a2d::GenerateResult& r) {
     step.Set("step", s.step);
     step.Set("candidates", int_array(env, s.candidates));
     step.Set("revealed", revealed_array(env, s.revealed));
-    if (!s.draft_branches.empty()) {
-      // remasking "tree": [[branch, depth, token, confidence], ...]
-      Napi::Array drafts = Napi::Array::New(env, s.drafts.size());
-      for (size_t k = 0; k < s.drafts.size(); ++k) {
-        Napi::Array entry = Napi::Array::New(env, 4);
-        entry.Set(0u, s.draft_branches[k]);
-        entry.Set(1u, s.drafts[k].j);
-        entry.Set(2u, s.drafts[k].token);
-        entry.Set(3u, s.drafts[k].confidence);
-        drafts.Set(k, entry);
-      }
-      step.Set("drafts", drafts);
-    } else if (!s.drafts.empty()) {
-      step.Set("drafts", revealed_array(env, s.drafts));
-    }
     trace.Set(i, step);
   }
   o.Set("trace", trace);
@@ -239,9 +228,8 @@ Napi::Object info_object(Napi::Env env, const a2d::Model& model, const a2d::Back
   decoding.Set("temperature", d.temperature);
   decoding.Set("topP", d.top_p);
   decoding.Set("remasking", a2d::remasking_name(d.remasking));
-  decoding.Set("commit", d.commit == a2d::CommitPolicy::separate ? "separate" : "fused");
-  decoding.Set("treeWidth", d.tree_width);
-  decoding.Set("lookupNgram", d.lookup_ngram);
+  decoding.Set("advance", a2d::advance_name(d.advance));
+  decoding.Set("commit", a2d::commit_name(d.commit));
   Napi::Object info = Napi::Object::New(env);
   info.Set("architecture", c.architecture);
   info.Set("modelType", c.model_type);
@@ -386,7 +374,7 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
       } catch (const std::exception& e) {
         error = e.what();
       }
-      total_forwards_.store(forwards_before + result.forward_passes);
+      total_forwards_.store(forwards_before + result.forward_passes + result.prefill_forwards);
       post(channel, [this, job, deferred, error, result, token](Napi::Env env) {
         {
           std::lock_guard<std::mutex> lock(cancel_mutex_);

@@ -121,7 +121,7 @@ class CudaBackend final : public Backend {
     std::vector<double> confidences(n);
     for (int32_t c = 0; c < n; ++c) {
       const int32_t source = reveal->candidate_rows[c];
-      if (!sampling || c >= reveal->greedy_from) {
+      if (!sampling) {
         const cuda::TokenChoice choice = source == kAnchorLogits ? anchor_choice_ : choices_.at(source);
         picked[c] = {choice.token, static_cast<double>(choice.confidence)};
       } else {

@@ -42,16 +42,13 @@ constexpr int32_t kAnchorLogits = -1;
 struct RevealArgs {
   std::vector<int32_t> candidates;      // block indices j of the masked relevant positions, ascending
   std::vector<int32_t> candidate_rows;  // per candidate: index into ForwardArgs::logit_rows, or kAnchorLogits
-  std::vector<double> sample_draws;     // temperature > 0: one u in [0,1) per candidate below greedy_from; else empty
+  std::vector<double> sample_draws;     // temperature > 0: one u in [0,1) per candidate; else empty
   std::vector<double> priority_draws;   // remasking "random" (draws) or "leftmost" (n - c): one per candidate; else empty
   int32_t mask_token_id = -1;
   double temperature = 0.0;
   double top_p = 1.0;
   double threshold = 0.9;
   int32_t min_reveal = 1;  // k: at least this many candidates are revealed
-  // Candidates from this index on are chosen at temperature 0 whatever `temperature` is (the drafts of
-  // remasking "verify"); the default keeps every candidate on `temperature`.
-  int32_t greedy_from = INT32_MAX;
 };
 
 struct Revealed {
@@ -92,9 +89,12 @@ class Backend {
   // Positions the KV cache can hold (prompt + completion + one window); forward throws beyond it.
   int64_t max_context() const { return max_context_; }
 
-  // The longest window one forward takes (remasking verify's windows reach 2 x block_size - 1, tree's
-  // tree_window_rows).
+  // The longest window one forward takes.
   virtual int32_t max_window() const { return INT32_MAX; }
+
+  // The most prompt tokens one forward commits: the decode loop sends a longer prompt in commit-only chunks
+  // of this size (a cancel is seen between them).
+  virtual int32_t prefill_chunk() const { return 512; }
 
  protected:
   Backend(const ModelConfig& config, int64_t max_context) : config_(config), max_context_(max_context) {}

@@ -7,7 +7,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "lookup.h"
+#include "decode_params.h"
 
 namespace a2d {
 
@@ -166,6 +166,43 @@ void read_rope(Fields& fields, ModelConfig& config) {
   }
 }
 
+// a2d.decoding: every parameter of engine/decoding-params.json that has a default, by the table's ranges and
+// choices; the rest of the table's parameters are per request, and anything else is refused by name.
+void read_decoding_defaults(Fields d, DecodeParams& p) {
+  for (const ParamSpec& spec : decoding_specs()) {
+    if (!spec.has_default || spec.name == "seed") continue;
+    if (spec.type == "choice") {
+      const std::string value = d.string_or(spec.name, spec.default_choice);
+      const bool known = (spec.name == "remasking" && parse_remasking(value, &p.remasking)) ||
+                         (spec.name == "advance" && parse_advance(value, &p.advance)) ||
+                         (spec.name == "commit" && parse_commit(value, &p.commit));
+      if (!known) d.fail(spec.name, "= '" + value + "'; use " + choice_problem(spec, value));
+      continue;
+    }
+    const double value = spec.type == "integer"
+                             ? static_cast<double>(d.integer_or(spec.name, INT64_MIN, INT64_MAX, static_cast<int64_t>(spec.default_number)))
+                             : d.number_or(spec.name, -HUGE_VAL, HUGE_VAL, spec.default_number);
+    const std::string problem = range_problem(spec, value, p.block_size);
+    if (!problem.empty()) d.fail(spec.name, "must be " + problem);
+    if (spec.name == "threshold") p.threshold = value;
+    else if (spec.name == "min_per_step") p.min_per_step = static_cast<int>(value);
+    else if (spec.name == "steps") p.steps = static_cast<int>(value);
+    else if (spec.name == "temperature") p.temperature = value;
+    else if (spec.name == "top_p") p.top_p = value;
+    else throw std::logic_error("a2d.decoding: the engine does not read the table's parameter '" + spec.name + "'");
+  }
+  const std::string rule = broken_rule(p);
+  if (!rule.empty()) d.fail(decoding_spec("remasking").name, "with the rest of a2d.decoding breaks the rule " + rule + ": " + rule_message(rule));
+  for (const char* retired : {"tree_width", "lookup_ngram"}) {
+    if (d.has(retired)) {
+      d.fail(retired, "belonged to remasking 'verify' / 'tree', which a2d no longer has (they accepted a draft when a causal "
+                      "reading agreed with it: left-to-right decoding); `python -m a2d_convert redecode --model DIR "
+                      "--remasking low_confidence` rewrites the model's default");
+    }
+  }
+  d.reject_unknown("see docs/decoding.md for the decoding parameters");
+}
+
 void read_a2d_section(const json& section, const std::string& file, ModelConfig& config) {
   if (!section.is_object()) {
     throw std::runtime_error(file + ": field 'a2d' must be an object (docs/model-format.md)");
@@ -178,7 +215,8 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
   }
   config.mask_token_id = static_cast<int32_t>(a2d.integer("mask_token_id", 0, config.vocab_size - 1));
   config.mask_token = a2d.string_or("mask_token", "");
-  config.decoding.block_size = static_cast<int>(a2d.integer("block_size", 1, 64));
+  const ParamSpec& block = decoding_spec("block_size");
+  config.decoding.block_size = static_cast<int>(a2d.integer("block_size", static_cast<int64_t>(block.min), std::stoi(block.max)));
   config.shift_logits = a2d.boolean_or("shift_logits", true);
   config.trained = a2d.boolean_or("trained", false);
   if (!a2d.has("eos_token_ids") || !a2d.raw("eos_token_ids").is_array()) {
@@ -193,41 +231,7 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
   if (a2d.has("decoding")) {
     const json& decoding = a2d.raw("decoding");
     if (!decoding.is_object()) a2d.fail("decoding", "must be an object");
-    Fields d(decoding, file, "a2d.decoding.");
-    DecodeParams& p = config.decoding;
-    p.threshold = d.number_or("threshold", 0.0, 1.0, p.threshold);
-    p.min_per_step = static_cast<int>(d.integer_or("min_per_step", 1, p.block_size, p.min_per_step));
-    p.steps = static_cast<int>(d.integer_or("steps", 0, p.block_size, p.steps));
-    p.temperature = d.number_or("temperature", 0.0, 2.0, p.temperature);
-    p.top_p = d.number_or("top_p", 0.0, 1.0, p.top_p);
-    if (p.top_p <= 0.0) d.fail("top_p", "must be in (0, 1]");
-    const std::string remasking = d.string_or("remasking", "low_confidence");
-    if (!parse_remasking(remasking, &p.remasking)) {
-      d.fail("remasking", "= '" + remasking + "'; use 'low_confidence', 'random', 'leftmost', 'verify' or 'tree'");
-    }
-    const std::string commit = d.string_or("commit", "fused");
-    if (commit == "fused") {
-      p.commit = CommitPolicy::fused;
-    } else if (commit == "separate") {
-      p.commit = CommitPolicy::separate;
-    } else {
-      d.fail("commit", "= '" + commit + "'; use 'fused' or 'separate'");
-    }
-    p.tree_width = static_cast<int>(d.integer_or("tree_width", 1, 8, p.tree_width));
-    p.lookup_ngram = static_cast<int>(d.integer_or("lookup_ngram", 0, kMaxLookupNgram, p.lookup_ngram));
-    if (p.remasking == Remasking::tree && tree_window_rows(p) > kMaxTreeWindow) {
-      d.fail("tree_width", "= " + std::to_string(p.tree_width) + (p.lookup_ngram > 0 ? " with lookup_ngram" : "") +
-                               " at block_size " + std::to_string(p.block_size) +
-                               " needs tree windows of more than 64 rows; lower it (docs/decoding.md, \"Tree\")");
-    }
-    if (confirms_by_reading(p.remasking) && !config.shift_logits) {
-      d.fail("remasking", std::string("= '") + remasking_name(p.remasking) +
-                              "' needs a2d.shift_logits true; use another remasking for this model");
-    }
-    if (confirms_by_reading(p.remasking) && p.commit != CommitPolicy::fused) {
-      d.fail("commit", std::string("must be 'fused' with remasking '") + remasking_name(p.remasking) + "'");
-    }
-    d.reject_unknown("see docs/decoding.md for the decoding parameters");
+    read_decoding_defaults(Fields(decoding, file, "a2d.decoding."), config.decoding);
   } else {
     a2d.ignore("decoding");
   }
@@ -359,60 +363,6 @@ ModelConfig read_config(const std::string& path) {
   fields.reject_unknown("remove it if it is metadata, or use a model whose config a2d supports "
                         "(docs/model-format.md)");
   return config;
-}
-
-const char* remasking_name(Remasking remasking) {
-  switch (remasking) {
-    case Remasking::low_confidence:
-      return "low_confidence";
-    case Remasking::random:
-      return "random";
-    case Remasking::leftmost:
-      return "leftmost";
-    case Remasking::verify:
-      return "verify";
-    case Remasking::tree:
-      return "tree";
-  }
-  return "?";
-}
-
-bool parse_remasking(const std::string& name, Remasking* out) {
-  for (Remasking r : {Remasking::low_confidence, Remasking::random, Remasking::leftmost, Remasking::verify, Remasking::tree}) {
-    if (name == remasking_name(r)) {
-      *out = r;
-      return true;
-    }
-  }
-  return false;
-}
-
-void validate_decode_params(const DecodeParams& p, const ModelConfig& config) {
-  auto bad = [](const std::string& what) { throw std::runtime_error("invalid decoding parameter: " + what); };
-  if (p.block_size < 1 || p.block_size > 64) bad("block_size must be in 1..64");
-  if (!(p.threshold >= 0.0 && p.threshold <= 1.0)) bad("threshold must be in [0, 1]");
-  if (p.min_per_step < 1 || p.min_per_step > p.block_size) bad("min_per_step must be in 1..block_size");
-  if (p.steps < 0 || p.steps > p.block_size) bad("steps must be in 0..block_size");
-  if (!(p.temperature >= 0.0 && p.temperature <= 2.0)) bad("temperature must be in [0, 2]");
-  if (!(p.top_p > 0.0 && p.top_p <= 1.0)) bad("top_p must be in (0, 1]");
-  if (p.max_tokens < 0) bad("max_tokens must be >= 0");
-  if (p.tree_width < 1 || p.tree_width > 8) bad("tree_width must be in 1..8");
-  if (p.lookup_ngram < 0 || p.lookup_ngram > kMaxLookupNgram) bad("lookup_ngram must be in 0.." + std::to_string(kMaxLookupNgram));
-  if (p.remasking == Remasking::tree && tree_window_rows(p) > kMaxTreeWindow) {
-    bad("tree_width " + std::to_string(p.tree_width) + (p.lookup_ngram > 0 ? " with lookup_ngram" : "") + " at block_size " +
-        std::to_string(p.block_size) + " needs windows of " + std::to_string(tree_window_rows(p)) +
-        " rows, more than a tree window's 64; lower tree_width or block_size (docs/decoding.md, \"Tree\")");
-  }
-  const std::string name = std::string("remasking '") + remasking_name(p.remasking) + "'";
-  if (confirms_by_reading(p.remasking) && !config.shift_logits) {
-    bad(name + " needs a model with shift_logits (the row of a token predicts the next position)");
-  }
-  if (confirms_by_reading(p.remasking) && p.commit != CommitPolicy::fused) {
-    bad(name + " commits the confirmed tokens in the next window's forward; use commit 'fused'");
-  }
-  for (int32_t id : p.eos_token_ids) {
-    if (id < 0 || id >= config.vocab_size) bad("eos_token_ids holds " + std::to_string(id) + ", outside the vocabulary");
-  }
 }
 
 }  // namespace a2d

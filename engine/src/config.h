@@ -8,11 +8,14 @@
 
 namespace a2d {
 
-enum class Remasking { low_confidence, random, leftmost, verify, tree };
+// The choices of engine/decoding-params.json, in the table's order (decode_params.h names and parses them).
+enum class Remasking { low_confidence, random, leftmost };
+enum class Advance { block, slide };
 enum class CommitPolicy { fused, separate };
 
-// Decoding parameters of docs/decoding.md. The config's "a2d.decoding" section gives the defaults; a
-// request overrides any of them.
+// Decoding parameters of docs/decoding.md (defined in engine/decoding-params.json; the defaults below are
+// the table's, which a test checks). The config's "a2d.decoding" section gives a model's defaults; a request
+// overrides any of them.
 struct DecodeParams {
   int block_size = 4;
   double threshold = 0.9;
@@ -21,9 +24,8 @@ struct DecodeParams {
   double temperature = 0.0;
   double top_p = 1.0;
   Remasking remasking = Remasking::low_confidence;
+  Advance advance = Advance::block;
   CommitPolicy commit = CommitPolicy::fused;
-  int tree_width = 1;  // remasking tree: guesses for the first position (docs/decoding.md, "Tree")
-  int lookup_ngram = 0;  // verify and tree: drafts from the context's latest match of its last 1..n tokens; 0: none
   int64_t max_tokens = 0;
   uint64_t seed = 0;
   std::vector<int32_t> eos_token_ids;
@@ -67,31 +69,5 @@ extern const char* const kMaskAdapterTargets[7];
 
 // Reads and validates `dir/config.json`. Throws std::runtime_error naming the file, the field and the fix.
 ModelConfig read_config(const std::string& config_path);
-
-// The names docs/decoding.md gives the remasking rules: "low_confidence", "random", "leftmost", "verify",
-// "tree".
-const char* remasking_name(Remasking remasking);
-// false when `name` is none of them.
-bool parse_remasking(const std::string& name, Remasking* out);
-
-// Verify and tree confirm tokens by the model's reading (docs/decoding.md, "Verify").
-inline bool confirms_by_reading(Remasking remasking) {
-  return remasking == Remasking::verify || remasking == Remasking::tree;
-}
-
-// Rows of the largest tree window (docs/decoding.md, "Tree"): W(B-1) nodes and a group of B masks for the
-// root and each node. A tree window holds at most 64 rows (one bit each in ForwardArgs::window_visible).
-inline int64_t tree_window_rows(int64_t block_size, int64_t tree_width) {
-  const int64_t nodes = tree_width * (block_size - 1);
-  return nodes + block_size * (nodes + 1);
-}
-constexpr int64_t kMaxTreeWindow = 64;
-// Rows of the largest tree window of these parameters: tree_width branches, one more with lookup_ngram.
-inline int64_t tree_window_rows(const DecodeParams& p) {
-  return tree_window_rows(p.block_size, p.tree_width + (p.lookup_ngram > 0 ? 1 : 0));
-}
-
-// Checks decoding parameters against the ranges of docs/decoding.md; throws naming the parameter.
-void validate_decode_params(const DecodeParams& params, const ModelConfig& config);
 
 }  // namespace a2d

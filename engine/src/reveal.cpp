@@ -137,9 +137,8 @@ StepResult reveal_on_host(const RevealArgs& args, int32_t vocab,
   std::vector<Choice> choices(n);
   std::vector<double> confidences(n);
   for (int32_t c = 0; c < n; ++c) {
-    const double temperature = c < args.greedy_from ? args.temperature : 0.0;
-    const double u = temperature > 0.0 ? args.sample_draws.at(c) : 0.0;
-    choices[c] = choose_token(row(c), vocab, args.mask_token_id, temperature, args.top_p, u);
+    const double u = args.temperature > 0.0 ? args.sample_draws.at(c) : 0.0;
+    choices[c] = choose_token(row(c), vocab, args.mask_token_id, args.temperature, args.top_p, u);
     confidences[c] = choices[c].confidence;
   }
   const std::vector<double>& priorities =

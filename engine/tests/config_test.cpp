@@ -1,6 +1,10 @@
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "config.h"
+#include "decode_params.h"
+#include "decoding_table.h"
 #include "model.h"
 #include "test_util.h"
 
@@ -92,18 +96,18 @@ TEST_CASE("config: unsupported configs are rejected naming the file, the field a
   rejects("cfg-block", [](nlohmann::json& c) { c["a2d"]["block_size"] = 65; }, "'a2d.block_size' = 65");
   rejects("cfg-remask", [](nlohmann::json& c) { c["a2d"]["decoding"]["remasking"] = "sometimes"; },
           "a2d.decoding.remasking");
-  rejects("cfg-verify-unshifted",
+  rejects("cfg-verify", [](nlohmann::json& c) { c["a2d"]["decoding"]["remasking"] = "verify"; },
+          "left-to-right decoding with a drafter");
+  rejects("cfg-lookup", [](nlohmann::json& c) { c["a2d"]["decoding"]["lookup_ngram"] = 3; },
+          "a2d_convert redecode --model DIR --remasking low_confidence");
+  rejects("cfg-left-to-right",
           [](nlohmann::json& c) {
-            c["a2d"]["shift_logits"] = false;
-            c["a2d"]["decoding"]["remasking"] = "verify";
+            c["a2d"]["decoding"]["remasking"] = "leftmost";
+            c["a2d"]["decoding"]["threshold"] = 1.0;
           },
-          "'verify' needs a2d.shift_logits true");
-  rejects("cfg-verify-separate",
-          [](nlohmann::json& c) {
-            c["a2d"]["decoding"]["remasking"] = "verify";
-            c["a2d"]["decoding"]["commit"] = "separate";
-          },
-          "must be 'fused' with remasking 'verify'");
+          "left_to_right");
+  rejects("cfg-advance", [](nlohmann::json& c) { c["a2d"]["decoding"]["advance"] = "jump"; }, "use one of block, slide");
+  rejects("cfg-block-one", [](nlohmann::json& c) { c["a2d"]["block_size"] = 1; }, "'a2d.block_size' = 1");
   rejects("cfg-missing", [](nlohmann::json& c) { c.erase("hidden_size"); }, "'hidden_size' is missing");
   rejects("cfg-adapter-rank", [](nlohmann::json& c) { c["a2d"]["mask_adapter"] = {{"rank", 0}, {"targets", {"q_proj"}}}; },
           "'a2d.mask_adapter.rank' = 0");
@@ -178,4 +182,51 @@ TEST_CASE("config: decoding parameters are range-checked by name") {
   rejects([](DecodeParams& q) { q.top_p = 0; }, "top_p");
   rejects([](DecodeParams& q) { q.max_tokens = -1; }, "max_tokens");
   rejects([](DecodeParams& q) { q.eos_token_ids = {10}; }, "eos_token_ids");
+}
+
+TEST_CASE("config: the decoding table's shared cases, its defaults and its choices' order") {
+  const nlohmann::json table = nlohmann::json::parse(kDecodingTableJson);
+  ModelConfig config;
+  config.vocab_size = 10;
+  for (const nlohmann::json& c : table.at("cases")) {
+    CAPTURE(c.dump());
+    nlohmann::json params = table.at("case_defaults");
+    params.update(c.at("params"));
+    DecodeParams p;
+    std::string refused;  // a value the C++ types cannot hold, refused where it is parsed
+    for (const auto& [name, value] : params.items()) {
+      if (name == "block_size") p.block_size = value.get<int>();
+      else if (name == "max_tokens") p.max_tokens = value.get<int64_t>();
+      else if (name == "threshold") p.threshold = value.get<double>();
+      else if (name == "min_per_step") p.min_per_step = value.get<int>();
+      else if (name == "steps") p.steps = value.get<int>();
+      else if (name == "temperature") p.temperature = value.get<double>();
+      else if (name == "top_p") p.top_p = value.get<double>();
+      else if (name == "seed" && value.get<int64_t>() < 0) refused = "seed";
+      else if (name == "remasking" && !parse_remasking(value.get<std::string>(), &p.remasking)) refused = name;
+      else if (name == "advance" && !parse_advance(value.get<std::string>(), &p.advance)) refused = name;
+      else if (name == "commit" && !parse_commit(value.get<std::string>(), &p.commit)) refused = name;
+    }
+    if (c.value("ok", false)) {
+      CHECK(refused.empty());
+      CHECK_NOTHROW(validate_decode_params(p, config));
+    } else if (!refused.empty()) {
+      CHECK(refused == c.at("error").get<std::string>());
+    } else {
+      const std::string error = c.at("error").get<std::string>();
+      CHECK_THROWS_WITH(validate_decode_params(p, config), doctest::Contains(error.c_str()));
+    }
+  }
+  const DecodeParams defaults;
+  CHECK(defaults.threshold == decoding_spec("threshold").default_number);
+  CHECK(defaults.min_per_step == decoding_spec("min_per_step").default_number);
+  CHECK(defaults.steps == decoding_spec("steps").default_number);
+  CHECK(defaults.temperature == decoding_spec("temperature").default_number);
+  CHECK(defaults.top_p == decoding_spec("top_p").default_number);
+  CHECK(remasking_name(defaults.remasking) == decoding_spec("remasking").default_choice);
+  CHECK(advance_name(defaults.advance) == decoding_spec("advance").default_choice);
+  CHECK(commit_name(defaults.commit) == decoding_spec("commit").default_choice);
+  CHECK(std::string(remasking_name(Remasking::leftmost)) == "leftmost");
+  CHECK(std::string(advance_name(Advance::slide)) == "slide");
+  CHECK(std::string(commit_name(CommitPolicy::separate)) == "separate");
 }

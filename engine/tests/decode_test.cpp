@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <utility>
@@ -11,7 +12,6 @@
 #include "backend.h"
 #include "cpu_kernels.h"
 #include "decode.h"
-#include "lookup.h"
 #include "reveal.h"
 #include "model.h"
 #include "test_util.h"
@@ -360,7 +360,7 @@ TEST_CASE("decode: max_tokens, EOS and block sizes end generation as docs/decodi
   CHECK(std::equal(r.tokens.begin(), r.tokens.begin() + same, reference.tokens.begin()));
 
   p.eos_token_ids = {};
-  for (int block : {1, 2, 8}) {
+  for (int block : {2, 4, 8}) {
     p.block_size = block;
     r = generate(*backend, kPrompt, p, nullptr, nullptr);
     CHECK(r.tokens.size() == 10);
@@ -446,9 +446,11 @@ TEST_CASE("decode: bad requests are errors, not crashes") {
 
 namespace {
 
-// The C++ twin of convert/tests/test_decode.py's Successor: the row of a real token t predicts
-// t % 5 + 1 at 0.9, the row of a mask predicts the next position from `drafts`; ids 1..5, EOS 6, mask 7.
-class SuccessorBackend : public Backend {
+// The C++ twin of convert/tests/test_decode.py's Scripted: the logits row read for absolute position p is
+// table[p] (probabilities over ids 0..7, mask 7), uniform over the non-mask ids where the table has none. It
+// tracks the cache like a real backend, so a loop that asks for the wrong row or commits the wrong tokens
+// reads the wrong entry.
+class ScriptedBackend : public Backend {
  public:
   static ModelConfig scripted_config() {
     ModelConfig c;
@@ -458,359 +460,167 @@ class SuccessorBackend : public Backend {
     c.shift_logits = true;
     return c;
   }
-  explicit SuccessorBackend(std::map<int64_t, std::pair<int32_t, double>> drafts)
-      : Backend(scripted_config(), 64), drafts_(std::move(drafts)) {}
+  explicit ScriptedBackend(std::map<int64_t, std::pair<int32_t, double>> table)
+      : Backend(scripted_config(), 64), table_(std::move(table)) {}
 
   void forward(const ForwardArgs& args, float* logits) override {
     calls.push_back(args);
     const int64_t start = static_cast<int64_t>(cached_.size());
     cached_.insert(cached_.end(), args.commit.begin(), args.commit.end());
-    std::vector<int32_t> tokens(cached_);
-    tokens.insert(tokens.end(), args.window.begin(), args.window.end());
     for (size_t i = 0; i < args.logit_rows.size(); ++i) {
-      const int64_t at = start + args.logit_rows[i];
-      const int32_t token = tokens.at(at);
-      std::pair<int32_t, double> choice{token % 5 + 1, 0.9};
-      if (token == 7) {
-        const auto it = drafts_.find(at + 1);
-        choice = it == drafts_.end() ? std::pair<int32_t, double>{1, 0.3} : it->second;
-      }
+      const auto it = table_.find(start + args.logit_rows[i] + 1);
       for (int32_t v = 0; v < 8; ++v) {
-        const double p = v == choice.first ? choice.second : v == 7 ? 0.0 : (1.0 - choice.second) / 6;
-        logits[i * 8 + v] = p > 0 ? static_cast<float>(std::log(p)) : -INFINITY;
+        double p = 1.0 / 7;
+        if (it != table_.end()) p = v == it->second.first ? it->second.second : (1.0 - it->second.second) / 6;
+        logits[i * 8 + v] = v == 7 ? -INFINITY : static_cast<float>(std::log(p));
       }
     }
   }
   int64_t cached_len() const override { return static_cast<int64_t>(cached_.size()); }
   void reset_cache() override { cached_.clear(); }
-  int32_t max_window() const override { return window_limit; }
+  int32_t prefill_chunk() const override { return chunk; }
 
   std::vector<ForwardArgs> calls;
-  int32_t window_limit = 64;
+  int32_t chunk = 512;
 
  private:
-  std::map<int64_t, std::pair<int32_t, double>> drafts_;
+  std::map<int64_t, std::pair<int32_t, double>> table_;
   std::vector<int32_t> cached_;
 };
 
-// Per forward of a traced generation: the window's first position, how many tokens it confirmed, how many
-// drafts it made.
-struct TraceShape {
-  std::vector<int64_t> starts;
-  std::vector<size_t> confirmed, drafted;
-};
-TraceShape trace_shape(const GenerateResult& r) {
-  TraceShape shape;
-  for (const TraceStep& s : r.trace) {
-    shape.starts.push_back(s.block_start);
-    shape.confirmed.push_back(s.revealed.size());
-    shape.drafted.push_back(s.drafts.size());
-  }
-  return shape;
-}
+// convert/tests/test_decode.py's SLIDE: prompt 1 2 3, then per position (token, confidence).
+const std::map<int64_t, std::pair<int32_t, double>> kSlide = {
+    {3, {1, 0.95}}, {4, {2, 0.5}}, {5, {3, 0.92}}, {6, {4, 0.3}}, {7, {5, 0.95}}, {8, {1, 0.4}}};
 
-}  // namespace
-
-TEST_CASE("decode verify: keeps matching drafts, corrects the first wrong one, as the Python test does") {
-  SuccessorBackend backend({{4, {5, 0.9}}, {5, {1, 0.8}}, {6, {3, 0.9}}, {8, {4, 0.9}}, {9, {5, 0.4}}, {10, {1, 0.9}}});
+DecodeParams slide_params() {
   DecodeParams p;
-  p.max_tokens = 8;
+  p.max_tokens = 6;
   p.block_size = 4;
-  p.threshold = 0.5;
-  p.remasking = Remasking::verify;
+  p.threshold = 0.9;
   p.eos_token_ids = {6};
-  p.trace = true;
-  const GenerateResult r = generate(backend, {1, 2, 3}, p, nullptr, nullptr);
-  CHECK(r.tokens == std::vector<int32_t>{4, 5, 1, 2, 3, 4, 5, 1});
-  CHECK(r.finish_reason == FinishReason::length);
-  CHECK(r.forward_passes == 5);
-  const int32_t M = 7;
-  const std::vector<std::vector<int32_t>> commits{{1, 2, 3}, {4}, {5, 1, 2}, {3}, {4, 5}};
-  const std::vector<std::vector<int32_t>> windows{
-      {M, M, M, M}, {5, 1, 3, M, M, M, M}, {M, M, M, M}, {4, M, M, M, M}, {M, M, M, M}};
-  const std::vector<std::vector<int32_t>> rows{{2, 3, 4, 5}, {0, 1, 2, 3, 4, 5, 6}, {2, 3, 4, 5}, {0, 1, 2}, {1}};
-  REQUIRE(backend.calls.size() == 5);
-  for (size_t i = 0; i < 5; ++i) {
-    CAPTURE(i);
-    CHECK(backend.calls[i].commit == commits[i]);
-    CHECK(backend.calls[i].window == windows[i]);
-    CHECK(backend.calls[i].logit_rows == rows[i]);
-  }
-  const auto [starts, confirmed, drafted] = trace_shape(r);
-  CHECK(starts == std::vector<int64_t>{3, 4, 7, 8, 10});
-  CHECK(confirmed == std::vector<size_t>{1, 3, 1, 2, 1});
-  CHECK(drafted == std::vector<size_t>{3, 0, 1, 1, 0});
-
-  // An EOS reading ends the generation without the EOS; verify needs shifted logits and fused commits.
-  SuccessorBackend eos_backend({});
-  p.eos_token_ids = {1};
-  const GenerateResult stopped = generate(eos_backend, {1, 2, 3}, p, nullptr, nullptr);
-  CHECK(stopped.tokens == std::vector<int32_t>{4, 5});
-  CHECK(stopped.finish_reason == FinishReason::stop);
-  p.commit = CommitPolicy::separate;
-  CHECK_THROWS_WITH_AS(generate(eos_backend, {1, 2, 3}, p, nullptr, nullptr),
-                       doctest::Contains("use commit 'fused'"), std::runtime_error);
-  // A backend whose forward takes at most 6 positions cannot run verify's windows of 7 at block size 4.
-  p.commit = CommitPolicy::fused;
-  eos_backend.window_limit = 6;
-  const size_t forwards_before = eos_backend.calls.size();
-  CHECK_THROWS_WITH_AS(generate(eos_backend, {1, 2, 3}, p, nullptr, nullptr),
-                       doctest::Contains("use block_size <= 3"), std::runtime_error);
-  CHECK(eos_backend.calls.size() == forwards_before);  // refused before any forward
-}
-
-namespace {
-
-// The C++ twin of convert/tests/test_decode.py's TreeSuccessor: a real token's row predicts t % 5 + 1 at
-// 0.9; a mask row at absolute position q predicts q+1 from `guesses` (token -> probability, the rest spread
-// evenly over the other non-mask ids; {1: 0.1} where none is given). Rows sit where the layout puts them.
-class TreeSuccessorBackend : public Backend {
- public:
-  explicit TreeSuccessorBackend(std::map<int64_t, std::map<int32_t, double>> guesses)
-      : Backend(SuccessorBackend::scripted_config(), 64), guesses_(std::move(guesses)) {}
-
-  void forward(const ForwardArgs& args, float* logits) override {
-    calls.push_back(args);
-    const int64_t start = static_cast<int64_t>(cached_.size());
-    const int64_t C = static_cast<int64_t>(args.commit.size());
-    cached_.insert(cached_.end(), args.commit.begin(), args.commit.end());
-    std::vector<int32_t> tokens(args.commit);
-    tokens.insert(tokens.end(), args.window.begin(), args.window.end());
-    for (size_t i = 0; i < args.logit_rows.size(); ++i) {
-      const int64_t r = args.logit_rows[i];
-      const int64_t position = r < C || !args.has_layout() ? start + r : start + C + args.window_offsets.at(r - C);
-      const int32_t token = tokens.at(r);
-      std::map<int32_t, double> probs{{token % 5 + 1, 0.9}};
-      if (token == 7) {
-        const auto it = guesses_.find(position + 1);
-        probs = it == guesses_.end() ? std::map<int32_t, double>{{1, 0.1}} : it->second;
-      }
-      double given = 0.0;
-      for (const auto& [t, p] : probs) given += p;
-      const double rest = (1.0 - given) / static_cast<double>(7 - probs.size());
-      for (int32_t v = 0; v < 8; ++v) {
-        const double p = probs.count(v) ? probs.at(v) : v == 7 ? 0.0 : rest;
-        logits[i * 8 + v] = p > 0 ? static_cast<float>(std::log(p)) : -INFINITY;
-      }
-    }
-  }
-  int64_t cached_len() const override { return static_cast<int64_t>(cached_.size()); }
-  void reset_cache() override { cached_.clear(); }
-
-  std::vector<ForwardArgs> calls;
-
- private:
-  std::map<int64_t, std::map<int32_t, double>> guesses_;
-  std::vector<int32_t> cached_;
-};
-
-}  // namespace
-
-TEST_CASE("decode tree: walks the branch the reading chooses, drafts from where it stops, as the Python test does") {
-  TreeSuccessorBackend backend({{4, {{5, 0.6}, {2, 0.3}}}, {5, {{1, 0.7}}}, {7, {{3, 0.8}}}, {8, {{5, 0.9}}},
-                                {9, {{5, 0.9}}}, {10, {{1, 0.9}}}});
-  DecodeParams p;
-  p.max_tokens = 8;
-  p.block_size = 3;
-  p.threshold = 0.2;
-  p.remasking = Remasking::tree;
-  p.tree_width = 2;
-  p.eos_token_ids = {6};
-  p.trace = true;
-  const GenerateResult r = generate(backend, {1, 2, 3}, p, nullptr, nullptr);
-  CHECK(r.tokens == std::vector<int32_t>{4, 5, 1, 2, 3, 4, 5, 1});
-  CHECK(r.finish_reason == FinishReason::length);
-  REQUIRE(backend.calls.size() == 4);
-  const int32_t M = 7;
-  const auto masks = [&](std::vector<int32_t> v, size_t n) {
-    v.insert(v.end(), n, M);
-    return v;
-  };
-  const std::vector<std::vector<int32_t>> commits{{1, 2, 3}, {4}, {5, 1, 2}, {3, 4}};
-  const std::vector<std::vector<int32_t>> windows{masks({}, 3), masks({5, 1, 2, 1}, 15), masks({3, 5}, 9), masks({5}, 6)};
-  const std::vector<std::vector<int32_t>> rows{
-      {2, 3, 4}, {0, 1, 2, 3, 4, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18}, {2, 3, 4, 5, 6, 8, 9, 11, 12}, {1, 2, 3, 4, 6, 7}};
-  for (size_t i = 0; i < 4; ++i) {
-    CAPTURE(i);
-    CHECK(backend.calls[i].commit == commits[i]);
-    CHECK(backend.calls[i].window == windows[i]);
-    CHECK(backend.calls[i].logit_rows == rows[i]);
-  }
-  CHECK(backend.calls[0].window_offsets == std::vector<int32_t>{0, 1, 2});
-  CHECK(backend.calls[0].window_visible == std::vector<uint64_t>{7, 7, 7});
-  CHECK(backend.calls[1].window_offsets ==
-        std::vector<int32_t>{0, 1, 0, 1, 0, 1, 2, 1, 2, 3, 2, 3, 4, 1, 2, 3, 2, 3, 4});
-  std::vector<uint64_t> visible{1, 3, 4, 12};
-  for (uint64_t group : {uint64_t{7} << 4, 1 | uint64_t{7} << 7, 3 | uint64_t{7} << 10, 4 | uint64_t{7} << 13,
-                         12 | uint64_t{7} << 16}) {
-    visible.insert(visible.end(), 3, group);
-  }
-  CHECK(backend.calls[1].window_visible == visible);
-  const auto [starts, confirmed, drafted] = trace_shape(r);
-  CHECK(starts == std::vector<int64_t>{3, 4, 7, 9});
-  CHECK(confirmed == std::vector<size_t>{1, 3, 2, 2});
-  CHECK(drafted == std::vector<size_t>{4, 2, 2, 0});
-  CHECK(r.trace[0].draft_branches == std::vector<int32_t>{0, 0, 1, 1});
-
-  // Windows past 64 rows are refused before any forward: tree_width 1 at block size 8 needs 71.
-  p.block_size = 8;
-  p.tree_width = 1;
-  const size_t before = backend.calls.size();
-  CHECK_THROWS_WITH_AS(generate(backend, {1, 2, 3}, p, nullptr, nullptr), doctest::Contains("lower tree_width or block_size"),
-                       std::runtime_error);
-  CHECK(backend.calls.size() == before);
-}
-
-namespace {
-
-// The lookup tests' stream: after the prompt 1 2 3 the exact stream 4 5 1 2 3 4 5 1 2 3 4 5 repeats itself;
-// the masks guess 2 5 for positions 6-7 (after forward 3 confirms 1 at position 5). Block size 3, threshold 0.2,
-// lookup_ngram 2: every forward after the third confirms 3 tokens, committed as below.
-DecodeParams repeating_stream_params(Remasking remasking) {
-  DecodeParams p;
-  p.max_tokens = 12;
-  p.block_size = 3;
-  p.threshold = 0.2;
-  p.remasking = remasking;
-  p.tree_width = 1;
-  p.lookup_ngram = 2;
-  p.eos_token_ids = {6};
+  p.advance = Advance::slide;
   p.trace = true;
   return p;
 }
-TreeSuccessorBackend repeating_stream_backend() { return TreeSuccessorBackend({{6, {{2, 0.9}}}, {7, {{5, 0.9}}}}); }
-void check_repeating_stream(const TreeSuccessorBackend& backend, const GenerateResult& r) {
-  CHECK(r.tokens == std::vector<int32_t>{4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5});
-  REQUIRE(backend.calls.size() == 6);
-  std::vector<std::vector<int32_t>> commits;
-  for (const ForwardArgs& call : backend.calls) commits.push_back(call.commit);
-  CHECK(commits == std::vector<std::vector<int32_t>>{{1, 2, 3}, {4}, {5}, {1}, {2, 3, 4}, {5, 1, 2}});
+
+std::vector<std::vector<std::pair<int32_t, int32_t>>> reveals(const GenerateResult& r) {
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> out;
+  for (const TraceStep& s : r.trace) {
+    out.emplace_back();
+    for (const Revealed& v : s.revealed) out.back().emplace_back(v.j, v.token);
+  }
+  return out;
 }
 
 }  // namespace
 
-TEST_CASE("decode tree: lookup_ngram drafts what followed the context's last match, as the Python test does") {
-  // Forward 4's window: the group's 2 5 and the prompt's continuation 2 3, one node 2 with children 5 and 3.
-  DecodeParams p = repeating_stream_params(Remasking::tree);
-  TreeSuccessorBackend backend = repeating_stream_backend();
+TEST_CASE("decode slide: the window moves past every revealed prefix, as the Python test does") {
+  ScriptedBackend backend(kSlide);
+  const GenerateResult r = generate(backend, {1, 2, 3}, slide_params(), nullptr, nullptr);
+  using Step = std::vector<std::pair<int32_t, int32_t>>;
+  CHECK(reveals(r) == std::vector<Step>{{{0, 1}, {2, 3}}, {{3, 5}}, {{0, 2}}, {{2, 1}}, {{0, 4}}});
+  std::vector<int64_t> starts;
+  std::vector<int32_t> steps;
+  for (const TraceStep& s : r.trace) {
+    starts.push_back(s.block_start);
+    steps.push_back(s.step);
+  }
+  CHECK(starts == std::vector<int64_t>{3, 4, 4, 6, 6});
+  CHECK(steps == std::vector<int32_t>{0, 0, 1, 0, 1});
+  CHECK(r.tokens == std::vector<int32_t>{1, 2, 3, 4, 5, 1});
+  CHECK(r.finish_reason == FinishReason::length);
+  CHECK(r.forward_passes == 5);
+  CHECK(r.steps == 5);
+  CHECK(r.revealed == 6);
+  CHECK(r.topped_up == 3);
+  REQUIRE(backend.calls.size() == 5);
+  const std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> calls = {
+      {{1, 2, 3}, {7, 7, 7, 7}}, {{1}, {7, 3, 7, 7}}, {{}, {7, 3, 7, 5}}, {{2, 3}, {7, 5, 7, 7}}, {{}, {7, 5, 1, 7}}};
+  for (size_t i = 0; i < calls.size(); ++i) {
+    CHECK(backend.calls[i].commit == calls[i].first);
+    CHECK(backend.calls[i].window == calls[i].second);
+  }
+
+  DecodeParams block = slide_params();  // the same table a block at a time
+  block.advance = Advance::block;
+  ScriptedBackend blocks(kSlide);
+  const GenerateResult b = generate(blocks, {1, 2, 3}, block, nullptr, nullptr);
+  CHECK(b.forward_passes == 5);
+  CHECK(b.tokens == r.tokens);
+}
+
+TEST_CASE("decode slide: an EOS ends it once everything before it is revealed; separate commits cost a forward each") {
+  auto table = kSlide;
+  table[5] = {6, 0.97};  // EOS revealed at position 5 in the first step
+  ScriptedBackend backend(table);
+  DecodeParams p = slide_params();
+  p.max_tokens = 12;
   const GenerateResult r = generate(backend, {1, 2, 3}, p, nullptr, nullptr);
-  check_repeating_stream(backend, r);
-  const ForwardArgs& fourth = backend.calls[3];
-  std::vector<int32_t> window{2, 5, 3};
-  window.insert(window.end(), 12, 7);
-  CHECK(fourth.window == window);
-  CHECK(fourth.window_offsets == std::vector<int32_t>{0, 1, 1, 0, 1, 2, 1, 2, 3, 2, 3, 4, 2, 3, 4});
-  std::vector<uint64_t> visible{1, 3, 5};
-  for (uint64_t group : {uint64_t{7} << 3, 1 | uint64_t{7} << 6, 3 | uint64_t{7} << 9, 5 | uint64_t{7} << 12}) {
-    visible.insert(visible.end(), 3, group);
-  }
-  CHECK(fourth.window_visible == visible);
-  std::vector<int32_t> drafted, confidences_zero;
-  for (const Revealed& d : r.trace[2].drafts) {
-    drafted.push_back(d.token);
-    confidences_zero.push_back(d.confidence == 0.0 ? 1 : 0);
-  }
-  CHECK(drafted == std::vector<int32_t>{2, 5, 2, 3});
-  CHECK(confidences_zero == std::vector<int32_t>{0, 0, 1, 1});
-  CHECK(r.trace[2].draft_branches == std::vector<int32_t>{0, 0, 1, 1});
-  CHECK(std::vector<int32_t>(backend.calls[4].window.begin(), backend.calls[4].window.begin() + 2) == std::vector<int32_t>{5, 1});
-  CHECK(std::vector<int32_t>(backend.calls[5].window.begin(), backend.calls[5].window.begin() + 2) == std::vector<int32_t>{3, 4});
+  using Step = std::vector<std::pair<int32_t, int32_t>>;
+  CHECK(reveals(r) == std::vector<Step>{{{0, 1}, {2, 6}}, {{0, 2}}});
+  CHECK(r.tokens == std::vector<int32_t>{1, 2});
+  CHECK(r.finish_reason == FinishReason::stop);
+  CHECK(r.forward_passes == 2);
 
-  // Without the lookup branch the same stream takes 11 forwards; with tree_width 4 it would not fit 64 rows.
-  p.lookup_ngram = 0;
-  TreeSuccessorBackend plain = repeating_stream_backend();
-  CHECK(generate(plain, {1, 2, 3}, p, nullptr, nullptr).forward_passes == 11);
-  p.block_size = 4;
-  p.tree_width = 4;
-  p.lookup_ngram = 2;
-  CHECK_THROWS_WITH_AS(generate(plain, {1, 2, 3}, p, nullptr, nullptr), doctest::Contains("lookup_ngram"), std::runtime_error);
+  ScriptedBackend fused_backend(kSlide), separate_backend(kSlide);
+  const GenerateResult fused = generate(fused_backend, {1, 2, 3}, slide_params(), nullptr, nullptr);
+  DecodeParams sep = slide_params();
+  sep.commit = CommitPolicy::separate;
+  const GenerateResult separate = generate(separate_backend, {1, 2, 3}, sep, nullptr, nullptr);
+  CHECK(separate.tokens == fused.tokens);
+  CHECK(reveals(separate) == reveals(fused));
+  CHECK(separate.forward_passes == fused.forward_passes + 3);
 }
 
-TEST_CASE("decode verify: lookup_ngram drafts after a mismatch and where the masks agree, as the Python test does") {
-  // Forward 3's masks guess 2 5 and the prompt's 1 was followed by 2 3: the same first token, so 2 3 is
-  // drafted; forward 4's masks guess nothing and the context drafts 5 1.
-  DecodeParams p = repeating_stream_params(Remasking::verify);
-  TreeSuccessorBackend backend = repeating_stream_backend();
-  const GenerateResult r = generate(backend, {1, 2, 3}, p, nullptr, nullptr);
-  check_repeating_stream(backend, r);
-  CHECK(backend.calls[3].window == std::vector<int32_t>{2, 3, 7, 7, 7});
-  CHECK(backend.calls[4].window == std::vector<int32_t>{5, 1, 7, 7, 7});
-  REQUIRE(r.trace[2].drafts.size() == 2);
-  CHECK(r.trace[2].drafts[1].token == 3);
-  CHECK(r.trace[2].drafts[1].confidence == 0.0);
-  p.lookup_ngram = 0;
-  TreeSuccessorBackend plain = repeating_stream_backend();
-  CHECK(generate(plain, {1, 2, 3}, p, nullptr, nullptr).forward_passes == 11);
-}
+TEST_CASE("decode: a long prompt goes in commit-only chunks, cancellable between them, not counted as forwards") {
+  ScriptedBackend backend(kSlide);
+  backend.chunk = 2;
+  std::vector<int32_t> prompt = {1, 2, 3};
+  DecodeParams p = slide_params();
+  const GenerateResult whole = [&] {
+    ScriptedBackend one(kSlide);
+    return generate(one, prompt, p, nullptr, nullptr);
+  }();
+  const GenerateResult chunked = generate(backend, prompt, p, nullptr, nullptr);
+  CHECK(chunked.tokens == whole.tokens);
+  CHECK(chunked.forward_passes == whole.forward_passes);
+  CHECK(chunked.prefill_forwards == 1);  // [1 2] alone, then [3] with the first window
+  REQUIRE(backend.calls.size() == whole.forward_passes + 1);
+  CHECK(backend.calls[0].commit == std::vector<int32_t>{1, 2});
+  CHECK(backend.calls[0].window.empty());
+  CHECK(backend.calls[1].commit == std::vector<int32_t>{3});
 
-TEST_CASE("cpu forward: a tree layout places rows at their offsets and limits what each sees") {
-  // Two one-token branches x and y at the same position (offset 0), each seeing only itself: each row reads
-  // exactly as that token would read as the last commit row.
-  auto model = load_model(write_tiny_model("fwd-tree", TinyShape{}, 14));
-  auto backend = make_cpu_backend(*model, BackendOptions{2, 0});
-  const int64_t V = model->config.vocab_size, P = static_cast<int64_t>(kPrompt.size());
-  ForwardArgs tree;
-  tree.commit = kPrompt;
-  tree.window = {21, 8};
-  tree.window_offsets = {0, 0};
-  tree.window_visible = {1, 2};
-  tree.logit_rows = {static_cast<int32_t>(P), static_cast<int32_t>(P + 1)};
-  std::vector<float> both(2 * V);
-  backend->forward(tree, both.data());
-  for (int32_t k = 0; k < 2; ++k) {
-    CAPTURE(k);
-    backend->reset_cache();
-    std::vector<int32_t> commit = kPrompt;
-    commit.push_back(tree.window[k]);
-    const auto alone = forward_all(*backend, commit, {});
-    CHECK(max_rel_error(std::vector<float>(both.begin() + k * V, both.begin() + (k + 1) * V), alone, P * V) < 1e-6);
-  }
-  // Without the layout, y sits one position later and sees x: other logits.
-  backend->reset_cache();
-  const auto plain = forward_all(*backend, kPrompt, {21, 8});
-  CHECK(max_rel_error(std::vector<float>(both.begin() + V, both.end()), plain, (P + 1) * V) > 1e-3);
-}
-
-TEST_CASE("lookup context: its index answers what a scan of the whole context answers") {
-  // The rule of docs/decoding.md ("Tree", step 4), written as the scan it replaces.
-  auto scan = [](const std::vector<int32_t>& context, int ngram, int32_t depth, int32_t eos) {
-    const int64_t size = static_cast<int64_t>(context.size());
-    for (int64_t n = std::min<int64_t>(ngram, size - 1); n >= 1; --n) {
-      for (int64_t start = size - n - 1; start >= 0; --start) {
-        if (!std::equal(context.end() - n, context.end(), context.begin() + start)) continue;
-        std::vector<int32_t> found;
-        for (int64_t i = start + n; i < size && static_cast<int32_t>(found.size()) < depth; ++i) {
-          found.push_back(context[static_cast<size_t>(i)]);
-          if (found.back() == eos) break;
-        }
-        return found;
-      }
+  // A cancel raised during the first chunk stops the generation before the second.
+  struct CancelOnFirst : ScriptedBackend {
+    using ScriptedBackend::ScriptedBackend;
+    std::atomic<bool>* flag = nullptr;
+    void forward(const ForwardArgs& args, float* logits) override {
+      ScriptedBackend::forward(args, logits);
+      flag->store(true);
     }
-    return std::vector<int32_t>{};
-  };
-  SplitMix64 rng(11);
-  int64_t matched = 0, compared = 0;
-  for (int ngram : {1, 2, 3, 8}) {
-    for (int32_t vocab : {2, 3, 6, 50}) {  // small vocabularies repeat n-grams often
-      std::vector<int32_t> prompt;
-      for (int i = 0; i < 5; ++i) prompt.push_back(static_cast<int32_t>(rng.next_u64() % vocab));
-      LookupContext context(prompt, ngram);
-      std::vector<int32_t> tokens = prompt;
-      for (int step = 0; step < 300; ++step) {
-        const int32_t token = static_cast<int32_t>(rng.next_u64() % vocab);
-        context.push(token);
-        tokens.push_back(token);
-        for (int32_t depth : {1, 3, 7}) {
-          const std::vector<int32_t> want = scan(tokens, ngram, depth, 0);
-          CHECK(context.branch(depth, [](int32_t t) { return t == 0; }) == want);
-          matched += want.empty() ? 0 : 1;
-          ++compared;
-        }
-      }
-      CHECK(context.tokens() == tokens);
-    }
-  }
-  CHECK(matched > compared / 2);  // the comparison is not all empty branches
-  CHECK(LookupContext({1, 2}, 0).branch(3, [](int32_t) { return false; }).empty());
-  CHECK_THROWS_AS(LookupContext({1}, kMaxLookupNgram + 1), std::invalid_argument);
+  } cancelling(kSlide);
+  cancelling.chunk = 1;
+  std::atomic<bool> cancel{false};
+  cancelling.flag = &cancel;
+  const GenerateResult stopped = generate(cancelling, prompt, p, nullptr, &cancel);
+  CHECK(stopped.finish_reason == FinishReason::cancelled);
+  CHECK(cancelling.calls.size() == 1);
+  CHECK(stopped.forward_passes == 0);
+}
+
+TEST_CASE("decode: settings that decode left to right by construction are refused with the rule named") {
+  ScriptedBackend backend(kSlide);
+  DecodeParams p = slide_params();
+  p.remasking = Remasking::leftmost;
+  p.threshold = 1.0;
+  CHECK_THROWS_WITH(generate(backend, {1, 2, 3}, p, nullptr, nullptr), doctest::Contains("left_to_right"));
+  p.min_per_step = 2;
+  CHECK(generate(backend, {1, 2, 3}, p, nullptr, nullptr).tokens.size() == 6);
+  p = slide_params();
+  p.block_size = 1;
+  p.min_per_step = 1;
+  CHECK_THROWS_WITH(generate(backend, {1, 2, 3}, p, nullptr, nullptr), doctest::Contains("block_size is 1, it must be in [2, 64]"));
+  p = slide_params();
+  p.steps = 2;
+  CHECK_THROWS_WITH(generate(backend, {1, 2, 3}, p, nullptr, nullptr), doctest::Contains("schedule_needs_blocks"));
 }

@@ -17,11 +17,9 @@ export function registerHealthRoute(app: App, ctx: ServerContext): void {
       decoding: {
         method: "block_diffusion",
         description:
-          d.remasking === "verify"
-            ? "iterative denoising of masked blocks (each block of masks drafted in parallel, every draft remasked unless the model's reading of the tokens before it agrees; KV cache of confirmed tokens)"
-            : d.remasking === "tree"
-              ? "iterative denoising of masked blocks (a block of masks after every draft, tree_width guesses for the first position, every draft remasked unless the model's reading of the tokens before it agrees; KV cache of confirmed tokens)"
-              : "iterative denoising of masked blocks (confidence-threshold parallel reveal, KV cache of committed blocks)",
+          d.advance === "slide"
+            ? "iterative denoising of a window of masked positions that slides past every revealed prefix (confidence-threshold parallel reveal, at least min_tokens_per_step a step; KV cache of committed tokens)"
+            : "iterative denoising of masked blocks (confidence-threshold parallel reveal, at least min_tokens_per_step a step; KV cache of committed blocks)",
         block_size: d.blockSize,
         threshold: d.threshold,
         min_tokens_per_step: d.minPerStep,
@@ -29,9 +27,8 @@ export function registerHealthRoute(app: App, ctx: ServerContext): void {
         temperature: d.temperature,
         top_p: d.topP,
         remasking: d.remasking,
+        advance: d.advance,
         commit: d.commit,
-        tree_width: d.treeWidth,
-        lookup_ngram: d.lookupNgram,
         mask_token_id: info.maskTokenId,
       },
       forward_passes: ctx.model.engine.totalForwardPasses(),
