@@ -13,8 +13,10 @@
 # evaluate-probes on the GPU and the final export. Knobs: CALL_S (default 570), and any of the recipe's
 # (defaults here: DISTILL_N=40000 DISTILL_SAMPLES=0 DISTILL_BATCH=512 DISTILL_S=150 STEPS=400 LR=8e-4
 # SAVE_EVERY=50 PROBES=0 PROBES_PER_FAMILY=16 PROBE_TOKENS=48 THRESHOLDS=0.3,0.5,0.7,0.9 PROBE_BATCH=512
-# PROBES_AR=1 AC=0 MICRO_ROWS=32).
-# VARIANTS (below) trains several configurations side by side, one per GPU, and lets the probes choose.
+# AC=0 MICRO_ROWS=32).
+# VARIANTS (below) trains several configurations side by side (spread over the GPUs in turn, several on one
+# GPU when there are more variants than GPUs: a 135M model leaves most of an H200 idle) and lets the probes
+# choose.
 set -euo pipefail
 start=$(date +%s)
 status=0
@@ -30,7 +32,6 @@ export NGPU=${NGPU:-$gpus} DISTILL_N=${DISTILL_N:-40000} DISTILL_SAMPLES=${DISTI
 export DISTILL_BATCH=${DISTILL_BATCH:-512} DISTILL_S=${DISTILL_S:-150} STEPS=${STEPS:-400} LR=${LR:-8e-4}
 export SAVE_EVERY=${SAVE_EVERY:-50} PROBES=${PROBES:-0} PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-16}
 export PROBE_TOKENS=${PROBE_TOKENS:-48} THRESHOLDS=${THRESHOLDS:-0.3,0.5,0.7,0.9} PROBE_BATCH=${PROBE_BATCH:-512}
-export PROBES_AR=${PROBES_AR:-1}
 # An H200 holds a 135M model's activations for 32 rows of 3 x 512 positions without checkpointing (47 GB):
 # twice the tokens per second of checkpointing at 16 rows (bench/NOTES.md, conversion 14).
 export AC=${AC:-0} MICRO_ROWS=${MICRO_ROWS:-32}
@@ -51,15 +52,14 @@ fi
 DATA_ONLY=1 bash convert/recipes/demo-conversion.sh 2>&1 | tee -a "$OUT/log.txt" || status=$?
 [ "$status" = 0 ] || exit "$status"
 IFS=';' read -r -a variants <<< "$VARIANTS"
-[ "${#variants[@]}" -le "$gpus" ] || { echo "VARIANTS: ${#variants[@]} variants for $gpus GPUs"; exit 2; }
 pids=(); names=()
 for i in "${!variants[@]}"; do
   name=${variants[$i]%%=*}; flags=${variants[$i]#*=}; names+=("$name")
-  export_flags=""; if [[ "$flags" == *"|"* ]]; then export_flags=${flags#*|}; flags=${flags%%|*}; fi
+  export_flags="--advance slide"; if [[ "$flags" == *"|"* ]]; then export_flags=${flags#*|}; flags=${flags%%|*}; fi
   mkdir -p "/root/w-$name" "/root/vout/$name"
   for f in base data prompts.jsonl; do [ -e "/root/w-$name/$f" ] || ln -s "/root/w/$f" "/root/w-$name/$f"; done
-  echo "== variant $name on GPU $i: $flags" | tee -a "$OUT/log.txt"
-  CUDA_VISIBLE_DEVICES=$i NGPU=1 WORK=/root/w-$name OUT=/root/vout/$name SAVE_DELTA=0 TRAIN_EXTRA="$flags" EXPORT_EXTRA="$export_flags" \
+  echo "== variant $name on GPU $(( i % gpus )): $flags" | tee -a "$OUT/log.txt"
+  CUDA_VISIBLE_DEVICES=$(( i % gpus )) NGPU=1 WORK=/root/w-$name OUT=/root/vout/$name SAVE_DELTA=0 TRAIN_EXTRA="$flags" EXPORT_EXTRA="$export_flags" \
     bash convert/recipes/demo-conversion.sh > "/root/vout/$name/log.txt" 2>&1 &
   pids+=($!)
 done

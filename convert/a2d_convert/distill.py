@@ -139,7 +139,10 @@ def greedy_static(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, 
     out = torch.empty((B, max_new_tokens), dtype=torch.long, device=device)
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     eos_ids = torch.tensor(sorted(eos), dtype=torch.long, device=device) if eos else None
-    with torch.no_grad():
+    # bf16 weights on a GPU: RoPE's fp32 angles would leave q in fp32 beside the bf16 cache; autocast
+    # runs attention in the cache's dtype, as training does.
+    low = cache.layers[0].k.dtype != torch.float32
+    with torch.no_grad(), torch.autocast(device.type, dtype=cache.layers[0].k.dtype, enabled=low):
         hidden, new = model(ids, positions, mask, cache)
         cache.append(new, width)
         for step in range(max_new_tokens):

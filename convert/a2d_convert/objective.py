@@ -252,12 +252,31 @@ class Objective(nn.Module):
                 head = teacher.logits
         return hidden.reshape(-1, hidden.shape[-1]), head
 
+    def adapter_pass(self, input_ids, position_ids, segment_ids):
+        """The hidden states of the [clean | noisy ...] layout for a mask adapter model, in two forwards: the
+        clean stream under no_grad (it runs the frozen base: no adapter on its rows, so nothing in it needs a
+        gradient), its keys and values then the noisy copies' cache. The same numbers as one forward of the
+        whole layout, without the clean stream's backward and its stored activations."""
+        from .model import KVCache
+
+        L = segment_ids.shape[1]
+        mask = objective_mask(self.model, input_ids, segment_ids, self.config.block_size)
+        with torch.no_grad():
+            clean, clean_kv = self.model(input_ids[:, :L], position_ids[:, :L], mask[:, :L, :L])
+        cache = KVCache(len(clean_kv))
+        cache.append(clean_kv, L)
+        noisy, _ = self.model(input_ids[:, L:], position_ids[:, L:], mask[:, L:, :], cache)
+        return torch.cat([clean, noisy], dim=1)
+
     def forward(self, input_ids, position_ids, segment_ids, pred_index, targets, weights, teacher_index, ar_index, ar_targets,
                 clean_index, clean_teacher_index):
         cfg = self.config
         L = segment_ids.shape[1]
         copies = input_ids.shape[1] // L
-        hidden, _ = self.model(input_ids, position_ids, objective_mask(self.model, input_ids, segment_ids, cfg.block_size))
+        if cfg.mask_adapter:
+            hidden = self.adapter_pass(input_ids, position_ids, segment_ids)
+        else:
+            hidden, _ = self.model(input_ids, position_ids, objective_mask(self.model, input_ids, segment_ids, cfg.block_size))
         if cfg.mask_adapter:
             # The clean stream runs the base exactly (no adapter on its rows, the norms frozen, no mask
             # tokens in it), so it is the KL teacher's own forward: no second pass.

@@ -427,7 +427,9 @@ def evaluate_probes(
         answers = [record(f"model@{threshold}", probe, answer) for probe, answer in zip(probes, rows)]
         report["model"][str(threshold)] = summarise(probes, answers, base_answers)
     report["block_size"] = block_size
-    decoding = {k: v for k, v in dataclasses.asdict(per_threshold[0]).items() if k not in ("threshold", "max_tokens", "seed", "eos_token_ids")}
+    from .config import DecodingDefaults
+
+    decoding = {k: getattr(per_threshold[0], k) for k in DecodingDefaults.__dataclass_fields__ if k != "threshold"}
     report["decoding"] = decoding  # what every threshold's run shared: export --probes ships exactly this
     reference = report["base"]["accuracy"] if "base" in report else max(r["accuracy"] for r in report["model"].values())
     report["aup"] = {

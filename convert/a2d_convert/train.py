@@ -87,6 +87,7 @@ class TrainConfig:
     keep_checkpoints: int = field(default=3, metadata={"help": "newest checkpoints kept; 0: all"})
     time_limit_min: float = field(default=0.0, metadata={"help": "stop and save once this many minutes have passed (checked at log steps); 0: none"})
     threads: int = field(default=0, metadata={"help": "CPU torch threads; 0: torch's default"})
+    peak_tflops: float = field(default=989.0, metadata={"help": "the device's dense bf16 peak, TFLOP/s, for the logged model FLOPs utilisation (H100/H200 SXM: 989)"})
 
 
 # --------------------------------------------------------------------------------------------- command

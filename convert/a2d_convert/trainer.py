@@ -364,6 +364,24 @@ def load_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime) -> t
 # --------------------------------------------------------------------------------------------- the loop
 
 
+def model_flops(objective, config: TrainConfig, rows: int, seq_len: int, targets: int) -> float:
+    """The model FLOPs of training `rows` packed rows with `targets` target rows: the matrix products only
+    (attention's scores and sums left out), counted as the run computes them. Clean stream: a forward (with a
+    mask adapter, whose clean stream is the frozen base and needs no gradient) or forward and backward; the
+    noisy copies: forward, the activations' gradients, and the weights' gradients of what trains (a full
+    fine-tune: every matrix; an adapter: its small factors, left out); the lm_head on target rows likewise,
+    plus the KL teacher's logits on them."""
+    model = objective.model
+    body = sum(p.numel() for p in model.model.layers.parameters())
+    head = model.config.vocab_size * model.config.hidden_size
+    copies = 3 if config.complementary else 2
+    frozen = config.lora_rank > 0
+    clean = rows * seq_len * body * (2 if config.mask_adapter else (4 if frozen else 6))
+    noisy = rows * seq_len * (copies - 1) * body * (4 if frozen else 6)
+    logits = targets * head * ((4 if frozen else 6) + (2 if config.kl_weight > 0 else 0))
+    return float(clean + noisy + logits)
+
+
 def evaluate(objective, arrays: dict[str, np.ndarray], config: TrainConfig, rt: Runtime, mask_token_id: int, max_rows: int = 64) -> float:
     """Mean masked-token CE on held-out rows with fixed masks (the same ones every time it runs).
 
@@ -490,8 +508,10 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
                 "grad_norm": float(grad_norm),
                 "tokens": progress["tokens"],
                 "tokens_per_s": window_tokens / (now - window_start),
+                "model_tflops": model_flops(objective, config, window_steps * config.batch_rows, seq_len, values[6]) / (now - window_start) / 1e12,
                 "elapsed_s": now - started,
             }
+            record["mfu"] = record["model_tflops"] / config.peak_tflops
             if config.kl_weight > 0:
                 record["kl"] = values[1] / max(values[6], 1.0)
             if config.ar_weight > 0:

@@ -29,16 +29,17 @@
 #   TRAIN_TAIL_S (setup + final save allowance kept off the trainer's own time limit, default 75)
 #   PROBES (1: evaluate-probes and the final export this call; 0: export the checkpoint only),
 #   PROBES_PER_FAMILY, PROBE_TOKENS, THRESHOLDS, PROBE_BATCH, RESERVE_S (seconds kept after training)
-#   PROBES_AR (1: after the final export, the same probes with --block-size 1 into probes-ar.json: how far
-#   training moved the model read as a plain AR model)
-#   PROBES_OPEN (1: after the final export, the open prompts of open-prompts.jsonl beside this recipe, answers
-#   of up to OPEN_TOKENS tokens (default 128), into probes-open.json: tokens/forward where answer length does
-#   not bound it)
+#   PROBES_HELDOUT (1, the default: after the final export, the checkable prompts of heldout-prompts.jsonl beside
+#   this recipe, which no training data holds, into probes-heldout.json: accuracy against the base outside the
+#   built-in probes)
+#   PROBES_OPEN (1, the default: after the final export, the open prompts of open-prompts.jsonl beside this
+#   recipe, answers of up to OPEN_TOKENS tokens (default 128), into probes-open.json: tokens/forward where
+#   answer length does not bound it)
 #   CHECKPOINT_PROBES (1: keep every checkpoint, probe each (ck/step_N/probes.json) and ship the one the
 #   probes rank first (`a2d_convert rank-probes`, checkpoint-ranking.json) instead of the last)
 #   BLOCK (block size of the data and the training, default 4),
-#   TRAIN_EXTRA (more `train` flags, e.g. "--ar-weight 1 --kl-weight 1"), EXPORT_EXTRA (more `export` flags, e.g.
-#   "--remasking leftmost": decoding defaults the probes then use and the shipped model keeps), DATA_ONLY (1: stop once the data
+#   TRAIN_EXTRA (more `train` flags, e.g. "--ar-weight 1 --kl-weight 1"), EXPORT_EXTRA (more `export` flags,
+#   default "--advance slide": decoding defaults the probes then use and the shipped model keeps), DATA_ONLY (1: stop once the data
 #   exists), SAVE_DELTA (0: leave the delta's weights out of OUT, e.g. when several runs share one OUT)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -50,10 +51,10 @@ RANK=${RANK:-64}; AC=${AC:-1}; SAVE_EVERY=${SAVE_EVERY:-100}; TRAIN_S=${TRAIN_S:
 MIN_TRAIN_S=${MIN_TRAIN_S:-60}; TRAIN_TAIL_S=${TRAIN_TAIL_S:-75}; TRAIN=${TRAIN:-1}
 DISTILL_N=${DISTILL_N:-4000}; DISTILL_TOKENS=${DISTILL_TOKENS:-256}; DISTILL_SAMPLES=${DISTILL_SAMPLES:-0}
 DISTILL_BATCH=${DISTILL_BATCH:-256}; DISTILL_WORKERS=${DISTILL_WORKERS:-0}; DISTILL_S=${DISTILL_S:-0}
-PROBES=${PROBES:-1}; PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-20}; PROBE_TOKENS=${PROBE_TOKENS:-48}; PROBES_AR=${PROBES_AR:-0}
-PROBES_OPEN=${PROBES_OPEN:-0}; OPEN_TOKENS=${OPEN_TOKENS:-128}
+PROBES=${PROBES:-1}; PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-20}; PROBE_TOKENS=${PROBE_TOKENS:-48}
+PROBES_HELDOUT=${PROBES_HELDOUT:-1}; PROBES_OPEN=${PROBES_OPEN:-1}; OPEN_TOKENS=${OPEN_TOKENS:-128}
 THRESHOLDS=${THRESHOLDS:-0.5,0.7,0.9}; PROBE_BATCH=${PROBE_BATCH:-256}; LOG_EVERY=${LOG_EVERY:-5}
-read -r -a TRAIN_EXTRA_ARGS <<< "${TRAIN_EXTRA:-}"; read -r -a EXPORT_EXTRA_ARGS <<< "${EXPORT_EXTRA:-}"; DATA_ONLY=${DATA_ONLY:-0}; SAVE_DELTA=${SAVE_DELTA:-1}
+read -r -a TRAIN_EXTRA_ARGS <<< "${TRAIN_EXTRA:-}"; read -r -a EXPORT_EXTRA_ARGS <<< "${EXPORT_EXTRA---advance slide}"; DATA_ONLY=${DATA_ONLY:-0}; SAVE_DELTA=${SAVE_DELTA:-1}
 CHECKPOINT_PROBES=${CHECKPOINT_PROBES:-0}
 read -r DEVICE GPUS < <(python3 -c 'import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; print("cuda" if n else "cpu", n)')
 THREADS=$(( $(nproc) > 8 ? 8 : $(nproc) ))
@@ -82,7 +83,8 @@ save_results() {  # the small results into OUT/results.tar.gz (replaced whole; t
   ( cd "$WORK" && { [ -f data/distill/self-distill.jsonl ] && head -n 300 data/distill/self-distill.jsonl > distill-sample.jsonl || true; }
     tar czf "$OUT/.results.tar.gz" --ignore-failed-read timings.txt status.txt delta.sha256 distill-sample.jsonl data.log \
       train.log run/train_log.jsonl run/latest.json run/train_config.json scale-*/train_log.jsonl scale-*.log \
-      data/data_manifest.json probes.json probes-details.jsonl probes.log probes-ar.json probes-open.json delta/*.json delta/*.txt model/*.json \
+      data/data_manifest.json probes.json probes-details.jsonl probes.log probes-heldout.json probes-heldout-details.jsonl \
+      probes-open.json probes-open-details.jsonl delta/*.json delta/*.txt model/*.json \
       model-candidate/*.json checkpoint-ranking.json ck/*/probes.json 2>/dev/null || true
     mv "$OUT/.results.tar.gz" "$OUT/results.tar.gz" )
 }
@@ -237,16 +239,16 @@ if [ -f "$WORK/probes.json" ]; then
 else
   status "probes failed or timed out"
 fi
-if [ "$PROBES_AR" = 1 ]; then
+if [ "$PROBES_HELDOUT" = 1 ]; then
   s=$(budget 0 10)
-  stamp "probes at block size 1 (the model read as a plain AR model; limit $s s)"
-  probe "$candidate" "$WORK/probes-ar.json" "$s" --thresholds 1.0 --block-size 1
-  [ -f "$WORK/probes-ar.json" ] && status "probes at block size 1 ok"
+  stamp "held-out prompts (limit $s s)"
+  probe "$candidate" "$WORK/probes-heldout.json" "$s" --probes "$here/heldout-prompts.jsonl" --details "$WORK/probes-heldout-details.jsonl"
+  [ -f "$WORK/probes-heldout.json" ] && status "held-out prompts ok"
 fi
 if [ "$PROBES_OPEN" = 1 ]; then
   s=$(budget 0 10)
   stamp "open prompts (up to $OPEN_TOKENS tokens; limit $s s)"
-  probe "$candidate" "$WORK/probes-open.json" "$s" --probes "$here/open-prompts.jsonl" --max-tokens "$OPEN_TOKENS"
+  probe "$candidate" "$WORK/probes-open.json" "$s" --probes "$here/open-prompts.jsonl" --max-tokens "$OPEN_TOKENS" --details "$WORK/probes-open-details.jsonl"
   [ -f "$WORK/probes-open.json" ] && status "open prompts ok"
 fi
 stamp done

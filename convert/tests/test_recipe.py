@@ -78,7 +78,7 @@ def test_two_time_boxed_calls_leave_their_results_in_out(tmp_path):
     # Call 2, same WORK: resumes from that checkpoint; the trainer's own limit stops it (about 4 s of
     # training), then probes, the final export and verify.
     out2 = tmp_path / "out2"
-    rc, log = run_recipe(tmp_path, out2, PROBES="1", PROBES_AR="1", PROBES_OPEN="1", OPEN_TOKENS="8", TRAIN_S="40",
+    rc, log = run_recipe(tmp_path, out2, PROBES="1", OPEN_TOKENS="8", TRAIN_S="40",
                          TRAIN_TAIL_S="36", STEPS="100000")
     assert rc == 0, log
     assert "resumed" in log and "timed out" not in log
@@ -89,15 +89,16 @@ def test_two_time_boxed_calls_leave_their_results_in_out(tmp_path):
     assert records[-1]["time_limit_reached"] and records[-1]["step"] > steps1
     probes = json.loads(files["probes.json"])
     assert set(probes["model"]) == {"0.9", "0.3"} and "base" in probes
-    as_ar = json.loads(files["probes-ar.json"])
-    assert as_ar["block_size"] == 1 and "recommended" not in as_ar and set(as_ar["model"]) == {"1.0"}
-    assert "probes at block size 1 ok" in status
+    assert probes["decoding"]["advance"] == "slide"  # the recipe's default export decoding, which the probes measured
+    heldout = json.loads(files["probes-heldout.json"])
+    assert heldout["probes"]["count"] == 56 and set(heldout["model"]) == {"0.9", "0.3"} and "held-out prompts ok" in status
     opened = json.loads(files["probes-open.json"])
     assert opened["probes"]["count"] == 12 and set(opened["model"]) == {"0.9", "0.3"}
     assert all(row["tokens_per_answer"] <= 8 for row in opened["model"].values()) and "open prompts ok" in status
     assert hashlib.sha256(delta_from(out2)).hexdigest() == files["delta.sha256"].decode().split()[0]
     decoder = json.loads(files["model/decoder_config.json"])
-    assert decoder["chosen_by"]["method"] == "probes"
+    assert decoder["chosen_by"]["method"] == "probes+flags" and decoder["chosen_by"]["flags"] == {"advance": "slide"}
+    assert decoder["decoding"] == {**probes["decoding"], "threshold": probes["recommended"]["threshold"]}
     assert "PASS" in log
 
     # Call 3 (the probes-only variant): no training, the export of the same checkpoint is reused.
@@ -106,7 +107,7 @@ def test_two_time_boxed_calls_leave_their_results_in_out(tmp_path):
     assert rc == 0, log
     assert "train: skipped (TRAIN=0)" in log and "done already" in log
     files = results(out3)
-    assert "final export verified" in files["status.txt"].decode().splitlines()[-1]
+    assert "final export verified" in files["status.txt"].decode().splitlines()[-3]  # then the held-out and open prompts
     assert hashlib.sha256(delta_from(out3)).hexdigest() == files["delta.sha256"].decode().split()[0]
 
 

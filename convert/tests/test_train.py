@@ -106,6 +106,39 @@ def test_training_layout_reproduces_decoding_forwards(workspace, tmp_path, shift
         assert ids[target_pos] == target
 
 
+def test_mask_adapter_two_pass_equals_one_forward_and_its_gradients(workspace, tmp_path):
+    """Objective.adapter_pass (the clean stream under no_grad, then the noisy copies over its keys and values)
+    gives the one-forward hidden states and the same gradients of the adapter's factors."""
+    from a2d_convert.objective import Objective
+
+    root, base, data = workspace
+    model_dir = init_model(base, tmp_path / "init", block_size=4, shift_logits=True)
+    model, _, a2d = load_transformer(model_dir)
+    lora_mod.attach(model, lora_mod.LoraConfig(rank=4, alpha=4.0), a2d.mask_token_id, torch.Generator().manual_seed(1), mask_rows=True)
+    with torch.no_grad():
+        for _, module in lora_mod.target_modules(model, lora_mod.TARGETS):
+            module.mask_b.normal_(0, 0.5)
+    arrays, _ = load_rows(data / TRAIN_FILE, 4)
+    config = TrainConfig(block_size=4, batch_rows=2, mask_adapter=True, lora_rank=4, kl_weight=1.0)
+    batch = RowSchedule(arrays, config, a2d.mask_token_id).batch(0, [0, 1])
+    objective = Objective(model, config, None)
+    ids, pos, seg = (torch.from_numpy(a) for a in (batch.input_ids, batch.position_ids, batch.segment_ids))
+    factors = [p for name, p in model.named_parameters() if "mask_" in name]
+
+    def grads(hidden):
+        model.zero_grad()
+        (hidden[:, seg.shape[1]:] ** 2).mean().backward()
+        return [p.grad.clone() for p in factors]
+
+    one = model(ids, pos, objective_mask(model, ids, seg, 4))[0]
+    one_grads = grads(one)
+    two = objective.adapter_pass(ids, pos, seg)
+    torch.testing.assert_close(two, one, rtol=1e-5, atol=1e-5)
+    for g1, g2 in zip(one_grads, grads(two)):
+        torch.testing.assert_close(g2, g1, rtol=1e-4, atol=1e-6)
+    assert any(g.abs().sum() > 0 for g in one_grads)
+
+
 def test_complementary_masks_cover_every_target_once(workspace):
     _, _, data = workspace
     arrays, _ = load_rows(data / TRAIN_FILE, 4)
@@ -142,6 +175,7 @@ def test_tiny_base_trains_40_steps_and_its_loss_falls(workspace):
     assert [r["step"] for r in log] == list(range(5, 45, 5))
     first, last = log[0]["ce"], np.mean([r["ce"] for r in log[-2:]])
     assert last < 0.5 * first, [r["ce"] for r in log]
+    assert all(r["model_tflops"] > 0 and r["mfu"] == pytest.approx(r["model_tflops"] / 989.0) for r in log)
     weights = load_file(folder / "model.safetensors")
     init_weights = load_file(root / "run" / "init" / "model.safetensors")
     assert set(weights) == set(init_weights)
