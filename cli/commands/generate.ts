@@ -50,7 +50,8 @@ export function register(program: Command): void {
     .addOption(new Option("--commit <c>", "commit policy").choices(["fused", "separate"]))
     .option("--temperature <x>", "0: greedy", numberIn("--temperature", 0, 2))
     .option("--top-p <p>", "nucleus sampling mass", numberIn("--top-p", Number.MIN_VALUE, 1))
-    .option("--seed <s>", "RNG seed, an unsigned 64-bit integer", parseSeed, 0n)
+    // The help shows "0": commander renders a default with JSON.stringify, which cannot take a BigInt.
+    .addOption(new Option("--seed <s>", "RNG seed, an unsigned 64-bit integer").argParser(parseSeed).default(0n, "0"))
     .option("--threads <n>", "CPU worker threads (default: all cores)", integerIn("--threads", 1, 1024))
     .option("--trace", "include every denoising step in the JSON")
     .option("--json", "print the result as one JSON object")
