@@ -14,11 +14,9 @@ from a2d_convert.data import (
     TRAIN_FILE,
     DataConfig,
     Source,
-    benchmark_pattern,
     build_data,
     load_rows,
     parse_source_flag,
-    BENCHMARK_NAMES,
 )
 from a2d_convert.errors import A2DError
 from a2d_convert.lineage import sha256_file
@@ -53,15 +51,15 @@ PLANTED = [
     {"id": "test-split", "prompt": "Hello there", "response": "Hi!", "split": "test"},
     {"id": "val-split", "prompt": "Good day", "response": "Hello!", "subset": "validation"},
     {"id": "ngram", "prompt": f"Tell me: {BLOCKED_QUESTION.lower()}?", "response": "Soon.", "source": "web"},
+    # Spellings and depths the first filters let through.
+    {"id": "lcb-underscores", "prompt": "Write more code.", "response": "print(2)", "source": "live_code_bench_v6"},
+    {"id": "hle", "prompt": "Hard one.", "response": "Unknown.", "dataset": "humanitys_last_exam"},
+    {"id": "nested-split", "prompt": "Nested hello", "response": "Nested hi!", "meta": {"split": "test"}},
+    {"id": "testmini", "prompt": "Mini hello", "response": "Mini hi!", "split": "testmini"},
+    {"id": "hf-split", "prompt": "HF hello", "response": "HF hi!", "hf_split": "test"},
 ]
 
 
-def test_benchmark_pattern_matches_names_not_lookalikes():
-    pattern = benchmark_pattern(BENCHMARK_NAMES)
-    for text in ("gpqa_diamond", "MMLU-Pro", "mmlu_pro", "math500", "Math 500", "aime24", "livecodebench/v6", "lcb_v6"):
-        assert pattern.search(text.lower()), text
-    for text in ("aimed at", "self-written", "mathematics 500 problems", "flcb", "mmlucky"):
-        assert not pattern.search(text.lower()), text
 
 
 def test_planted_benchmark_rows_are_dropped_and_recorded(base, tmp_path):
@@ -71,8 +69,8 @@ def test_planted_benchmark_rows_are_dropped_and_recorded(base, tmp_path):
     out = build_data([parse_source_flag(f"{src},name=mix,revision=r1,license=cc0")], base, tmp_path / "data", DataConfig(block_size=4, seq_len=64), [blocklist])
     manifest = json.loads((out / MANIFEST_FILE).read_text())
     (source,) = manifest["sources"]
-    assert source["rows_read"] == 21 and source["rows_kept"] == 13
-    assert source["dropped"] == {"benchmark_metadata": 5, "eval_split": 2, "ngram_overlap": 1}
+    assert source["rows_read"] == 26 and source["rows_kept"] == 13
+    assert source["dropped"] == {"benchmark_metadata": 7, "eval_split": 5, "ngram_overlap": 1}
     dropped_ids = {d["id"]: d["filter"] for d in source["dropped_examples"]}
     assert dropped_ids == {
         "gpqa": "benchmark_metadata",
@@ -83,6 +81,11 @@ def test_planted_benchmark_rows_are_dropped_and_recorded(base, tmp_path):
         "test-split": "eval_split",
         "val-split": "eval_split",
         "ngram": "ngram_overlap",
+        "lcb-underscores": "benchmark_metadata",
+        "hle": "benchmark_metadata",
+        "nested-split": "eval_split",
+        "testmini": "eval_split",
+        "hf-split": "eval_split",
     }
     assert source["files"][0]["sha256"] == sha256_file(src)
     assert manifest["filters"]["ngram_overlap"]["blocklist"][0]["sha256"] == sha256_file(blocklist)
@@ -91,7 +94,7 @@ def test_planted_benchmark_rows_are_dropped_and_recorded(base, tmp_path):
     tokenizer = Tokenizer.from_file(str(base / "tokenizer.json"))
     arrays, _ = load_rows(out / TRAIN_FILE, block_size=4)
     text = tokenizer.decode(arrays["input_ids"].ravel().tolist(), skip_special_tokens=False)
-    for planted in ("Neon", "n=7", "Soon.", "Hi!", "print(1)"):
+    for planted in ("Neon", "n=7", "Soon.", "Hi!", "print(1)", "print(2)", "Unknown.", "Nested hi!", "Mini hi!", "HF hi!"):
         assert planted not in text
     assert "North." in text and "5 plus 5 is 10." in text
 
