@@ -136,3 +136,28 @@ def benchmark_reason(metadata: dict[str, Any], names: BenchmarkNames) -> str | N
         if found:
             return f"metadata names {found!r}"
     return None
+
+
+# ------------------------------------------------------------------------------------- blocklist files
+
+# Each benchmark's own file, as `a2d eval` reads it (eval/benchmarks/*.ts): the field that identifies the
+# format, and the fields whose text is benchmark content (questions, and the worked solutions and
+# explanations the files carry: training text that quotes them leaks the answers too).
+QUESTION_FORMATS = (
+    ("gpqa_diamond", ("Question", "Incorrect Answer 1"), ("Question", "Pre-Revision Question", "Explanation")),
+    ("livecodebench", ("question_content",), ("question_content",)),
+    ("math_500", ("problem", "answer"), ("problem", "solution")),
+    ("mmlu_pro", ("question", "options"), ("question",)),
+)
+GENERIC_QUESTION_FIELDS = ("question", "problem", "prompt", "text", "Question", "input", "question_content")
+# What `--blocklist DIR` reads: a folder laid out for `a2d eval --data DIR`, or any other benchmark files.
+BLOCKLIST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".json", ".parquet", ".txt")
+
+
+def question_format(columns) -> tuple[str, tuple[str, ...]]:
+    """(format name, fields holding benchmark text) for a row or table with these columns."""
+    present = set(columns)
+    for name, identifying, fields in QUESTION_FORMATS:
+        if set(identifying) <= present:
+            return name, tuple(f for f in fields if f in present)
+    return "questions", tuple(f for f in GENERIC_QUESTION_FIELDS if f in present)

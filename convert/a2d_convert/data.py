@@ -339,27 +339,50 @@ class Blocklist:
         return False
 
 
-BLOCKLIST_FIELDS = ("question", "problem", "prompt", "text", "Question", "input")
+def blocklist_files(path: Path) -> list[Path]:
+    """A blocklist path: one file, or a folder's benchmark files (an `a2d eval --data` folder, say)."""
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in benchmarks.BLOCKLIST_SUFFIXES)
+        if not files:
+            raise A2DError(f"--blocklist {path}: no benchmark files ({', '.join(benchmarks.BLOCKLIST_SUFFIXES)}) in this folder")
+        return files
+    if not path.is_file():
+        raise A2DError(f"--blocklist {path}: file not found")
+    return [path]
+
+
+def blocklist_rows(path: Path) -> Iterator[dict[str, Any]]:
+    if path.suffix.lower() == ".csv":
+        import csv
+
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            yield from csv.DictReader(f)
+    else:
+        yield from read_rows(Source(path=path, name=path.name), path)
 
 
 def load_blocklist(paths: list[Path], n: int, min_words: int) -> Blocklist:
+    """Benchmark text to dedup against: .txt lines, or rows of each benchmark's own file (GPQA's CSV,
+    MATH-500's, MMLU-Pro's and LiveCodeBench's JSONL, MMLU-Pro's parquet: benchmarks.QUESTION_FORMATS)."""
     blocklist = Blocklist(n=n)
-    for path in paths:
-        if not path.is_file():
-            raise A2DError(f"--blocklist {path}: file not found")
+    for path in (f for p in paths for f in blocklist_files(Path(p))):
         before = blocklist.entries
-        if file_format(path, "auto") == "text":
+        kind = "text lines"
+        if path.suffix.lower() in (".txt", ".md"):
             for line in path.read_text(encoding="utf-8").splitlines():
                 blocklist.add(line, min_words)
         else:
-            dummy = Source(path=path, name=path.name)
-            for i, row in enumerate(read_rows(dummy, path)):
-                texts = [row[k] for k in BLOCKLIST_FIELDS if isinstance(row.get(k), str)]
+            for i, row in enumerate(blocklist_rows(path)):
+                kind, names = benchmarks.question_format(row)
+                texts = [row[k] for k in names if isinstance(row.get(k), str)]
                 if not texts:
-                    raise A2DError(f"{path} row {i}: no question field; use one of {BLOCKLIST_FIELDS}")
+                    raise A2DError(
+                        f"{path} row {i}: no question field; use a benchmark's own file (GPQA csv, MATH-500, MMLU-Pro, "
+                        f"LiveCodeBench jsonl) or rows with one of {benchmarks.GENERIC_QUESTION_FIELDS}"
+                    )
                 for text in texts:
                     blocklist.add(text, min_words)
-        blocklist.files.append({"path": str(path), **lin.file_record(path), "entries": blocklist.entries - before})
+        blocklist.files.append({"path": str(path), **lin.file_record(path), "format": kind, "entries": blocklist.entries - before})
     return blocklist
 
 
@@ -846,7 +869,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--source", action="append", default=[], help="PATH[,key=value...]: name, split, revision, license, url, format, text_unit, max_rows, system, enable_thinking; kind=distill with base=DIR, max_new_tokens, temperature, top_p, batch_size, seed, samples, sample_temperature, sample_top_p, workers, time_limit_s")
     p.add_argument("--sources", type=Path, help="JSON list of source objects with the same keys")
-    p.add_argument("--blocklist", type=Path, action="append", default=[], help="benchmark questions to dedup against (.txt lines, or jsonl/json/parquet with a question field)")
+    p.add_argument("--blocklist", type=Path, action="append", default=[], help="benchmark text to dedup against: a benchmark's own file (GPQA csv, MATH-500 / MMLU-Pro / LiveCodeBench jsonl, MMLU-Pro parquet), a folder of them (as `a2d eval --data` takes), .txt lines, or rows with a question field")
     p.add_argument("--benchmark-name", action="append", default=[], help="another benchmark name for the metadata filter")
     p.add_argument("--block-size", type=int, default=defaults.block_size, help="align and pad samples to this; must equal train's (default: %(default)s)")
     p.add_argument("--seq-len", type=int, default=defaults.seq_len, help="tokens per packed row, a multiple of the block size (default: %(default)s)")

@@ -200,3 +200,45 @@ def test_sources_file_paths_are_relative_to_it(base, tmp_path):
     with pytest.raises(A2DError, match=r"sources.json\[0\]: unknown source field"):
         listing.write_text(json.dumps([{"path": "corpus/a.jsonl", "licence": "x"}]))
         read_sources_file(listing)
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "eval" / "fixtures"
+
+
+def test_each_benchmarks_own_file_is_a_blocklist_source(base, tmp_path):
+    """The files `a2d eval` reads (eval/fixtures has their published shapes), alone or as the folder."""
+    import csv
+
+    with open(FIXTURES / "gpqa_diamond.csv", encoding="utf-8", newline="") as f:
+        gpqa = next(csv.DictReader(f))["Question"]
+    math = json.loads((FIXTURES / "math_500.jsonl").read_text().splitlines()[0])
+    lcb = json.loads((FIXTURES / "livecodebench_v6.jsonl").read_text().splitlines()[1])["question_content"]
+    mmlu = pq.read_table(FIXTURES / "parquet" / "mmlu_pro.parquet").to_pylist()[1]["question"]
+    leaked = {  # ids that name no benchmark: only the n-gram filter may catch these rows
+        "leak-1": f"Here is one: {gpqa}",
+        "leak-2": f"Try this. {math['problem']}",
+        "leak-3": f"My answer: {math['solution']}",
+        "leak-4": f"Please solve: {lcb[:400]}",
+        "leak-5": f"Quiz time! {mmlu}",
+    }
+    rows = clean_rows(6) + [{"id": k, "prompt": v, "response": "Sure.", "source": "web"} for k, v in leaked.items()]
+    src = write_jsonl(tmp_path / "mix.jsonl", rows)
+    blocklists = [FIXTURES, FIXTURES / "parquet" / "mmlu_pro.parquet"]
+    out = build_data([Source(path=src, name="mix")], base, tmp_path / "data", DataConfig(block_size=4, seq_len=96), blocklists)
+    manifest = json.loads((out / MANIFEST_FILE).read_text())
+    (source,) = manifest["sources"]
+    assert {d["id"] for d in source["dropped_examples"]} == set(leaked)
+    assert source["dropped"] == {"ngram_overlap": len(leaked)} and source["rows_kept"] == 6
+    files = {Path(f["path"]).name: f for f in manifest["filters"]["ngram_overlap"]["blocklist"]}
+    assert {name: f["format"] for name, f in files.items()} == {
+        "gpqa_diamond.csv": "gpqa_diamond",
+        "livecodebench_v6.jsonl": "livecodebench",
+        "math_500.jsonl": "math_500",
+        "mmlu_pro.jsonl": "mmlu_pro",
+        "mmlu_pro.parquet": "mmlu_pro",
+    }
+    assert all(f["entries"] > 0 and f["sha256"] == sha256_file(f["path"]) for f in files.values())
+    # A file of no benchmark's shape is named with the fix.
+    odd = write_jsonl(tmp_path / "odd.jsonl", [{"title": "no question here"}])
+    with pytest.raises(A2DError, match=r"odd.jsonl row 0: no question field; use a benchmark's own file"):
+        build_data([Source(path=src, name="mix")], base, tmp_path / "d2", DataConfig(block_size=4, seq_len=96), [odd])
