@@ -41,7 +41,8 @@ if [ "$(json_get "$work/model/lineage.json" shipped weights_sha256)" != "$(json_
   echo "== rebuilding the converted model from the base and $delta"
   .venv/bin/python -m a2d_convert rebuild --base "$work/base.gguf" --delta "$delta" --out "$work/model" --force
 fi
-.venv/bin/python -m a2d_convert verify "$work/model" | tail -n 1
+# The chain checked from the base's own bytes: re-hashed, and imported again into a scratch folder.
+.venv/bin/python -m a2d_convert verify --base "$work/base.gguf" "$work/model" | tail -n 1
 
 echo "== packing"
 node dist/cli/main.js pack --model "$work/model" --out "$work/packed" --device cpu --model-name smollm2-135m-a2d --force

@@ -46,7 +46,8 @@ export function register(program: Command): void {
     .option("--max-tokens <n>", "most tokens to generate", integerIn("--max-tokens", 0, 1 << 24), 128);
   for (const spec of DECODING_TABLE.parameters) command.addOption(decodingOption(spec));
   command
-    .option("--seed <s>", "RNG seed, an unsigned 64-bit integer", parseSeed, 0n)
+    // The help shows "0": commander renders a default with JSON.stringify, which cannot take a BigInt.
+    .addOption(new Option("--seed <s>", "RNG seed, an unsigned 64-bit integer").argParser(parseSeed).default(0n, "0"))
     .option("--threads <n>", "CPU worker threads (default: all cores)", integerIn("--threads", 1, 1024))
     .option("--trace", "include every denoising step in the JSON")
     .option("--json", "print the result as one JSON object")

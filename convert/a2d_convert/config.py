@@ -1,6 +1,7 @@
 """Reading config.json exactly as docs/model-format.md defines it: the architecture fields and the a2d
 section. Every rejection names the field, the file and what to do about it."""
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -10,12 +11,31 @@ from .errors import A2DError
 
 FORMAT_VERSION = 1
 
+# engine/supported-config.json (this package holds a link to it): the architectures, the config.json fields
+# the engine reads, the metadata fields it ignores and the fix for fields known to change the math. The C++
+# config reader compiles in the same file, so what passes here is what the engine loads.
+SUPPORTED_CONFIG_FILE = Path(__file__).with_name("supported_config.json")
+
+
+@functools.cache
+def supported_config() -> dict:
+    return json.loads(SUPPORTED_CONFIG_FILE.read_text(encoding="utf-8"))
+
+
 # architectures[0] -> model_type; the per-type switches live in ModelConfig.from_dict.
-ARCHITECTURES = {
-    "LlamaForCausalLM": "llama",
-    "Qwen2ForCausalLM": "qwen2",
-    "Qwen3ForCausalLM": "qwen3",
-}
+ARCHITECTURES = {a["architecture"]: a["model_type"] for a in supported_config()["architectures"]}
+
+
+def check_supported_fields(raw: dict, source: Path) -> None:
+    """Refuse every top-level field the engine neither reads nor ignores as metadata, with its fix."""
+    supported = supported_config()
+    known = set(supported["fields"]) | set(supported["metadata"])
+    for key in raw:
+        if key not in known:
+            fix = supported["refused"].get(
+                key, "remove it if it is metadata, or use a model whose config a2d supports (docs/model-format.md)"
+            )
+            raise A2DError(f"{source}: field '{key}' is not supported by the a2d engine; {fix}")
 
 
 def read_json(path: Path) -> dict:
@@ -107,8 +127,17 @@ class ModelConfig:
             raise A2DError(f"{source}: mlp_bias true is not supported; a2d needs MLPs without bias")
         if raw.get("use_sliding_window", False):
             raise A2DError(f"{source}: use_sliding_window true is not supported; a2d needs full attention")
+        if raw.get("pretraining_tp", 1) != 1:
+            raise A2DError(f"{source}: pretraining_tp {raw['pretraining_tp']!r} is not supported; it must be 1")
+        layer_types = raw.get("layer_types") or []
+        if not isinstance(layer_types, list) or any(t != "full_attention" for t in layer_types):
+            raise A2DError(f"{source}: layer_types {layer_types!r} is not supported; a2d uses full attention in every layer")
+        check_supported_fields(raw, source)
 
         rope_parameters = raw.get("rope_parameters") or {}
+        if isinstance(rope_parameters, dict) and set(rope_parameters) - {"rope_type", "rope_theta"}:
+            extra = sorted(set(rope_parameters) - {"rope_type", "rope_theta"})
+            raise A2DError(f"{source}: rope_parameters {extra} are not supported; plain RoPE takes only rope_type and rope_theta")
         rope_scaling = raw.get("rope_scaling")
         for name, scaling in (("rope_scaling", rope_scaling), ("rope_parameters", rope_parameters)):
             if scaling is None:
@@ -120,6 +149,8 @@ class ModelConfig:
                 raise A2DError(
                     f"{source}: {name}.rope_type {rope_type!r} is not supported; a2d implements plain RoPE only"
                 )
+        if "rope_theta" in raw and "rope_theta" in rope_parameters and raw["rope_theta"] != rope_parameters["rope_theta"]:
+            raise A2DError(f"{source}: rope_parameters.rope_theta disagrees with the top-level rope_theta; keep one of them")
         rope_theta = raw.get("rope_theta", rope_parameters.get("rope_theta", 10000.0))
         if isinstance(rope_theta, bool) or not isinstance(rope_theta, (int, float)) or rope_theta <= 0:
             raise A2DError(f"{source}: field 'rope_theta' must be a positive number, got {rope_theta!r}")

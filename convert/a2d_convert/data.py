@@ -14,10 +14,11 @@ over the visible GPUs, optionally bounded by `time_limit_s` (distill.py). A row 
 Every other field of a row is its metadata.
 
 Filters, applied in this order, each dropped row counted (and the first ones listed) in the manifest:
-1. `eval_split`: a split-like metadata field (split, subset, partition, fold, ...) or the source's
-   declared split names a test/validation/dev/eval split.
-2. `benchmark_metadata`: any metadata string (or the source's name) names a benchmark (gpqa,
-   livecodebench, math-500, mmlu(-pro), aime, ... and `--benchmark-name` additions).
+1. `eval_split`: a split-like metadata field at any depth (split, hf_split, meta.split, subset, fold,
+   ...) or the source's declared split names a test/validation/dev/eval split (test, testmini, ...).
+2. `benchmark_metadata`: any metadata string (or the source's name) names a benchmark of the maintained
+   list in benchmarks.json (gpqa, livecodebench, math-500, mmlu(-pro), aime, humanity's last exam, ...,
+   and `--benchmark-name` additions), whatever its case and separators (benchmarks.py).
 3. `ngram_overlap`: the row's text shares a 13-gram of normalised words with a `--blocklist` entry
    (benchmark questions the user supplies); entries shorter than n words must appear whole.
 
@@ -45,6 +46,7 @@ from typing import Any, Iterator
 import numpy as np
 from tqdm import tqdm
 
+from . import benchmarks
 from . import lineage as lin
 from .config import read_json, write_json
 from .errors import A2DError
@@ -55,21 +57,7 @@ TRAIN_FILE = "train.safetensors"
 HELDOUT_FILE = "heldout.safetensors"
 DATA_FORMAT = "a2d-data-1"
 
-BENCHMARK_NAMES = (
-    "gpqa",
-    "livecodebench",
-    "lcb",
-    "math-500",
-    "mmlu",
-    "aime",
-    "humaneval",
-    "mbpp",
-    "bigcodebench",
-    "arc-agi",
-    "hle",
-)
-SPLIT_KEYS = ("split", "subset", "partition", "fold", "dataset_split", "data_split", "set")
-EVAL_SPLIT_WORDS = {"test", "testing", "validation", "valid", "val", "dev", "eval", "evaluation", "heldout", "holdout"}
+BENCHMARK_NAMES = benchmarks.default_names()  # benchmarks.json, the maintained list
 PROMPT_RESPONSE_FIELDS = (
     ("prompt", "response"),
     ("prompt", "completion"),
@@ -309,49 +297,6 @@ def is_empty(example: Example | None) -> bool:
 # --------------------------------------------------------------------------------------------- filters
 
 
-def metadata_strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield str(k)
-            yield from metadata_strings(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from metadata_strings(v)
-
-
-def benchmark_pattern(names: tuple[str, ...]) -> re.Pattern:
-    """Names as whole words of letters: `mmlu_pro`, `MMLU-Pro`, `aime24` match; `aimed`, `flcb` do not.
-    Separators inside a name ('-', '_', ' ', or none) are interchangeable, so math-500 matches math500."""
-    parts = []
-    for name in names:
-        words = re.split(r"[-_ ]+", name.lower())
-        parts.append(r"[-_ ]?".join(re.escape(w) for w in words))
-    return re.compile(r"(?<![a-z])(?:" + "|".join(parts) + r")(?![a-z])")
-
-
-def split_is_eval(value: Any) -> bool:
-    if not isinstance(value, str):
-        return False
-    return any(word in EVAL_SPLIT_WORDS for word in re.split(r"[^a-z]+", value.lower()))
-
-
-def eval_split_reason(example: Example) -> str | None:
-    for key, value in example.metadata.items():
-        if key.lower() in SPLIT_KEYS and split_is_eval(value):
-            return f"{key}={value!r}"
-    return None
-
-
-def benchmark_reason(example: Example, pattern: re.Pattern) -> str | None:
-    for text in metadata_strings(example.metadata):
-        found = pattern.search(text.lower())
-        if found:
-            return f"metadata names {found.group(0)!r}"
-    return None
-
-
 def normalised_words(text: str) -> list[str]:
     return re.findall(r"\w+", text.lower())
 
@@ -394,27 +339,50 @@ class Blocklist:
         return False
 
 
-BLOCKLIST_FIELDS = ("question", "problem", "prompt", "text", "Question", "input")
+def blocklist_files(path: Path) -> list[Path]:
+    """A blocklist path: one file, or a folder's benchmark files (an `a2d eval --data` folder, say)."""
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in benchmarks.BLOCKLIST_SUFFIXES)
+        if not files:
+            raise A2DError(f"--blocklist {path}: no benchmark files ({', '.join(benchmarks.BLOCKLIST_SUFFIXES)}) in this folder")
+        return files
+    if not path.is_file():
+        raise A2DError(f"--blocklist {path}: file not found")
+    return [path]
+
+
+def blocklist_rows(path: Path) -> Iterator[dict[str, Any]]:
+    if path.suffix.lower() == ".csv":
+        import csv
+
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            yield from csv.DictReader(f)
+    else:
+        yield from read_rows(Source(path=path, name=path.name), path)
 
 
 def load_blocklist(paths: list[Path], n: int, min_words: int) -> Blocklist:
+    """Benchmark text to dedup against: .txt lines, or rows of each benchmark's own file (GPQA's CSV,
+    MATH-500's, MMLU-Pro's and LiveCodeBench's JSONL, MMLU-Pro's parquet: benchmarks.QUESTION_FORMATS)."""
     blocklist = Blocklist(n=n)
-    for path in paths:
-        if not path.is_file():
-            raise A2DError(f"--blocklist {path}: file not found")
+    for path in (f for p in paths for f in blocklist_files(Path(p))):
         before = blocklist.entries
-        if file_format(path, "auto") == "text":
+        kind = "text lines"
+        if path.suffix.lower() in (".txt", ".md"):
             for line in path.read_text(encoding="utf-8").splitlines():
                 blocklist.add(line, min_words)
         else:
-            dummy = Source(path=path, name=path.name)
-            for i, row in enumerate(read_rows(dummy, path)):
-                texts = [row[k] for k in BLOCKLIST_FIELDS if isinstance(row.get(k), str)]
+            for i, row in enumerate(blocklist_rows(path)):
+                kind, names = benchmarks.question_format(row)
+                texts = [row[k] for k in names if isinstance(row.get(k), str)]
                 if not texts:
-                    raise A2DError(f"{path} row {i}: no question field; use one of {BLOCKLIST_FIELDS}")
+                    raise A2DError(
+                        f"{path} row {i}: no question field; use a benchmark's own file (GPQA csv, MATH-500, MMLU-Pro, "
+                        f"LiveCodeBench jsonl) or rows with one of {benchmarks.GENERIC_QUESTION_FIELDS}"
+                    )
                 for text in texts:
                     blocklist.add(text, min_words)
-        blocklist.files.append({"path": str(path), **lin.file_record(path), "entries": blocklist.entries - before})
+        blocklist.files.append({"path": str(path), **lin.file_record(path), "format": kind, "entries": blocklist.entries - before})
     return blocklist
 
 
@@ -706,13 +674,13 @@ class RowFilter:
     def __init__(self, source: Source, config: DataConfig, blocklist: Blocklist, decode):
         self.source = source
         self.blocklist = blocklist
-        self.pattern = benchmark_pattern(config.benchmark_names)
+        self.names = benchmarks.BenchmarkNames(config.benchmark_names)
         self.decode = decode
         self.stats: dict[str, Any] = {"rows_read": 0, "rows_kept": 0, "dropped": {}, "dropped_examples": []}
         self.source_reason = None
-        if split_is_eval(source.split):
+        if benchmarks.is_eval_split(source.split):
             self.source_reason = ("eval_split", f"source declared split={source.split!r}")
-        elif self.pattern.search(source.name.lower()):
+        elif self.names.find(source.name):
             self.source_reason = ("benchmark_metadata", f"source name {source.name!r} names a benchmark")
 
     def drop(self, filter_name: str, detail: str, row: dict[str, Any]) -> None:
@@ -736,11 +704,11 @@ class RowFilter:
         if self.source_reason:
             self.drop(*self.source_reason, row)
             return None
-        reason = eval_split_reason(example)
+        reason = benchmarks.eval_split_reason(example.metadata)
         if reason:
             self.drop("eval_split", reason, row)
             return None
-        reason = benchmark_reason(example, self.pattern)
+        reason = benchmarks.benchmark_reason(example.metadata, self.names)
         if reason:
             self.drop("benchmark_metadata", reason, row)
             return None
@@ -847,7 +815,12 @@ def build_data(
             "config": {**asdict(config), "pad_token_id": pad_id, "benchmark_names": list(config.benchmark_names)},
             "tokenizer": {"path": str(tokenizer_dir), "files": {n: lin.file_record(tokenizer_dir / n) for n in ("tokenizer.json", "tokenizer_config.json") if (tokenizer_dir / n).is_file()}},
             "filters": {
-                "eval_split": {"fields": list(SPLIT_KEYS), "words": sorted(EVAL_SPLIT_WORDS), "also": "the source's declared split"},
+                "eval_split": {
+                    "fields": "any key with a word of " + ", ".join(benchmarks.vocabulary()["split_keys"]) + ", at any depth",
+                    "words": benchmarks.vocabulary()["eval_split_words"],
+                    "prefixes": benchmarks.vocabulary()["eval_split_prefixes"],
+                    "also": "the source's declared split",
+                },
                 "benchmark_metadata": {"names": list(config.benchmark_names), "also": "the source's name"},
                 "ngram_overlap": {
                     "n": blocklist.n,
@@ -896,7 +869,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--source", action="append", default=[], help="PATH[,key=value...]: name, split, revision, license, url, format, text_unit, max_rows, system, enable_thinking; kind=distill with base=DIR, max_new_tokens, temperature, top_p, batch_size, seed, samples, sample_temperature, sample_top_p, workers, time_limit_s")
     p.add_argument("--sources", type=Path, help="JSON list of source objects with the same keys")
-    p.add_argument("--blocklist", type=Path, action="append", default=[], help="benchmark questions to dedup against (.txt lines, or jsonl/json/parquet with a question field)")
+    p.add_argument("--blocklist", type=Path, action="append", default=[], help="benchmark text to dedup against: a benchmark's own file (GPQA csv, MATH-500 / MMLU-Pro / LiveCodeBench jsonl, MMLU-Pro parquet), a folder of them (as `a2d eval --data` takes), .txt lines, or rows with a question field")
     p.add_argument("--benchmark-name", action="append", default=[], help="another benchmark name for the metadata filter")
     p.add_argument("--block-size", type=int, default=defaults.block_size, help="align and pad samples to this; must equal train's (default: %(default)s)")
     p.add_argument("--seq-len", type=int, default=defaults.seq_len, help="tokens per packed row, a multiple of the block size (default: %(default)s)")

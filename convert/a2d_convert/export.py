@@ -74,25 +74,64 @@ def check_recorded(path: Path, record: dict[str, Any], what: str) -> None:
         raise A2DError(f"{path}: sha256 differs from the one training recorded; {what} changed after training — restore it")
 
 
+def probes_decoding(probes_file: Path, block_size: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The whole decoding an evaluate-probes report measured at its recommended threshold, and where the
+    rest of it was read: the report's own `decoding` record when it has one, else the a2d.decoding of the
+    folder it probed (`model_dir`, which evaluate-probes decodes with, greedily, at each threshold)."""
+    from .config import DecodingDefaults
+
+    probes = read_json(probes_file)
+    if probes.get("diagnostic"):
+        raise A2DError(f"{probes_file}: {probes['diagnostic']}; export takes a report made with the model's own block size")
+    recommended = probes.get("recommended")
+    if not isinstance(recommended, dict) or "threshold" not in recommended:
+        raise A2DError(f"{probes_file}: no 'recommended' decoding in it; run `evaluate-probes` with --thresholds")
+    if probes.get("block_size", block_size) != block_size:
+        raise A2DError(f"{probes_file}: the probes decoded blocks of {probes['block_size']}, this model's are {block_size}; probe this model")
+    if isinstance(probes.get("decoding"), dict):
+        measured, source = dict(probes["decoding"]), {"from": "report"}
+    else:
+        probed = Path(probes.get("model_dir") or "") / "config.json"
+        if not probes.get("model_dir") or not probed.is_file():
+            raise A2DError(
+                f"{probes_file}: the report does not say which decoding it measured and the folder it probed "
+                f"({probes.get('model_dir')}) has no config.json; run `evaluate-probes` again on the model and pass that report"
+            )
+        measured = dict((read_json(probed).get("a2d") or {}).get("decoding") or {})
+        measured["temperature"] = 0.0
+        source = {"from": "probed model", "config": {"path": str(probed), **lin.file_record(probed)}}
+    measured.update(recommended)
+    fields = DecodingDefaults.__dataclass_fields__
+    unknown = sorted(set(measured) - set(fields))
+    if unknown:
+        raise A2DError(f"{probes_file}: the measured decoding has fields {unknown} this a2d does not know; probe with this a2d version")
+    return measured, source
+
+
 def decoder_choice(init_config: dict, args_decoding: dict[str, Any], probes_file: Path | None) -> tuple[dict, dict]:
-    """(decoding defaults for config.json, decoder_config.json). Probes results, when given, choose."""
+    """(decoding defaults for config.json, decoder_config.json). A probes report, when given, chooses the
+    whole decoding (the one it measured); a flag may only restate it, since the probes measured nothing else."""
     from .config import DecodingDefaults
 
     decoding = dict(init_config["a2d"]["decoding"])
     chosen_by: dict[str, Any] = {"method": "defaults"}
-    if probes_file is not None:
-        probes = read_json(probes_file)
-        if probes.get("diagnostic"):
-            raise A2DError(f"{probes_file}: {probes['diagnostic']}; export takes a report made with the model's own block size")
-        recommended = probes.get("recommended")
-        if not isinstance(recommended, dict):
-            raise A2DError(f"{probes_file}: no 'recommended' decoding in it; run `evaluate-probes` with --thresholds")
-        decoding.update({k: v for k, v in recommended.items() if k in DecodingDefaults.__dataclass_fields__})
-        chosen_by = {"method": "probes", "probes_file": {"path": str(probes_file), **lin.file_record(probes_file)}, "rule": probes.get("rule")}
     overrides = {k: v for k, v in args_decoding.items() if v is not None}
-    if overrides:
+    if probes_file is not None:
+        decoding, measured_from = probes_decoding(probes_file, init_config["a2d"]["block_size"])
+        for name, value in overrides.items():
+            probed = decoding.get(name, getattr(DecodingDefaults(), name))
+            if value != probed:
+                raise A2DError(
+                    f"--{name.replace('_', '-')} {value} differs from the decoding the probes in {probes_file} measured "
+                    f"({name} {probed}); drop the flag, or export a candidate with it, probe that and pass its report"
+                )
+        chosen_by = {"method": "probes", "probes_file": {"path": str(probes_file), **lin.file_record(probes_file)},
+                     "rule": read_json(probes_file).get("rule"), "measured": measured_from}
+        if overrides:
+            chosen_by["flags"] = overrides
+    elif overrides:
         decoding.update(overrides)
-        chosen_by = {**chosen_by, "method": chosen_by["method"] + "+flags" if probes_file else "flags", "flags": overrides}
+        chosen_by = {"method": "flags", "flags": overrides}
     return decoding, chosen_by
 
 
@@ -215,13 +254,11 @@ def redecode(folder: Path, decoding_flags: dict[str, Any] | None = None, probes_
     dropped = {k: decoding.pop(k) for k in RETIRED_DECODING_FIELDS if k in decoding}
     if dropped:
         chosen_by["dropped"] = dropped
-    if probes_file is not None:
-        recommended = read_json(probes_file).get("recommended")
-        if not isinstance(recommended, dict):
-            raise A2DError(f"{probes_file}: no 'recommended' decoding in it; run `evaluate-probes` with --thresholds")
-        decoding.update({k: v for k, v in recommended.items() if k in DecodingDefaults.__dataclass_fields__})
-        chosen_by["probes_file"] = {"path": str(probes_file), **lin.file_record(probes_file)}
     flags = {k: v for k, v in (decoding_flags or {}).items() if v is not None}
+    if probes_file is not None:
+        # The probes' whole measured decoding, flags only restating it (decoder_choice's rule).
+        decoding, chosen_by = decoder_choice(config, flags, probes_file)
+        chosen_by = {**chosen_by, "method": "redecode", "previous": decoder.get("chosen_by"), **({"dropped": dropped} if dropped else {})}
     if not flags and probes_file is None:
         raise A2DError("redecode: give the decoding parameters to change (e.g. --threshold 0.8 --advance slide) or --probes")
     decoding.update(flags)

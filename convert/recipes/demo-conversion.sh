@@ -18,6 +18,10 @@
 #   OUT         folder for results as they are made               (default: none)
 #   DEADLINE    epoch seconds by which this call must be done     (default 0: no deadline)
 #   PROMPTS     JSONL of prompts for self-distillation            (default: made by make_prompts.py)
+#   BENCHMARKS  benchmark files or folders, space-separated, whose text the data is n-gram-deduplicated
+#               against: each benchmark's own file (gpqa_diamond.csv, math_500.jsonl, livecodebench_v6.jsonl,
+#               mmlu_pro.jsonl|.parquet) or the folder `a2d eval --data` reads   (default: none; the manifest
+#               then lists no blocklist)
 #   NGPU        processes for training (torchrun)                 (default 1)
 #   SCALE_STEPS steps of the 1-process vs NGPU-process comparison (default 0: skip)
 #   SCALE_ONLY  1: stop after that comparison (no main run, export or probes)
@@ -56,6 +60,12 @@ PROBES_HELDOUT=${PROBES_HELDOUT:-1}; PROBES_OPEN=${PROBES_OPEN:-1}; OPEN_TOKENS=
 THRESHOLDS=${THRESHOLDS:-0.5,0.7,0.9}; PROBE_BATCH=${PROBE_BATCH:-256}; LOG_EVERY=${LOG_EVERY:-5}
 read -r -a TRAIN_EXTRA_ARGS <<< "${TRAIN_EXTRA:-}"; read -r -a EXPORT_EXTRA_ARGS <<< "${EXPORT_EXTRA---advance slide}"; DATA_ONLY=${DATA_ONLY:-0}; SAVE_DELTA=${SAVE_DELTA:-1}
 CHECKPOINT_PROBES=${CHECKPOINT_PROBES:-0}
+read -r -a BENCHMARK_PATHS <<< "${BENCHMARKS:-}"
+BLOCKLIST_ARGS=()
+for b in ${BENCHMARK_PATHS[@]+"${BENCHMARK_PATHS[@]}"}; do
+  [ -e "$b" ] || { echo "BENCHMARKS: $b does not exist; name benchmark files or folders that do" >&2; exit 2; }
+  BLOCKLIST_ARGS+=(--blocklist "$b")
+done
 read -r DEVICE GPUS < <(python3 -c 'import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; print("cuda" if n else "cpu", n)')
 THREADS=$(( $(nproc) > 8 ? 8 : $(nproc) ))
 RESERVE_S=${RESERVE_S:-$([ "$PROBES" = 1 ] && echo 150 || echo 60)}
@@ -111,8 +121,10 @@ run_data() {  # WORKERS BATCH: self-distillation within DISTILL_S (and the deadl
   s=$(budget "$DISTILL_S" $(( RESERVE_S + 120 + pack )))
   [ "$s" -gt 30 ] || { stamp "data: no time left ($s s)"; return 1; }
   stamp "data (self-distillation of $(wc -l < "$PROMPTS") prompts, $DISTILL_SAMPLES sampled each, workers=$1, batch=$2, limit ${s} s)"
+  [ ${#BLOCKLIST_ARGS[@]} -gt 0 ] || stamp "data: no BENCHMARKS given, so no n-gram dedup against benchmark text"
   bounded $(( s + pack )) python3 -m a2d_convert data --tokenizer "$WORK/base" --out "$WORK/data" --force --block-size "$BLOCK" \
-    --seq-len "$SEQ_LEN" --holdout-fraction 0.02 --source "$(distill_source "$1" "$2" "$s")" 2>&1 | tee -a "$WORK/data.log" | grep --line-buffered -v 'row/s\|batch/s' || true
+    --seq-len "$SEQ_LEN" --holdout-fraction 0.02 --source "$(distill_source "$1" "$2" "$s")" ${BLOCKLIST_ARGS[@]+"${BLOCKLIST_ARGS[@]}"} \
+    2>&1 | tee -a "$WORK/data.log" | grep --line-buffered -v 'row/s\|batch/s' || true
   [ -f "$WORK/data/data_manifest.json" ]
 }
 if [ ! -f "$WORK/data/data_manifest.json" ]; then

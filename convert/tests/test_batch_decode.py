@@ -138,7 +138,13 @@ def test_block_size_one_is_refused_and_another_block_size_is_only_a_diagnostic(t
         evaluate_probes(model, base, probes, [0.9], max_tokens=10, tolerance=0.0, batch_size=9, block_size=1)
     report = evaluate_probes(model, None, probes, [0.9], max_tokens=10, tolerance=0.0, batch_size=9, block_size=8)
     assert report["block_size"] == 8 and "recommended" not in report and "block size 8, not the model's 4" in report["diagnostic"]
-    own = evaluate_probes(model, base, probes, [0.9, 0.5], max_tokens=10, tolerance=0.0, batch_size=9, overrides={"advance": "slide"})
+    details = tmp_path / "own.jsonl"
+    own = evaluate_probes(model, base, probes, [0.9, 0.5], max_tokens=10, tolerance=0.0, batch_size=9, overrides={"advance": "slide"}, details=details)
+    again = evaluate_probes(model, None, probes, [0.9, 0.5], max_tokens=10, tolerance=0.0, batch_size=9, overrides={"advance": "slide"},
+                            base_answers_from=details)
+    assert again["base"] == own["base"] and again["model"] == own["model"]
+    with pytest.raises(A2DError, match="not of these"):
+        evaluate_probes(model, None, probes, [0.9], max_tokens=9, tolerance=0.0, batch_size=9, base_answers_from=details)
     assert own["block_size"] == 4 and own["decoding"]["advance"] == "slide" and "threshold" in own["recommended"]
     assert own["aup"]["value"] >= 0 and own["aup"]["reference_accuracy"] == own["base"]["accuracy"]
     for row in own["model"].values():

@@ -14,11 +14,9 @@ from a2d_convert.data import (
     TRAIN_FILE,
     DataConfig,
     Source,
-    benchmark_pattern,
     build_data,
     load_rows,
     parse_source_flag,
-    BENCHMARK_NAMES,
 )
 from a2d_convert.errors import A2DError
 from a2d_convert.lineage import sha256_file
@@ -53,15 +51,15 @@ PLANTED = [
     {"id": "test-split", "prompt": "Hello there", "response": "Hi!", "split": "test"},
     {"id": "val-split", "prompt": "Good day", "response": "Hello!", "subset": "validation"},
     {"id": "ngram", "prompt": f"Tell me: {BLOCKED_QUESTION.lower()}?", "response": "Soon.", "source": "web"},
+    # Spellings and depths the first filters let through.
+    {"id": "lcb-underscores", "prompt": "Write more code.", "response": "print(2)", "source": "live_code_bench_v6"},
+    {"id": "hle", "prompt": "Hard one.", "response": "Unknown.", "dataset": "humanitys_last_exam"},
+    {"id": "nested-split", "prompt": "Nested hello", "response": "Nested hi!", "meta": {"split": "test"}},
+    {"id": "testmini", "prompt": "Mini hello", "response": "Mini hi!", "split": "testmini"},
+    {"id": "hf-split", "prompt": "HF hello", "response": "HF hi!", "hf_split": "test"},
 ]
 
 
-def test_benchmark_pattern_matches_names_not_lookalikes():
-    pattern = benchmark_pattern(BENCHMARK_NAMES)
-    for text in ("gpqa_diamond", "MMLU-Pro", "mmlu_pro", "math500", "Math 500", "aime24", "livecodebench/v6", "lcb_v6"):
-        assert pattern.search(text.lower()), text
-    for text in ("aimed at", "self-written", "mathematics 500 problems", "flcb", "mmlucky"):
-        assert not pattern.search(text.lower()), text
 
 
 def test_planted_benchmark_rows_are_dropped_and_recorded(base, tmp_path):
@@ -71,8 +69,8 @@ def test_planted_benchmark_rows_are_dropped_and_recorded(base, tmp_path):
     out = build_data([parse_source_flag(f"{src},name=mix,revision=r1,license=cc0")], base, tmp_path / "data", DataConfig(block_size=4, seq_len=64), [blocklist])
     manifest = json.loads((out / MANIFEST_FILE).read_text())
     (source,) = manifest["sources"]
-    assert source["rows_read"] == 21 and source["rows_kept"] == 13
-    assert source["dropped"] == {"benchmark_metadata": 5, "eval_split": 2, "ngram_overlap": 1}
+    assert source["rows_read"] == 26 and source["rows_kept"] == 13
+    assert source["dropped"] == {"benchmark_metadata": 7, "eval_split": 5, "ngram_overlap": 1}
     dropped_ids = {d["id"]: d["filter"] for d in source["dropped_examples"]}
     assert dropped_ids == {
         "gpqa": "benchmark_metadata",
@@ -83,6 +81,11 @@ def test_planted_benchmark_rows_are_dropped_and_recorded(base, tmp_path):
         "test-split": "eval_split",
         "val-split": "eval_split",
         "ngram": "ngram_overlap",
+        "lcb-underscores": "benchmark_metadata",
+        "hle": "benchmark_metadata",
+        "nested-split": "eval_split",
+        "testmini": "eval_split",
+        "hf-split": "eval_split",
     }
     assert source["files"][0]["sha256"] == sha256_file(src)
     assert manifest["filters"]["ngram_overlap"]["blocklist"][0]["sha256"] == sha256_file(blocklist)
@@ -91,7 +94,7 @@ def test_planted_benchmark_rows_are_dropped_and_recorded(base, tmp_path):
     tokenizer = Tokenizer.from_file(str(base / "tokenizer.json"))
     arrays, _ = load_rows(out / TRAIN_FILE, block_size=4)
     text = tokenizer.decode(arrays["input_ids"].ravel().tolist(), skip_special_tokens=False)
-    for planted in ("Neon", "n=7", "Soon.", "Hi!", "print(1)"):
+    for planted in ("Neon", "n=7", "Soon.", "Hi!", "print(1)", "print(2)", "Unknown.", "Nested hi!", "Mini hi!", "HF hi!"):
         assert planted not in text
     assert "North." in text and "5 plus 5 is 10." in text
 
@@ -197,3 +200,45 @@ def test_sources_file_paths_are_relative_to_it(base, tmp_path):
     with pytest.raises(A2DError, match=r"sources.json\[0\]: unknown source field"):
         listing.write_text(json.dumps([{"path": "corpus/a.jsonl", "licence": "x"}]))
         read_sources_file(listing)
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "eval" / "fixtures"
+
+
+def test_each_benchmarks_own_file_is_a_blocklist_source(base, tmp_path):
+    """The files `a2d eval` reads (eval/fixtures has their published shapes), alone or as the folder."""
+    import csv
+
+    with open(FIXTURES / "gpqa_diamond.csv", encoding="utf-8", newline="") as f:
+        gpqa = next(csv.DictReader(f))["Question"]
+    math = json.loads((FIXTURES / "math_500.jsonl").read_text().splitlines()[0])
+    lcb = json.loads((FIXTURES / "livecodebench_v6.jsonl").read_text().splitlines()[1])["question_content"]
+    mmlu = pq.read_table(FIXTURES / "parquet" / "mmlu_pro.parquet").to_pylist()[1]["question"]
+    leaked = {  # ids that name no benchmark: only the n-gram filter may catch these rows
+        "leak-1": f"Here is one: {gpqa}",
+        "leak-2": f"Try this. {math['problem']}",
+        "leak-3": f"My answer: {math['solution']}",
+        "leak-4": f"Please solve: {lcb[:400]}",
+        "leak-5": f"Quiz time! {mmlu}",
+    }
+    rows = clean_rows(6) + [{"id": k, "prompt": v, "response": "Sure.", "source": "web"} for k, v in leaked.items()]
+    src = write_jsonl(tmp_path / "mix.jsonl", rows)
+    blocklists = [FIXTURES, FIXTURES / "parquet" / "mmlu_pro.parquet"]
+    out = build_data([Source(path=src, name="mix")], base, tmp_path / "data", DataConfig(block_size=4, seq_len=96), blocklists)
+    manifest = json.loads((out / MANIFEST_FILE).read_text())
+    (source,) = manifest["sources"]
+    assert {d["id"] for d in source["dropped_examples"]} == set(leaked)
+    assert source["dropped"] == {"ngram_overlap": len(leaked)} and source["rows_kept"] == 6
+    files = {Path(f["path"]).name: f for f in manifest["filters"]["ngram_overlap"]["blocklist"]}
+    assert {name: f["format"] for name, f in files.items()} == {
+        "gpqa_diamond.csv": "gpqa_diamond",
+        "livecodebench_v6.jsonl": "livecodebench",
+        "math_500.jsonl": "math_500",
+        "mmlu_pro.jsonl": "mmlu_pro",
+        "mmlu_pro.parquet": "mmlu_pro",
+    }
+    assert all(f["entries"] > 0 and f["sha256"] == sha256_file(f["path"]) for f in files.values())
+    # A file of no benchmark's shape is named with the fix.
+    odd = write_jsonl(tmp_path / "odd.jsonl", [{"title": "no question here"}])
+    with pytest.raises(A2DError, match=r"odd.jsonl row 0: no question field; use a benchmark's own file"):
+        build_data([Source(path=src, name="mix")], base, tmp_path / "d2", DataConfig(block_size=4, seq_len=96), [odd])

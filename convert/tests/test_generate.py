@@ -14,7 +14,7 @@ from a2d_convert.decode import DecodeParams, decode
 from a2d_convert.model import BlockForward, load_transformer
 from a2d_convert.prompts import load_prompt_codec
 
-FIELDS = {"token_ids", "text", "completion_tokens", "forward_passes", "tokens_per_forward", "ms", "finish_reason", "prompt_tokens"}
+FIELDS = {"token_ids", "text", "completion_tokens", "forward_passes", "tokens_per_forward", "steps", "revealed", "topped_up", "ms", "finish_reason", "prompt_tokens"}
 
 
 def generate(capsys, model, *flags):
@@ -64,9 +64,9 @@ def test_separate_commit_gives_the_fused_tokens(capsys, llama_model):
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--seed", "-1"], "seed is -1, it must be in 0..2^64-1"),
+        (["--seed", "-1"], "seed is -1, it must be in [0, 2^64-1]"),
         (["--threshold", "1.5"], "threshold is 1.5, it must be in [0, 1]"),
-        (["--block-size", "4", "--min-per-step", "5"], "min_per_step is 5, it must be in 1..block_size (4)"),
+        (["--block-size", "4", "--min-per-step", "5"], "min_per_step is 5, it must be in [1, block_size (4)]"),
         (["--max-tokens", "-3"], "max_tokens is -3"),
         (["--no-think"], "--no-think only applies to a chat prompt; add --chat"),
         (["--prompt", ""], "--prompt encodes to no tokens"),

@@ -169,9 +169,46 @@ def test_probes_compare_base_and_model_and_choose_the_default_threshold(converte
     assert report["recommended"] == {"threshold": float(fastest)}  # tolerance 1.0: every threshold qualifies
     assert len((tmp_path / "d.jsonl").read_text().splitlines()) == 3 * len(probes)
     probes_file = tmp_path / "probes.json"
-    probes_file.write_text(json.dumps(report))
+    probes_file.write_text(json.dumps({**report, "model_dir": str(model)}))  # as `evaluate-probes` writes it
     chosen = export(root / "run", tmp_path / "model", probes_file=probes_file)
     decoder = json.loads((chosen / "decoder_config.json").read_text())
     assert decoder["decoding"]["threshold"] == float(fastest)
     assert decoder["chosen_by"]["method"] == "probes" and decoder["chosen_by"]["probes_file"]["sha256"] == sha256_file(probes_file)
     assert verify_folder(chosen).ok
+
+
+def test_export_ships_exactly_the_decoding_the_probes_measured_or_refuses(converted, tmp_path):
+    root, _, _ = converted
+    # The probed candidate decodes with leftmost remasking; the probes recommend one of its thresholds.
+    candidate = export(root / "run", tmp_path / "candidate", {"remasking": "leftmost", "min_per_step": 2})
+    report = evaluate_probes(candidate, None, generated_probes(1, seed=4), [0.8, 0.2], max_tokens=6, tolerance=1.0)
+    probes_file = tmp_path / "probes.json"
+    probes_file.write_text(json.dumps({**report, "model_dir": str(candidate)}))
+    recommended = report["recommended"]["threshold"]
+
+    shipped = export(root / "run", tmp_path / "model", probes_file=probes_file)  # no flags: the measured rule, whole
+    decoder = json.loads((shipped / "decoder_config.json").read_text())
+    measured = {**json.loads((candidate / "config.json").read_text())["a2d"]["decoding"], "threshold": recommended, "temperature": 0.0}
+    assert decoder["decoding"] == measured == json.loads((shipped / "config.json").read_text())["a2d"]["decoding"]
+    assert decoder["decoding"]["remasking"] == "leftmost" and decoder["decoding"]["min_per_step"] == 2
+    assert decoder["chosen_by"]["measured"] == {"from": "report"}  # evaluate-probes records the decoding it ran
+    del report["decoding"]  # a report of an earlier a2d: the probed folder's config says what it ran
+    probes_file.write_text(json.dumps({**report, "model_dir": str(candidate)}))
+    older = json.loads((export(root / "run", tmp_path / "older", probes_file=probes_file) / "decoder_config.json").read_text())
+    assert older["decoding"] == measured and older["chosen_by"]["measured"]["config"]["sha256"] == sha256_file(candidate / "config.json")
+    # A flag that restates the measured decoding is fine; one that changes it is refused before anything is written.
+    export(root / "run", tmp_path / "same", {"remasking": "leftmost"}, probes_file=probes_file)
+    for flags in ({"remasking": "random"}, {"threshold": 0.55}, {"min_per_step": 1}):
+        with pytest.raises(A2DError, match=r"differs from the decoding the probes .* measured"):
+            export(root / "run", tmp_path / "other", flags, probes_file=probes_file)
+        assert not (tmp_path / "other").exists()
+    # A report that records neither its decoding nor the folder it probed is refused.
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(report))
+    with pytest.raises(A2DError, match="does not say which decoding it measured"):
+        export(root / "run", tmp_path / "other", probes_file=bare)
+    # A report that records its decoding is taken as it says.
+    stated = tmp_path / "stated.json"
+    stated.write_text(json.dumps({**report, "decoding": {**measured, "remasking": "random"}}))
+    got = export(root / "run", tmp_path / "stated", probes_file=stated)
+    assert json.loads((got / "decoder_config.json").read_text())["decoding"]["remasking"] == "random"

@@ -17,6 +17,7 @@ from a2d_convert.tiny import make_tiny_base
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "convert" / "recipes" / "demo-conversion.sh"
+FIXTURES = REPO / "eval" / "fixtures"
 
 
 def run_recipe(tmp: Path, out: Path, **env) -> tuple[int, str]:
@@ -97,7 +98,7 @@ def test_two_time_boxed_calls_leave_their_results_in_out(tmp_path):
     assert all(row["tokens_per_answer"] <= 8 for row in opened["model"].values()) and "open prompts ok" in status
     assert hashlib.sha256(delta_from(out2)).hexdigest() == files["delta.sha256"].decode().split()[0]
     decoder = json.loads(files["model/decoder_config.json"])
-    assert decoder["chosen_by"]["method"] == "probes+flags" and decoder["chosen_by"]["flags"] == {"advance": "slide"}
+    assert decoder["chosen_by"]["method"] == "probes" and decoder["chosen_by"]["flags"] == {"advance": "slide"}
     assert decoder["decoding"] == {**probes["decoding"], "threshold": probes["recommended"]["threshold"]}
     assert "PASS" in log
 
@@ -116,9 +117,18 @@ def test_a_variant_shares_the_data_and_adds_its_train_flags(tmp_path):
     that base, prompts and data trains with TRAIN_EXTRA's flags and, with SAVE_DELTA=0, leaves the delta's
     weights out of its OUT (several variants share one call's return)."""
     make_tiny_base(tmp_path / "hf")
-    rc, log = run_recipe(tmp_path, tmp_path / "out-data", DATA_ONLY="1", DISTILL_SAMPLES="0")
+    rc, log = run_recipe(tmp_path, tmp_path / "out-none", BENCHMARKS=f"{FIXTURES} {tmp_path / 'no-such-benchmark.csv'}")
+    assert rc == 2 and "BENCHMARKS: " in log and "no-such-benchmark.csv does not exist" in log
+    # The benchmark files the user has (here eval's fixtures, as the folder `a2d eval --data` reads and one
+    # file) are the data's blocklist.
+    benchmarks = f"{FIXTURES} {FIXTURES / 'parquet' / 'mmlu_pro.parquet'}"
+    rc, log = run_recipe(tmp_path, tmp_path / "out-data", DATA_ONLY="1", DISTILL_SAMPLES="0", BENCHMARKS=benchmarks)
     assert rc == 0, log
     assert "done (DATA_ONLY)" in log and not (tmp_path / "w" / "run").exists()
+    manifest = json.loads((tmp_path / "w" / "data" / "data_manifest.json").read_text())
+    listed = {Path(f["path"]).name: f["format"] for f in manifest["filters"]["ngram_overlap"]["blocklist"]}
+    assert listed == {"gpqa_diamond.csv": "gpqa_diamond", "livecodebench_v6.jsonl": "livecodebench", "math_500.jsonl": "math_500",
+                      "mmlu_pro.jsonl": "mmlu_pro", "mmlu_pro.parquet": "mmlu_pro"}
     variant = tmp_path / "w-ar"
     variant.mkdir()
     for name in ("base", "data", "prompts.jsonl"):

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
+#include <vector>
 
 #include "decode_params.h"
 
@@ -91,12 +93,18 @@ class Fields {
     return string_or(key, "");
   }
 
-  // Every key not read or ignored is a field the engine would silently mis-handle.
-  void reject_unknown(const std::string& fix) const {
+  // Every key not read or ignored is a field the engine would silently mis-handle; `fixes` names the fix
+  // for the ones seen in real checkpoints.
+  void reject_unknown(const std::string& fix, const std::map<std::string, std::string>& fixes = {}) const {
     for (auto it = object_.begin(); it != object_.end(); ++it) {
-      if (used_.count(it.key()) == 0) fail(it.key(), "is not supported by the a2d engine; " + fix);
+      if (used_.count(it.key()) != 0) continue;
+      const auto known = fixes.find(it.key());
+      fail(it.key(), "is not supported by the a2d engine; " + (known != fixes.end() ? known->second : fix));
     }
   }
+
+  // The keys read so far, present or not (every reader records its key before looking it up).
+  const std::set<std::string>& read() const { return used_; }
 
  private:
   const json& object_;
@@ -105,35 +113,41 @@ class Fields {
   std::set<std::string> used_;
 };
 
+// engine/supported-config.json, compiled in (engine/CMakeLists.txt): the architectures, the fields read
+// below, the metadata fields that do not change the forward pass (HF bookkeeping, generation defaults),
+// and the fix for fields known to change it (MiniCPM's muP scales, say). The converter's `import` refuses
+// from the same file, so a base the engine would refuse never gets converted.
+const char kSupportedConfigJson[] =
+#include "supported_config.inc"
+    ;
+
 struct ArchitectureSwitches {
-  const char* architecture;
-  const char* model_type;
+  std::string architecture;
+  std::string model_type;
   bool qk_norm;
 };
 
-constexpr ArchitectureSwitches kArchitectures[] = {
-    {"LlamaForCausalLM", "llama", false},
-    {"Qwen2ForCausalLM", "qwen2", false},
-    {"Qwen3ForCausalLM", "qwen3", true},
+struct SupportedConfig {
+  std::vector<ArchitectureSwitches> architectures;
+  std::set<std::string> fields;
+  std::vector<std::string> metadata;
+  std::map<std::string, std::string> refused;  // field -> the fix
 };
 
-// HF bookkeeping and generation defaults that do not change the forward pass. Anything not listed and
-// not read below is rejected: an unknown field may change the math (MiniCPM's muP scales, say).
-const char* const kMetadataFields[] = {
-    "_name_or_path", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
-    "decoder_start_token_id", "dtype", "torch_dtype", "transformers_version", "use_cache",
-    "initializer_range", "attention_dropout", "chunk_size_feed_forward", "is_encoder_decoder",
-    "is_decoder", "add_cross_attention", "cross_attention_hidden_size", "tie_encoder_decoder",
-    "id2label", "label2id", "output_attentions", "output_hidden_states", "output_scores",
-    "return_dict", "return_dict_in_generate", "problem_type", "finetuning_task", "tokenizer_class",
-    "prefix", "task_specific_params", "torchscript", "use_bfloat16", "tf_legacy_loss", "pruned_heads",
-    "max_window_layers", "sliding_window", "max_length", "min_length", "do_sample", "early_stopping",
-    "num_beams", "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p", "typical_p",
-    "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
-    "bad_words_ids", "num_return_sequences", "forced_bos_token_id", "forced_eos_token_id",
-    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
-    "begin_suppress_tokens",
-};
+const SupportedConfig& supported_config() {
+  static const SupportedConfig supported = [] {
+    const json file = json::parse(kSupportedConfigJson);
+    SupportedConfig s;
+    for (const auto& a : file.at("architectures")) {
+      s.architectures.push_back({a.at("architecture"), a.at("model_type"), a.at("qk_norm")});
+    }
+    s.fields = file.at("fields").get<std::set<std::string>>();
+    s.metadata = file.at("metadata").get<std::vector<std::string>>();
+    s.refused = file.at("refused").get<std::map<std::string, std::string>>();
+    return s;
+  }();
+  return supported;
+}
 
 void read_rope(Fields& fields, ModelConfig& config) {
   auto reject_scaling = [&](const std::string& key, const std::string& type) {
@@ -292,14 +306,15 @@ ModelConfig read_config(const std::string& path) {
     fields.fail("architectures", "must be a non-empty array of names, e.g. [\"LlamaForCausalLM\"]");
   }
   config.architecture = fields.raw("architectures")[0].get<std::string>();
+  const SupportedConfig& supported = supported_config();
   const ArchitectureSwitches* arch = nullptr;
-  for (const auto& a : kArchitectures) {
+  std::string names;
+  for (const auto& a : supported.architectures) {
     if (config.architecture == a.architecture) arch = &a;
+    names += (names.empty() ? "" : ", ") + a.architecture;
   }
   if (arch == nullptr) {
-    fields.fail("architectures", "names '" + config.architecture +
-                                     "', which a2d does not support; supported: LlamaForCausalLM, "
-                                     "Qwen2ForCausalLM, Qwen3ForCausalLM");
+    fields.fail("architectures", "names '" + config.architecture + "', which a2d does not support; supported: " + names);
   }
   config.model_type = fields.string("model_type");
   if (config.model_type != arch->model_type) {
@@ -353,15 +368,27 @@ ModelConfig read_config(const std::string& path) {
     fields.ignore("layer_types");
   }
   read_rope(fields, config);
-  for (const char* key : kMetadataFields) fields.ignore(key);
 
   if (!fields.has("a2d")) {
     throw std::runtime_error(path + ": has no 'a2d' section, so it is not an a2d model; make one "
                                     "with `python -m a2d_convert init --base HF_DIR --out DIR`");
   }
   read_a2d_section(fields.raw("a2d"), path, config);
+  // What this function reads and what supported-config.json lists must be the same set: the converter
+  // accepts exactly the listed fields.
+  if (fields.read() != supported.fields) {
+    std::string differ;
+    for (const auto& key : fields.read()) {
+      if (supported.fields.count(key) == 0) differ += " '" + key + "' (read, not listed)";
+    }
+    for (const auto& key : supported.fields) {
+      if (fields.read().count(key) == 0) differ += " '" + key + "' (listed, not read)";
+    }
+    throw std::logic_error("engine/supported-config.json 'fields' and engine/src/config.cpp disagree:" + differ);
+  }
+  for (const auto& key : supported.metadata) fields.ignore(key);
   fields.reject_unknown("remove it if it is metadata, or use a model whose config a2d supports "
-                        "(docs/model-format.md)");
+                        "(docs/model-format.md)", supported.refused);
   return config;
 }
 

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "config.h"
@@ -82,7 +83,9 @@ TEST_CASE("config: unsupported configs are rejected naming the file, the field a
           "field 'architectures' names 'GPT2LMHeadModel', which a2d does not support; supported: LlamaForCausalLM");
   rejects("cfg-type", [](nlohmann::json& c) { c["model_type"] = "qwen2"; }, "does not match architecture");
   rejects("cfg-unknown", [](nlohmann::json& c) { c["scale_emb"] = 12; },
-          "field 'scale_emb' is not supported by the a2d engine");
+          "field 'scale_emb' is not supported by the a2d engine; it is MiniCPM's muP embedding multiplier");
+  rejects("cfg-unlisted", [](nlohmann::json& c) { c["some_new_scale"] = 2; },
+          "field 'some_new_scale' is not supported by the a2d engine; remove it if it is metadata");
   rejects("cfg-scaling", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}}; },
           "RoPE scaling 'yarn'");
   rejects("cfg-theta", [](nlohmann::json& c) { c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e6}}; },
@@ -118,6 +121,30 @@ TEST_CASE("config: unsupported configs are rejected naming the file, the field a
           [](nlohmann::json& c) { c["a2d"]["mask_adapter"] = {{"rank", 4}, {"targets", {"q_proj"}}, {"alpha", 8}}; },
           "a2d.mask_adapter.alpha");
   rejects("cfg-kv", [](nlohmann::json& c) { c["num_key_value_heads"] = 3; }, "must divide num_attention_heads");
+}
+
+// engine/supported-config.json is the list the converter's import refuses from; the engine compiled it in.
+TEST_CASE("config: every field of supported-config.json is handled as the file says") {
+  std::ifstream in(A2D_SUPPORTED_CONFIG_PATH);
+  REQUIRE(in);
+  const nlohmann::json supported = nlohmann::json::parse(in);
+  TinyShape shape;
+  nlohmann::json with_metadata = tiny_config(shape);
+  for (const auto& key : supported.at("metadata")) with_metadata[key.get<std::string>()] = nullptr;
+  with_metadata["id2label"] = {{"0", "LABEL_0"}};
+  with_metadata["transformers_version"] = "5.17.0";
+  CHECK(load_with("cfg-metadata", shape, with_metadata)->config.hidden_size == shape.hidden);
+
+  int index = 0;
+  for (const auto& [key, fix] : supported.at("refused").items()) {
+    nlohmann::json config = tiny_config(shape);
+    config[key] = 1;
+    const std::string dir = write_tiny_model("cfg-refused-" + std::to_string(index++), shape, 3);
+    write_file(dir + "/config.json", config.dump());
+    CHECK_THROWS_WITH(load_model(dir), doctest::Contains(("field '" + key + "' is not supported by the a2d engine; " +
+                                                          fix.get<std::string>()).c_str()));
+  }
+  CHECK(index >= 7);
 }
 
 TEST_CASE("config: not JSON, or no file at all") {
