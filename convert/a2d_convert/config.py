@@ -194,7 +194,7 @@ class ModelConfig:
 # The decoding parameters, defined once for every part of a2d (engine/decoding-params.json): names, ranges,
 # choices and defaults come from the table; DecodingDefaults mirrors its parameters with a default (a test
 # holds the two together), and decode.DecodeParams.validate checks them by the table.
-DECODING_TABLE_PATH = Path(__file__).resolve().parents[2] / "engine" / "decoding-params.json"
+DECODING_TABLE_PATH = Path(__file__).with_name("decoding_params.json")  # a link to engine/decoding-params.json
 DECODING_TABLE = json.loads(DECODING_TABLE_PATH.read_text(encoding="utf-8"))
 DECODING_PARAMETERS = {p["name"]: p for p in DECODING_TABLE["parameters"] + DECODING_TABLE["request_parameters"]}
 REMASKING = tuple(DECODING_PARAMETERS["remasking"]["choices"])
