@@ -316,7 +316,7 @@ def section_tiny(lib, out):
 
 # ---------------------------------------------------------------- model folders (Backend interface)
 
-def write_folder(path, cfg, W, block_size=4, remasking="low_confidence", tree_width=1, lookup_ngram=0):
+def write_folder(path, cfg, W, block_size=4, remasking="low_confidence", advance="block"):
     from safetensors.torch import save_file
     os.makedirs(path, exist_ok=True)
     arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[cfg.get("type", "llama")]
@@ -330,9 +330,7 @@ def write_folder(path, cfg, W, block_size=4, remasking="low_confidence", tree_wi
         "a2d": {"format_version": 1, "mask_token_id": cfg["mask"], "mask_token": "<|mask|>", "block_size": block_size,
                 "shift_logits": True, "eos_token_ids": [cfg["vocab"] - 2], "trained": False,
                 "decoding": {"threshold": 0.9, "min_per_step": 1, "steps": 0, "temperature": 0.0, "top_p": 1.0,
-                             "remasking": remasking, "commit": "fused",
-                             **({"tree_width": tree_width} if remasking == "tree" else {}),
-                             **({"lookup_ngram": lookup_ngram} if lookup_ngram else {})}},
+                             "remasking": remasking, "advance": advance, "commit": "fused"}},
     }
     hf = {"embed": "model.embed_tokens.weight", "lm_head": "lm_head.weight", "final_norm": "model.norm.weight"}
     per_layer = {"input_norm": "input_layernorm.weight", "post_norm": "post_attention_layernorm.weight",
@@ -389,47 +387,24 @@ def section_backend(lib, workdir):
         prompts = [torch.randint(0, cfg["vocab"] - 2, (int(torch.randint(3, 40, (1,), generator=gen)),),
                                  generator=gen).tolist() for _ in range(12)]
         results[name] = compare_backends(lib, path, commit, window, prompts, cfg["vocab"], 48, name)
-        if cfg.get("mask_adapter"):  # remasking verify: windows of drafts then B masks, every draft checked
-            write_folder(path + "_verify", cfg, W, remasking="verify")
-            results[name + "_verify"] = compare_backends(lib, path + "_verify", commit, window, prompts, cfg["vocab"], 48,
-                                                         name + " verify", threshold=0.0)
-            # remasking tree: rows at their own positions, each seeing its branch (a window layout): the
-            # logits of one such window (branches 5 6 7 and 8, groups of 4 masks), then generations
-            results[name + "_layout"] = compare_layout_logits(lib, path, commit, cfg["mask"], cfg["vocab"], name)
-            write_folder(path + "_tree", cfg, W, remasking="tree", tree_width=3)
-            results[name + "_tree"] = compare_backends(lib, path + "_tree", commit, window, prompts, cfg["vocab"], 48,
-                                                       name + " tree3", threshold=0.0)
-            # and with a branch from the context's own repeats: windows of up to 64 rows
-            write_folder(path + "_lookup", cfg, W, remasking="tree", tree_width=3, lookup_ngram=3)
-            results[name + "_lookup"] = compare_backends(lib, path + "_lookup", commit, window, prompts, cfg["vocab"], 48,
-                                                         name + " tree3 lookup3", threshold=0.0)
+        # The sliding window (advance slide): commits of any length each step, windows partly revealed; at a
+        # lower threshold, so that steps reveal several tokens. Mask adapter folders with the leftmost top-up.
+        write_folder(path + "_slide", cfg, W, remasking="leftmost" if cfg.get("mask_adapter") else "low_confidence", advance="slide")
+        results[name + "_slide"] = compare_backends(lib, path + "_slide", commit, window, prompts, cfg["vocab"], 48,
+                                                    name + " slide", threshold=0.5)
     return results
 
 
-def backend_logits_error(lib, path, commit, window, vocab, layout=None):
-    """Max per-row relative error, CUDA vs CPU backend, of every row of one forward (commit then window; with
-    a decode.WindowLayout, the window rows where it puts them)."""
+def backend_logits_error(lib, path, commit, window, vocab):
+    """Max per-row relative error, CUDA vs CPU backend, of every row of one forward (commit then window)."""
     n, w = len(commit), len(window)
-    offsets = None if layout is None else (ctypes.c_int * w)(*layout.offsets)
-    visible = None if layout is None else (ctypes.c_ulonglong * w)(*layout.visible)
     out = {}
     for device in ("cpu", "cuda"):
         logits = torch.empty(n + w, vocab, dtype=torch.float32)
         lib.call("a2d_bench_backend_logits_layout", path.encode(), device.encode(), (ctypes.c_int * n)(*commit), n,
-                 (ctypes.c_int * w)(*window), w, offsets, visible, ctypes.c_void_p(logits.data_ptr()))
+                 (ctypes.c_int * w)(*window), w, None, None, ctypes.c_void_p(logits.data_ptr()))
         out[device] = logits
     return max(rel_errors(out["cuda"], out["cpu"]))
-
-
-def compare_layout_logits(lib, path, commit, mask, vocab, name):
-    """CUDA vs CPU logits of one tree window (a layout: positions and visibility per window row)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "convert"))
-    from a2d_convert.decode import tree_window  # the reference's layout of a tree window
-
-    window, layout, _, _ = tree_window([[5, 6, 7], [8]], 4, mask)
-    err = backend_logits_error(lib, path, commit, window, vocab, layout)
-    log(f"  backend {name:14s}: tree window of {len(window)} rows, cuda vs cpu logits rel_err {err:.2e}")
-    return dict(rows=len(window), logits_rel_err=err)
 
 
 def compare_backends(lib, path, commit, window, prompts, vocab, max_new, name, threshold=0.9):
@@ -481,24 +456,10 @@ def section_trained(lib, model_dir, summary):
     name = os.path.basename(model_dir.rstrip("/"))
     summary["trained"] = compare_backends(lib, model_dir, commit, window, prompts, config["vocab_size"], 64, name)
     decoding = config["a2d"]["decoding"]
-    if decoding["threshold"] != 0.9:  # also at the model's own decoding (the bundled model: verify at 0)
+    if decoding["threshold"] != 0.9:  # also at the model's own decoding
         summary["trained_default"] = compare_backends(lib, model_dir, commit, window, prompts, config["vocab_size"], 64,
-                                                      f"{name} {decoding['remasking']}@{decoding['threshold']}",
+                                                      f"{name} {decoding['remasking']}/{decoding.get('advance', 'block')}@{decoding['threshold']}",
                                                       threshold=decoding["threshold"])
-    if config["a2d"].get("shift_logits", True):  # remasking tree on the same weights: copies of the folder's config
-        for key, suffix, label, decoding in (("trained_tree", "-tree", "tree3@0", dict(tree_width=3)),
-                                             ("trained_lookup", "-lookup", "tree3 lookup3@0", dict(tree_width=3, lookup_ngram=3))):
-            tree_dir = model_dir.rstrip("/") + suffix
-            os.makedirs(tree_dir, exist_ok=True)
-            for entry in os.listdir(model_dir):
-                if entry != "config.json" and not os.path.exists(os.path.join(tree_dir, entry)):
-                    os.symlink(os.path.join(os.path.abspath(model_dir), entry), os.path.join(tree_dir, entry))
-            tree_config = json.loads(json.dumps(config))
-            tree_config["a2d"]["decoding"].update(remasking="tree", commit="fused", **decoding)
-            with open(os.path.join(tree_dir, "config.json"), "w") as fh:
-                json.dump(tree_config, fh, indent=1)
-            summary[key] = compare_backends(lib, tree_dir, commit, window, prompts, config["vocab_size"], 64,
-                                            f"{name} {label}", threshold=0.0)
 
 
 # ---------------------------------------------------------------- the 2B shape
@@ -580,8 +541,8 @@ def section_2b(lib, out, summary):
     # block per SM (down in two splits instead of three).
     tunings = [(0, 4, 2), STREAM_TUNING, (0, 4, 2, -1, -1, 8), (0, 4, 2, -1, -1, -1, 0), (0, 4, 2, -1, -1, -1, 2),
                (0, 4, 1)]
-    # ROWS_SWEEP=1: only the default tuning's check, then ms/forward against the window's row count (what a
-    # tree window of remasking "tree" costs: 19 rows at width 1, 34 at 2, 49 at 3, 64 at 4, block 4).
+    # ROWS_SWEEP=1: only the default tuning's check, then ms/forward against the window's row count (what
+    # wider windows or several sequences in one forward cost).
     sweep = os.environ.get("ROWS_SWEEP") == "1"
     if sweep:
         # The default (the wide kernel from 32 rows), the tile-per-block kernel at every row count, and the
@@ -789,9 +750,6 @@ def main():
         worst = max(r["rel_err"] for rows in summary["tiny"].values() for r in rows)
         log(f"tiny forwards: worst rel err {worst:.2e} ({'PASS' if worst <= REL_TOL else 'FAIL'} at {REL_TOL})")
     for name, r in (summary.get("backend") or {}).items():
-        if "identical_generations" not in r:  # a tree window's logits alone
-            log(f"backend {name}: {r['rows']}-row tree window, logits {r['logits_rel_err']:.2e}")
-            continue
         log(f"backend {name}: logits {r['logits_rel_err']:.2e}, identical {r['identical_generations']}, "
             f"agree {r['tokens_before_first_divergence']}")
     if summary.get("trained"):

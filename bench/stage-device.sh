@@ -22,5 +22,8 @@ cmake -S "$root/engine" -B "$root/build/cuda-bench" -DCMAKE_BUILD_TYPE=Release -
   "$gencode" >/dev/null
 cmake --build "$root/build/cuda-bench" -j "${A2D_BUILD_JOBS:-2}" --target a2d_cuda_bench
 cp "$root/build/cuda-bench/liba2d_cuda_bench.so" "$root/build/device/"
+# The generated headers (the decoding table, the supported-config list) for device-cuda.sh's fallback build.
+mkdir -p "$root/build/device/include"
+cp "$root/build/cuda-bench/generated/"*.inc "$root/build/device/include/"
 cp "$peers/graph_baseline.py" "$root/build/device/" 2>/dev/null || echo "no peer scripts in $peers: the peers section will be skipped"
 du -sh "$root/build/device"

@@ -276,43 +276,35 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
   // Loads on the engine thread; resolves with this object once the model is ready.
   Napi::Promise StartLoad(Napi::Env env, std::string dir, std::string device, int threads,
                           int64_t max_context) {
-    auto deferred = std::make_shared<Napi::Promise::Deferred>(env);
-    Channel channel = open_channel(env, "a2d.load");
-    Ref();
-    thread_.enqueue([this, deferred, channel, dir, device, threads, max_context] {
-      std::string error;
-      try {
-        model_ = a2d::load_model(dir);
-        a2d::BackendOptions options;
-        options.threads = threads;
-        options.max_context = max_context;
-        if (device == "cpu") {
-          backend_ = a2d::make_cpu_backend(*model_, options);
-        } else {
+    return run_async<bool>(
+        env, "a2d.load",
+        [this, dir, device, threads, max_context](const Channel&) {
+          try {
+            model_ = a2d::load_model(dir);
+            a2d::BackendOptions options;
+            options.threads = threads;
+            options.max_context = max_context;
+            if (device == "cpu") {
+              backend_ = a2d::make_cpu_backend(*model_, options);
+            } else {
 #ifdef A2D_CUDA
-          backend_ = a2d::make_cuda_backend(*model_, options);
+              backend_ = a2d::make_cuda_backend(*model_, options);
 #else
-          throw std::runtime_error("device 'cuda' needs the CUDA addon (a2d_cuda.node, built by "
-                                   "`npm run build:cuda`); this addon has the CPU backend only");
+              throw std::runtime_error("device 'cuda' needs the CUDA addon (a2d_cuda.node, built by "
+                                       "`npm run build:cuda`); this addon has the CPU backend only");
 #endif
-        }
-      } catch (const std::exception& e) {
-        error = e.what();
-        backend_.reset();
-        model_.reset();
-      }
-      post(channel, [this, deferred, error, device](Napi::Env env) {
-        if (error.empty()) {
+            }
+          } catch (...) {
+            backend_.reset();
+            model_.reset();
+            throw;
+          }
+          return true;
+        },
+        [this, device](Napi::Env env, bool&) -> Napi::Value {
           Value().Set("info", info_object(env, *model_, *backend_, device));
-          deferred->Resolve(Value());
-        } else {
-          deferred->Reject(Napi::Error::New(env, error).Value());
-        }
-        Unref();
-      });
-      channel.Release();
-    });
-    return deferred->Promise();
+          return Value();
+        });
   }
 
  private:
@@ -326,6 +318,39 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
 
   void ensure_open(Napi::Env env) const {
     if (closed_) throw Napi::Error::New(env, "the engine is closed");
+  }
+
+  // The one shape of every asynchronous call: `work` runs on the engine thread (with the call's channel, for
+  // posts of its own before it ends); then, on the JS thread, `cleanup` (if any) runs whatever happened and
+  // `settle` gives the value the promise resolves with. An exception from `work` (a std::exception) or from
+  // `settle` (a Napi::Error) rejects the promise instead. The object stays referenced until it settles.
+  template <typename Result>
+  Napi::Promise run_async(Napi::Env env, const char* name, std::function<Result(const Channel&)> work,
+                          std::function<Napi::Value(Napi::Env, Result&)> settle, std::function<void()> cleanup = {}) {
+    auto deferred = std::make_shared<Napi::Promise::Deferred>(env);
+    Channel channel = open_channel(env, name);
+    Ref();
+    thread_.enqueue([this, deferred, channel, work = std::move(work), settle = std::move(settle), cleanup = std::move(cleanup)] {
+      auto result = std::make_shared<Result>();
+      std::string error;
+      try {
+        *result = work(channel);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      post(channel, [this, deferred, error, result, settle, cleanup](Napi::Env env) {
+        if (cleanup) cleanup();
+        try {
+          if (!error.empty()) throw Napi::Error::New(env, error);
+          deferred->Resolve(settle(env, *result));
+        } catch (const Napi::Error& e) {
+          deferred->Reject(e.Value());
+        }
+        Unref();
+      });
+      channel.Release();
+    });
+    return deferred->Promise();
   }
 
   Napi::Value Generate(const Napi::CallbackInfo& info) {
@@ -344,55 +369,49 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
       cancel_flags_[token] = job->cancel;
     }
 
-    auto deferred = std::make_shared<Napi::Promise::Deferred>(env);
-    Channel channel = open_channel(env, "a2d.generate");
-    Ref();
     // `job` holds JS references: it is created, used and released on the JS thread only; the engine
     // thread reads its plain fields, which nothing else writes while the job runs.
-    thread_.enqueue([this, job, deferred, channel, token] {
-      a2d::GenerateResult result;
-      std::string error;
-      const int64_t forwards_before = total_forwards_.load();
-      try {
-        auto on_block = [&](const std::vector<int32_t>& tokens, int64_t forward_passes) {
-          total_forwards_.store(forwards_before + forward_passes);
-          if (job->on_block.IsEmpty()) return;
-          post(channel, [job, tokens, forward_passes](Napi::Env env) {
-            if (!job->callback_error.empty()) return;
-            try {
-              Napi::Object event = Napi::Object::New(env);
-              event.Set("tokens", int_array(env, tokens));
-              event.Set("forwardPasses", static_cast<double>(forward_passes));
-              job->on_block.Call({event});
-            } catch (const Napi::Error& e) {
-              job->callback_error = std::string("onBlock threw: ") + e.Message();
-              job->cancel->store(true);
-            }
-          });
-        };
-        result = a2d::generate(*backend_, job->prompt, job->params, on_block, job->cancel.get());
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-      total_forwards_.store(forwards_before + result.forward_passes + result.prefill_forwards);
-      post(channel, [this, job, deferred, error, result, token](Napi::Env env) {
-        {
-          std::lock_guard<std::mutex> lock(cancel_mutex_);
-          cancel_flags_.erase(token);
-        }
-        if (!error.empty()) {
-          deferred->Reject(Napi::Error::New(env, error).Value());
-        } else if (!job->callback_error.empty()) {
-          deferred->Reject(Napi::Error::New(env, job->callback_error).Value());
-        } else {
-          deferred->Resolve(result_object(env, result));
-        }
-        job->on_block.Reset();
-        Unref();
-      });
-      channel.Release();
-    });
-    return deferred->Promise();
+    return run_async<a2d::GenerateResult>(
+        env, "a2d.generate",
+        [this, job](const Channel& channel) {
+          const int64_t forwards_before = total_forwards_.load();
+          auto on_block = [&](const std::vector<int32_t>& tokens, int64_t forward_passes) {
+            total_forwards_.store(forwards_before + forward_passes);
+            if (job->on_block.IsEmpty()) return;
+            post(channel, [job, tokens, forward_passes](Napi::Env env) {
+              if (!job->callback_error.empty()) return;
+              try {
+                Napi::Object event = Napi::Object::New(env);
+                event.Set("tokens", int_array(env, tokens));
+                event.Set("forwardPasses", static_cast<double>(forward_passes));
+                job->on_block.Call({event});
+              } catch (const Napi::Error& e) {
+                job->callback_error = std::string("onBlock threw: ") + e.Message();
+                job->cancel->store(true);
+              }
+            });
+          };
+          a2d::GenerateResult result;
+          try {
+            result = a2d::generate(*backend_, job->prompt, job->params, on_block, job->cancel.get());
+          } catch (...) {
+            total_forwards_.store(forwards_before);
+            throw;
+          }
+          total_forwards_.store(forwards_before + result.forward_passes + result.prefill_forwards);
+          return result;
+        },
+        [job](Napi::Env env, a2d::GenerateResult& result) -> Napi::Value {
+          if (!job->callback_error.empty()) throw Napi::Error::New(env, job->callback_error);
+          return result_object(env, result);
+        },
+        [this, job, token] {
+          {
+            std::lock_guard<std::mutex> lock(cancel_mutex_);
+            cancel_flags_.erase(token);
+          }
+          job->on_block.Reset();
+        });
   }
 
   Napi::Value Cancel(const Napi::CallbackInfo& info) {
@@ -410,50 +429,37 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
     auto cached = int32_array(info[0], "cachedIds");
     auto commit = int32_array(info[1], "commitIds");
     auto window = int32_array(info[2], "windowIds");
-    auto deferred = std::make_shared<Napi::Promise::Deferred>(env);
-    Channel channel = open_channel(env, "a2d.forwardLogits");
-    Ref();
-    thread_.enqueue([this, deferred, channel, cached, commit, window] {
-      auto logits = std::make_shared<std::vector<float>>();
-      std::string error;
-      try {
-        a2d::Backend& backend = *backend_;
-        const int64_t vocab = backend.config().vocab_size;
-        const int64_t needed = static_cast<int64_t>(cached.size() + commit.size() + window.size());
-        if (needed > backend.max_context()) {
-          throw std::runtime_error(std::to_string(needed) + " tokens exceed the engine's context of " +
-                                   std::to_string(backend.max_context()));
-        }
-        backend.reset_cache();
-        if (!cached.empty()) {
-          a2d::ForwardArgs prefix;
-          prefix.commit = cached;
-          backend.forward(prefix, nullptr);
+    return run_async<std::vector<float>>(
+        env, "a2d.forwardLogits",
+        [this, cached, commit, window](const Channel&) {
+          a2d::Backend& backend = *backend_;
+          const int64_t vocab = backend.config().vocab_size;
+          const int64_t needed = static_cast<int64_t>(cached.size() + commit.size() + window.size());
+          if (needed > backend.max_context()) {
+            throw std::runtime_error(std::to_string(needed) + " tokens exceed the engine's context of " +
+                                     std::to_string(backend.max_context()));
+          }
+          backend.reset_cache();
+          if (!cached.empty()) {
+            a2d::ForwardArgs prefix;
+            prefix.commit = cached;
+            backend.forward(prefix, nullptr);
+            total_forwards_.fetch_add(1);
+          }
+          a2d::ForwardArgs args;
+          args.commit = commit;
+          args.window = window;
+          for (int32_t r = 0; r < static_cast<int32_t>(commit.size() + window.size()); ++r) args.logit_rows.push_back(r);
+          std::vector<float> logits(args.logit_rows.size() * vocab);
+          backend.forward(args, logits.data());
           total_forwards_.fetch_add(1);
-        }
-        a2d::ForwardArgs args;
-        args.commit = commit;
-        args.window = window;
-        for (int32_t r = 0; r < static_cast<int32_t>(commit.size() + window.size()); ++r) args.logit_rows.push_back(r);
-        logits->resize(args.logit_rows.size() * vocab);
-        backend.forward(args, logits->data());
-        total_forwards_.fetch_add(1);
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-      post(channel, [this, deferred, error, logits](Napi::Env env) {
-        if (!error.empty()) {
-          deferred->Reject(Napi::Error::New(env, error).Value());
-        } else {
-          auto array = Napi::Float32Array::New(env, logits->size());
-          std::copy(logits->begin(), logits->end(), array.Data());
-          deferred->Resolve(array);
-        }
-        Unref();
-      });
-      channel.Release();
-    });
-    return deferred->Promise();
+          return logits;
+        },
+        [](Napi::Env env, std::vector<float>& logits) -> Napi::Value {
+          auto array = Napi::Float32Array::New(env, logits.size());
+          std::copy(logits.begin(), logits.end(), array.Data());
+          return array;
+        });
   }
 
   Napi::Value TotalForwardPasses(const Napi::CallbackInfo& info) {
@@ -463,25 +469,21 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
   // Cancels running and queued generations, then frees the model on its thread.
   Napi::Value Close(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    auto deferred = std::make_shared<Napi::Promise::Deferred>(env);
     if (closed_) {
-      deferred->Resolve(env.Undefined());
-      return deferred->Promise();
+      auto deferred = Napi::Promise::Deferred::New(env);
+      deferred.Resolve(env.Undefined());
+      return deferred.Promise();
     }
     closed_ = true;
     cancel_all();
-    Channel channel = open_channel(env, "a2d.close");
-    Ref();
-    thread_.enqueue([this, deferred, channel] {
-      backend_.reset();
-      model_.reset();
-      post(channel, [this, deferred](Napi::Env env) {
-        deferred->Resolve(env.Undefined());
-        Unref();
-      });
-      channel.Release();
-    });
-    return deferred->Promise();
+    return run_async<bool>(
+        env, "a2d.close",
+        [this](const Channel&) {
+          backend_.reset();
+          model_.reset();
+          return true;
+        },
+        [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); });
   }
 
   void cancel_all() {
