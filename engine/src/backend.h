@@ -96,6 +96,11 @@ class Backend {
   // tree_window_rows).
   virtual int32_t max_window() const { return INT32_MAX; }
 
+  // Rows per forward for a long prompt: the decode loop sends a prompt as commit-only forwards of at most
+  // this many tokens (the window empty, logits only from the last one) and checks cancellation between
+  // them. A backend picks the size at which its per-token cost has stopped falling.
+  virtual int32_t prefill_chunk() const { return 512; }
+
  protected:
   Backend(const ModelConfig& config, int64_t max_context) : config_(config), max_context_(max_context) {}
 
