@@ -99,8 +99,9 @@ A2D_INLINE VT vexp(VT x) {
 
 // ---------------------------------------------------------------------------------------------------- GEMM
 //
-// y = x W^T with x [M][K] taken transposed once per call (xt [K][Mp], Mp = M rounded up to whole token
-// vectors, zero-padded), so that one vector holds one k of consecutive tokens. A task converts a panel of
+// y = x W^T with x [M][K] taken transposed once per call, in blocks of a micro kernel's tokens (xt
+// [M / tokens][K][tokens], zero-padded), so that one vector holds one k of consecutive tokens and a micro kernel
+// streams one contiguous slab (a [K][M] transpose puts every k of a slab in the same cache set once M is 1024). A task converts a panel of
 // kPanelRows weight rows to fp32 (row by row, no transposition) and multiplies them with the token vectors:
 // per k, kPanelRows broadcast weights times kVectors token vectors into kPanelRows * kVectors accumulators,
 // which stay in registers for the whole K loop.
@@ -109,7 +110,7 @@ struct GemmSpace {
   std::vector<const Projection*> outs;
   std::vector<int64_t> first_panel;  // per projection, then the total
   int64_t K = 0, M = 0;
-  int64_t padded_m = 0;  // xt's row length
+  int64_t padded_m = 0;  // M rounded up to whole token blocks
   const float* xt = nullptr;
 };
 
@@ -153,7 +154,7 @@ A2D_INLINE void gemm_task(const GemmSpace& space, int64_t panel, int64_t m_begin
   std::fill(w.begin() + rows * K, w.end(), 0.0f);
   float tile[kTokens * kPanelRows];
   for (int64_t m0 = m_begin; m0 < m_end; m0 += kTokens) {
-    gemm_micro<VT, kPanelRows, kVectors>(w.data(), K, space.xt + m0, space.padded_m, tile);
+    gemm_micro<VT, kPanelRows, kVectors>(w.data(), K, space.xt + m0 * K, kTokens, tile);
     const int tokens = static_cast<int>(std::min<int64_t>(kTokens, m_end - m0));
     for (int t = 0; t < tokens; ++t) {
       float* y = p.y + (m0 + t) * N + n0;
@@ -266,23 +267,28 @@ A2D_INLINE void attention_micro(const CausalAttention& a, int kv_head, const int
         for (int j = 0; j < 4; ++j) s[i][j] += b * kv[j];
       }
     }
-    // Online softmax: keys past a row's limit count as -inf.
+    // Online softmax, a vector at a time: keys past a row's limit count as -inf.
     const int64_t key0 = tile * T;
+    VT lane_key;
+    for (int lane = 0; lane < V; ++lane) lane_key[lane] = static_cast<float>(key0 + lane);
+    const VT minus_inf = splat<VT>(-INFINITY);
     for (int i = 0; i < kRows; ++i) {
-      float* pi = p + i * T;
-      for (int j = 0; j < 4; ++j) store(pi + j * V, s[i][j]);
-      float tile_max = -INFINITY;
-      for (int j = 0; j < T; ++j) {
-        pi[j] = key0 + j <= limit[i] ? pi[j] * a.scale : -INFINITY;
-        tile_max = std::max(tile_max, pi[j]);
+      const VT limit_i = splat<VT>(static_cast<float>(limit[i]));  // positions are exact in fp32 below 2^24
+      VT top = minus_inf;
+      for (int j = 0; j < 4; ++j) {
+        const VT v = s[i][j] * a.scale;
+        s[i][j] = lane_key + static_cast<float>(j * V) <= limit_i ? v : minus_inf;
+        top = s[i][j] > top ? s[i][j] : top;
       }
+      float tile_max = -INFINITY;
+      for (int lane = 0; lane < V; ++lane) tile_max = std::max(tile_max, top[lane]);
       const float m_new = std::max(m[i], tile_max);  // finite: every row sees key 0 in tile 0
       alpha[i] = std::exp(m[i] - m_new);
       m[i] = m_new;
       VT sum{};
       for (int j = 0; j < 4; ++j) {
-        const VT e = vexp<VT>(load<VT>(pi + j * V) - m_new);
-        store(pi + j * V, e);
+        const VT e = vexp<VT>(s[i][j] - m_new);
+        store(p + i * T + j * V, e);
         sum += e;
       }
       float total = 0.0f;
@@ -411,20 +417,27 @@ void matmuls_many_rows(ThreadPool& pool, const float* x, int64_t M, std::initial
   const int64_t k_parts = std::min<int64_t>(K, 4 * static_cast<int64_t>(pool.size()));
   pool.parallel_for(k_parts, [&](int64_t part) {
     const int64_t k_begin = K * part / k_parts, k_end = K * (part + 1) / k_parts;
-    for (int64_t k = k_begin; k < k_end; ++k) {
-      float* dst = xt_data + k * space.padded_m;
-      for (int64_t m = 0; m < M; ++m) dst[m] = x[m * K + k];
-      std::fill(dst + M, dst + space.padded_m, 0.0f);
+    for (int64_t m0 = 0; m0 < space.padded_m; m0 += block) {
+      float* slab = xt_data + m0 * K;
+      const int64_t tokens = std::max<int64_t>(0, std::min(block, M - m0));
+      for (int64_t k = k_begin; k < k_end; ++k) {
+        for (int64_t t = 0; t < tokens; ++t) slab[k * block + t] = x[(m0 + t) * K + k];
+        std::fill(slab + k * block + tokens, slab + (k + 1) * block, 0.0f);
+      }
     }
   });
-  // Tasks: (panel, token range) pairs, the tokens split when the panels alone are too few to balance the pool.
+  // Tasks: (token range, panel) pairs. A range holds at most kTaskTokens tokens, so that its slab of xt stays in
+  // a core's L2 while consecutive tasks take the next panels; more ranges when the panels alone are too few
+  // to balance the pool.
+  constexpr int64_t kTaskTokens = 256;
   const int64_t blocks = space.padded_m / block;
   const int64_t want = 4 * static_cast<int64_t>(pool.size());
-  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>((want + panels - 1) / panels, blocks));
+  const int64_t parts = std::min<int64_t>(
+      blocks, std::max((blocks * block + kTaskTokens - 1) / kTaskTokens, (want + panels - 1) / panels));
   const int64_t blocks_per_part = (blocks + parts - 1) / parts;
   const GemmTask task = kGemmTasks[level];
   pool.parallel_for(panels * parts, [&](int64_t index) {
-    const int64_t panel = index / parts, part = index % parts;
+    const int64_t part = index / panels, panel = index % panels;
     const int64_t m_begin = part * blocks_per_part * block, m_end = std::min(M, m_begin + blocks_per_part * block);
     if (m_begin < m_end) task(space, panel, m_begin, m_end);
   });
