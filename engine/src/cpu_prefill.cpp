@@ -221,40 +221,32 @@ A2D_INLINE void pack_keys(const CausalAttention& a, int kv_head, int64_t tile, f
   }
 }
 
-// One micro block: kRows query rows (token, head) of one KV head, against every key tile any of them sees.
-// rows[i] = (token row, head); the scores of a tile are computed into `p` [kRows][kTileKeys], turned into
-// probabilities with the online softmax (running max m, sum l), then added into o [kRows][head_dim] as
-// P V, kDims (a multiple of the lanes) output dimensions at a time.
+// The state of one micro block: kRows query rows (token, head) of one KV head, their running max m and sum l
+// of the online softmax and their output rows o [kRows][head_dim] (unnormalised until the end).
+template <int kRows>
+struct MicroBlock {
+  const float* q[kRows];
+  int64_t limit[kRows];  // the last key each row sees
+  int64_t last;          // the largest limit
+  float m[kRows], l[kRows];
+  float* o;
+};
+
+// One key tile for one micro block: the tile's scores into `p` [kRows][kTileKeys], turned into probabilities
+// with the online softmax, then added into o as P V, kDims (a multiple of the lanes) output dimensions at a time.
 template <typename VT, int kRows, int kDimVectors>
-A2D_INLINE void attention_micro(const CausalAttention& a, int kv_head, const int64_t* tokens, const int* heads_of,
-                                int rows, float* o, float* p) {
+A2D_INLINE void attention_tile(const CausalAttention& a, int kv_head, int64_t tile, MicroBlock<kRows>& b, float* p) {
   constexpr int V = kLanes<VT>;
   constexpr int T = kTileKeys<VT>;
   constexpr int kDims = kDimVectors * V;
   const int hd = a.head_dim;
-  const int64_t q_stride = static_cast<int64_t>(a.heads) * hd;
   const int64_t kv_stride = static_cast<int64_t>(a.kv_heads) * hd;
-  const float* qs[kRows];
-  int64_t limit[kRows];
-  int64_t last = 0;
-  for (int i = 0; i < kRows; ++i) {
-    const int src = i < rows ? i : 0;  // padding rows repeat the first; their results are dropped
-    qs[i] = a.q + tokens[src] * q_stride + static_cast<int64_t>(heads_of[src]) * hd;
-    limit[i] = a.n + tokens[src];
-    last = std::max(last, limit[i]);
-  }
-  float m[kRows], l[kRows], alpha[kRows];
-  for (int i = 0; i < kRows; ++i) {
-    m[i] = -INFINITY;
-    l[i] = 0.0f;
-  }
-  std::fill(o, o + kRows * hd, 0.0f);
   const float* v_head = a.v_cache + static_cast<int64_t>(kv_head) * hd;
-  const float* k_tiles = a.k_packed + static_cast<int64_t>(kv_head) * a.key_tiles * hd * T;
-  const int64_t tiles = last / T + 1;
-  for (int64_t tile = 0; tile < tiles; ++tile) {
+  const float* kt = a.k_packed + (static_cast<int64_t>(kv_head) * a.key_tiles + tile) * hd * T;
+  float* o = b.o;
+  float alpha[kRows];
+  {
     // S = Q K^T for the tile.
-    const float* kt = k_tiles + tile * hd * T;
     VT s[kRows][4];
     for (int i = 0; i < kRows; ++i) {
       for (int j = 0; j < 4; ++j) s[i][j] = VT{};
@@ -263,8 +255,8 @@ A2D_INLINE void attention_micro(const CausalAttention& a, int kv_head, const int
       VT kv[4];
       for (int j = 0; j < 4; ++j) kv[j] = load<VT>(kt + d * T + j * V);
       for (int i = 0; i < kRows; ++i) {
-        const VT b = splat<VT>(qs[i][d]);
-        for (int j = 0; j < 4; ++j) s[i][j] += b * kv[j];
+        const VT q = splat<VT>(b.q[i][d]);
+        for (int j = 0; j < 4; ++j) s[i][j] += q * kv[j];
       }
     }
     // Online softmax, a vector at a time: keys past a row's limit count as -inf.
@@ -273,7 +265,7 @@ A2D_INLINE void attention_micro(const CausalAttention& a, int kv_head, const int
     for (int lane = 0; lane < V; ++lane) lane_key[lane] = static_cast<float>(key0 + lane);
     const VT minus_inf = splat<VT>(-INFINITY);
     for (int i = 0; i < kRows; ++i) {
-      const VT limit_i = splat<VT>(static_cast<float>(limit[i]));  // positions are exact in fp32 below 2^24
+      const VT limit_i = splat<VT>(static_cast<float>(b.limit[i]));  // positions are exact in fp32 below 2^24
       VT top = minus_inf;
       for (int j = 0; j < 4; ++j) {
         const VT v = s[i][j] * a.scale;
@@ -282,9 +274,9 @@ A2D_INLINE void attention_micro(const CausalAttention& a, int kv_head, const int
       }
       float tile_max = -INFINITY;
       for (int lane = 0; lane < V; ++lane) tile_max = std::max(tile_max, top[lane]);
-      const float m_new = std::max(m[i], tile_max);  // finite: every row sees key 0 in tile 0
-      alpha[i] = std::exp(m[i] - m_new);
-      m[i] = m_new;
+      const float m_new = std::max(b.m[i], tile_max);  // finite: every row sees key 0 in tile 0
+      alpha[i] = std::exp(b.m[i] - m_new);
+      b.m[i] = m_new;
       VT sum{};
       for (int j = 0; j < 4; ++j) {
         const VT e = vexp<VT>(s[i][j] - m_new);
@@ -293,54 +285,76 @@ A2D_INLINE void attention_micro(const CausalAttention& a, int kv_head, const int
       }
       float total = 0.0f;
       for (int lane = 0; lane < V; ++lane) total += sum[lane];
-      l[i] = l[i] * alpha[i] + total;
-    }
-    // O = alpha O + P V, over the tile's keys that some row sees.
-    const int keys = static_cast<int>(std::min<int64_t>(T, last - key0 + 1));
-    for (int d0 = 0; d0 < hd; d0 += kDims) {
-      VT acc[kRows][kDimVectors];
-      for (int i = 0; i < kRows; ++i) {
-        const VT scale = splat<VT>(alpha[i]);
-        for (int j = 0; j < kDimVectors; ++j) acc[i][j] = load<VT>(o + i * hd + d0 + j * V) * scale;
-      }
-      for (int key = 0; key < keys; ++key) {
-        const float* vrow = v_head + (key0 + key) * kv_stride + d0;
-        VT v[kDimVectors];
-        for (int j = 0; j < kDimVectors; ++j) v[j] = load<VT>(vrow + j * V);
-        for (int i = 0; i < kRows; ++i) {
-          const VT b = splat<VT>(p[i * T + key]);
-          for (int j = 0; j < kDimVectors; ++j) acc[i][j] += b * v[j];
-        }
-      }
-      for (int i = 0; i < kRows; ++i) {
-        for (int j = 0; j < kDimVectors; ++j) store(o + i * hd + d0 + j * V, acc[i][j]);
-      }
+      b.l[i] = b.l[i] * alpha[i] + total;
     }
   }
-  for (int i = 0; i < rows; ++i) {
-    float* dst = a.out + tokens[i] * q_stride + static_cast<int64_t>(heads_of[i]) * hd;
-    const float inv = 1.0f / l[i];
-    for (int d = 0; d < hd; ++d) dst[d] = o[i * hd + d] * inv;
+  // O = alpha O + P V, over the tile's keys that some row sees.
+  const int64_t key0 = tile * T;
+  const int keys = static_cast<int>(std::min<int64_t>(T, b.last - key0 + 1));
+  for (int d0 = 0; d0 < hd; d0 += kDims) {
+    VT acc[kRows][kDimVectors];
+    for (int i = 0; i < kRows; ++i) {
+      const VT scale = splat<VT>(alpha[i]);
+      for (int j = 0; j < kDimVectors; ++j) acc[i][j] = load<VT>(o + i * hd + d0 + j * V) * scale;
+    }
+    for (int key = 0; key < keys; ++key) {
+      const float* vrow = v_head + (key0 + key) * kv_stride + d0;
+      VT v[kDimVectors];
+      for (int j = 0; j < kDimVectors; ++j) v[j] = load<VT>(vrow + j * V);
+      for (int i = 0; i < kRows; ++i) {
+        const VT w = splat<VT>(p[i * T + key]);
+        for (int j = 0; j < kDimVectors; ++j) acc[i][j] += w * v[j];
+      }
+    }
+    for (int i = 0; i < kRows; ++i) {
+      for (int j = 0; j < kDimVectors; ++j) store(o + i * hd + d0 + j * V, acc[i][j]);
+    }
   }
 }
 
-// One task: tokens [t_begin, t_end) of one KV head's group, in micro blocks of kRows (token, head) rows.
+// One task: tokens [t_begin, t_end) of one KV head's group, in micro blocks of kRows (token, head) rows. Key
+// tiles are the outer loop, so each tile's K and V are read from memory once for all the task's micro blocks.
 template <typename VT, int kRows, int kDimVectors>
 A2D_INLINE void attention_rows(const CausalAttention& a, int kv_head, int64_t t_begin, int64_t t_end) {
+  constexpr int T = kTileKeys<VT>;
   const int group = a.heads / a.kv_heads;
-  thread_local std::vector<float> o, p;
-  o.resize(kRows * a.head_dim);
-  p.resize(kRows * kTileKeys<VT>);
+  const int hd = a.head_dim;
+  const int64_t q_stride = static_cast<int64_t>(a.heads) * hd;
   const int64_t rows = (t_end - t_begin) * group;
-  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
-    int64_t tokens[kRows];
-    int heads_of[kRows];
-    const int count = static_cast<int>(std::min<int64_t>(kRows, rows - r0));
-    for (int i = 0; i < count; ++i) {
-      tokens[i] = t_begin + (r0 + i) / group;
-      heads_of[i] = kv_head * group + static_cast<int>((r0 + i) % group);
+  const int64_t blocks = (rows + kRows - 1) / kRows;
+  thread_local std::vector<float> o, p;
+  thread_local std::vector<MicroBlock<kRows>> state;
+  o.assign(blocks * kRows * hd, 0.0f);
+  p.resize(kRows * T);
+  state.resize(blocks);
+  int64_t last = 0;
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    MicroBlock<kRows>& b = state[blk];
+    b.o = o.data() + blk * kRows * hd;
+    b.last = 0;
+    for (int i = 0; i < kRows; ++i) {
+      const int64_t r = std::min(blk * kRows + i, rows - 1);  // padding rows repeat the last; dropped at the end
+      const int64_t t = t_begin + r / group;
+      b.q[i] = a.q + t * q_stride + (kv_head * group + r % group) * hd;
+      b.limit[i] = a.n + t;
+      b.last = std::max(b.last, b.limit[i]);
+      b.m[i] = -INFINITY;
+      b.l[i] = 0.0f;
     }
-    attention_micro<VT, kRows, kDimVectors>(a, kv_head, tokens, heads_of, count, o.data(), p.data());
+    last = std::max(last, b.last);
+  }
+  for (int64_t tile = 0; tile <= last / T; ++tile) {
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      if (tile * T <= state[blk].last) attention_tile<VT, kRows, kDimVectors>(a, kv_head, tile, state[blk], p.data());
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const MicroBlock<kRows>& b = state[r / kRows];
+    const int i = static_cast<int>(r % kRows);
+    const int64_t t = t_begin + r / group;
+    float* dst = a.out + t * q_stride + (kv_head * group + r % group) * hd;
+    const float inv = 1.0f / b.l[i];
+    for (int d = 0; d < hd; ++d) dst[d] = b.o[i * hd + d] * inv;
   }
 }
 
