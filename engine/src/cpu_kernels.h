@@ -76,6 +76,10 @@ void attention(ThreadPool& pool, const float* q, const float* k_cache, const flo
 bool causal_attention_tiled(ThreadPool& pool, const float* q, const float* k_cache, const float* v_cache, int64_t n,
                             int64_t C, int heads, int kv_heads, int head_dim, float* out);
 
+// Tests: run the many-row kernels no higher than instruction set `level` (0 AVX-512, 1 AVX2/FMA, 2 the
+// x86-64-v2 baseline), so that every clone is checked on one machine. Returns the level now in effect.
+int limit_many_row_isa(int level);
+
 // Causal rows from which attention takes causal_attention_tiled.
 constexpr int64_t kTiledAttentionRows = 16;
 

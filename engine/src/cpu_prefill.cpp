@@ -7,6 +7,7 @@
 // This file is compiled with -ffp-contract=fast (engine/CMakeLists.txt): a * b + c becomes one FMA where the
 // instruction set has it.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -178,14 +179,16 @@ constexpr int kPanelRows[3] = {12, 6, 6};
 constexpr int kTokenBlock[3] = {32, 16, 8};
 constexpr GemmTask kGemmTasks[3] = {gemm_task_v4, gemm_task_v3, gemm_task_base};
 
+std::atomic<int> isa_floor{0};  // limit_many_row_isa
+
 // 0: AVX-512 (x86-64-v4), 1: AVX2/FMA (x86-64-v3), 2: the baseline.
 int isa_level() {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const int level = __builtin_cpu_supports("x86-64-v4") ? 0 : __builtin_cpu_supports("x86-64-v3") ? 1 : 2;
-  return level;
 #else
-  return 2;
+  const int level = 2;
 #endif
+  return std::max(level, isa_floor.load(std::memory_order_relaxed));
 }
 
 // ----------------------------------------------------------------------------------------------- attention
@@ -406,6 +409,11 @@ A2D_TARGET_V3 void silu_mul_v3(float* gate, const float* up, int64_t count) { si
 void silu_mul_base(float* gate, const float* up, int64_t count) { silu_mul_range<F4>(gate, up, count); }
 
 }  // namespace
+
+int limit_many_row_isa(int level) {
+  isa_floor.store(std::min(2, std::max(0, level)));
+  return isa_level();
+}
 
 void matmuls_many_rows(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<Projection> projections) {
   if (M == 0 || projections.size() == 0) return;

@@ -32,122 +32,139 @@ float from_bf16(uint16_t h) {
 
 }  // namespace
 
+// Runs `body` once per instruction set the machine has (AVX-512, AVX2/FMA, baseline), then restores the best.
+template <typename F>
+void for_each_isa(F&& body) {
+  for (int level = 0; level <= 2; ++level) {
+    if (cpu::limit_many_row_isa(level) != level) continue;  // the machine lacks it
+    CAPTURE(level);
+    body();
+  }
+  cpu::limit_many_row_isa(0);
+}
+
 TEST_CASE("cpu many-row matmuls: row counts around the token blocks, partial panels, bf16 and f32, against double sums") {
-  ThreadPool pool(2);
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
-  for (const DType dtype : {DType::bf16, DType::f32}) {
-    for (const int64_t K : {8, 40, 584}) {
-      for (const int64_t M : {32, 33, 47, 64, 100, 257}) {
-        const int64_t N[2] = {50, 13};  // partial panels of 12, 6 and 32 rows
-        std::vector<float> values[2], y[2], bias(N[0]);
-        std::vector<uint16_t> halves[2];
-        Tensor W[2];
-        for (float& b : bias) b = uniform(rng);
-        for (int p = 0; p < 2; ++p) {
-          values[p].resize(N[p] * K);
-          for (float& v : values[p]) v = from_bf16(to_bf16(uniform(rng)));
-          W[p].dtype = dtype;
-          W[p].shape = {N[p], K};
-          if (dtype == DType::bf16) {
-            for (float v : values[p]) halves[p].push_back(to_bf16(v));
-            W[p].data = halves[p].data();
-          } else {
-            W[p].data = values[p].data();
+  for_each_isa([] {
+    ThreadPool pool(2);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+    for (const DType dtype : {DType::bf16, DType::f32}) {
+      for (const int64_t K : {8, 40, 584}) {
+        for (const int64_t M : {32, 33, 47, 64, 100, 257}) {
+          const int64_t N[2] = {50, 13};  // partial panels of 12, 6 and 32 rows
+          std::vector<float> values[2], y[2], bias(N[0]);
+          std::vector<uint16_t> halves[2];
+          Tensor W[2];
+          for (float& b : bias) b = uniform(rng);
+          for (int p = 0; p < 2; ++p) {
+            values[p].resize(N[p] * K);
+            for (float& v : values[p]) v = from_bf16(to_bf16(uniform(rng)));
+            W[p].dtype = dtype;
+            W[p].shape = {N[p], K};
+            if (dtype == DType::bf16) {
+              for (float v : values[p]) halves[p].push_back(to_bf16(v));
+              W[p].data = halves[p].data();
+            } else {
+              W[p].data = values[p].data();
+            }
+            y[p].assign(M * N[p], NAN);
           }
-          y[p].assign(M * N[p], NAN);
-        }
-        std::vector<float> x(M * K);
-        for (float& v : x) v = uniform(rng);
-        cpu::matmuls_many_rows(pool, x.data(), M,
-                               {cpu::Projection{&W[0], bias.data(), y[0].data()}, cpu::Projection{&W[1], nullptr, y[1].data()}});
-        int wrong = 0;
-        for (int p = 0; p < 2; ++p) {
-          for (int64_t m = 0; m < M; ++m) {
-            for (int64_t n = 0; n < N[p]; ++n) {
-              double want = p == 0 ? bias[n] : 0.0, scale = 1.0;
-              for (int64_t k = 0; k < K; ++k) {
-                want += static_cast<double>(values[p][n * K + k]) * x[m * K + k];
-                scale += std::fabs(static_cast<double>(values[p][n * K + k]) * x[m * K + k]);
+          std::vector<float> x(M * K);
+          for (float& v : x) v = uniform(rng);
+          cpu::matmuls_many_rows(pool, x.data(), M,
+                                 {cpu::Projection{&W[0], bias.data(), y[0].data()}, cpu::Projection{&W[1], nullptr, y[1].data()}});
+          int wrong = 0;
+          for (int p = 0; p < 2; ++p) {
+            for (int64_t m = 0; m < M; ++m) {
+              for (int64_t n = 0; n < N[p]; ++n) {
+                double want = p == 0 ? bias[n] : 0.0, scale = 1.0;
+                for (int64_t k = 0; k < K; ++k) {
+                  want += static_cast<double>(values[p][n * K + k]) * x[m * K + k];
+                  scale += std::fabs(static_cast<double>(values[p][n * K + k]) * x[m * K + k]);
+                }
+                wrong += !(std::fabs(y[p][m * N[p] + n] - want) <= 1e-5 * scale);
               }
-              wrong += !(std::fabs(y[p][m * N[p] + n] - want) <= 1e-5 * scale);
             }
           }
+          CAPTURE(static_cast<int>(dtype));
+          CAPTURE(K);
+          CAPTURE(M);
+          CHECK(wrong == 0);
         }
-        CAPTURE(static_cast<int>(dtype));
-        CAPTURE(K);
-        CAPTURE(M);
-        CHECK(wrong == 0);
       }
     }
-  }
+  });
 }
 
 TEST_CASE("cpu attention: the tiled causal rows and the window rows after them, against a double reference") {
-  ThreadPool pool(2);
-  std::mt19937 rng(9);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  struct Shape {
-    int heads, kv_heads, head_dim;
-  };
-  // Head sizes of one vector per P V pass (16, 32 at AVX-512) and of four (64, 128); 8 is not tiled anywhere.
-  for (const Shape s : {Shape{4, 2, 16}, Shape{9, 3, 64}, Shape{8, 2, 128}, Shape{4, 4, 32}, Shape{2, 1, 8}}) {
-    for (const int64_t n : {0, 37}) {
-      for (const int64_t C : {16, 77}) {
-        const int64_t W = 3, T = C + W;
-        const int64_t q_stride = int64_t(s.heads) * s.head_dim, kv_stride = int64_t(s.kv_heads) * s.head_dim;
-        std::vector<float> q(T * q_stride), k((n + T) * kv_stride), v((n + T) * kv_stride), out(T * q_stride, NAN);
-        // Large scores in some heads: the online softmax must rescale across key tiles.
-        for (float& e : q) e = 3.f * normal(rng);
-        for (float& e : k) e = normal(rng);
-        for (float& e : v) e = normal(rng);
-        cpu::attention(pool, q.data(), k.data(), v.data(), n, C, T, s.heads, s.kv_heads, s.head_dim, out.data());
-        const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
-        double worst = 0;
-        for (int64_t r = 0; r < T; ++r) {
-          const int64_t keys = r < C ? n + r + 1 : n + T;
-          for (int h = 0; h < s.heads; ++h) {
-            const int kvh = h / (s.heads / s.kv_heads);
-            std::vector<double> w(keys);
-            double top = -INFINITY, sum = 0;
-            for (int64_t p = 0; p < keys; ++p) {
-              double dot = 0;
-              for (int d = 0; d < s.head_dim; ++d) {
-                dot += double(q[r * q_stride + h * s.head_dim + d]) * k[p * kv_stride + kvh * s.head_dim + d];
+  for_each_isa([] {
+    ThreadPool pool(2);
+    std::mt19937 rng(9);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    struct Shape {
+      int heads, kv_heads, head_dim;
+    };
+    // Head sizes of one vector per P V pass (16, 32 at AVX-512) and of four (64, 128); 8 is not tiled anywhere.
+    for (const Shape s : {Shape{4, 2, 16}, Shape{9, 3, 64}, Shape{8, 2, 128}, Shape{4, 4, 32}, Shape{2, 1, 8}}) {
+      for (const int64_t n : {0, 37}) {
+        for (const int64_t C : {16, 77}) {
+          const int64_t W = 3, T = C + W;
+          const int64_t q_stride = int64_t(s.heads) * s.head_dim, kv_stride = int64_t(s.kv_heads) * s.head_dim;
+          std::vector<float> q(T * q_stride), k((n + T) * kv_stride), v((n + T) * kv_stride), out(T * q_stride, NAN);
+          // Large scores in some heads: the online softmax must rescale across key tiles.
+          for (float& e : q) e = 3.f * normal(rng);
+          for (float& e : k) e = normal(rng);
+          for (float& e : v) e = normal(rng);
+          cpu::attention(pool, q.data(), k.data(), v.data(), n, C, T, s.heads, s.kv_heads, s.head_dim, out.data());
+          const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+          double worst = 0;
+          for (int64_t r = 0; r < T; ++r) {
+            const int64_t keys = r < C ? n + r + 1 : n + T;
+            for (int h = 0; h < s.heads; ++h) {
+              const int kvh = h / (s.heads / s.kv_heads);
+              std::vector<double> w(keys);
+              double top = -INFINITY, sum = 0;
+              for (int64_t p = 0; p < keys; ++p) {
+                double dot = 0;
+                for (int d = 0; d < s.head_dim; ++d) {
+                  dot += double(q[r * q_stride + h * s.head_dim + d]) * k[p * kv_stride + kvh * s.head_dim + d];
+                }
+                w[p] = dot * scale;
+                top = std::max(top, w[p]);
               }
-              w[p] = dot * scale;
-              top = std::max(top, w[p]);
-            }
-            for (double& e : w) sum += (e = std::exp(e - top));
-            for (int d = 0; d < s.head_dim; ++d) {
-              double want = 0;
-              for (int64_t p = 0; p < keys; ++p) want += w[p] / sum * v[p * kv_stride + kvh * s.head_dim + d];
-              worst = std::max(worst, std::fabs(out[r * q_stride + h * s.head_dim + d] - want));
+              for (double& e : w) sum += (e = std::exp(e - top));
+              for (int d = 0; d < s.head_dim; ++d) {
+                double want = 0;
+                for (int64_t p = 0; p < keys; ++p) want += w[p] / sum * v[p * kv_stride + kvh * s.head_dim + d];
+                worst = std::max(worst, std::fabs(out[r * q_stride + h * s.head_dim + d] - want));
+              }
             }
           }
+          CAPTURE(s.heads);
+          CAPTURE(s.head_dim);
+          CAPTURE(n);
+          CAPTURE(C);
+          CHECK(worst < 2e-5);
         }
-        CAPTURE(s.heads);
-        CAPTURE(s.head_dim);
-        CAPTURE(n);
-        CAPTURE(C);
-        CHECK(worst < 2e-5);
       }
     }
-  }
+  });
 }
 
 TEST_CASE("cpu silu_mul: the vector exp against double, saturated ends included") {
-  std::vector<float> gate, up, want;
-  for (int i = -4000; i <= 4000; ++i) {
-    const float g = i * 0.03f;  // -120 .. 120: exp(-g) over- and underflows at the ends
-    gate.push_back(g);
-    up.push_back(1.0f + 0.001f * i);
-    want.push_back(static_cast<float>(g / (1.0 + std::exp(-static_cast<double>(g))) * up.back()));
-  }
-  cpu::silu_mul(gate.data(), up.data(), static_cast<int64_t>(gate.size()));
-  int wrong = 0;
-  for (size_t i = 0; i < gate.size(); ++i) wrong += !(std::fabs(gate[i] - want[i]) <= 1e-6f * std::fabs(want[i]) + 1e-30f);
-  CHECK(wrong == 0);
+  for_each_isa([] {
+    std::vector<float> gate, up, want;
+    for (int i = -4000; i <= 4000; ++i) {
+      const float g = i * 0.03f;  // -120 .. 120: exp(-g) over- and underflows at the ends
+      gate.push_back(g);
+      up.push_back(1.0f + 0.001f * i);
+      want.push_back(static_cast<float>(g / (1.0 + std::exp(-static_cast<double>(g))) * up.back()));
+    }
+    cpu::silu_mul(gate.data(), up.data(), static_cast<int64_t>(gate.size()));
+    int wrong = 0;
+    for (size_t i = 0; i < gate.size(); ++i) wrong += !(std::fabs(gate[i] - want[i]) <= 1e-6f * std::fabs(want[i]) + 1e-30f);
+    CHECK(wrong == 0);
+  });
 }
 
 TEST_CASE("cpu backend: a prompt in prefill chunks gives the logits and cache of forwards too small for the many-row kernels") {
