@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CUDA harness here (no GPU needed) and stages what a GPU run needs into build/device/, the
-# ignored folder the device tool carries: the harness library and the PyTorch peer scripts.
+# ignored folder the device tool carries: the harness library, the prefill check (bench/device-prefill.sh) and
+# the PyTorch peer scripts.
 # Then, on the GPU machine: python3 bench/cuda_check.py --lib build/device/liba2d_cuda_bench.so --out $OUT --peers build/device
 # TRACE=1 also builds the trace build (per-block GEMM records, engine/cuda/trace.cuh) into build/device/trace/
 # for bench/gemm_trace.py; TRACE=only builds that alone.
@@ -20,10 +21,11 @@ if [ -n "${TRACE:-}" ] && [ "${TRACE}" != 0 ]; then
 fi
 cmake -S "$root/engine" -B "$root/build/cuda-bench" -DCMAKE_BUILD_TYPE=Release -DA2D_CUDA=ON -DA2D_TESTS=OFF \
   "$gencode" >/dev/null
-cmake --build "$root/build/cuda-bench" -j "${A2D_BUILD_JOBS:-2}" --target a2d_cuda_bench
-cp "$root/build/cuda-bench/liba2d_cuda_bench.so" "$root/build/device/"
-# The generated headers (the decoding table, the supported-config list) for device-cuda.sh's fallback build.
-mkdir -p "$root/build/device/include"
+cmake --build "$root/build/cuda-bench" -j "${A2D_BUILD_JOBS:-2}" --target a2d_cuda_bench a2d_prefill_check
+cp "$root/build/cuda-bench/liba2d_cuda_bench.so" "$root/build/cuda-bench/a2d_prefill_check" "$root/build/device/"
+# For a build on the GPU machine when the staged binaries do not load there (device-cuda.sh, device-prefill.sh):
+# nlohmann/json and the generated headers (the decoding table, the supported-config list).
+mkdir -p "$root/build/device/include" && cp -r /usr/include/nlohmann "$root/build/device/include/"
 cp "$root/build/cuda-bench/generated/"*.inc "$root/build/device/include/"
 cp "$peers/graph_baseline.py" "$root/build/device/" 2>/dev/null || echo "no peer scripts in $peers: the peers section will be skipped"
 du -sh "$root/build/device"

@@ -1,5 +1,7 @@
 // The CUDA Backend behind backend.h: uploads an a2d::Model into a DeviceModel and runs the decode
-// loop's forwards on it. Long commits (prompts) run as several forwards of at most kMaxRows rows.
+// loop's forwards on it. The leading commit rows of a forward, up to its first logits row, run as prefill
+// forwards (DeviceModel::prefill, many-row kernels) where they number at least kPrefillFromRows; the rest as
+// forwards of at most kMaxRows rows (the captured graphs).
 // At temperature 0 a denoising step brings back two numbers per candidate (argmax token and its
 // probability, computed on the GPU); sampling at temperature > 0 brings back the needed logits rows and
 // applies the shared host rule, so every backend makes the same choices from the same logits.
@@ -89,6 +91,11 @@ void upload_model(cuda::DeviceModel& device, const Model& model) {
   device.finish_upload();
 }
 
+// Commit rows from which a forward's leading rows take the prefill kernels: their 128-token blocks are
+// then full; below, the decode kernels' few-row path is what the graphs were tuned for (bench/NOTES.md,
+// "CUDA prefill", times both at 64 to 512 rows).
+constexpr int kPrefillFromRows = 128;
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const Model& model, int64_t max_context)
@@ -101,6 +108,7 @@ class CudaBackend final : public Backend {
 
   int64_t cached_len() const override { return cached_; }
   int32_t max_window() const override { return cuda::kMaxRows; }
+  int32_t prefill_chunk() const override { return device_.prefill_rows(); }
   void reset_cache() override { cached_ = 0; }
 
   StepResult step(const ForwardArgs& args, const RevealArgs* reveal) override {
@@ -155,6 +163,9 @@ class CudaBackend final : public Backend {
       in.write_logits = true;
       device_.forward(in);
     }
+    // And the prefill kernels once (their first launch loads them); the cache stays empty (cached_ is 0).
+    const int prefill = static_cast<int>(std::min<int64_t>(device_.prefill_rows(), kPrefillFromRows));
+    device_.prefill(0, tokens.data(), std::min<int>(prefill, static_cast<int>(tokens.size())));
     device_.synchronize();
   }
 
@@ -186,8 +197,18 @@ class CudaBackend final : public Backend {
     const int32_t vocab = config().vocab_size;
     choices_.assign(args.logit_rows.size(), cuda::TokenChoice{-1, 0.f});
 
+    // The commit rows before the first logits row, through the prefill kernels when they are many.
+    const int first_logit = args.logit_rows.empty() ? C : std::min(C, args.logit_rows.front());
+    const int prefilled = first_logit >= kPrefillFromRows ? first_logit : 0;
+    for (int start = 0; start < prefilled;) {
+      const int rows = std::min(device_.prefill_rows(), prefilled - start);
+      device_.prefill(static_cast<int>(cached_), tokens.data() + start, rows);
+      cached_ += rows;
+      start += rows;
+    }
+
     size_t next_logit = 0;
-    for (int start = 0; start < C + W;) {
+    for (int start = prefilled; start < C + W;) {
       const int commit_left = C - start;
       const bool last = commit_left + W <= cuda::kMaxRows;
       const int rows = last ? C + W - start : std::min(cuda::kMaxRows, commit_left);

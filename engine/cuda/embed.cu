@@ -28,7 +28,20 @@ __global__ void __launch_bounds__(kThreads) embed_kernel(const EmbedParams p) {
   }
 }
 
+__global__ void __launch_bounds__(kThreads) embed_tokens_kernel(const bf16* table, int hidden, const int32_t* tokens,
+                                                                float* residual) {
+  const int t = blockIdx.x;
+  const bf16* row = table + static_cast<size_t>(tokens[t]) * hidden;
+  float* out = residual + static_cast<size_t>(t) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += kThreads) out[i] = __bfloat162float(row[i]);
+}
+
 }  // namespace
+
+void embed_tokens(const bf16* table, int hidden, const int32_t* tokens, int rows, float* residual, cudaStream_t stream) {
+  if (rows <= 0) return;
+  launch(embed_tokens_kernel, dim3(rows), dim3(kThreads), 0, stream, false, table, hidden, tokens, residual);
+}
 
 void embed(const EmbedParams& params, int max_rows, cudaStream_t stream, bool pdl) {
   launch(embed_kernel, dim3(max_rows), dim3(kThreads), 0, stream, pdl, params);

@@ -16,4 +16,7 @@ struct EmbedParams {
 
 void embed(const EmbedParams& params, int max_rows, cudaStream_t stream, bool pdl);
 
+// A prompt chunk's rows (model.cuh, DeviceModel::prefill): residual[t] = table[tokens[t]] in fp32 for t < rows.
+void embed_tokens(const bf16* table, int hidden, const int32_t* tokens, int rows, float* residual, cudaStream_t stream);
+
 }  // namespace a2d::cuda

@@ -7,7 +7,9 @@
 #include <functional>
 
 #include "attention.cuh"
+#include "attention_prefill.cuh"
 #include "embed.cuh"
+#include "gemm_prefill.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
 
@@ -58,6 +60,8 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   sm_count_ = properties.multiProcessorCount;
   A2D_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   attention_prepare();
+  attention_prefill_prepare();
+  gemm_prefill_prepare();
 
   const ModelShape& s = shape_;
   if (s.heads % s.kv_heads != 0) throw std::runtime_error("num_attention_heads must be a multiple of num_key_value_heads");
@@ -142,6 +146,7 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
                                                   stream_);
   gemm_unit_counters_ = device_alloc<unsigned>(size_t(4) * s.layers + 1, stream_);
   prepare_gemm_scratch();
+  allocate_prefill();
 
   for (int i = 0; i < 2; ++i) {
     A2D_CUDA_CHECK(cudaMallocHost(&staging_host_[i], kStagingBytes));
@@ -172,7 +177,11 @@ DeviceModel::~DeviceModel() {
                         static_cast<void*>(logits_), static_cast<void*>(anchor_logits_),
                         static_cast<void*>(argmax_partials_), static_cast<void*>(choices_),
                         static_cast<void*>(gemm_split_partials_), static_cast<void*>(gemm_split_counters_),
-                        static_cast<void*>(gemm_unit_counters_), static_cast<void*>(adapter_t_)}) {
+                        static_cast<void*>(gemm_unit_counters_), static_cast<void*>(adapter_t_),
+                        static_cast<void*>(prefill_residual_), static_cast<void*>(prefill_normed_),
+                        static_cast<void*>(prefill_qkv_), static_cast<void*>(prefill_q_),
+                        static_cast<void*>(prefill_attention_), static_cast<void*>(prefill_act_),
+                        static_cast<void*>(prefill_tokens_), static_cast<void*>(prefill_state_)}) {
     if (pointer != nullptr) cudaFree(pointer);
   }
   for (auto& sites : adapters_) {
@@ -182,6 +191,8 @@ DeviceModel::~DeviceModel() {
     }
   }
   if (state_host_ != nullptr) cudaFreeHost(state_host_);
+  if (prefill_tokens_host_ != nullptr) cudaFreeHost(prefill_tokens_host_);
+  if (prefill_state_host_ != nullptr) cudaFreeHost(prefill_state_host_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 

@@ -85,6 +85,10 @@ struct ForwardInputs {
   const uint64_t* window_visible = nullptr;
 };
 
+// Most rows of one prefill forward (DeviceModel::prefill); the model's buffers for them are allocated at
+// construction (about 80 MB on the 2B shape).
+constexpr int kPrefillMaxRows = 2048;
+
 // Wall-clock phases of bringing the model up, for the cold-start figures.
 struct StartupTimes {
   double context_s = 0;
@@ -114,6 +118,11 @@ class DeviceModel {
   void forward(const ForwardInputs& inputs);
   void copy_logits(float* host, int count);
   void copy_choices(TokenChoice* host, int count);
+  // Enqueues the causal forward of `rows` (<= prefill_rows()) prompt tokens after `cached` ones, on the
+  // many-row kernels (gemm_prefill.cuh, attention_prefill.cuh): their keys and values go into the KV cache at
+  // positions cached.., and no logits are computed. Commit rows only: the mask adapter acts on none of them.
+  void prefill(int cached, const int32_t* tokens, int rows);
+  int prefill_rows() const { return prefill_capacity_; }
   // Keeps logits row `index` of the last forward on the device (the next block's anchor row).
   void keep_anchor(int index);
   void copy_anchor_logits(float* host);
@@ -161,6 +170,7 @@ class DeviceModel {
   void prepare_gemm_scratch();
   bf16* allocate_weight(int64_t elements);
   void allocate_mask_adapter();
+  void allocate_prefill();
 
   ModelShape shape_;
   ModelOptions options_;
@@ -213,6 +223,19 @@ class DeviceModel {
   size_t gemm_split_floats_ = 0;
   unsigned* gemm_split_counters_ = nullptr;  // one per tile of the largest GEMM
   unsigned* gemm_unit_counters_ = nullptr;   // one per GEMM of the forward (stream schedule)
+
+  // Prefill forwards (prefill.cu): their own activations, sized for prefill_capacity_ rows.
+  int prefill_capacity_ = 0;
+  float* prefill_residual_ = nullptr;   // [rows][hidden]
+  bf16* prefill_normed_ = nullptr;      // [rows][hidden]
+  bf16* prefill_qkv_ = nullptr;         // [rows][qkv_rows]: shapes without RoPE in the QKV epilogue
+  bf16* prefill_q_ = nullptr;           // [rows][heads][head_dim_padded]
+  bf16* prefill_attention_ = nullptr;   // [rows][heads * head_dim]
+  bf16* prefill_act_ = nullptr;         // [rows][intermediate]
+  int32_t* prefill_tokens_ = nullptr;   // device [capacity]
+  int32_t* prefill_tokens_host_ = nullptr;  // pinned [capacity]
+  StepState* prefill_state_ = nullptr;       // device: rows and cached for the rope kernel
+  StepState* prefill_state_host_ = nullptr;  // pinned
 
   // Host-to-device staging: two pinned buffers and their device twins, alternated.
   static constexpr size_t kStagingBytes = size_t(64) << 20;

@@ -92,8 +92,9 @@ class Backend {
   // The longest window one forward takes.
   virtual int32_t max_window() const { return INT32_MAX; }
 
-  // The most prompt tokens one forward commits: the decode loop sends a longer prompt in commit-only chunks
-  // of this size (a cancel is seen between them).
+  // Rows per forward for a long prompt: the decode loop sends a prompt as commit-only forwards of at most
+  // this many tokens (the window empty, logits only from the last one) and checks cancellation between
+  // them. A backend picks the size at which its per-token cost has stopped falling.
   virtual int32_t prefill_chunk() const { return 512; }
 
  protected:

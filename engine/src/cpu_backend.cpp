@@ -39,6 +39,9 @@ class CpuBackend final : public Backend {
   }
 
   int64_t cached_len() const override { return cached_; }
+  // A chunk of 256 tokens: about a second of the bundled model on two cores (bench/NOTES.md, "CPU prefill"),
+  // and enough rows that the many-row kernels' packing costs under 2 % of it.
+  int32_t prefill_chunk() const override { return 256; }
   void reset_cache() override { cached_ = 0; }
 
   void forward(const ForwardArgs& args, float* logits) override {
@@ -88,6 +91,9 @@ class CpuBackend final : public Backend {
     for (int64_t r = 0; r < T; ++r) {
       positions_[r] = args.has_layout() && r >= C ? n + C + args.window_offsets[r - C] : n + r;
     }
+    rope_cos_.resize(T * (hd / 2));
+    rope_sin_.resize(T * (hd / 2));
+    cpu::rope_table(positions_.data(), T, c.head_dim, c.rope_theta, rope_cos_.data(), rope_sin_.data());
     x_.resize(T * hidden);
     h_.resize(T * hidden);
     q_.resize(T * q_dim);
@@ -118,8 +124,8 @@ class CpuBackend final : public Backend {
         cpu::rmsnorm(q_.data(), T * c.num_heads, hd, V.q_norm.data(), c.rms_norm_eps, q_.data());
         cpu::rmsnorm(k, T * c.num_kv_heads, hd, V.k_norm.data(), c.rms_norm_eps, k);
       }
-      cpu::rope(q_.data(), T, q_dim, c.num_heads, c.head_dim, positions_.data(), c.rope_theta);
-      cpu::rope(k, T, kv_dim, c.num_kv_heads, c.head_dim, positions_.data(), c.rope_theta);
+      cpu::rope_rotate(q_.data(), T, q_dim, c.num_heads, c.head_dim, rope_cos_.data(), rope_sin_.data());
+      cpu::rope_rotate(k, T, kv_dim, c.num_kv_heads, c.head_dim, rope_cos_.data(), rope_sin_.data());
       cpu::attention(pool_, q_.data(), k_cache_[l].data(), v_cache_[l].data(), n, C, T, c.num_heads,
                      c.num_kv_heads, c.head_dim, attn_.data(), adapter ? &revealed : nullptr,
                      args.has_layout() ? &args.window_visible : nullptr);
@@ -156,6 +162,7 @@ class CpuBackend final : public Backend {
   std::vector<float> final_norm_;
   std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer [positions, kv_heads * head_dim]
   std::vector<int64_t> positions_;  // per row of the forward: its RoPE position
+  std::vector<float> rope_cos_, rope_sin_;  // per row: cos and sin of its position's angles, for every layer
   int64_t cached_ = 0;
   std::vector<float> x_, h_, q_, attn_, gate_, up_;  // activations, reused across forwards
 };

@@ -211,6 +211,8 @@ float load_element(const Tensor& t, int64_t i) {
   return 0.0f;
 }
 
+void load_row(const Tensor& t, int64_t row, float* dst) { row_to_float(t, row, dst); }
+
 std::vector<float> to_fp32(const Tensor& t) {
   if (!t.present()) return {};
   int64_t n = 1;
@@ -244,6 +246,7 @@ void prefetch_tile(const std::vector<Projection>& outs, const std::vector<int64_
 }
 
 void matmuls(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<Projection> projections) {
+  if (M >= kManyRows) return matmuls_many_rows(pool, x, M, projections);
   const std::vector<Projection> outs(projections);
   const int64_t K = outs.front().W->cols();
   // The projections' weight tiles form one index space, so q/k/v (or gate/up) share one pool wake-up.
@@ -304,28 +307,43 @@ void rmsnorm(const float* x, int64_t M, int64_t n, const float* w, double eps, f
   }
 }
 
-void rope(float* x, int64_t M, int64_t row_stride, int heads, int head_dim, const int64_t* positions,
-          double theta) {
+void rope_table(const int64_t* positions, int64_t M, int head_dim, double theta, float* cos_table, float* sin_table) {
   const int half = head_dim / 2;
-  std::vector<float> cos_table(half), sin_table(half);
+  std::vector<float> inv_freq(half);
+  // inv_freq and the angle in fp32, as the reference computes them.
+  for (int i = 0; i < half; ++i) inv_freq[i] = 1.0f / static_cast<float>(std::pow(theta, (2.0 * i) / head_dim));
   for (int64_t m = 0; m < M; ++m) {
     const double position = static_cast<double>(positions[m]);
     for (int i = 0; i < half; ++i) {
-      // inv_freq and the angle in fp32, as the reference computes them.
-      const float inv_freq = 1.0f / static_cast<float>(std::pow(theta, (2.0 * i) / head_dim));
-      const float angle = static_cast<float>(position) * inv_freq;
-      cos_table[i] = std::cos(angle);
-      sin_table[i] = std::sin(angle);
+      const float angle = static_cast<float>(position) * inv_freq[i];
+      cos_table[m * half + i] = std::cos(angle);
+      sin_table[m * half + i] = std::sin(angle);
     }
+  }
+}
+
+void rope_rotate(float* x, int64_t M, int64_t row_stride, int heads, int head_dim, const float* cos_table,
+                 const float* sin_table) {
+  const int half = head_dim / 2;
+  for (int64_t m = 0; m < M; ++m) {
+    const float* c = cos_table + m * half;
+    const float* s = sin_table + m * half;
     for (int h = 0; h < heads; ++h) {
       float* v = x + m * row_stride + static_cast<int64_t>(h) * head_dim;
       for (int i = 0; i < half; ++i) {
         const float a = v[i], b = v[i + half];
-        v[i] = a * cos_table[i] - b * sin_table[i];
-        v[i + half] = b * cos_table[i] + a * sin_table[i];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = b * c[i] + a * s[i];
       }
     }
   }
+}
+
+void rope(float* x, int64_t M, int64_t row_stride, int heads, int head_dim, const int64_t* positions,
+          double theta) {
+  std::vector<float> cos_table(M * (head_dim / 2)), sin_table(M * (head_dim / 2));
+  rope_table(positions, M, head_dim, theta, cos_table.data(), sin_table.data());
+  rope_rotate(x, M, row_stride, heads, head_dim, cos_table.data(), sin_table.data());
 }
 
 void attention(ThreadPool& pool, const float* q, const float* k_cache, const float* v_cache, int64_t n,
@@ -335,9 +353,14 @@ void attention(ThreadPool& pool, const float* q, const float* k_cache, const flo
   const int64_t kv_stride = static_cast<int64_t>(kv_heads) * head_dim;
   const int group = heads / kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const int64_t work = T * heads * (n + T) * head_dim * 2;
-  parallel_or_inline(pool, T * heads, work, [&](int64_t task) {
-    const int64_t r = task / heads;
+  // The causal rows in tiles where there are many; the window rows (and few causal rows) one by one.
+  const int64_t first = C >= kTiledAttentionRows &&
+                                causal_attention_tiled(pool, q, k_cache, v_cache, n, C, heads, kv_heads, head_dim, out)
+                            ? C
+                            : 0;
+  const int64_t work = (T - first) * heads * (n + T) * head_dim * 2;
+  parallel_or_inline(pool, (T - first) * heads, work, [&](int64_t task) {
+    const int64_t r = first + task / heads;
     const int h = static_cast<int>(task % heads);
     const bool laid_out = visible != nullptr && r >= C;
     const bool causal_revealed = !laid_out && revealed != nullptr && r >= C && (*revealed)[r - C] != 0;
@@ -387,9 +410,7 @@ void low_rank_add(ThreadPool& pool, const float* x, int64_t x_stride, const std:
   for (int64_t i = 0; i < m; ++i) add(y + rows[i] * y_stride, delta.data() + i * out, out);
 }
 
-void silu_mul(float* gate, const float* up, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-}
+void silu_mul(float* gate, const float* up, int64_t count) { silu_mul_vector(gate, up, count); }
 
 void add(float* y, const float* x, int64_t count) {
 #pragma omp simd

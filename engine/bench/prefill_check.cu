@@ -1,0 +1,402 @@
+// The prefill path's check and timings on a GPU (bench/device-prefill.sh runs it), in one process:
+//  1. parity of DeviceModel::prefill against the decode forwards (64-row graphs) on random models of every
+//     supported switch (GQA, head_dim 32/48/64/128, QKV and O bias, QK-norm, tied embeddings) and on the 2B
+//     shape: a prompt prefilled in chunks, then its last row by a decode forward, against the whole prompt in
+//     64-row forwards: the last row's logits and every layer's K and V cache rows;
+//  2. the CUDA backend against the CPU backend on a tiny model folder: a long commit (routed through the
+//     prefill kernels) and the same prompt in chunks, the last row's logits;
+//  3. prompt tokens/s on the 2B shape for 1k, 4k and 16k-token prompts (chunks of prefill_rows(), the last row
+//     through a decode forward, as the backend does), the decode forwards alone for comparison, and both
+//     paths per chunk size (where the backend's kPrefillFromRows comes from).
+// Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
+//   prefill_check [--skip-2b] [--quick]     (--probe: exit 0 at once, to see that the binary loads)
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "model.cuh"
+#include "model.h"
+#include "test_util.h"
+
+using namespace a2d::cuda;
+
+namespace {
+
+int failures = 0;
+
+void check(bool ok, const std::string& what) {
+  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
+  std::fflush(stdout);
+  if (!ok) ++failures;
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Uniform in [-scale, scale) + offset, from a SplitMix64 of (seed, index).
+__global__ void fill_kernel(bf16* data, int64_t count, uint64_t seed, float scale, float offset) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * uint64_t(i + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    data[i] = __float2bfloat16(offset + scale * (float(z >> 40) * (2.0f / 16777216.0f) - 1.0f));
+  }
+}
+
+float bf16_value(uint16_t bits) {
+  const uint32_t word = uint32_t(bits) << 16;
+  float v;
+  std::memcpy(&v, &word, 4);
+  return v;
+}
+
+struct Case {
+  std::string name;
+  ModelShape shape;
+  int prompt;  // tokens
+  int chunk;   // prefill rows per call
+};
+
+ModelShape make_shape(int hidden, int inter, int layers, int heads, int kv_heads, int head_dim, int vocab) {
+  ModelShape s;
+  s.hidden = hidden;
+  s.intermediate = inter;
+  s.layers = layers;
+  s.heads = heads;
+  s.kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  s.vocab = vocab;
+  s.rms_eps = 1e-6f;
+  s.rope_theta = 10000.0;
+  s.mask_token_id = vocab - 1;
+  return s;
+}
+
+// A DeviceModel of `shape` with random weights made on the device: matrices uniform with standard deviation
+// about 0.6 / sqrt(fan-in), norms around 1, biases small, the embedding of unit scale.
+std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed) {
+  auto model = std::make_unique<DeviceModel>(shape, ModelOptions{});
+  const ModelShape& s = shape;
+  const int64_t largest = std::max<int64_t>({int64_t(s.vocab) * s.hidden, int64_t(s.intermediate) * s.hidden,
+                                             int64_t(s.heads) * s.head_dim * s.hidden});
+  bf16* scratch = nullptr;
+  A2D_CUDA_CHECK(cudaMalloc(&scratch, largest * sizeof(bf16)));
+  uint64_t next = seed;
+  auto put = [&](WeightName name, int layer, int64_t rows, int64_t cols, float scale, float offset) {
+    fill_kernel<<<1024, 256, 0, model->stream()>>>(scratch, rows * cols, ++next * 0x2545F4914F6CDD1Dull, scale, offset);
+    A2D_CUDA_CHECK_LAUNCH();
+    model->upload(name, layer, WeightSource{scratch, SourceType::bf16, true});
+    model->synchronize();  // the scratch is refilled next
+  };
+  const int64_t H = s.hidden, D = s.head_dim, Q = int64_t(s.heads) * D, KV = int64_t(s.kv_heads) * D;
+  auto matrix = [](int64_t fan_in) { return 0.6f * std::sqrt(3.0f / float(fan_in)); };
+  put(WeightName::embed, 0, s.vocab, H, 1.7f, 0.f);
+  if (!s.tied_embeddings) put(WeightName::lm_head, 0, s.vocab, H, matrix(H), 0.f);
+  put(WeightName::final_norm, 0, 1, H, 0.2f, 1.f);
+  for (int l = 0; l < s.layers; ++l) {
+    put(WeightName::input_norm, l, 1, H, 0.2f, 1.f);
+    put(WeightName::post_norm, l, 1, H, 0.2f, 1.f);
+    put(WeightName::q, l, Q, H, 2.f * matrix(H), 0.f);  // peaked attention: larger q and k
+    put(WeightName::k, l, KV, H, 2.f * matrix(H), 0.f);
+    put(WeightName::v, l, KV, H, matrix(H), 0.f);
+    put(WeightName::o, l, H, Q, matrix(Q), 0.f);
+    put(WeightName::gate, l, s.intermediate, H, matrix(H), 0.f);
+    put(WeightName::up, l, s.intermediate, H, matrix(H), 0.f);
+    put(WeightName::down, l, H, s.intermediate, matrix(s.intermediate), 0.f);
+    if (s.qkv_bias) {
+      put(WeightName::q_bias, l, Q, 1, 0.2f, 0.f);
+      put(WeightName::k_bias, l, KV, 1, 0.2f, 0.f);
+      put(WeightName::v_bias, l, KV, 1, 0.2f, 0.f);
+    }
+    if (s.o_bias) put(WeightName::o_bias, l, H, 1, 0.2f, 0.f);
+    if (s.qk_norm) {
+      put(WeightName::q_norm, l, 1, D, 0.2f, 1.f);
+      put(WeightName::k_norm, l, 1, D, 0.2f, 1.f);
+    }
+  }
+  model->finish_upload();
+  A2D_CUDA_CHECK(cudaFree(scratch));
+  return model;
+}
+
+std::vector<int32_t> prompt_tokens(int n, int vocab, int salt) {
+  std::vector<int32_t> tokens(n);
+  for (int i = 0; i < n; ++i) tokens[i] = int32_t((int64_t(i) * 7919 + 13 + salt * 104729) % (vocab - 1));
+  return tokens;
+}
+
+// One decode forward of `rows` commit tokens after `cached` ones; logits of its last row when asked.
+void decode_forward(DeviceModel& model, int cached, const int32_t* tokens, int rows, bool last_logits) {
+  const int32_t last = rows - 1;
+  ForwardInputs in;
+  in.cached = cached;
+  in.commit = rows;
+  in.tokens = tokens;
+  in.rows = rows;
+  in.logit_rows = &last;
+  in.logit_count = last_logits ? 1 : 0;
+  in.write_logits = last_logits;
+  model.forward(in);
+}
+
+// The prompt as the backend sends it on the prefill path: chunks of `chunk` rows, the last row by a decode forward.
+void prefill_prompt(DeviceModel& model, const std::vector<int32_t>& tokens, int chunk) {
+  const int n = static_cast<int>(tokens.size());
+  for (int start = 0; start < n - 1; start += chunk) model.prefill(start, tokens.data() + start, std::min(chunk, n - 1 - start));
+  decode_forward(model, n - 1, tokens.data() + n - 1, 1, true);
+}
+
+// The same on the decode forwards alone: 64-row forwards, the last with the logits of its last row.
+void decode_prompt(DeviceModel& model, const std::vector<int32_t>& tokens) {
+  const int n = static_cast<int>(tokens.size());
+  for (int start = 0; start < n; start += kMaxRows) {
+    const int rows = std::min(kMaxRows, n - start);
+    decode_forward(model, start, tokens.data() + start, rows, start + rows == n);
+  }
+}
+
+struct Snapshot {
+  std::vector<float> logits;
+  std::vector<uint16_t> kv;
+  TokenChoice choice;
+};
+
+Snapshot snapshot(DeviceModel& model) {
+  Snapshot s;
+  s.logits.resize(model.shape().vocab);
+  model.copy_logits(s.logits.data(), 1);
+  model.copy_choices(&s.choice, 1);
+  s.kv.resize(model.kv_storage_elements());
+  A2D_CUDA_CHECK(cudaMemcpy(s.kv.data(), model.kv_storage(), s.kv.size() * 2, cudaMemcpyDeviceToHost));
+  return s;
+}
+
+double rel_error(const float* a, const float* b, int64_t n) {
+  double err = 0, norm = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    err += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
+}
+
+// Logits and KV rows of the prefill path against the decode path; returns the worst KV layer error.
+void parity(const Case& c, std::vector<std::string>& table) {
+  ModelShape s = c.shape;
+  s.max_context = c.prompt + 64;
+  auto model = random_model(s, 7);
+  const std::vector<int32_t> tokens = prompt_tokens(c.prompt, s.vocab, 1);
+  A2D_CUDA_CHECK(cudaMemset(model->kv_storage(), 0, model->kv_storage_elements() * 2));
+  decode_prompt(*model, tokens);
+  const Snapshot want = snapshot(*model);
+  A2D_CUDA_CHECK(cudaMemset(model->kv_storage(), 0, model->kv_storage_elements() * 2));
+  prefill_prompt(*model, tokens, c.chunk);
+  const Snapshot got = snapshot(*model);
+
+  const double logits_err = rel_error(got.logits.data(), want.logits.data(), s.vocab);
+  // KV: [K, V][layer][kv_head][max_context][head_dim_padded]; rows 0..prompt-1 of each (kind, layer, head).
+  const int hdp = s.head_dim <= 32 ? 32 : (s.head_dim <= 64 ? 64 : 128);
+  double worst = 0, first_layer = 0;
+  int worst_layer = 0;
+  std::vector<float> a, b;
+  for (int kind = 0; kind < 2; ++kind) {
+    for (int l = 0; l < s.layers; ++l) {
+      a.clear();
+      b.clear();
+      for (int h = 0; h < s.kv_heads; ++h) {
+        const size_t base = ((size_t(kind) * s.layers + l) * s.kv_heads + h) * size_t(s.max_context) * hdp;
+        for (size_t i = base; i < base + size_t(c.prompt) * hdp; ++i) {
+          a.push_back(bf16_value(got.kv[i]));
+          b.push_back(bf16_value(want.kv[i]));
+        }
+      }
+      const double e = rel_error(a.data(), b.data(), int64_t(a.size()));
+      if (l == 0) first_layer = std::max(first_layer, e);
+      if (e > worst) {
+        worst = e;
+        worst_layer = l;
+      }
+    }
+  }
+  char line[512];
+  std::snprintf(line, sizeof line, "%s: %d tokens in chunks of %d: logits rel err %.2e, argmax %d vs %d, KV rel err layer 0 %.2e, worst %.2e (layer %d)",
+                c.name.c_str(), c.prompt, c.chunk, logits_err, got.choice.token, want.choice.token, first_layer, worst,
+                worst_layer);
+  // Both paths round to bf16 at the same points; fp32 sums in another order flip a few roundings, which the
+  // layers carry on. An indexing fault shows as errors of order 1.
+  check(logits_err < 3e-2 && first_layer < 5e-3 && worst < 3e-2, line);
+  table.push_back(std::string("| parity ") + c.name + " | " + (logits_err < 3e-2 && worst < 3e-2 ? "ok" : "FAIL") + " |");
+}
+
+// The CUDA backend against the CPU backend through the Backend interface on a tiny model folder.
+void backend_parity(std::vector<std::string>& table) {
+  a2d::test::TinyShape shape;
+  shape.hidden = 128;
+  shape.intermediate = 256;
+  shape.layers = 2;
+  shape.heads = 4;
+  shape.kv_heads = 2;
+  shape.head_dim = 32;
+  shape.vocab = 300;
+  shape.max_positions = 2048;
+  shape.weight_scale = 0.15f;
+  const std::string dir = a2d::test::write_tiny_model("prefill_check_backend", shape, 5);
+  auto model = a2d::load_model(dir);
+  a2d::BackendOptions options;
+  options.max_context = 1024;
+  auto cpu = a2d::make_cpu_backend(*model, options);
+  auto cuda = a2d::make_cuda_backend(*model, options);
+  const std::vector<int32_t> prompt = prompt_tokens(700, shape.vocab, 2);
+  auto run = [&](a2d::Backend& backend, size_t chunk) {
+    backend.reset_cache();
+    std::vector<float> logits(shape.vocab);
+    for (size_t begin = 0; begin < prompt.size(); begin += chunk) {
+      const size_t end = std::min(prompt.size(), begin + chunk);
+      a2d::ForwardArgs args;
+      args.commit.assign(prompt.begin() + begin, prompt.begin() + end);
+      if (end == prompt.size()) args.logit_rows = {static_cast<int32_t>(end - begin - 1)};
+      backend.forward(args, logits.data());
+    }
+    return logits;
+  };
+  const std::vector<float> want = run(*cpu, prompt.size());
+  bool all = true;
+  for (const size_t chunk : {prompt.size(), size_t(250), size_t(cuda->prefill_chunk())}) {
+    const std::vector<float> got = run(*cuda, chunk);
+    const double e = rel_error(got.data(), want.data(), shape.vocab);
+    char line[256];
+    std::snprintf(line, sizeof line, "backend: CUDA vs CPU, a 700-token prompt in commits of %zu: logits rel err %.2e",
+                  chunk, e);
+    check(e < 2e-2, line);
+    all = all && e < 2e-2;
+  }
+  table.push_back(std::string("| parity backend CUDA vs CPU | ") + (all ? "ok" : "FAIL") + " |");
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void timings(bool quick, std::vector<std::string>& table) {
+  ModelShape s = make_shape(2048, 6144, 42, 16, 2, 128, 130560);
+  s.rope_theta = 5e6;
+  const int longest = quick ? 4096 : 16384;
+  s.max_context = longest + 64;
+  const double t0 = now_s();
+  auto model = random_model(s, 11);
+  std::printf("2B shape: random weights made and uploaded in %.1f s; prefill rows per call %d\n", now_s() - t0,
+              model->prefill_rows());
+  char line[256];
+  auto time_it = [&](auto&& body, int repeats) {
+    std::vector<double> seconds;
+    for (int r = 0; r < repeats; ++r) {
+      model->synchronize();
+      const double start = now_s();
+      body();
+      model->synchronize();
+      seconds.push_back(now_s() - start);
+    }
+    return median(seconds);
+  };
+  const std::vector<int32_t> warm = prompt_tokens(512, s.vocab, 3);
+  prefill_prompt(*model, warm, model->prefill_rows());
+  decode_prompt(*model, warm);
+
+  table.push_back("");
+  table.push_back("| 2B prompt tokens | prefill path tokens/s | decode forwards tokens/s | speed-up |");
+  table.push_back("|---|---|---|---|");
+  for (const int n : {1024, 4096, 16384}) {
+    if (n > longest) continue;
+    const std::vector<int32_t> tokens = prompt_tokens(n, s.vocab, 4);
+    const double fast = time_it([&] { prefill_prompt(*model, tokens, model->prefill_rows()); }, 3);
+    const double slow = time_it([&] { decode_prompt(*model, tokens); }, n > 4096 ? 1 : 2);
+    std::snprintf(line, sizeof line, "| %d | %.0f | %.0f | %.2fx |", n, n / fast, n / slow, slow / fast);
+    std::printf("2B %s\n", line);
+    table.push_back(line);
+  }
+  // Per chunk along a 16k prompt: the cost per token grows only with attention's keys.
+  if (!quick) {
+    const std::vector<int32_t> tokens = prompt_tokens(longest, s.vocab, 5);
+    std::printf("2B, 2048-row prefill chunks along a %d-token prompt (ms):", longest);
+    for (int start = 0; start + 2048 <= longest - 1; start += 2048) {
+      const double ms = 1e3 * time_it([&] { model->prefill(start, tokens.data() + start, 2048); }, 1);
+      std::printf(" %.1f", ms);
+    }
+    std::printf("\n");
+  }
+  // Both paths per chunk size at KV 1024 (kPrefillFromRows in cuda_backend.cu).
+  table.push_back("");
+  table.push_back("| 2B rows after 1024 cached | prefill call ms | decode forwards ms |");
+  table.push_back("|---|---|---|");
+  const std::vector<int32_t> tokens = prompt_tokens(2048, s.vocab, 6);
+  for (const int rows : {32, 64, 128, 256, 512, 2048}) {
+    if (1024 + rows > s.max_context) continue;
+    const double fast = time_it([&] { model->prefill(1024, tokens.data(), rows); }, 3);
+    const double slow = time_it(
+        [&] {
+          for (int start = 0; start < rows; start += kMaxRows) {
+            decode_forward(*model, 1024 + start, tokens.data() + start, std::min(kMaxRows, rows - start), false);
+          }
+        },
+        3);
+    std::snprintf(line, sizeof line, "| %d | %.2f | %.2f |", rows, 1e3 * fast, 1e3 * slow);
+    std::printf("2B %s\n", line);
+    table.push_back(line);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool skip_2b = false, quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--probe") return 0;
+    if (arg == "--skip-2b") skip_2b = true;
+    else if (arg == "--quick") quick = true;
+    else {
+      std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick]\n");
+      return 2;
+    }
+  }
+  std::vector<std::string> table = {"| check | result |", "|---|---|"};
+  try {
+    std::vector<Case> cases;
+    ModelShape gqa = make_shape(256, 512, 2, 4, 2, 128, 512);  // RoPE in the QKV epilogue, head_dim 128
+    cases.push_back({"gqa hd128", gqa, 700, 256});
+    ModelShape bias = make_shape(256, 384, 2, 8, 2, 64, 400);
+    bias.qkv_bias = bias.o_bias = bias.tied_embeddings = true;
+    cases.push_back({"qkv+o bias, tied, hd64", bias, 600, 300});
+    ModelShape qk = make_shape(256, 512, 2, 4, 4, 64, 300);  // QK-norm: the rope kernel after a plain QKV GEMM
+    qk.qk_norm = true;
+    cases.push_back({"qk-norm hd64", qk, 500, 200});
+    ModelShape padded = make_shape(192, 320, 2, 6, 3, 48, 300);  // head_dim 48, padded to 64
+    cases.push_back({"padded hd48", padded, 450, 129});
+    ModelShape small = make_shape(256, 512, 3, 8, 8, 32, 300);
+    cases.push_back({"mha hd32", small, 333, 2048});
+    for (const Case& c : cases) parity(c, table);
+    backend_parity(table);
+    if (!skip_2b) {
+      ModelShape big = make_shape(2048, 6144, 42, 16, 2, 128, 130560);
+      big.rope_theta = 5e6;
+      parity(Case{"2B shape", big, 2100, 2048}, table);
+      timings(quick, table);
+    }
+  } catch (const std::exception& e) {
+    std::printf("FAIL error: %s\n", e.what());
+    ++failures;
+  }
+  std::printf("\n==== prefill summary ====\n");
+  for (const std::string& row : table) std::printf("%s\n", row.c_str());
+  std::printf("failures: %d\n", failures);
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,232 @@
+#include "attention_prefill.cuh"
+
+namespace a2d::cuda {
+namespace {
+
+// The tile shapes, fragments and online softmax of attention.cu's attention_rows (one key part).
+constexpr int kWarps = 4;
+constexpr int kTileKeys = 64;
+constexpr int kRowsPerBlock = 16 * kWarps;
+constexpr int kSmemPad = 8;  // bf16 per smem row: breaks the 8-way bank conflict of ldmatrix on 2^k rows
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+template <int kDim>
+constexpr int smem_bytes() {
+  return 2 /*stages*/ * 2 /*K, V*/ * kTileKeys * (kDim + kSmemPad) * 2;
+}
+
+template <int kDim>
+__global__ void __launch_bounds__(kWarps * 32) attention_prefill_kernel(const PrefillAttentionParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* smem = reinterpret_cast<bf16*>(smem_raw);
+  constexpr int kStride = kDim + kSmemPad;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int rows_valid = p.rows * group;
+  // The latest rows first: they see the most keys.
+  const int row_block = (gridDim.x - 1 - blockIdx.x) * kRowsPerBlock;
+  const int kv_head = blockIdx.y;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int c = lane % 4;
+  const int row0 = row_block + 16 * warp;
+  // Keys of the block: up to its last token's position.
+  const int last_token = (min(rows_valid, row_block + kRowsPerBlock) - 1) / group;
+  const int key_end = p.cached + last_token + 1;
+
+  // The two query rows of this lane and the last key each may see (-1: no row).
+  int limit[2];
+  const bf16* q_row[2];
+  for (int h = 0; h < 2; ++h) {
+    const int r = row0 + g + 8 * h;
+    const bool valid = r < rows_valid;
+    const int t = valid ? r / group : 0;
+    limit[h] = valid ? p.cached + t : -1;
+    q_row[h] = p.q + (static_cast<size_t>(t) * p.num_heads + kv_head * group + (valid ? r % group : 0)) * kDim;
+  }
+  uint32_t qa[kDim / 16][4];
+#pragma unroll
+  for (int s = 0; s < kDim / 16; ++s) {
+    for (int h = 0; h < 2; ++h) {
+      const bool valid = limit[h] >= 0;
+      const uint32_t* q32 = reinterpret_cast<const uint32_t*>(q_row[h] + 16 * s + 2 * c);
+      qa[s][h] = valid ? q32[0] : 0u;
+      qa[s][h + 2] = valid ? q32[4] : 0u;
+    }
+  }
+
+  float o[kDim / 8][4];
+#pragma unroll
+  for (int n = 0; n < kDim / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};
+  const float scale = p.scale * kLog2e;
+
+  const size_t head_offset = static_cast<size_t>(kv_head) * p.max_context * kDim;
+  const bf16* k_head = p.k_cache + head_offset;
+  const bf16* v_head = p.v_cache + head_offset;
+  auto load_tile = [&](int tile, int stage) {
+    bf16* ks = smem + stage * 2 * kTileKeys * kStride;
+    bf16* vs = ks + kTileKeys * kStride;
+    constexpr int kChunks = kTileKeys * kDim / 8;
+    for (int e = threadIdx.x; e < kChunks; e += kWarps * 32) {
+      const int key = e / (kDim / 8);
+      const int col = (e % (kDim / 8)) * 8;
+      const int position = tile * kTileKeys + key;
+      const bool valid = position < key_end;
+      const size_t offset = static_cast<size_t>(valid ? position : 0) * kDim + col;
+      cp_async16(ks + key * kStride + col, k_head + offset, valid);
+      cp_async16(vs + key * kStride + col, v_head + offset, valid);
+    }
+    cp_async_commit();
+  };
+
+  const int tiles = (key_end + kTileKeys - 1) / kTileKeys;
+  load_tile(0, 0);
+  for (int tile = 0; tile < tiles; ++tile) {
+    if (tile + 1 < tiles) {
+      load_tile(tile + 1, (tile + 1) % 2);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* ks = smem + (tile % 2) * 2 * kTileKeys * kStride;
+    const bf16* vs = ks + kTileKeys * kStride;
+    const int key0 = tile * kTileKeys;
+
+    // S = Q K^T.
+    float s[kTileKeys / 8][4];
+#pragma unroll
+    for (int n = 0; n < kTileKeys / 8; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+      for (int d = 0; d < kDim / 32; ++d) {
+        uint32_t b[4];
+        ldmatrix_x4(b, ks + (n * 8 + lane % 8) * kStride + 32 * d + 8 * (lane / 8));
+        mma_bf16_16816(s[n], qa[2 * d][0], qa[2 * d][1], qa[2 * d][2], qa[2 * d][3], b[0], b[1]);
+        mma_bf16_16816(s[n], qa[2 * d + 1][0], qa[2 * d + 1][1], qa[2 * d + 1][2], qa[2 * d + 1][3], b[2], b[3]);
+      }
+    }
+    // Online softmax in log2 units.
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kTileKeys / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const int key = key0 + n * 8 + 2 * c + (e % 2);
+        const float v = key <= limit[h] ? s[n][e] * scale : -INFINITY;
+        s[n][e] = v;
+        tile_max[h] = fmaxf(tile_max[h], v);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+      const float m_new = fmaxf(m[h], tile_max[h]);
+      // A row with no visible key so far keeps m = -inf; use 0 as the reference so exp2 gives 0, not NaN.
+      const float reference = m_new == -INFINITY ? 0.f : m_new;
+      alpha[h] = exp2f(m[h] - reference);
+      m[h] = m_new;
+      l[h] *= alpha[h];
+#pragma unroll
+      for (int n = 0; n < kTileKeys / 8; ++n) {
+        s[n][2 * h] = exp2f(s[n][2 * h] - reference);
+        s[n][2 * h + 1] = exp2f(s[n][2 * h + 1] - reference);
+        l[h] += s[n][2 * h] + s[n][2 * h + 1];
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kDim / 8; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+    // O += P V: the S accumulators of two key n-tiles are exactly the A fragment of one k-step.
+#pragma unroll
+    for (int kk = 0; kk < kTileKeys / 16; ++kk) {
+      const uint32_t a0 = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+      const uint32_t a1 = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      const uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      const uint32_t a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dn = 0; dn < kDim / 16; ++dn) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vs + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * kStride + 16 * dn + 8 * (lane / 16));
+        mma_bf16_16816(o[2 * dn], a0, a1, a2, a3, b[0], b[1]);
+        mma_bf16_16816(o[2 * dn + 1], a0, a1, a2, a3, b[2], b[3]);
+      }
+    }
+    __syncthreads();
+  }
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+
+  for (int h = 0; h < 2; ++h) {
+    const int r = row0 + g + 8 * h;
+    if (r >= rows_valid) continue;
+    const int t = r / group;
+    const int head = kv_head * group + r % group;
+    bf16* out = p.out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim;
+    const float inv = 1.f / l[h];
+#pragma unroll
+    for (int n = 0; n < kDim / 8; ++n) {
+      const int d = n * 8 + 2 * c;  // head_dim is even: d < head_dim implies d + 1 < head_dim
+      if (d < p.head_dim) {
+        *reinterpret_cast<uint32_t*>(out + d) = pack_bf16(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+      }
+    }
+  }
+}
+
+template <int kDim>
+void launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
+  const int group = p.num_heads / p.num_kv_heads;
+  const dim3 grid(ceil_div(p.rows * group, kRowsPerBlock), p.num_kv_heads);
+  launch(attention_prefill_kernel<kDim>, grid, dim3(kWarps * 32), smem_bytes<kDim>(), stream, false, p);
+}
+
+}  // namespace
+
+void attention_prefill_prepare() {
+  A2D_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      smem_bytes<32>()));
+  A2D_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      smem_bytes<64>()));
+  A2D_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      smem_bytes<128>()));
+}
+
+void attention_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
+  if (p.rows <= 0) return;
+  if (p.head_dim % 2 != 0) throw std::runtime_error("attention_prefill: head_dim must be even");
+  switch (p.head_dim_padded) {
+    case 32: return launch_prefill<32>(p, stream);
+    case 64: return launch_prefill<64>(p, stream);
+    case 128: return launch_prefill<128>(p, stream);
+    default:
+      throw std::runtime_error("the CUDA backend supports head_dim up to 128, got " + std::to_string(p.head_dim));
+  }
+}
+
+}  // namespace a2d::cuda

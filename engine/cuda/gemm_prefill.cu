@@ -1,0 +1,192 @@
+#include "gemm_prefill.cuh"
+
+#include "weights.cuh"
+
+namespace a2d::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kBlockTiles = 8;              // weight tiles (16 rows each) per block: 128 rows
+constexpr int kBlockTokens = 128;           // token rows per block
+constexpr int kStageChunks = 2;             // 32-column chunks per stage: 64 k
+constexpr int kStages = 4;
+constexpr int kChunkElements = 16 * 32;     // one chunk of one tile: 1 KiB
+constexpr int kWeightStage = kBlockTiles * kStageChunks * kChunkElements;  // bf16 per stage
+constexpr int kInputStage = kStageChunks * kBlockTokens * 32;
+constexpr int kSmemBytes = kStages * (kWeightStage + kInputStage) * 2;     // 128 KiB
+// Warp w: tiles 4 (w % 2) .. + 3 of the block, tokens 32 (w / 2) .. + 31.
+constexpr int kWarpTiles = 4;
+constexpr int kWarpGroups = 4;  // groups of 8 tokens
+
+template <PrefillEpilogue kEpilogue>
+__global__ void __launch_bounds__(kThreads, 1) gemm_prefill_kernel(const __grid_constant__ PrefillGemmParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* smem = reinterpret_cast<bf16*>(smem_raw);
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int c = lane % 4;
+  const int tiles = (p.n_rows + 15) / 16;
+  const int chunks = (p.k + 31) / 32;
+  const int tile0 = blockIdx.y * kBlockTiles;
+  const int token0 = blockIdx.x * kBlockTokens;
+  const int steps = (chunks + kStageChunks - 1) / kStageChunks;
+
+  // Stage s (chunks kStageChunks * s ..) into ring slot `slot`: weights [tile][chunk][512], inputs
+  // [chunk][token][32]; zeros past the matrix, past K and past the token rows. One commit group per call.
+  auto load_stage = [&](int s, int slot) {
+    bf16* ws = smem + slot * (kWeightStage + kInputStage);
+    bf16* xs = ws + kWeightStage;
+    const bool in_range = s < steps;
+    for (int piece = threadIdx.x; piece < kWeightStage / 8; piece += kThreads) {
+      const int tile = piece / (kStageChunks * 64);
+      const int chunk = piece / 64 % kStageChunks;
+      const int e = piece % 64 * 8;
+      const int global_chunk = s * kStageChunks + chunk;
+      const bool valid = in_range && tile0 + tile < tiles && global_chunk < chunks;
+      const size_t offset = valid ? (static_cast<size_t>(tile0 + tile) * chunks + global_chunk) * kChunkElements + e : 0;
+      cp_async16(ws + (tile * kStageChunks + chunk) * kChunkElements + e, p.weight + offset, valid);
+    }
+    for (int piece = threadIdx.x; piece < kInputStage / 8; piece += kThreads) {
+      const int chunk = piece / (kBlockTokens * 4);
+      const int token = piece / 4 % kBlockTokens;
+      const int quarter = piece % 4;
+      const int k = (s * kStageChunks + chunk) * 32 + quarter * 8;
+      const bool valid = in_range && token0 + token < p.rows && k < p.k;
+      const size_t offset = valid ? static_cast<size_t>(token0 + token) * p.x_stride + k : 0;
+      cp_async16(xs + (chunk * kBlockTokens + token) * 32 + quarter * 8, p.x + offset, valid);
+    }
+    cp_async_commit();
+  };
+
+  const int warp_tile = (warp % 2) * kWarpTiles;
+  const int warp_token = (warp / 2) * (kWarpGroups * 8);
+  float acc[kWarpTiles][kWarpGroups][4];
+#pragma unroll
+  for (int i = 0; i < kWarpTiles; ++i) {
+#pragma unroll
+    for (int j = 0; j < kWarpGroups; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+  }
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) load_stage(s, s);
+  for (int s = 0; s < steps; ++s) {
+    cp_async_wait<kStages - 2>();  // stage s's copies (this thread's), then everyone's:
+    __syncthreads();               // and every warp is done with the slot of stage s - 1, refilled here
+    load_stage(s + kStages - 1, (s + kStages - 1) % kStages);
+    const bf16* ws = smem + (s % kStages) * (kWeightStage + kInputStage);
+    const bf16* xs = ws + kWeightStage;
+#pragma unroll
+    for (int chunk = 0; chunk < kStageChunks; ++chunk) {
+      uint4 wa[kWarpTiles], wb[kWarpTiles], xv[kWarpGroups];
+#pragma unroll
+      for (int i = 0; i < kWarpTiles; ++i) {
+        const bf16* w = ws + ((warp_tile + i) * kStageChunks + chunk) * kChunkElements + lane * 8;
+        wa[i] = *reinterpret_cast<const uint4*>(w);
+        wb[i] = *reinterpret_cast<const uint4*>(w + kChunkElements / 2);
+      }
+#pragma unroll
+      for (int j = 0; j < kWarpGroups; ++j) {
+        xv[j] = *reinterpret_cast<const uint4*>(xs + (chunk * kBlockTokens + warp_token + j * 8 + g) * 32 + c * 8);
+      }
+#pragma unroll
+      for (int i = 0; i < kWarpTiles; ++i) {
+#pragma unroll
+        for (int j = 0; j < kWarpGroups; ++j) {
+          mma_bf16_16816(acc[i][j], wa[i].x, wb[i].x, wa[i].y, wb[i].y, xv[j].x, xv[j].y);
+          mma_bf16_16816(acc[i][j], wa[i].z, wb[i].z, wa[i].w, wb[i].w, xv[j].z, xv[j].w);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Epilogue from the registers: acc[i][j] holds tile rows g (elements 0, 1) and g + 8 (2, 3) for the
+  // tokens 2c and 2c + 1 (elements 0, 2 and 1, 3) of token group j.
+#pragma unroll
+  for (int i = 0; i < kWarpTiles; ++i) {
+    const int tile = tile0 + warp_tile + i;
+    if (tile >= tiles) continue;
+    const int row0 = tile * 16 + g, row1 = row0 + 8;  // the weight rows (output columns) of this thread
+    const float bias0 = p.bias != nullptr && row0 < p.n_rows ? __bfloat162float(p.bias[row0]) : 0.f;
+    const float bias1 = p.bias != nullptr && row1 < p.n_rows ? __bfloat162float(p.bias[row1]) : 0.f;
+#pragma unroll
+    for (int j = 0; j < kWarpGroups; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // token 2c + h
+        const int t = token0 + warp_token + j * 8 + 2 * c + h;
+        if (t >= p.rows) continue;
+        const float v0 = acc[i][j][h] + bias0;      // row0
+        const float v1 = acc[i][j][h + 2] + bias1;  // row1
+        if constexpr (kEpilogue == PrefillEpilogue::store_bf16) {
+          bf16* out = p.out + static_cast<size_t>(t) * p.out_stride;
+          if (row0 < p.n_out) out[row0] = __float2bfloat16(v0);
+          if (row1 < p.n_out) out[row1] = __float2bfloat16(v1);
+        } else if constexpr (kEpilogue == PrefillEpilogue::residual_add) {
+          float* residual = p.residual + static_cast<size_t>(t) * p.out_stride;
+          if (row0 < p.n_out) residual[row0] += v0;
+          if (row1 < p.n_out) residual[row1] += v1;
+        } else if constexpr (kEpilogue == PrefillEpilogue::silu_mul) {
+          // Tile rows 0..7 are gate rows 8 tile + g, rows 8..15 the up rows of the same outputs.
+          const int out_col = tile * 8 + g;
+          if (out_col < p.n_out) {
+            p.out[static_cast<size_t>(t) * p.out_stride + out_col] = __float2bfloat16(v0 / (1.f + __expf(-v0)) * v1);
+          }
+        } else {  // rope_qkv
+          const int first_row = tile * 16;
+          const int head = first_row / p.head_dim;
+          const int pair_tile = first_row % p.head_dim / 16;
+          const int slot = p.cached + t;
+          if (head < p.num_heads + p.num_kv_heads) {
+            // Rows g and g + 8 are dims i = 8 pair_tile + g and i + half of one q or k head.
+            const int half = p.head_dim / 2;
+            const int dim = 8 * pair_tile + g;
+            const float2 cs = p.rope_table[static_cast<size_t>(slot) * half + dim];
+            bf16* out = head < p.num_heads
+                            ? p.q_out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim
+                            : p.k_cache + (static_cast<size_t>(head - p.num_heads) * p.max_context + slot) * p.head_dim;
+            out[dim] = __float2bfloat16(v0 * cs.x - v1 * cs.y);
+            out[dim + half] = __float2bfloat16(v1 * cs.x + v0 * cs.y);
+          } else {
+            const int kv_head = head - p.num_heads - p.num_kv_heads;
+            bf16* out = p.v_cache + (static_cast<size_t>(kv_head) * p.max_context + slot) * p.head_dim + pair_tile * 16;
+            out[g] = __float2bfloat16(v0);
+            out[g + 8] = __float2bfloat16(v1);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_prefill_prepare() {
+  A2D_CUDA_CHECK(cudaFuncSetAttribute(gemm_prefill_kernel<PrefillEpilogue::store_bf16>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  A2D_CUDA_CHECK(cudaFuncSetAttribute(gemm_prefill_kernel<PrefillEpilogue::silu_mul>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  A2D_CUDA_CHECK(cudaFuncSetAttribute(gemm_prefill_kernel<PrefillEpilogue::residual_add>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  A2D_CUDA_CHECK(cudaFuncSetAttribute(gemm_prefill_kernel<PrefillEpilogue::rope_qkv>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+}
+
+void gemm_prefill(const PrefillGemmParams& p, PrefillEpilogue epilogue, cudaStream_t stream) {
+  if (p.k % 8 != 0) throw std::runtime_error("gemm_prefill: k must be a multiple of 8, got " + std::to_string(p.k));
+  if (p.rows <= 0) return;
+  if (epilogue == PrefillEpilogue::rope_qkv && (p.head_dim % 16 != 0 || p.n_rows % p.head_dim != 0)) {
+    throw std::logic_error("gemm_prefill: the RoPE epilogue needs whole heads of a multiple of 16 dims");
+  }
+  const dim3 grid(ceil_div(p.rows, kBlockTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockTiles));
+  const dim3 block(kThreads);
+  using Ep = PrefillEpilogue;
+  switch (epilogue) {
+    case Ep::store_bf16: return launch(gemm_prefill_kernel<Ep::store_bf16>, grid, block, kSmemBytes, stream, false, p);
+    case Ep::silu_mul: return launch(gemm_prefill_kernel<Ep::silu_mul>, grid, block, kSmemBytes, stream, false, p);
+    case Ep::residual_add: return launch(gemm_prefill_kernel<Ep::residual_add>, grid, block, kSmemBytes, stream, false, p);
+    case Ep::rope_qkv: return launch(gemm_prefill_kernel<Ep::rope_qkv>, grid, block, kSmemBytes, stream, false, p);
+  }
+}
+
+}  // namespace a2d::cuda

@@ -1,0 +1,57 @@
+// Many-row GEMM for prompt chunks (hundreds to thousands of token rows): out[t, n] = sum_k x[t, k] * W[n, k]
+// on the tensor cores, reading the weights in the tiled layout of weights.cuh that the decode GEMMs stream.
+//
+// Why not cuBLASLt: the engine keeps each weight once, in that fragment layout, which no library reads; a
+// row-major copy would add the model's size again in device memory (or an untiling pass per forward), the
+// FP8 weight-only format has no cuBLASLt mode (its FP8 GEMMs want both operands in FP8), and the library
+// (about half a gigabyte for libcublasLt) would ship in the offline folder and load at every cold start.
+// The target, 20k prompt tokens/s on the 2B shape, is about 100 TFLOP/s: a tenth of the tensor cores.
+//
+// A block multiplies 128 weight rows (8 tiles) by 128 token rows, 64 k per stage through a 4-stage cp.async
+// ring in shared memory (weights and inputs both 512 contiguous bytes per warp read, no bank conflicts);
+// each of its 8 warps owns 4 tiles x 32 tokens (64 rows x 32 tokens of accumulators) and runs the epilogue
+// from its registers. Fragments are those of the decode GEMMs (mma.sync m16n8k16, the weight as the 16-row
+// A operand, the k permutation of gemm.cu), so a thread holds output rows g and g + 8 of a tile for the same
+// tokens: the RoPE pairs of the rope-pair row order and the gate/up pairs of the SiLU layout meet in one
+// thread, and the epilogues compute what the decode GEMMs' epilogues compute.
+#pragma once
+
+#include "common.cuh"
+
+namespace a2d::cuda {
+
+enum class PrefillEpilogue { store_bf16, silu_mul, residual_add, rope_qkv };
+
+struct PrefillGemmParams {
+  const bf16* weight;  // tiled (weights.cuh): tiled_elements(n_rows, k)
+  int n_rows;          // weight rows (the silu_mul layout: gate and up rows interleaved 8 by 8)
+  int n_out;           // valid output columns: n_rows, or the intermediate size for silu_mul
+  int k;               // multiple of 8
+  const bf16* bias;    // optional [n_rows], in the weight's row order
+  const bf16* x;       // [rows][x_stride] bf16 input rows
+  int x_stride;
+  int rows;            // token rows
+
+  bf16* out;        // store_bf16 / silu_mul: [rows][out_stride]
+  int out_stride;
+  float* residual;  // residual_add: residual[rows][out_stride] += result
+
+  // rope_qkv: the QKV projection with q and k rows in rope-pair order (weights.cuh); token row t sits at
+  // position and cache slot cached + t. head_dim is a multiple of 16 and needs no padding.
+  const float2* rope_table;  // [max_context][head_dim / 2] (cos, sin)
+  int head_dim;
+  int num_heads;
+  int num_kv_heads;
+  int max_context;
+  int cached;
+  bf16* q_out;    // [rows][num_heads][head_dim]
+  bf16* k_cache;  // [num_kv_heads][max_context][head_dim]
+  bf16* v_cache;
+};
+
+// Raises the kernels' shared-memory limit; call once per process before the first launch.
+void gemm_prefill_prepare();
+
+void gemm_prefill(const PrefillGemmParams& params, PrefillEpilogue epilogue, cudaStream_t stream);
+
+}  // namespace a2d::cuda

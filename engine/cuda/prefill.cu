@@ -1,0 +1,167 @@
+// The prefill forward: a prompt chunk of up to kPrefillMaxRows commit rows, top to bottom, on the many-row
+// kernels. The same model as enqueue_forward (model.cu) for causal rows: embed -> for each layer (norm, qkv
+// with RoPE and the KV write, attention, o-proj + residual, norm, gate_up with SiLU, down + residual). No
+// final norm or lm_head: a prompt's logits come from the forward of its last rows (cuda_backend.cu), and no
+// mask adapter: it acts on window rows only. No graphs either: each kernel of a chunk runs for tens of
+// microseconds or more, so launches cost little, and the chunk's row count fixes every grid.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "attention_prefill.cuh"
+#include "embed.cuh"
+#include "gemm_prefill.cuh"
+#include "model.cuh"
+#include "rmsnorm.cuh"
+#include "rope.cuh"
+
+namespace a2d::cuda {
+
+namespace {
+
+template <typename T>
+T* zeroed(size_t count, cudaStream_t stream) {
+  void* pointer = nullptr;
+  A2D_CUDA_CHECK(cudaMalloc(&pointer, std::max<size_t>(1, count) * sizeof(T)));
+  A2D_CUDA_CHECK(cudaMemsetAsync(pointer, 0, std::max<size_t>(1, count) * sizeof(T), stream));
+  return static_cast<T*>(pointer);
+}
+
+}  // namespace
+
+void DeviceModel::allocate_prefill() {
+  const ModelShape& s = shape_;
+  prefill_capacity_ = std::min(kPrefillMaxRows, s.max_context);
+  const size_t rows = prefill_capacity_;
+  prefill_residual_ = zeroed<float>(rows * s.hidden, stream_);
+  prefill_normed_ = zeroed<bf16>(rows * s.hidden, stream_);
+  if (!fused_rope_) prefill_qkv_ = zeroed<bf16>(rows * qkv_rows_, stream_);
+  prefill_q_ = zeroed<bf16>(rows * s.heads * head_dim_padded_, stream_);
+  prefill_attention_ = zeroed<bf16>(rows * s.heads * s.head_dim, stream_);
+  prefill_act_ = zeroed<bf16>(rows * s.intermediate, stream_);
+  prefill_tokens_ = zeroed<int32_t>(rows, stream_);
+  A2D_CUDA_CHECK(cudaMallocHost(&prefill_tokens_host_, rows * sizeof(int32_t)));
+  A2D_CUDA_CHECK(cudaMalloc(&prefill_state_, sizeof(StepState)));
+  A2D_CUDA_CHECK(cudaMallocHost(&prefill_state_host_, sizeof(StepState)));
+  std::memset(prefill_state_host_, 0, sizeof(StepState));
+}
+
+void DeviceModel::prefill(int cached, const int32_t* tokens, int rows) {
+  const ModelShape& s = shape_;
+  if (rows < 1 || rows > prefill_capacity_) {
+    throw std::runtime_error("prefill: rows must be 1.." + std::to_string(prefill_capacity_));
+  }
+  if (cached < 0 || int64_t(cached) + rows > s.max_context) {
+    throw std::runtime_error("prefill: " + std::to_string(int64_t(cached) + rows) + " positions exceed the KV cache of " +
+                             std::to_string(s.max_context));
+  }
+  for (int i = 0; i < rows; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= s.vocab) throw std::runtime_error("prefill: token id out of range");
+  }
+  // The previous forward's copies from the pinned buffers must be done before they are rewritten.
+  A2D_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::memcpy(prefill_tokens_host_, tokens, sizeof(int32_t) * rows);
+  A2D_CUDA_CHECK(cudaMemcpyAsync(prefill_tokens_, prefill_tokens_host_, sizeof(int32_t) * rows, cudaMemcpyHostToDevice,
+                                 stream_));
+  StepState& state = *prefill_state_host_;  // what the rope kernel reads: commit rows at cached + t
+  state.cached = cached;
+  state.commit = rows;
+  state.rows = rows;
+  state.layout = 0;
+  for (int t = 0; t < kMaxRows; ++t) state.positions[t] = cached + t;
+  A2D_CUDA_CHECK(cudaMemcpyAsync(prefill_state_, prefill_state_host_, sizeof(StepState), cudaMemcpyHostToDevice, stream_));
+
+  cudaStream_t st = stream_;
+  const int64_t kv_layer = int64_t(s.kv_heads) * s.max_context * head_dim_padded_;
+  bf16* k_cache = kv_cache_;
+  bf16* v_cache = kv_cache_ + kv_layer * s.layers;
+  auto gemm_params = [&](const bf16* weight, int n_rows, int n_out, int k, const bf16* x, int x_stride) {
+    PrefillGemmParams g{};
+    g.weight = weight;
+    g.n_rows = n_rows;
+    g.n_out = n_out;
+    g.k = k;
+    g.x = x;
+    g.x_stride = x_stride;
+    g.rows = rows;
+    return g;
+  };
+
+  embed_tokens(embed_, s.hidden, prefill_tokens_, rows, prefill_residual_, st);
+  for (int l = 0; l < s.layers; ++l) {
+    const LayerWeights& L = layers_[l];
+    bf16* layer_k = k_cache + kv_layer * l;
+    bf16* layer_v = v_cache + kv_layer * l;
+
+    rmsnorm_prefill(prefill_residual_, s.hidden, L.input_norm, s.rms_eps, rows, prefill_normed_, st);
+    PrefillGemmParams qkv = gemm_params(L.qkv, qkv_rows_, qkv_rows_, s.hidden, prefill_normed_, s.hidden);
+    qkv.bias = s.qkv_bias ? L.qkv_bias : nullptr;
+    if (fused_rope_) {
+      qkv.rope_table = rope_table_;
+      qkv.head_dim = s.head_dim;
+      qkv.num_heads = s.heads;
+      qkv.num_kv_heads = s.kv_heads;
+      qkv.max_context = s.max_context;
+      qkv.cached = cached;
+      qkv.q_out = prefill_q_;
+      qkv.k_cache = layer_k;
+      qkv.v_cache = layer_v;
+      gemm_prefill(qkv, PrefillEpilogue::rope_qkv, st);
+    } else {
+      // QK-norm or padded heads: the QKV rows in plain order, then the rope kernel (as enqueue_forward does).
+      qkv.out = prefill_qkv_;
+      qkv.out_stride = qkv_rows_;
+      gemm_prefill(qkv, PrefillEpilogue::store_bf16, st);
+      RopeParams rp{};
+      rp.qkv = prefill_qkv_;
+      rp.num_heads = s.heads;
+      rp.num_kv_heads = s.kv_heads;
+      rp.head_dim = s.head_dim;
+      rp.head_dim_padded = head_dim_padded_;
+      rp.rope_table = rope_table_;
+      rp.q_norm = s.qk_norm ? L.q_norm : nullptr;
+      rp.k_norm = s.qk_norm ? L.k_norm : nullptr;
+      rp.norm_eps = s.rms_eps;
+      rp.state = prefill_state_;
+      rp.q_out = prefill_q_;
+      rp.k_cache = layer_k;
+      rp.v_cache = layer_v;
+      rp.max_context = s.max_context;
+      rope(rp, rows, st, false);
+    }
+
+    PrefillAttentionParams ap{};
+    ap.q = prefill_q_;
+    ap.k_cache = layer_k;
+    ap.v_cache = layer_v;
+    ap.max_context = s.max_context;
+    ap.num_heads = s.heads;
+    ap.num_kv_heads = s.kv_heads;
+    ap.head_dim = s.head_dim;
+    ap.head_dim_padded = head_dim_padded_;
+    ap.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
+    ap.cached = cached;
+    ap.rows = rows;
+    ap.out = prefill_attention_;
+    attention_prefill(ap, st);
+
+    PrefillGemmParams o = gemm_params(L.o, s.hidden, s.hidden, s.heads * s.head_dim, prefill_attention_, s.heads * s.head_dim);
+    o.bias = s.o_bias ? L.o_bias : nullptr;
+    o.residual = prefill_residual_;
+    o.out_stride = s.hidden;
+    gemm_prefill(o, PrefillEpilogue::residual_add, st);
+
+    rmsnorm_prefill(prefill_residual_, s.hidden, L.post_norm, s.rms_eps, rows, prefill_normed_, st);
+    PrefillGemmParams gate_up = gemm_params(L.gate_up, gate_up_rows_, s.intermediate, s.hidden, prefill_normed_, s.hidden);
+    gate_up.out = prefill_act_;
+    gate_up.out_stride = s.intermediate;
+    gemm_prefill(gate_up, PrefillEpilogue::silu_mul, st);
+
+    PrefillGemmParams down = gemm_params(L.down, s.hidden, s.hidden, s.intermediate, prefill_act_, s.intermediate);
+    down.residual = prefill_residual_;
+    down.out_stride = s.hidden;
+    gemm_prefill(down, PrefillEpilogue::residual_add, st);
+  }
+}
+
+}  // namespace a2d::cuda
