@@ -17,8 +17,6 @@ export interface FuzzOptions {
   concurrency: number;
   /** A request unanswered this long counts as hung. */
   timeoutMs: number;
-  /** Called with every request's label and verdict (for a log of the run). */
-  onResult?: (line: string) => void;
 }
 
 export interface FuzzReport {
@@ -38,21 +36,26 @@ export interface FuzzReport {
   streamInternalErrors: number;
   /** Slowest GET /health answered while the fuzz ran, milliseconds. */
   healthMaxMs: number;
+  /** Failures counted by what they were and the family of request (e.g. "badShape raw socket"). */
+  failuresByKind: Record<string, number>;
   /** The first failures, each with the request's number and what was sent. */
   failures: string[];
 }
 
 interface Probe {
+  /** Which family of the generator made it. */
+  kind: string;
   label: string;
   bytes: Buffer;
   method: string;
   /** Sent without the API key to a /v1 route: any 2xx is a bypass. */
   authProbe: boolean;
-  /** Keep the socket open without finishing the request (a slow client). */
-  stall?: boolean;
   /** Close the socket this long after the first response byte (a client that gives up). */
   abortAfterMs?: number;
 }
+
+/** A probe as a generator family makes it, before next() names the family. */
+type Made = Omit<Probe, "kind">;
 
 export interface RawResponse {
   status: number;
@@ -103,33 +106,27 @@ class Generator {
   }
 
   next(index: number): Probe {
-    const kinds: Array<[number, () => Probe]> = [
-      [30, () => this.mutatedJson()],
-      [10, () => this.generation()],
-      [12, () => this.rawBody()],
-      [10, () => this.headerVariant()],
-      [18, () => this.pathProbe()],
-      [12, () => this.rawSocket()],
-      [5, () => this.abandonedStream()],
-      [3, () => this.stalled()],
-      [0.5, () => this.hugeBody()],
+    const kinds: Array<[number, string, () => Made]> = [
+      [30, "mutated JSON", () => this.mutatedJson()],
+      [10, "generation", () => this.generation()],
+      [12, "raw body", () => this.rawBody()],
+      [10, "headers", () => this.headerVariant()],
+      [18, "path without key", () => this.pathProbe()],
+      [12, "raw socket", () => this.rawSocket()],
+      [5, "abandoned stream", () => this.abandonedStream()],
+      [3, "stalled body", () => this.stalled()],
+      [0.5, "huge body", () => this.hugeBody()],
     ];
     const total = kinds.reduce((sum, [weight]) => sum + weight, 0);
     let roll = this.random() * total;
-    for (const [weight, make] of kinds) {
-      roll -= weight;
-      if (roll < 0) {
-        const probe = make();
-        return { ...probe, label: `#${index} ${probe.label}` };
-      }
-    }
-    return this.mutatedJson();
+    const [, kind, make] = kinds.find(([weight]) => (roll -= weight) < 0) ?? kinds[0]!;
+    const probe = make();
+    return { ...probe, kind, label: `#${index} ${probe.label}` };
   }
 
-  private request(method: string, target: string, headers: Array<[string, string]>, body: Buffer | string = "", options: { host?: boolean } = {}): Buffer {
+  private request(method: string, target: string, headers: Array<[string, string]>, body: Buffer | string = ""): Buffer {
     const payload = typeof body === "string" ? Buffer.from(body) : body;
-    const lines = [`${method} ${target} HTTP/1.1`];
-    if (options.host !== false) lines.push(`Host: ${this.host}`);
+    const lines = [`${method} ${target} HTTP/1.1`, `Host: ${this.host}`];
     for (const [name, value] of headers) lines.push(`${name}: ${value}`);
     if (!headers.some(([name]) => /^(content-length|transfer-encoding)$/i.test(name)) && (payload.length > 0 || method === "POST")) {
       lines.push(`Content-Length: ${payload.length}`);
@@ -197,7 +194,7 @@ class Generator {
   };
 
   /** A valid request with a few fields set to hostile values (a third of them without the max_tokens bound). */
-  private mutatedJson(): Probe {
+  private mutatedJson(): Made {
     const chat = this.chance(0.7);
     const body = chat ? this.chatBody() : this.completionBody();
     if (this.chance(0.3)) delete body.max_tokens;
@@ -217,7 +214,7 @@ class Generator {
   }
 
   /** A request that generates: no max_tokens, a huge one, any block size, stream or not (issue 25, item 2). */
-  private generation(): Probe {
+  private generation(): Made {
     const chat = this.chance(0.6);
     const body: Record<string, unknown> = chat
       ? { model: this.pick(["tiny", "gpt-4o", "other"]), messages: [{ role: "user", content: this.pick(["Hi", "Tell me a story.", "word ".repeat(60)]) }] }
@@ -235,7 +232,7 @@ class Generator {
   }
 
   /** Bodies that are not what the schema expects, or not JSON at all. */
-  private rawBody(): Probe {
+  private rawBody(): Made {
     const valid = JSON.stringify(this.chatBody());
     const body = this.cycle<() => string | Buffer>("body", [
       () => valid.slice(0, Math.floor(this.random() * valid.length)),
@@ -262,7 +259,7 @@ class Generator {
   }
 
   /** A valid body under odd framing and content headers. */
-  private headerVariant(): Probe {
+  private headerVariant(): Made {
     const body = JSON.stringify(this.chatBody());
     const auth: Array<[string, string]> = [["Authorization", `Bearer ${this.apiKey}`]];
     const [label, headers, payload] = this.cycle<() => [string, Array<[string, string]>, string | Buffer]>("headers", [
@@ -296,7 +293,7 @@ class Generator {
   }
 
   /** Spellings of /v1 paths sent without the key: none may reach a route (issue 25, item 1). */
-  private pathProbe(): Probe {
+  private pathProbe(): Made {
     const target = this.cycle("path", [
       "/v1/models", "/%76%31/models", "/%761/models", "/v%31/models", "/%2Fv1/models", "/v1%2Fmodels", "/v1/%6dodels", "/v1/models/",
       "//v1/models", "/v1//models", "/V1/models", "/v1/Models", "/./v1/models", "/v1/./models", "/x/../v1/models", "/v1/x/../models",
@@ -315,7 +312,7 @@ class Generator {
   }
 
   /** Bytes that are hardly HTTP: broken request lines, missing Host, other protocols. */
-  private rawSocket(): Probe {
+  private rawSocket(): Made {
     const body = JSON.stringify(this.chatBody());
     const auth = `Authorization: Bearer ${this.apiKey}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n`;
     const [label, text] = this.cycle<[string, string | Buffer]>("raw", [
@@ -341,7 +338,7 @@ class Generator {
   }
 
   /** A stream the client drops after its first bytes: the server must stay whole. */
-  private abandonedStream(): Probe {
+  private abandonedStream(): Made {
     const body = { ...this.completionBody(), max_tokens: 200, ignore_eos: true, stream: true };
     return {
       label: "abandoned stream",
@@ -353,15 +350,15 @@ class Generator {
   }
 
   /** A body that never finishes: the server must time it out with an answer, not hold the socket. */
-  private stalled(): Probe {
+  private stalled(): Made {
     const body = JSON.stringify(this.chatBody());
     const headers = this.chance(0.5) ? this.authed([["Content-Length", String(body.length + 100)]]) : this.authed([["Transfer-Encoding", "chunked"]]);
     const payload = headers.some(([name]) => name === "Transfer-Encoding") ? `5\r\n${body.slice(0, 5)}\r\n` : body;
-    return { label: "stalled body", method: "POST", authProbe: false, stall: true, bytes: this.request("POST", "/v1/chat/completions", headers, payload) };
+    return { label: "stalled body", method: "POST", authProbe: false, bytes: this.request("POST", "/v1/chat/completions", headers, payload) };
   }
 
   /** Megabytes of conversation: refused at the body limit, and never a stall of /health (issue 25, item 5). */
-  private hugeBody(): Probe {
+  private hugeBody(): Made {
     const megabytes = this.pick([3, 12, 15]);
     const body = JSON.stringify({ messages: [{ role: "user", content: "many words ".repeat((megabytes * 1024 * 1024) / 11) }], max_tokens: 4 });
     return { label: `POST ${megabytes} MB body`, method: "POST", authProbe: false, bytes: this.request("POST", "/v1/chat/completions", this.authed(), body) };
@@ -384,7 +381,7 @@ function short(value: unknown): string {
  */
 export async function exchange(url: string, bytes: Buffer | string, timeoutMs = 10_000): Promise<{ response: RawResponse | null; hung: boolean; ms: number }> {
   const started = performance.now();
-  const probe: Probe = { label: "", method: "", authProbe: false, bytes: typeof bytes === "string" ? Buffer.from(bytes, "latin1") : bytes };
+  const probe: Probe = { kind: "", label: "", method: "", authProbe: false, bytes: typeof bytes === "string" ? Buffer.from(bytes, "latin1") : bytes };
   const result = await send(url, probe, timeoutMs);
   return { response: parseResponse(result.raw), hung: result.hung, ms: performance.now() - started };
 }
@@ -563,7 +560,8 @@ async function watchHealth(url: string, running: () => boolean): Promise<number>
 export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
   const generator = new Generator(options.seed, options.url, options.apiKey);
   const report: FuzzReport = {
-    sent: 0, statuses: {}, serverErrors: 0, badShape: 0, hung: 0, noResponse: 0, authBypass: 0, streamInternalErrors: 0, healthMaxMs: 0, failures: [],
+    sent: 0, statuses: {}, serverErrors: 0, badShape: 0, hung: 0, noResponse: 0, authBypass: 0, streamInternalErrors: 0, healthMaxMs: 0,
+    failuresByKind: {}, failures: [],
   };
   const deadline = performance.now() + options.seconds * 1000;
   let next = 0;
@@ -576,13 +574,14 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
       report.sent++;
       const { verdict, status, detail } = judge(probe, result);
       report.statuses[status] = (report.statuses[status] ?? 0) + 1;
-      options.onResult?.(`${verdict} ${status} ${probe.label}`);
       const counters: Record<Exclude<Verdict, "ok">, keyof FuzzReport> = {
         serverError: "serverErrors", badShape: "badShape", hung: "hung", noResponse: "noResponse", authBypass: "authBypass",
         streamInternalError: "streamInternalErrors",
       };
       if (verdict === "ok") continue;
       (report[counters[verdict]] as number)++;
+      const key = `${verdict} ${probe.kind}`;
+      report.failuresByKind[key] = (report.failuresByKind[key] ?? 0) + 1;
       if (report.failures.length < 40) report.failures.push(`${verdict}: ${probe.label} -> ${detail}`);
     }
   };
