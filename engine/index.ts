@@ -17,7 +17,7 @@ import type {
   ModelInfo,
   TraceStep,
 } from "./types.js";
-import { brokenRule, camelName, paramSpec, valueProblem } from "./params.js";
+import { brokenRule, camelName, paramSpec, positionsNeeded, roomForTokens, valueProblem } from "./params.js";
 
 export type * from "./types.js";
 export { positionsNeeded, roomForTokens } from "./params.js";
@@ -159,6 +159,20 @@ function toResult(native: NativeResult, traced: boolean): GenerateResult {
   return result;
 }
 
+/**
+ * The addon's refusals of a request (decode.cpp, check_request, and the parameter checks of config.cpp)
+ * as InvalidDecodeParamError, so that callers can tell the caller's mistake from a failure of the engine.
+ * The checks here come first and should catch all of them; this is for any rule they have not caught up with.
+ */
+function fromNativeError(error: unknown): unknown {
+  if (!(error instanceof Error)) return error;
+  const message = error.message;
+  if (/^prompt \(\d+ tokens\) \+ max_tokens/.test(message)) return new InvalidDecodeParamError("maxTokens", message);
+  if (message.startsWith("invalid decoding parameter: ")) return new InvalidDecodeParamError("params", message.slice("invalid decoding parameter: ".length));
+  if (message.startsWith("the prompt must hold") || message.startsWith("prompt token id ")) return new InvalidDecodeParamError("promptIds", message);
+  return error;
+}
+
 class NativeBackedEngine implements Engine {
   private nextToken = 1;
 
@@ -168,14 +182,33 @@ class NativeBackedEngine implements Engine {
     return this.native.info;
   }
 
-  async generate(request: GenerateRequest): Promise<GenerateResult> {
+  checkRequest(request: GenerateRequest): void {
+    this.nativeRequest(request);
+  }
+
+  /** The request checked as the addon will check it, in the addon's types. */
+  private nativeRequest(request: GenerateRequest): { params: NativeParams; prompt: Int32Array } {
     const info = this.info;
     const params = nativeParams(request, info);
     const prompt = checkTokenIds("promptIds", request.promptIds, info.vocabSize);
     if (prompt.length === 0) throw new InvalidDecodeParamError("promptIds", "the prompt must hold at least one token");
+    const needed = positionsNeeded(prompt.length, params.maxTokens, params.blockSize);
+    if (params.maxTokens > 0 && needed > info.maxContext) {
+      throw new InvalidDecodeParamError(
+        "maxTokens",
+        `the prompt (${prompt.length} tokens) + maxTokens (${params.maxTokens}) need ${needed} positions at block size ${params.blockSize}, ` +
+          `more than the engine's context of ${info.maxContext}; lower maxTokens to at most ${roomForTokens(prompt.length, params.blockSize, info.maxContext)} ` +
+          "or load the model with a larger maxContext",
+      );
+    }
     if (request.onBlock !== undefined && typeof request.onBlock !== "function") {
       throw new InvalidDecodeParamError("onBlock", "must be a function");
     }
+    return { params, prompt };
+  }
+
+  async generate(request: GenerateRequest): Promise<GenerateResult> {
+    const { params, prompt } = this.nativeRequest(request);
     const signal = request.signal;
     // Already aborted: nothing runs (the engine thread might otherwise finish before the flag lands).
     if (signal?.aborted) {
@@ -190,6 +223,8 @@ class NativeBackedEngine implements Engine {
     signal?.addEventListener("abort", onAbort, { once: true });
     try {
       return toResult(await pending, params.trace);
+    } catch (error) {
+      throw fromNativeError(error);
     } finally {
       signal?.removeEventListener("abort", onAbort);
     }

@@ -116,6 +116,11 @@ export interface Engine {
   /** Queue a generation on the engine thread (one at a time, FIFO). */
   generate(request: GenerateRequest): Promise<GenerateResult>;
   /**
+   * Throws what `generate` would reject this request with (an InvalidDecodeParamError naming the
+   * parameter), without running anything: a server can refuse before it answers 200.
+   */
+  checkRequest(request: GenerateRequest): void;
+  /**
    * One forward of the model for tests and benchmarks: commit `commitIds` after `cachedIds` and return the
    * fp32 logits of every row (commit rows then window rows), row-major [rows, vocab]. Starts from an empty
    * cache: `cachedIds` are committed first (causal), then one forward of `commitIds` + `windowIds`.

@@ -1,14 +1,14 @@
 // Optional API key: every /v1 route wants `Authorization: Bearer <key>`; /health stays open so that
-// load balancers and readiness probes need no secret.
+// load balancers and readiness probes need no secret. The hook goes on the scope that holds the /v1
+// routes (app.ts), so it runs for every request routed to one of them and for no other.
 import { timingSafeEqual } from "node:crypto";
 
 import type { App } from "./app.js";
 import { ApiError } from "./errors.js";
 
-export function requireApiKey(app: App, apiKey: string): void {
+export function requireApiKey(scope: App, apiKey: string): void {
   const expected = Buffer.from(apiKey);
-  app.addHook("onRequest", async (request) => {
-    if (!request.url.startsWith("/v1")) return;
+  scope.addHook("onRequest", async (request) => {
     const header = request.headers.authorization ?? "";
     const match = /^Bearer\s+(.+)$/i.exec(header);
     if (match === null) {

@@ -4,15 +4,22 @@ import type { FastifyBaseLogger } from "fastify";
 
 import type { Engine } from "../engine/types.js";
 import { ApiError } from "./errors.js";
+import type { PromptEncoder } from "./prompt-encoder.js";
 import { GenerationQueue } from "./queue.js";
 import type { ModelTokenizer } from "./tokenizer.js";
 
 export interface LoadedModel {
   engine: Engine;
+  /** Chat template and decoding, on the main thread. */
   tokenizer: ModelTokenizer;
+  /** Prompt encoding, off the main thread. */
+  encoder: PromptEncoder;
 }
 
 export type ServerState = "loading" | "ready" | "draining";
+
+/** How often an idle stream gets a comment line, by default (`a2d serve --sse-heartbeat`). */
+export const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export class ServerContext {
   state: ServerState = "loading";
@@ -28,6 +35,8 @@ export class ServerContext {
     readonly apiKey: string | null,
     maxWaiting: number,
     readonly log: FastifyBaseLogger,
+    /** Comment lines on an idle stream this often (0: none). */
+    readonly heartbeatMs = DEFAULT_HEARTBEAT_MS,
   ) {
     this.queue = new GenerationQueue(maxWaiting);
   }

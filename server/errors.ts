@@ -11,6 +11,7 @@ interface ErrorKind {
 
 /** Named error codes; the name is also the `code` field clients see. Types follow OpenAI's. */
 export const ERRORS = {
+  malformed_request: { status: 400, type: "invalid_request_error" },
   invalid_json: { status: 400, type: "invalid_request_error" },
   invalid_request: { status: 400, type: "invalid_request_error" },
   invalid_type: { status: 400, type: "invalid_request_error" },
@@ -22,10 +23,14 @@ export const ERRORS = {
   context_length_exceeded: { status: 400, type: "invalid_request_error" },
   invalid_api_key: { status: 401, type: "invalid_request_error" },
   not_found: { status: 404, type: "invalid_request_error" },
+  uri_too_long: { status: 414, type: "invalid_request_error" },
   model_not_found: { status: 404, type: "invalid_request_error" },
   method_not_allowed: { status: 405, type: "invalid_request_error" },
+  request_timeout: { status: 408, type: "invalid_request_error" },
   payload_too_large: { status: 413, type: "invalid_request_error" },
   unsupported_media_type: { status: 415, type: "invalid_request_error" },
+  expectation_failed: { status: 417, type: "invalid_request_error" },
+  headers_too_large: { status: 431, type: "invalid_request_error" },
   rate_limit_exceeded: { status: 429, type: "requests" },
   internal_error: { status: 500, type: "server_error" },
   model_loading: { status: 503, type: "server_error" },
@@ -79,7 +84,9 @@ export function toApiError(error: FastifyError | ApiError | Error, request: Fast
   if (error instanceof ApiError) return error;
   // The engine re-checks every decoding parameter; a value that got past the schema is still the client's.
   if (error instanceof InvalidDecodeParamError) {
-    return new ApiError("invalid_value", error.message, error.param.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`));
+    // The engine names its parameters in camelCase (maxTokens); the API in snake_case (max_tokens).
+    const param = ["params", "promptIds"].includes(error.param) ? null : error.param.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+    return new ApiError("invalid_value", error.message, param);
   }
   const fastifyError = error as FastifyError;
   if (fastifyError.validation) return fromValidation(fastifyError.validation as unknown as ValidationIssue[]);
@@ -88,7 +95,14 @@ export function toApiError(error: FastifyError | ApiError | Error, request: Fast
     case "FST_ERR_CTP_EMPTY_JSON_BODY":
       return new ApiError("invalid_json", `The request body is not valid JSON: ${error.message}`);
     case "FST_ERR_CTP_BODY_TOO_LARGE":
-      return new ApiError("payload_too_large", "The request body is too large.");
+      return new ApiError(
+        "payload_too_large",
+        `The request body is larger than this server's limit of ${request.routeOptions.bodyLimit} bytes (a2d serve --body-limit).`,
+      );
+    case "FST_ERR_BAD_URL":
+      return new ApiError("malformed_request", "The request path is not a valid URL: every '%' must start a %XX escape.");
+    case "FST_ERR_MAX_PARAM_LENGTH":
+      return new ApiError("uri_too_long", "A segment of the request path is too long.");
     case "FST_ERR_CTP_INVALID_MEDIA_TYPE":
     case "FST_ERR_CTP_INVALID_CONTENT_LENGTH":
       return new ApiError("unsupported_media_type", "Send the request body as JSON with Content-Type: application/json.");

@@ -27,6 +27,8 @@ export interface GenerationJob {
   decode: (ids: readonly number[]) => string;
   /** Called with text that is final: never taken back, never past a stop string. */
   onText: (text: string) => void;
+  /** Called when the generation leaves the queue for the engine. */
+  onStart?: () => void;
 }
 
 type CancelReason = "client" | "stop" | "shutdown";
@@ -62,6 +64,7 @@ export class Admission {
       } catch {
         return this.cancelled(job, null);
       }
+      job.onStart?.();
       const model = this.ctx.loadedModel();
       const detokenizer = new IncrementalDecoder(job.decode);
       const stopper = new StopMatcher(job.stops);

@@ -6,24 +6,22 @@ import { randomBytes } from "node:crypto";
 import { brokenRule, roomForTokens } from "../engine/params.js";
 import type { DecodeParams, ModelInfo } from "../engine/types.js";
 import { ApiError } from "./errors.js";
-import type { SamplingRequest } from "./schemas.js";
+import type { ChatRequest, SamplingRequest } from "./schemas.js";
 
 export interface Resolved {
   params: DecodeParams;
   stops: string[];
 }
 
-export function resolveParams(body: SamplingRequest, info: ModelInfo, promptTokens: number, maxTokensField: number | null | undefined): Resolved {
-  if (body.n != null && body.n !== 1) {
-    throw new ApiError("unsupported_value", "Only n=1 is supported: ask for more completions with more requests.", "n");
-  }
-  if (body.logprobs != null && body.logprobs !== false && body.logprobs !== 0) {
-    throw new ApiError("unsupported_parameter", "logprobs are not available from the block-diffusion decoder.", "logprobs");
-  }
-  for (const name of ["presence_penalty", "frequency_penalty"] as const) {
-    const value = body[name];
-    if (value != null && value !== 0) throw new ApiError("unsupported_value", `${name} is not supported; leave it at 0.`, name);
-  }
+export function resolveParams(
+  body: SamplingRequest,
+  info: ModelInfo,
+  promptTokens: number,
+  maxTokensField: number | null | undefined,
+  /** The seed exactly as the request wrote it (JSON numbers past 2^53 lose digits); see json-body.ts. */
+  exactSeed: bigint | null,
+): Resolved {
+  refuseUnsupported(body);
 
   const blockSize = body.block_size ?? info.decoding.blockSize;
   if (body.min_per_step !== undefined && body.min_per_step > blockSize) {
@@ -74,12 +72,78 @@ export function resolveParams(body: SamplingRequest, info: ModelInfo, promptToke
   if (body.advance !== undefined) params.advance = body.advance as DecodeParams["advance"];
   if (body.commit !== undefined) params.commit = body.commit as DecodeParams["commit"];
   if (body.ignore_eos === true) params.eosTokenIds = [];
-  // Signed 64-bit seeds map onto a2d's unsigned RNG seed by their two's complement bits. Without a seed,
-  // sampling is fresh per request, as OpenAI's is (the CLI's fixed default is for reproducing the reference).
-  params.seed = body.seed != null ? BigInt.asUintN(64, BigInt(body.seed)) : randomSeed();
+  params.seed = body.seed != null ? requestSeed(body.seed, exactSeed) : randomSeed();
   return { params, stops };
+}
+
+/**
+ * Signed 64-bit seeds map onto a2d's unsigned RNG seed by their two's complement bits. Without a seed,
+ * sampling is fresh per request, as OpenAI's is (the CLI's fixed default is for reproducing the reference).
+ */
+function requestSeed(parsed: number, exact: bigint | null): bigint {
+  if (exact === null && !Number.isSafeInteger(parsed)) {
+    throw new ApiError("invalid_value", "Write a seed beyond 2^53 as plain digits (no exponent or fraction), so that it is read exactly.", "seed");
+  }
+  const seed = exact ?? BigInt(parsed);
+  if (seed < -(1n << 63n) || seed >= 1n << 64n) throw new ApiError("invalid_value", "seed must be an integer in [-2^63, 2^64).", "seed");
+  return BigInt.asUintN(64, seed);
+}
+
+/** OpenAI fields this server does not implement, refused by name rather than ignored. */
+function refuseUnsupported(body: SamplingRequest): void {
+  if (body.n != null && body.n !== 1) {
+    throw new ApiError("unsupported_value", "Only n=1 is supported: ask for more completions with more requests.", "n");
+  }
+  if (body.logprobs != null && body.logprobs !== false && body.logprobs !== 0) {
+    throw new ApiError("unsupported_parameter", "logprobs are not available from the block-diffusion decoder.", "logprobs");
+  }
+  if (body.top_logprobs != null && body.top_logprobs !== 0) {
+    throw new ApiError("unsupported_value", "top_logprobs are not available from the block-diffusion decoder.", "top_logprobs");
+  }
+  if (body.logit_bias != null && Object.keys(body.logit_bias).length > 0) {
+    throw new ApiError("unsupported_value", "logit_bias is not supported; send an empty object or leave it out.", "logit_bias");
+  }
+  for (const name of ["presence_penalty", "frequency_penalty"] as const) {
+    const value = body[name];
+    if (value != null && value !== 0) throw new ApiError("unsupported_value", `${name} is not supported; leave it at 0.`, name);
+  }
 }
 
 function randomSeed(): bigint {
   return randomBytes(8).readBigUInt64LE();
+}
+
+/**
+ * Chat fields for tool calling, structured output and audio. Their trivial values (no tools, tool_choice
+ * "none" or "auto", response_format "text") mean plain text and pass; any other asks for something this
+ * server cannot give, and a 400 says so instead of a 200 with plain text the client would misread.
+ */
+export function refuseUnsupportedChat(body: ChatRequest): void {
+  const noTools = "Tool calling is not supported by this server";
+  if (body.tools != null && body.tools.length > 0) throw new ApiError("unsupported_value", `${noTools}; send no tools.`, "tools");
+  if (body.functions != null && body.functions.length > 0) throw new ApiError("unsupported_value", `${noTools}; send no functions.`, "functions");
+  const choice = body.tool_choice;
+  if (choice != null && choice !== "none" && choice !== "auto") {
+    throw new ApiError("unsupported_value", `${noTools}: tool_choice may only be "none" or "auto".`, "tool_choice");
+  }
+  const functionCall = body.function_call;
+  if (functionCall != null && functionCall !== "none" && functionCall !== "auto") {
+    throw new ApiError("unsupported_value", `${noTools}: function_call may only be "none" or "auto".`, "function_call");
+  }
+  const format = body.response_format?.type;
+  if (format === "json_object" || format === "json_schema") {
+    throw new ApiError(
+      "unsupported_value",
+      `response_format '${format}' needs constrained decoding, which this block-diffusion decoder does not have (it reveals tokens ` +
+        "in parallel, not left to right under a grammar); ask for JSON in the prompt and validate the reply yourself.",
+      "response_format",
+    );
+  }
+  if (format != null && format !== "text") {
+    throw new ApiError("invalid_value", `Invalid value for 'response_format.type': must be "text", "json_object" or "json_schema".`, "response_format.type");
+  }
+  if (body.modalities != null && body.modalities.some((modality) => modality !== "text")) {
+    throw new ApiError("unsupported_value", "This server answers in text only: modalities may only be [\"text\"].", "modalities");
+  }
+  if (body.audio != null) throw new ApiError("unsupported_value", "Audio output is not supported; leave audio out.", "audio");
 }

@@ -8,8 +8,8 @@ import { paramSpec, valueProblem } from "../engine/params.js";
 const TextPart = Type.Object({ type: Type.String(), text: Type.Optional(Type.String()) });
 
 const Message = Type.Object({
-  // "tool" and "function" turns need tool calling, which a2d does not do.
-  role: Type.Enum(["system", "developer", "user", "assistant"]),
+  // "tool" and "function" turns are valid OpenAI input; the chat route refuses them by name (no tool calling).
+  role: Type.Enum(["system", "developer", "user", "assistant", "tool", "function"]),
   content: Type.Optional(
     Type.Union([Type.String(), Type.Null(), Type.Array(TextPart)], {
       description: "a string or an array of content parts",
@@ -17,6 +17,8 @@ const Message = Type.Object({
   ),
   name: Type.Optional(Type.String()),
   reasoning_content: Type.Optional(Type.Union([Type.String(), Type.Null()], { description: "a string" })),
+  tool_calls: Type.Optional(Type.Union([Type.Array(Type.Unknown()), Type.Null()], { description: "an array of tool calls" })),
+  function_call: Type.Optional(Type.Unknown()),
 });
 export type ChatMessage = Static<typeof Message>;
 
@@ -60,6 +62,12 @@ const Sampling = {
     }),
   ),
   logprobs: Type.Optional(Type.Union([Type.Boolean(), Type.Integer({ minimum: 0 }), Type.Null()], { description: "a boolean" })),
+  top_logprobs: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: 20 }), Type.Null()], { description: "an integer in [0, 20]" })),
+  logit_bias: Type.Optional(
+    Type.Union([Type.Record(Type.String(), Type.Number({ minimum: -100, maximum: 100 })), Type.Null()], {
+      description: "an object from token ids to numbers in [-100, 100]",
+    }),
+  ),
   presence_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: "a number in [-2, 2]" })),
   frequency_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: "a number in [-2, 2]" })),
   // a2d extensions (docs/decoding.md, "Parameters"), from engine/decoding-params.json; absent means the
@@ -81,6 +89,16 @@ export const ChatBody = Type.Object({
   max_completion_tokens: Type.Optional(
     Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], { description: "a positive integer" }),
   ),
+  // Tool calling, structured output and audio: typed here, refused unless trivial (params.ts, refuseUnsupportedChat).
+  tools: Type.Optional(Type.Union([Type.Array(Type.Unknown()), Type.Null()], { description: "an array of tools" })),
+  tool_choice: Type.Optional(Type.Union([Type.String(), Type.Object({}), Type.Null()], { description: "a string or an object" })),
+  functions: Type.Optional(Type.Union([Type.Array(Type.Unknown()), Type.Null()], { description: "an array of functions" })),
+  function_call: Type.Optional(Type.Union([Type.String(), Type.Object({}), Type.Null()], { description: "a string or an object" })),
+  response_format: Type.Optional(
+    Type.Union([Type.Object({ type: Type.String() }), Type.Null()], { description: "an object {type: string}" }),
+  ),
+  modalities: Type.Optional(Type.Union([Type.Array(Type.String()), Type.Null()], { description: "an array of strings" })),
+  audio: Type.Optional(Type.Unknown()),
   chat_template_kwargs: Type.Optional(
     Type.Union([Type.Object({ enable_thinking: Type.Optional(Type.Boolean()) }), Type.Null()], {
       description: "an object {enable_thinking: boolean}",

@@ -8,8 +8,9 @@ import { pino } from "pino";
 
 import { loadEngine } from "../engine/index.js";
 import type { Device } from "../engine/types.js";
-import { buildApp } from "./app.js";
-import { ServerContext } from "./context.js";
+import { DEFAULT_LIMITS, buildApp } from "./app.js";
+import { DEFAULT_HEARTBEAT_MS, ServerContext } from "./context.js";
+import { startEncoderWorker } from "./prompt-encoder.js";
 import { ModelTokenizer } from "./tokenizer.js";
 
 export interface ServeOptions {
@@ -26,6 +27,12 @@ export interface ServeOptions {
   modelName?: string;
   threads?: number;
   maxContext?: number;
+  /** Largest request body in bytes; default: DEFAULT_LIMITS.bodyLimit. */
+  bodyLimit?: number;
+  /** Seconds a request's headers and body may take to arrive; default: DEFAULT_LIMITS. */
+  requestTimeoutS?: number;
+  /** Seconds between comment lines on an idle stream (0: none); default: DEFAULT_HEARTBEAT_MS. */
+  sseHeartbeatS?: number;
   logLevel: string;
 }
 
@@ -36,8 +43,12 @@ export async function serve(options: ServeOptions): Promise<void> {
     throw new Error(`${modelDir}: no config.json there; --model must name an a2d model folder (docs/model-format.md)`);
   }
   const log = pino({ level: options.logLevel, base: { service: "a2d" } });
-  const ctx = new ServerContext(options.modelName ?? basename(modelDir), options.apiKey, options.maxQueue, log);
-  const app = buildApp(ctx, log);
+  const heartbeatMs = options.sseHeartbeatS !== undefined ? Math.round(options.sseHeartbeatS * 1000) : DEFAULT_HEARTBEAT_MS;
+  const ctx = new ServerContext(options.modelName ?? basename(modelDir), options.apiKey, options.maxQueue, log, heartbeatMs);
+  const app = buildApp(ctx, log, {
+    bodyLimit: options.bodyLimit ?? DEFAULT_LIMITS.bodyLimit,
+    requestTimeoutMs: options.requestTimeoutS !== undefined ? Math.round(options.requestTimeoutS * 1000) : DEFAULT_LIMITS.requestTimeoutMs,
+  });
 
   try {
     await app.listen({ host: options.host, port: options.port });
@@ -64,10 +75,15 @@ export async function serve(options: ServeOptions): Promise<void> {
       log.warn({ grace_s: options.shutdownGraceS }, "grace period over: cancelling the remaining generations");
       for (const controller of ctx.inflight) controller.abort("shutdown");
     }, options.shutdownGraceS * 1000);
+    // close() closes the connections idle when it is called; one whose stream ends during the drain goes
+    // idle later, and a keep-alive client (undici keeps one 71 s) would hold the exit until it left.
+    const closeIdle = setInterval(() => app.server.closeIdleConnections(), 100);
     draining = (async () => {
       await app.close();
+      clearInterval(closeIdle);
       clearTimeout(cancelTimer);
       await ctx.model?.engine.close();
+      await ctx.model?.encoder.close();
       log.info("stopped");
       log.flush();
       process.exit(0);
@@ -78,18 +94,24 @@ export async function serve(options: ServeOptions): Promise<void> {
 
   const started = performance.now();
   try {
-    const tokenizer = await ModelTokenizer.load(modelDir);
-    const engine = await loadEngine({
-      modelDir,
-      device: options.device,
-      ...(options.threads !== undefined ? { threads: options.threads } : {}),
-      ...(options.maxContext !== undefined ? { maxContext: options.maxContext } : {}),
-    });
+    const files = await ModelTokenizer.readFiles(modelDir);
+    const tokenizer = ModelTokenizer.fromFiles(files);
+    // The encoder's thread builds its own tokenizer from the same files while the engine loads.
+    const [engine, encoder] = await Promise.all([
+      loadEngine({
+        modelDir,
+        device: options.device,
+        ...(options.threads !== undefined ? { threads: options.threads } : {}),
+        ...(options.maxContext !== undefined ? { maxContext: options.maxContext } : {}),
+      }),
+      startEncoderWorker(files),
+    ]);
     if (draining !== null) {
       await engine.close();
+      await encoder.close();
       return;
     }
-    ctx.ready({ engine, tokenizer });
+    ctx.ready({ engine, tokenizer, encoder });
     const { info } = engine;
     log.info(
       {

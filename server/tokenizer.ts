@@ -10,6 +10,14 @@ import { ChatTemplate } from "./chat-template.js";
 /** Named special tokens a chat template may refer to, as transformers passes them (`bos_token`, ...). */
 const NAMED_SPECIAL_TOKENS = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"];
 
+/** What a ModelTokenizer is built from, as read from the model folder: plain data, so a worker thread can take a copy. */
+export interface TokenizerFiles {
+  modelDir: string;
+  tokenizerJson: Record<string, unknown>;
+  config: Record<string, unknown>;
+  chatTemplate: string | null;
+}
+
 export class ModelTokenizer {
   private constructor(
     private readonly tokenizer: Tokenizer,
@@ -20,8 +28,16 @@ export class ModelTokenizer {
   ) {}
 
   static async load(modelDir: string): Promise<ModelTokenizer> {
+    return ModelTokenizer.fromFiles(await ModelTokenizer.readFiles(modelDir));
+  }
+
+  static async readFiles(modelDir: string): Promise<TokenizerFiles> {
     const tokenizerJson = await readJson(join(modelDir, "tokenizer.json"));
     const config = await readJson(join(modelDir, "tokenizer_config.json"));
+    return { modelDir, tokenizerJson, config, chatTemplate: await readChatTemplate(modelDir, config) };
+  }
+
+  static fromFiles({ modelDir, tokenizerJson, config, chatTemplate: templateSource }: TokenizerFiles): ModelTokenizer {
     let tokenizer: Tokenizer;
     try {
       tokenizer = new Tokenizer(tokenizerJson, config);
@@ -35,7 +51,6 @@ export class ModelTokenizer {
     const specialIds = new Set<number>();
     for (const [id, token] of tokenizer.get_added_tokens_decoder()) if (token.special) specialIds.add(id);
 
-    const templateSource = await readChatTemplate(modelDir, config);
     const specialTokens: Record<string, string> = {};
     for (const name of NAMED_SPECIAL_TOKENS) {
       const text = tokenText(config[name]);

@@ -310,9 +310,10 @@ function judgeRun(
   return problems;
 }
 
+/** An answer, or (content null, as OpenAI writes it) a completion that was all reasoning within its budget. */
 function chatAnswered(body: unknown): boolean {
-  const choice = (body as { choices?: Array<{ message?: { content?: unknown } }> } | null)?.choices?.[0];
-  return typeof choice?.message?.content === "string";
+  const message = (body as { choices?: Array<{ message?: { content?: unknown; reasoning_content?: unknown } }> } | null)?.choices?.[0]?.message;
+  return typeof message?.content === "string" || (message?.content === null && typeof message.reasoning_content === "string");
 }
 
 interface Milestone {

@@ -96,7 +96,7 @@ describe("the official client against a2d serve", () => {
     }
     expect(role).toBe("assistant");
     expect(reasoning).toBe(message.reasoning_content);
-    expect(content).toBe(message.content);
+    expect(content).toBe(message.content ?? "");
     expect(finish).toBe(whole.choices[0]!.finish_reason);
     expect(usage).toEqual(whole.usage);
   });
@@ -168,6 +168,17 @@ describe("the official client against a2d serve", () => {
     const message = response.choices[0]!.message as OpenAI.ChatCompletionMessage & { reasoning_content?: string };
     expect(message.reasoning_content).toBe(raw.slice(0, end));
     expect(message.content).toBe(raw.slice(end + "</think>".length).trimStart());
+  });
+
+  it("answers content null when the completion is all reasoning", async () => {
+    const question = "Hi";
+    const rendered = `<|im_start|>user\n${question}<|im_end|>\n<|im_start|>assistant\n<think>\n`;
+    const raw = (await completionText(rendered, { max_tokens: 8 })).text;
+    expect(raw, "the completion closed its think block; pick another question").not.toContain("</think>");
+    const response = await client.chat.completions.create({ model: "tiny-a2d", messages: [{ role: "user", content: question }], ...greedy, max_tokens: 8 });
+    const message = response.choices[0]!.message as OpenAI.ChatCompletionMessage & { reasoning_content?: string };
+    expect(message.reasoning_content).toBe(raw);
+    expect(message.content).toBeNull();
   });
 
   it("samples reproducibly with a seed and afresh without one", async () => {

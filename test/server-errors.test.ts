@@ -5,14 +5,16 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
+import OpenAI from "openai";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { loadEngine } from "../engine/index.js";
 import { type App, buildApp } from "../server/app.js";
 import { ServerContext } from "../server/context.js";
+import { inlineEncoder } from "../server/prompt-encoder.js";
 import { ModelTokenizer } from "../server/tokenizer.js";
-import { makeTinyModel, type ServerProcess, startServer } from "./server-harness.js";
+import { makeTinyModel, readSse, type ServerProcess, startServer } from "./server-harness.js";
 
 const work = mkdtempSync(join(tmpdir(), "a2d-server-errors-"));
 let model: string;
@@ -55,7 +57,8 @@ const cases: BadCase[] = [
   { name: "messages empty", body: { messages: [] }, code: "invalid_value", param: "messages" },
   { name: "messages not an array", body: { messages: "hi" }, code: "invalid_type", param: "messages" },
   { name: "message without role", body: { messages: [{ content: "hi" }] }, code: "missing_required_parameter", param: "messages[0].role" },
-  { name: "tool role", body: { messages: [{ role: "tool", content: "x" }] }, code: "invalid_value", param: "messages[0].role" },
+  { name: "tool role", body: { messages: [{ role: "tool", content: "x", tool_call_id: "c1" }] }, code: "unsupported_value", param: "messages[0].role" },
+  { name: "unknown role", body: { messages: [{ role: "robot", content: "x" }] }, code: "invalid_value", param: "messages[0].role" },
   { name: "role is a number", body: { messages: [{ role: 3, content: "x" }] }, param: "messages[0].role" },
   { name: "content is a number", body: { messages: [{ role: "user", content: 42 }] }, code: "invalid_type", param: "messages[0].content" },
   { name: "content missing", body: { messages: [{ role: "user" }] }, code: "missing_required_parameter", param: "messages[0].content" },
@@ -102,6 +105,37 @@ const cases: BadCase[] = [
   { name: "a schedule with a sliding window", body: { messages: user, advance: "slide", steps: 2 }, code: "invalid_value", param: "schedule_needs_blocks" },
   { name: "unknown advance", body: { messages: user, advance: "jump" }, code: "invalid_value", param: "advance" },
   { name: "text/plain body", raw: "hello", contentType: "text/plain", body: null, status: 415, code: "unsupported_media_type" },
+  // Fields a client relies on that this server cannot honour: a 400 naming the field, never plain text.
+  { name: "tools", body: { messages: user, tools: [{ type: "function", function: { name: "f", parameters: {} } }] }, code: "unsupported_value", param: "tools" },
+  { name: "tool_choice required", body: { messages: user, tool_choice: "required" }, code: "unsupported_value", param: "tool_choice" },
+  { name: "tool_choice named", body: { messages: user, tool_choice: { type: "function", function: { name: "f" } } }, code: "unsupported_value", param: "tool_choice" },
+  { name: "functions", body: { messages: user, functions: [{ name: "f", parameters: {} }] }, code: "unsupported_value", param: "functions" },
+  { name: "function_call named", body: { messages: user, function_call: { name: "f" } }, code: "unsupported_value", param: "function_call" },
+  { name: "response_format json_object", body: { messages: user, response_format: { type: "json_object" } }, code: "unsupported_value", param: "response_format" },
+  {
+    name: "response_format json_schema",
+    body: { messages: user, response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object" } } } },
+    code: "unsupported_value",
+    param: "response_format",
+  },
+  { name: "response_format of another type", body: { messages: user, response_format: { type: "xml" } }, code: "invalid_value", param: "response_format.type" },
+  { name: "function role", body: { messages: [{ role: "function", name: "f", content: "x" }] }, code: "unsupported_value", param: "messages[0].role" },
+  {
+    name: "assistant tool calls with null content",
+    body: { messages: [...user, { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }] }] },
+    code: "unsupported_value",
+    param: "messages[1].tool_calls",
+  },
+  { name: "top_logprobs", body: { messages: user, top_logprobs: 3 }, code: "unsupported_value", param: "top_logprobs" },
+  { name: "logit_bias", body: { messages: user, logit_bias: { "5": 10 } }, code: "unsupported_value", param: "logit_bias" },
+  { name: "audio output", body: { messages: user, modalities: ["text", "audio"] }, code: "unsupported_value", param: "modalities" },
+  { name: "completions: logit_bias", path: "/v1/completions", body: { prompt: "a", logit_bias: { "1": -100 } }, code: "unsupported_value", param: "logit_bias" },
+  // Seeds are read from the body text exactly; past the 64-bit range is an error, not a wrap.
+  { name: "seed 2^64", raw: '{"messages":[{"role":"user","content":"hi"}],"seed":18446744073709551616}', body: null, code: "invalid_value", param: "seed" },
+  { name: "seed below -2^63", raw: '{"messages":[{"role":"user","content":"hi"}],"seed":-9223372036854775809}', body: null, code: "invalid_value", param: "seed" },
+  { name: "seed past 2^53 in exponent form", raw: '{"messages":[{"role":"user","content":"hi"}],"seed":1.8446744073709552e19}', body: null, code: "invalid_value", param: "seed" },
+  // What the engine refuses is refused before a stream's 200, not as an error event inside it.
+  { name: "an engine refusal, streamed", body: { messages: user, stream: true, remasking: "verify", commit: "separate" }, code: "invalid_value" },
   { name: "completions: prompt missing", path: "/v1/completions", body: { max_tokens: 4 }, code: "missing_required_parameter", param: "prompt" },
   { name: "completions: empty prompt list", path: "/v1/completions", body: { prompt: [] }, param: "prompt" },
   { name: "completions: token id past the vocabulary", path: "/v1/completions", body: { prompt: [1, 2, 999999] }, code: "invalid_value", param: "prompt" },
@@ -147,20 +181,92 @@ describe("bad input over a real socket", () => {
   });
 });
 
+interface UsageBody {
+  choices: Array<{ finish_reason: string }>;
+  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+}
+
 describe("token budgets past the context", () => {
-  it("cuts max_tokens to what fits and ends with finish_reason length", async () => {
-    const response = await fetch(`${url}/v1/chat/completions`, {
+  // The engine's rule (engine/index.ts, positionsNeeded): prompt + max_tokens + block_size - 1 <= 512.
+  const cases = [
+    { path: "/v1/chat/completions", body: { messages: user }, blockSize: 4 },
+    { path: "/v1/chat/completions", body: { messages: [{ role: "user", content: "a longer question, to move the prompt" }] }, blockSize: 16 },
+    { path: "/v1/completions", body: { prompt: "Once upon a time" }, blockSize: 3 },
+    { path: "/v1/completions", body: { prompt: "Once upon" }, blockSize: 32 },
+  ];
+
+  it.each(cases)("fills the context exactly without max_tokens: $path, block size $blockSize, stream and not", async ({ path, body, blockSize }) => {
+    for (const maxTokens of [undefined, 100_000]) {
+      const request = { ...body, ...(maxTokens ? { max_tokens: maxTokens } : {}), block_size: blockSize, temperature: 0, ignore_eos: true };
+      const whole = await fetch(`${url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(request) });
+      const result = (await whole.json()) as UsageBody;
+      expect(whole.status, JSON.stringify(result)).toBe(200);
+      expect(result.choices[0]!.finish_reason).toBe("length");
+      expect(result.usage.total_tokens).toBe(512 - (blockSize - 1));
+
+      const streamed = await fetch(`${url}${path}`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ ...request, stream: true, stream_options: { include_usage: true } }),
+      });
+      expect(streamed.status).toBe(200);
+      const events = (await readSse(streamed)).map((event) => (event === "[DONE]" ? event : (JSON.parse(event) as Partial<UsageBody> & { error?: unknown })));
+      expect(events.filter((event) => typeof event === "object" && "error" in event)).toEqual([]);
+      expect(events.at(-1)).toBe("[DONE]");
+      expect((events.at(-2) as UsageBody).usage).toEqual(result.usage);
+    }
+  });
+
+  it("serves the official client's default call (no max_tokens), stream and non-stream", async () => {
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+    // ignore_eos makes the budget the only end, so the default budget is what is tested.
+    const request = { model: "tiny", messages: [{ role: "user" as const, content: "Hello" }], ignore_eos: true } as OpenAI.ChatCompletionCreateParamsNonStreaming;
+    const whole = await client.chat.completions.create(request);
+    expect(whole.choices[0]!.finish_reason).toBe("length");
+    expect(whole.usage!.total_tokens).toBe(512 - 3);
+    const stream = await client.chat.completions.create({ ...request, stream: true, stream_options: { include_usage: true } });
+    let usage: OpenAI.CompletionUsage | undefined;
+    let finish: string | null = null;
+    for await (const chunk of stream) {
+      usage = chunk.usage ?? usage;
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    expect(finish).toBe("length");
+    expect(usage).toEqual(whole.usage);
+  });
+});
+
+describe("seeds", () => {
+  let requests = 0;
+  /** The seed the generation log says it ran with, and the text. */
+  async function seededLog(seedLiteral: string): Promise<string> {
+    // A budget of its own (all of it generated, ignore_eos) tells this request's log line from others'.
+    const budget = 20 + requests++;
+    const response = await fetch(`${url}/v1/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },
-      body: JSON.stringify({ messages: user, max_tokens: 100000, temperature: 0, ignore_eos: true }),
+      body: `{"prompt":"Hello","max_tokens":${budget},"ignore_eos":true,"temperature":1,"seed":${seedLiteral}}`,
     });
     expect(response.status).toBe(200);
-    const body = (await response.json()) as { choices: Array<{ finish_reason: string }>; usage: { completion_tokens: number; total_tokens: number } };
-    expect(body.choices[0]!.finish_reason).toBe("length");
-    // Whole blocks of 4 of the 512-token context: the last block's window must fit too.
-    expect(body.usage.completion_tokens % 4).toBe(0);
-    expect(body.usage.total_tokens).toBeLessThanOrEqual(512);
-    expect(body.usage.total_tokens).toBeGreaterThan(512 - 4);
+    const text = ((await response.json()) as { choices: Array<{ text: string }> }).choices[0]!.text;
+    let line = server.logs.find((entry) => entry.msg === "generation" && entry.completion_tokens === budget);
+    for (let waited = 0; line === undefined && waited < 100; waited++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      line = server.logs.find((entry) => entry.msg === "generation" && entry.completion_tokens === budget);
+    }
+    return `${String(line?.seed)} ${text}`;
+  }
+
+  it("reads seeds past 2^53 exactly: neighbours sample differently, -1 is 2^64 - 1", async () => {
+    const [a, b] = [await seededLog("9007199254740992"), await seededLog("9007199254740993")];
+    expect(a.split(" ")[0]).toBe("9007199254740992");
+    expect(b.split(" ")[0]).toBe("9007199254740993");
+    expect(a.slice(a.indexOf(" "))).not.toBe(b.slice(b.indexOf(" ")));
+    const top = await seededLog("18446744073709551615");
+    expect(top.split(" ")[0]).toBe("18446744073709551615");
+    const minusOne = await seededLog("-1");
+    expect(minusOne.split(" ")[0]).toBe("18446744073709551615");
+    expect((await seededLog("18446744073709551614")).split(" ")[0]).toBe("18446744073709551614");
   });
 });
 
@@ -186,7 +292,8 @@ describe("routing details through inject()", () => {
     const chat = await app.inject({ method: "POST", url: "/v1/chat/completions", headers: { authorization: "Bearer sekrit" }, payload: { messages: user } });
     expect(chat.statusCode).toBe(503);
 
-    ctx.ready({ engine: await loadEngine({ modelDir: model, device: "cpu", threads: 1 }), tokenizer: await ModelTokenizer.load(model) });
+    const tokenizer = await ModelTokenizer.load(model);
+    ctx.ready({ engine: await loadEngine({ modelDir: model, device: "cpu", threads: 1 }), tokenizer, encoder: inlineEncoder(tokenizer) });
     const health = await app.inject({ method: "GET", url: "/health" });
     expect(health.statusCode).toBe(200);
     const body = health.json();
@@ -249,6 +356,14 @@ describe("routing details through inject()", () => {
         user: "someone",
         frequency_penalty: 0,
         parallel_tool_calls: false,
+        // The trivial values of fields that are otherwise refused.
+        tools: [],
+        tool_choice: "none",
+        function_call: "auto",
+        response_format: { type: "text" },
+        logit_bias: {},
+        top_logprobs: 0,
+        modalities: ["text"],
       },
     });
     expect(response.statusCode).toBe(200);

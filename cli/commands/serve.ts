@@ -2,7 +2,7 @@
 // arguments, none from the working directory, so any launcher (serve.sh, the packed folder's) can call it.
 import { type Command, InvalidArgumentError, Option } from "commander";
 
-import { integerIn } from "../parse.js";
+import { integerIn, numberIn } from "../parse.js";
 
 export function register(program: Command): void {
   program
@@ -18,6 +18,9 @@ export function register(program: Command): void {
     .option("--shutdown-grace <seconds>", "on SIGTERM, how long running generations may finish before they are cancelled", seconds, 30)
     .option("--threads <n>", "CPU worker threads (cpu device; default: all cores)", integerIn("--threads", 1, 1024))
     .option("--max-context <tokens>", "longest prompt + completion (default: the engine's)", integerIn("--max-context", 1, 1 << 24))
+    .option("--body-limit <bytes>", "largest request body (default: 2 MiB, room for a 32k-token conversation)", integerIn("--body-limit", 1024, 1 << 30))
+    .option("--request-timeout <seconds>", "how long a request's headers and body may take to arrive (default: 30)", numberIn("--request-timeout", 0.01, 3600))
+    .option("--sse-heartbeat <seconds>", "comment line on a stream idle this long, e.g. waiting in the queue (0: none; default: 15)", numberIn("--sse-heartbeat", 0, 3600))
     .addOption(new Option("--log-level <level>", "pino log level").choices(["fatal", "error", "warn", "info", "debug", "trace"]).default("info").env("A2D_LOG_LEVEL"))
     .action(async (opts) => {
       // fastify, ajv and pino take a second to import; other commands should not pay for them.
@@ -33,6 +36,9 @@ export function register(program: Command): void {
         modelName: opts.modelName,
         threads: opts.threads,
         maxContext: opts.maxContext,
+        bodyLimit: opts.bodyLimit,
+        requestTimeoutS: opts.requestTimeout,
+        sseHeartbeatS: opts.sseHeartbeat,
         logLevel: opts.logLevel,
       });
     });

@@ -7,7 +7,8 @@ import { ChatTemplateError, type ChatTemplate, type TemplateMessage } from "../c
 import type { ServerContext } from "../context.js";
 import { ApiError } from "../errors.js";
 import { Admission, type GenerationOutcome } from "../generation.js";
-import { resolveParams } from "../params.js";
+import { exactSeed } from "../json-body.js";
+import { refuseUnsupportedChat, resolveParams } from "../params.js";
 import { THINK_CLOSE, THINK_OPEN, type ReasoningDelta, ReasoningSplitter } from "../reasoning.js";
 import { type ChatMessage, ChatBody, type ChatRequest } from "../schemas.js";
 import { SseStream, onClientGone } from "../sse.js";
@@ -20,9 +21,12 @@ export function registerChatRoute(app: App, ctx: ServerContext): void {
     if (template === null) {
       throw new ApiError("invalid_request", "This model has no chat template; send a plain prompt to /v1/completions instead.", "messages");
     }
+    refuseUnsupportedChat(body);
     const rendered = renderChat(template, body);
-    const promptIds = model.tokenizer.encodeRendered(rendered);
-    const { params, stops } = resolveParams(body, model.engine.info, promptIds.length, body.max_completion_tokens ?? body.max_tokens);
+    const promptIds = await model.encoder.encode(rendered, "rendered");
+    const { params, stops } = resolveParams(body, model.engine.info, promptIds.length, body.max_completion_tokens ?? body.max_tokens, exactSeed(body));
+    // Whatever the engine would refuse is refused now, while the answer can still be a 400.
+    model.engine.checkRequest({ promptIds, params });
     // Reasoning tags must survive decoding even where the tokenizer marks them special.
     const keep = new Set([THINK_OPEN, THINK_CLOSE].map((tag) => model.tokenizer.tokenId(tag)).filter((id) => id !== undefined));
     const splitter = new ReasoningSplitter(ReasoningSplitter.promptOpensReasoning(rendered));
@@ -40,7 +44,7 @@ export function registerChatRoute(app: App, ctx: ServerContext): void {
         choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
         ...(includeUsage ? { usage: null } : {}),
       });
-      const sse = new SseStream(reply);
+      const sse = new SseStream(reply, ctx.heartbeatMs);
       sse.send(chunk({ role: "assistant", content: "" }, null));
       const sendDelta = (delta: ReasoningDelta) => {
         const fields = deltaFields(delta);
@@ -48,7 +52,7 @@ export function registerChatRoute(app: App, ctx: ServerContext): void {
       };
       let outcome: GenerationOutcome;
       try {
-        outcome = await admission.run({ ...job, onText: (text) => sendDelta(splitter.push(text)) });
+        outcome = await admission.run({ ...job, onStart: () => sse.running(), onText: (text) => sendDelta(splitter.push(text)) });
       } catch (error) {
         sse.fail(error, ctx.log);
         return reply;
@@ -70,7 +74,12 @@ export function registerChatRoute(app: App, ctx: ServerContext): void {
     const outcome = await admission.run({ ...job, onText: (text) => collect(splitter.push(text)) });
     if (outcome.clientGone) return reply.hijack();
     collect(splitter.flush());
-    const message = { role: "assistant", content, ...(reasoning !== "" ? { reasoning_content: reasoning, reasoning } : {}) };
+    // A completion that never left its reasoning has no content, which OpenAI writes as null.
+    const message = {
+      role: "assistant",
+      content: content === "" && reasoning !== "" ? null : content,
+      ...(reasoning !== "" ? { reasoning_content: reasoning, reasoning } : {}),
+    };
     return {
       ...head,
       object: "chat.completion",
@@ -95,6 +104,21 @@ function renderChat(template: ChatTemplate, body: ChatRequest): string {
 /** OpenAI message -> what chat templates expect: string content, and no "developer" role. */
 function toTemplateMessage(message: ChatMessage, index: number): TemplateMessage {
   const where = `messages[${index}]`;
+  // Tool turns are valid OpenAI input, but without tool calling there is nothing honest to render them as.
+  if (message.role === "tool" || message.role === "function") {
+    throw new ApiError(
+      "unsupported_value",
+      `Messages with role '${message.role}' carry tool results, and this server does not do tool calling; send the result as a user message.`,
+      `${where}.role`,
+    );
+  }
+  if ((message.tool_calls != null && message.tool_calls.length > 0) || message.function_call != null) {
+    throw new ApiError(
+      "unsupported_value",
+      "Assistant messages with tool calls are not supported, as this server does not do tool calling; send the assistant's text as content.",
+      message.tool_calls != null ? `${where}.tool_calls` : `${where}.function_call`,
+    );
+  }
   let content: string;
   if (typeof message.content === "string") {
     content = message.content;
