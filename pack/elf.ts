@@ -135,3 +135,56 @@ export function highestVersion(needs: ElfNeeds, family: string): string | null {
   }
   return best?.join(".") ?? null;
 }
+
+export interface FatbinEntry {
+  kind: "ptx" | "sass";
+  sm: number;
+}
+
+/** The code entries of an ELF file's CUDA fat binaries (.nv_fatbin, __nv_relfatbin); null if it has none. */
+export function fatbinEntries(elf: Buffer): FatbinEntry[] | null {
+  if (elf.readUInt32BE(0) !== 0x7f454c46 || elf[4] !== 2) return null; // ELF64 only
+  const sectionOffset = Number(elf.readBigUInt64LE(0x28));
+  const sectionSize = elf.readUInt16LE(0x3a);
+  const sectionCount = elf.readUInt16LE(0x3c);
+  const namesIndex = elf.readUInt16LE(0x3e);
+  const header = (i: number) => sectionOffset + i * sectionSize;
+  const namesOffset = Number(elf.readBigUInt64LE(header(namesIndex) + 0x18));
+  const entries: FatbinEntry[] = [];
+  let found = false;
+  for (let i = 0; i < sectionCount; i++) {
+    const nameStart = namesOffset + elf.readUInt32LE(header(i));
+    const name = elf.toString("latin1", nameStart, elf.indexOf(0, nameStart));
+    if (name !== ".nv_fatbin" && name !== "__nv_relfatbin") continue;
+    found = true;
+    const start = Number(elf.readBigUInt64LE(header(i) + 0x18));
+    const end = start + Number(elf.readBigUInt64LE(header(i) + 0x20));
+    let container = start;
+    while (container + 16 <= end) {
+      const magic = elf.readUInt32LE(container);
+      if (magic !== 0xba55ed50 && magic !== 0x466243b1) {
+        container += 8; // containers are 8-byte aligned; padding between them is zero
+        continue;
+      }
+      const headerSize = elf.readUInt16LE(container + 6);
+      const containerEnd = container + headerSize + Number(elf.readBigUInt64LE(container + 8));
+      let entry = container + headerSize;
+      while (entry + 0x20 <= containerEnd) {
+        const kind = elf.readUInt16LE(entry);
+        const entryHeader = elf.readUInt32LE(entry + 4);
+        const payload = Number(elf.readBigUInt64LE(entry + 8));
+        const sm = elf.readUInt32LE(entry + 0x1c);
+        if (kind === 1 || kind === 2) entries.push({ kind: kind === 1 ? "ptx" : "sass", sm });
+        if (entryHeader === 0) break;
+        entry += entryHeader + payload;
+      }
+      container = containerEnd;
+    }
+  }
+  return found ? entries : null;
+}
+
+/** The compute capabilities (as 90 for sm_90) the file carries machine code for. */
+export function sassArchitectures(elf: Buffer): number[] {
+  return [...new Set((fatbinEntries(elf) ?? []).filter((e) => e.kind === "sass").map((e) => e.sm))].sort((a, b) => a - b);
+}

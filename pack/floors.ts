@@ -3,9 +3,11 @@
 // loader refuses a binary whose needs the machine lacks); the driver floor follows from the CUDA runtime the
 // CUDA addon was built with (CUDA minor-version compatibility: any 12.x runtime runs on a driver that
 // supports CUDA 12.0), and the compute capability from the machine code the addon carries.
-import { basename } from "node:path";
+import { existsSync } from "node:fs";
+import { open } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
 
-import { compareVersions, type ElfNeeds, highestVersion, versionOf } from "./elf.js";
+import { compareVersions, type ElfNeeds, highestVersion, isElf, readElfNeeds, versionOf } from "./elf.js";
 
 /** What the folder promises: H100 machines run Ubuntu 20.04/22.04, RHEL 8 and Debian 10+ (glibc 2.28+). */
 export const FLOOR_LIMITS = {
@@ -137,4 +139,46 @@ export function formatFloors(floors: Floors): string {
     parts.push(`GPU compute capability ${floors.compute_capability} (sm_${floors.compute_capability?.replace(".", "")} machine code)`);
   }
   return parts.join("; ");
+}
+
+export interface FolderFloors {
+  floors: Floors;
+  problems: string[];
+  /** Folder-relative paths of the ELF files found. */
+  elfs: string[];
+}
+
+async function startsLikeElf(path: string): Promise<boolean> {
+  const handle = await open(path, "r");
+  try {
+    const head = Buffer.alloc(4);
+    const { bytesRead } = await handle.read(head, 0, 4, 0);
+    return bytesRead === 4 && isElf(head);
+  } finally {
+    await handle.close();
+  }
+}
+
+/** The version needs of every ELF file among `rels` (folder-relative), measured and judged against the limits. */
+export async function folderFloors(root: string, rels: string[]): Promise<FolderFloors> {
+  const measured: Array<{ rel: string; needs: ElfNeeds }> = [];
+  const problems: string[] = [];
+  for (const rel of rels) {
+    const path = join(root, rel);
+    if (!(await startsLikeElf(path).catch(() => false))) continue;
+    let needs: ElfNeeds;
+    try {
+      needs = await readElfNeeds(path);
+    } catch (error) {
+      problems.push(`${rel}: ${(error as Error).message}`);
+      continue;
+    }
+    const origin = dirname(path);
+    const runpath = (needs.runpath ?? "").split(":").map((d) => d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin));
+    const inFolder = (soname: string) =>
+      existsSync(join(root, "runtime", "lib", soname)) || runpath.some((d) => d.startsWith(`${root}/`) && existsSync(join(d, soname)));
+    measured.push({ rel, needs });
+    problems.push(...floorProblems(rel, needs, inFolder));
+  }
+  return { floors: measureFloors(measured), problems, elfs: measured.map((m) => m.rel) };
 }

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(cmake g++ make nlohmann-json3-dev doctest-dev strace iproute2 util-linux)
+apt_packages=(cmake g++ make nlohmann-json3-dev doctest-dev strace iproute2 util-linux bubblewrap)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
