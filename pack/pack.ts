@@ -99,6 +99,36 @@ function onInterrupt(tempDir: string): () => void {
   return () => handlers.forEach((handler, signal) => process.off(signal, handler));
 }
 
+/**
+ * --force replaces only what a pack made: a folder with a MANIFEST.json of an a2d folder, or an empty one;
+ * never a folder that holds or sits inside one of the inputs. Returns true when --out is a mount point,
+ * whose contents are replaced (it cannot be renamed).
+ */
+async function checkReplaceable(outDir: string, inputs: string[]): Promise<boolean> {
+  const out = await realpath(outDir);
+  for (const input of inputs) {
+    const real = await realpath(input).catch(() => input);
+    if (real === out || real.startsWith(`${out}${sep}`)) {
+      throw new PackError(`--out ${outDir} holds the input ${input}; --force would delete it. Choose an output folder that holds none of the inputs`);
+    }
+  }
+  if (!(await stat(out)).isDirectory()) throw new PackError(`--out ${outDir} is a file, not a folder made by \`a2d pack\`; --force replaces only those`);
+  const entries = await readdir(out);
+  if (entries.length > 0) {
+    let manifest: { format?: string } | null = null;
+    try {
+      manifest = JSON.parse(readFileSync(join(out, MANIFEST_FILE), "utf8")) as { format?: string };
+    } catch {
+      // not a pack
+    }
+    if (manifest?.format !== "a2d-folder") {
+      throw new PackError(`--out ${outDir} is not a folder made by \`a2d pack\` (no a2d MANIFEST.json) and not empty; --force replaces only those, so nothing of yours is deleted. Choose another --out`);
+    }
+  }
+  const [self, parent] = await Promise.all([stat(out), stat(dirname(out))]);
+  return self.dev !== parent.dev;
+}
+
 async function isFile(path: string): Promise<boolean> {
   try {
     return (await stat(path)).isFile();
@@ -162,7 +192,8 @@ async function copyCompiledApp(outDir: string): Promise<void> {
     for (const entry of await readdir(join(distDir, rel), { withFileTypes: true })) {
       const childRel = join(rel, entry.name);
       if (entry.isDirectory()) await walk(childRel);
-      else if (entry.isFile() && /\.(js|mjs|cjs|json|js\.map)$/.test(entry.name)) {
+      // No source maps: the server never reads them (issue 32, item 8).
+      else if (entry.isFile() && /\.(js|mjs|cjs|json)$/.test(entry.name)) {
         await mkdir(join(outDir, "app", "dist", rel), { recursive: true });
         await copyFile(join(distDir, childRel), join(outDir, "app", "dist", childRel));
       }
@@ -271,6 +302,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
   if (existsSync(outDir) && !options.force) {
     throw new PackError(`${outDir} already exists; pass --force to replace it (it is replaced only once the new folder is complete)`);
   }
+  const replaceContents = existsSync(outDir) ? await checkReplaceable(outDir, [modelDir, ...[options.cpuAddon, options.cudaAddon, options.nodeBinary].filter((p): p is string => !!p).map((p) => resolve(p))]) : false;
 
   const modelName = options.modelName ?? basename(modelDir).replace(/[^A-Za-z0-9._:@/-]/g, "-");
   if (!/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/.test(modelName)) {
@@ -330,9 +362,15 @@ export async function pack(options: PackOptions): Promise<PackResult> {
     });
     const manifestText = serializeManifest(manifest);
     await writeFile(join(tempDir, MANIFEST_FILE), manifestText);
+    await chmod(join(tempDir, MANIFEST_FILE), 0o644);
     const warnings = [...addons.warnings, ...(await checkLineage(modelDir, plan, new Map(manifest.files.map((f) => [f.path, f.sha256]))))];
 
-    if (existsSync(outDir)) {
+    if (replaceContents) {
+      // A mount point cannot be renamed: its contents are replaced instead.
+      for (const name of await readdir(outDir)) await rm(join(outDir, name), { recursive: true, force: true });
+      for (const name of await readdir(tempDir)) await rename(join(tempDir, name), join(outDir, name));
+      await rm(tempDir, { recursive: true, force: true });
+    } else if (existsSync(outDir)) {
       const replaced = `${tempPrefix(outDir)}${process.pid}-replaced`;
       await rename(outDir, replaced);
       await rename(tempDir, outDir);

@@ -27,19 +27,19 @@ if [[ $A2D_DEVICE == cuda ]]; then
   driver=""
   if [[ -r /proc/driver/nvidia/version ]]; then
     driver_line="$(</proc/driver/nvidia/version)"
-    [[ $driver_line =~ Kernel\ Module[[:space:]]+([0-9]+(\.[0-9]+)+) ]] && driver="\${BASH_REMATCH[1]}"
+    [[ $driver_line =~ Kernel\\ Module[[:space:]]+([0-9]+(\\.[0-9]+)+) ]] && driver="\${BASH_REMATCH[1]}"
   fi
   if [[ -z $driver ]] && command -v nvidia-smi >/dev/null 2>&1; then
     driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null || true)"
-    driver="\${driver%%$'\n'*}"
+    driver="\${driver%%$'\\n'*}"
   fi
-  if [[ $driver =~ ^[0-9]+(\.[0-9]+)+$ ]] && version_below "$driver" "$driver_floor"; then
+  if [[ $driver =~ ^[0-9]+(\\.[0-9]+)+$ ]] && version_below "$driver" "$driver_floor"; then
     die "the NVIDIA driver is $driver, older than $driver_floor, the oldest that runs this folder's CUDA ${floors.cuda_runtime ?? "12"} runtime: upgrade the driver (R${floors.nvidia_driver?.split(".")[0] ?? "525"} or newer), or A2D_DEVICE=cpu runs on the CPU (slow)"
   fi
   if command -v nvidia-smi >/dev/null 2>&1; then
     capability="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null || true)"
-    capability="\${capability%%$'\n'*}"
-    if [[ $capability =~ ^[0-9]+\.[0-9]+$ ]] && version_below "$capability" "$capability_floor"; then
+    capability="\${capability%%$'\\n'*}"
+    if [[ $capability =~ ^[0-9]+\\.[0-9]+$ ]] && version_below "$capability" "$capability_floor"; then
       die "the GPU has compute capability $capability; the engine carries machine code for $capability_floor (sm_${floors.compute_capability?.replace(".", "") ?? "90"}: H100, H200) only: run on such a GPU, or A2D_DEVICE=cpu runs on the CPU (slow)"
     fi
   fi
@@ -105,7 +105,7 @@ if [[ -z $glibc ]] && command -v ldd >/dev/null 2>&1; then
   IFS= read -r glibc < <(ldd --version 2>&1) || true
   glibc="\${glibc##* }"
 fi
-if [[ $glibc =~ ^[0-9]+(\.[0-9]+)+$ ]]; then
+if [[ $glibc =~ ^[0-9]+(\\.[0-9]+)+$ ]]; then
   version_below "$glibc" "$glibc_floor" &&
     die "this machine's glibc is $glibc; the folder needs glibc >= $glibc_floor (Ubuntu 20.04, Debian 10, RHEL 8 or newer): run it on a newer distribution, or in a container of one"
 elif [[ -n $glibc ]]; then

@@ -267,12 +267,19 @@ async function main(): Promise<void> {
     }),
   );
   const deadline = result.launchT + job.deadlineS;
+  let wrongPortSince: number | null = null;
   while (result.exited === null) {
     const t = now();
     if (t > deadline) {
       result.timedOut = true;
       break;
     }
+    // A server listening elsewhere but not on $PORT for a few seconds will never answer there.
+    const sockets = listeningSockets();
+    if (sockets.length > 0 && !sockets.some((l) => l.port === job.port)) {
+      wrongPortSince ??= t;
+      if (t - wrongPortSince > 5) break;
+    } else wrongPortSince = null;
     const counted = (addonLoadedAt(job.guardReport) ?? t) - result.launchT;
     if (job.extraS > 0 && counted + job.extraS > job.budgetS) {
       result.stoppedOverPrediction = { atS: t - result.launchT, countedS: counted };

@@ -8,8 +8,8 @@
 // floor, naming the symbol to add here.
 //
 // Symbols that moved from libpthread and libdl into libc in 2.34 keep their old versions in libc, so these
-// forwarders link against 2.36's libc and resolve, on 2.28, in libpthread.so.0 and libdl.so.2, which the
-// addons list as needed (engine/CMakeLists.txt).
+// forwarders link against 2.36's libc and resolve, on 2.28, in libpthread.so.0, libdl.so.2 and librt.so.1,
+// which the addons list as needed (engine/CMakeLists.txt).
 #include <link.h>
 #include <sys/random.h>
 
@@ -56,9 +56,47 @@ A2D_AT_FLOOR(int, pthread_key_delete, "GLIBC_2.2.5", (unsigned key), (key))
 A2D_AT_FLOOR(void*, pthread_getspecific, "GLIBC_2.2.5", (unsigned key), (key))
 A2D_AT_FLOOR(int, pthread_setspecific, "GLIBC_2.2.5", (unsigned key, const void* value), (key, value))
 
+// The static CUDA runtime: the driver is opened with dlopen, and its locks, semaphores and shared memory are
+// libpthread's and librt's of old (2.2.5, dlmopen 2.3.4).
+A2D_AT_FLOOR(void*, dlopen, "GLIBC_2.2.5", (const char* file, int mode), (file, mode))
+A2D_AT_FLOOR(void*, dlmopen, "GLIBC_2.3.4", (long lmid, const char* file, int mode), (lmid, file, mode))
+A2D_AT_FLOOR(void*, dlsym, "GLIBC_2.2.5", (void* handle, const char* name), (handle, name))
+A2D_AT_FLOOR(void*, dlvsym, "GLIBC_2.2.5", (void* handle, const char* name, const char* version), (handle, name, version))
+A2D_AT_FLOOR(int, dlclose, "GLIBC_2.2.5", (void* handle), (handle))
+A2D_AT_FLOOR(char*, dlerror, "GLIBC_2.2.5", (void), ())
+A2D_AT_FLOOR(int, shm_open, "GLIBC_2.2.5", (const char* name, int flags, unsigned mode), (name, flags, mode))
+A2D_AT_FLOOR(int, shm_unlink, "GLIBC_2.2.5", (const char* name), (name))
+A2D_AT_FLOOR(int, pthread_kill, "GLIBC_2.2.5", (unsigned long thread, int signal), (thread, signal))
+A2D_AT_FLOOR(int, pthread_mutex_trylock, "GLIBC_2.2.5", (void* mutex), (mutex))
+A2D_AT_FLOOR(int, pthread_mutexattr_init, "GLIBC_2.2.5", (void* attr), (attr))
+A2D_AT_FLOOR(int, pthread_mutexattr_destroy, "GLIBC_2.2.5", (void* attr), (attr))
+A2D_AT_FLOOR(int, pthread_mutexattr_settype, "GLIBC_2.2.5", (void* attr, int type), (attr, type))
+A2D_AT_FLOOR(int, pthread_mutexattr_setpshared, "GLIBC_2.2.5", (void* attr, int shared), (attr, shared))
+A2D_AT_FLOOR(int, pthread_condattr_setpshared, "GLIBC_2.2.5", (void* attr, int shared), (attr, shared))
+A2D_AT_FLOOR(int, pthread_rwlock_init, "GLIBC_2.2.5", (void* lock, const void* attr), (lock, attr))
+A2D_AT_FLOOR(int, pthread_rwlock_destroy, "GLIBC_2.2.5", (void* lock), (lock))
+A2D_AT_FLOOR(int, pthread_rwlock_rdlock, "GLIBC_2.2.5", (void* lock), (lock))
+A2D_AT_FLOOR(int, pthread_rwlock_tryrdlock, "GLIBC_2.2.5", (void* lock), (lock))
+A2D_AT_FLOOR(int, pthread_rwlock_timedrdlock, "GLIBC_2.2.5", (void* lock, const void* until), (lock, until))
+A2D_AT_FLOOR(int, pthread_rwlock_wrlock, "GLIBC_2.2.5", (void* lock), (lock))
+A2D_AT_FLOOR(int, pthread_rwlock_trywrlock, "GLIBC_2.2.5", (void* lock), (lock))
+A2D_AT_FLOOR(int, pthread_rwlock_timedwrlock, "GLIBC_2.2.5", (void* lock, const void* until), (lock, until))
+A2D_AT_FLOOR(int, pthread_rwlock_unlock, "GLIBC_2.2.5", (void* lock), (lock))
+A2D_AT_FLOOR(int, pthread_rwlockattr_init, "GLIBC_2.2.5", (void* attr), (attr))
+A2D_AT_FLOOR(int, pthread_rwlockattr_destroy, "GLIBC_2.2.5", (void* attr), (attr))
+A2D_AT_FLOOR(int, pthread_rwlockattr_setpshared, "GLIBC_2.2.5", (void* attr, int shared), (attr, shared))
+A2D_AT_FLOOR(int, sem_init, "GLIBC_2.2.5", (void* sem, int shared, unsigned value), (sem, shared, value))
+A2D_AT_FLOOR(int, sem_destroy, "GLIBC_2.2.5", (void* sem), (sem))
+A2D_AT_FLOOR(int, sem_wait, "GLIBC_2.2.5", (void* sem), (sem))
+A2D_AT_FLOOR(int, sem_trywait, "GLIBC_2.2.5", (void* sem), (sem))
+A2D_AT_FLOOR(int, sem_timedwait, "GLIBC_2.2.5", (void* sem, const void* until), (sem, until))
+A2D_AT_FLOOR(int, sem_post, "GLIBC_2.2.5", (void* sem), (sem))
+
 // libstdc++ skips atomic reference counts while this says the process has one thread (2.32); zero is
 // always correct, only slower, and Node is never single-threaded anyway.
-A2D_HIDDEN char __libc_single_threaded = 0;
+extern "C" {
+__attribute__((visibility("hidden"))) char __libc_single_threaded = 0;
+}
 
 // libstdc++.a refers to arc4random (2.36) from std::random_device, which the engine never uses.
 A2D_HIDDEN uint32_t arc4random(void) {
