@@ -43,7 +43,7 @@ const URL = /\b(?:https?|ftp|git|s3|hf):\/\/[^\s'"]+/;
  */
 const ABSOLUTE_PATH = /(?:^|[\s"'=:(]|:[-=+])(\/[A-Za-z0-9._+-][^\s"'`;|&<>),:}]*)/g;
 /** A word in command position: at the start, after a list operator or an opening of a command substitution. */
-const COMMAND_WORD = /(?:^|[;&|(!]|\{\s|\$\(|`|\b(?:then|do|else|elif|if|while|until|exec|command|time|nohup|env|xargs)\s)\s*([A-Za-z_./][\w./+-]*)(\+?=)?/g;
+const COMMAND_WORD = /(?<=^|[;&|(!]|\{\s|\$\(|`|\b(?:then|do|else|elif|if|while|until|exec|command|time|nohup|env|xargs)\s)\s*([A-Za-z_./][\w./+-]*)(\+?=)?/g;
 const SHELL_WORDS = new Set(
   ("if then else elif fi for in do done case esac while until function select time local export declare readonly typeset read " +
     "printf echo cd exit return set shift true false test [ [[ ]] command exec source . eval trap wait type unset let mapfile " +
