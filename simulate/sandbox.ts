@@ -7,7 +7,7 @@
 // (setpriv), so file permissions are checked as for any other user: a folder packed under umask 077 fails.
 // Run by anyone else, bwrap maps that user into a user namespace and the start runs as them.
 import { execa } from "execa";
-import { existsSync, realpathSync } from "node:fs";
+import { existsSync, readdirSync, realpathSync } from "node:fs";
 import { chown, copyFile, mkdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 
@@ -54,13 +54,13 @@ async function libraryClosure(programs: string[]): Promise<string[]> {
   return [...libraries];
 }
 
-/** glibc's family and the C++ runtime (pack/floors.ts's host libraries) as this machine has them. */
-async function hostRuntimeLibraries(): Promise<string[]> {
+/** glibc's family and the C++ runtime (pack/floors.ts's host libraries) as this machine has them; with `gpu`, the driver's too. */
+async function hostRuntimeLibraries(gpu: boolean): Promise<string[]> {
   const result = await execa("ldconfig", ["-p"], { reject: false, env: { LC_ALL: "C" } });
   const paths: string[] = [];
   for (const line of result.stdout.split("\n")) {
     const match = /^\s*(\S+)\s+\(libc6,x86-64[^)]*\)\s+=>\s+(\S+)$/.exec(line);
-    if (match && isHostLibrary(match[1]!) && !/^lib(cuda|nvidia|nvcuvid|cudadebugger)/.test(match[1]!)) paths.push(match[2]!);
+    if (match && isHostLibrary(match[1]!) && (gpu || !/^lib(cuda|nvidia|nvcuvid|cudadebugger)/.test(match[1]!))) paths.push(match[2]!);
   }
   return paths;
 }
@@ -73,7 +73,7 @@ function findProgram(name: string): string | null {
 const asRoot = () => process.getuid?.() === 0;
 
 /** `bwrap` arguments up to the command, which `insideCommand` then prefixes. */
-export async function sandboxArgs(paths: SandboxPaths, env: Record<string, string>): Promise<string[]> {
+export async function sandboxArgs(paths: SandboxPaths, env: Record<string, string>, gpu = false): Promise<string[]> {
   const args = [...(asRoot() ? [] : ["--unshare-user"]), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent"];
   args.push("--tmpfs", "/");
   // Folders bwrap makes on the way to a mount point are private to root (0700): every one is made first,
@@ -98,7 +98,7 @@ export async function sandboxArgs(paths: SandboxPaths, env: Record<string, strin
     // The program where the bare PATH finds it (/usr/bin), and where the host keeps it (ldconfig in /sbin).
     bind(realpathSync(path), dest.startsWith("/usr/local/") ? `/usr/bin/${name}` : dest);
   }
-  const libraries = [...(await libraryClosure(programs.map(([, path]) => path))), ...(await hostRuntimeLibraries())];
+  const libraries = [...(await libraryClosure(programs.map(([, path]) => path))), ...(await hostRuntimeLibraries(gpu))];
   for (const library of libraries) {
     const real = realpathSync(library);
     bind(real, usrPath(real));
@@ -117,6 +117,10 @@ export async function sandboxArgs(paths: SandboxPaths, env: Record<string, strin
   // The loader finds the multiarch library folders through its cache (it lists libraries the sandbox lacks too).
   if (existsSync("/etc/ld.so.cache")) await copyFile("/etc/ld.so.cache", join(paths.etc, "ld.so.cache"));
   binds.push("--ro-bind", paths.etc, "/etc", "--proc", "/proc", "--dev", "/dev");
+  // A machine with the driver has its device files; a container run with --gpus gets them the same way.
+  if (gpu) {
+    for (const name of existsSync("/dev") ? readdirSync("/dev").filter((n) => /^nvidia/.test(n)) : []) binds.push("--dev-bind", `/dev/${name}`, `/dev/${name}`);
+  }
   for (const dir of [paths.home, paths.tmp, paths.instrument, paths.folder]) {
     addParents(dir);
     binds.push("--bind", dir, dir);

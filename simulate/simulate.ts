@@ -152,7 +152,7 @@ async function runServe(setup: RunSetup): Promise<RunOutcome> {
   };
   const start = ["/bin/bash", join(setup.folder, "serve.sh")];
   const serve = setup.bwrap
-    ? [setup.bwrap, ...(await sandboxArgs({ folder: setup.folder, home, tmp, instrument, etc: join(dir, "etc") }, env)), ...insideCommand(), ...start]
+    ? [setup.bwrap, ...(await sandboxArgs({ folder: setup.folder, home, tmp, instrument, etc: join(dir, "etc") }, env, setup.device === "cuda")), ...insideCommand(), ...start]
     : ["/usr/bin/env", "-i", ...Object.entries(env).map(([k, v]) => `${k}=${v}`), ...start];
   const command = setup.strace
     ? [setup.strace, "-f", "--seccomp-bpf", "-ttt", "-qq", "-s", "512", "-e", `trace=${TRACED_SYSCALLS.join(",")}`, "-o", straceLog, ...serve]

@@ -53,8 +53,8 @@ const SHELL_WORDS = new Set(
 /** A line without its quoted text (but with the command substitutions inside double quotes) and arithmetic. */
 function unquote(line: string): string {
   return line
-    .replace(/'[^']*'/g, "''")
-    .replace(/"(?:[^"\\]|\\.)*"/g, (quoted) => (quoted.match(/\$\([^()]*\)/g) ?? []).join(";"))
+    .replace(/'[^']*'/g, "'Q'")
+    .replace(/"(?:[^"\\]|\\.)*"/g, (quoted) => ['"Q"', ...(quoted.match(/\$\([^()]*\)/g) ?? [])].join(";"))
     .replace(/\(\([^)]*\)\)/g, "");
 }
 
