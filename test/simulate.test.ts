@@ -2,7 +2,7 @@
 // fail and name the cause (a missing module, a serve.sh line that calls the network, a host library path,
 // a missing weights file, a compile at start).
 import { execFileSync, spawnSync } from "node:child_process";
-import { chmodSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -210,6 +210,22 @@ describe("simulate-startup starts the folder the way the grader does", () => {
     expect(over).toMatch(/\/health did not turn 200 within the 8 s budget \(cpu backend; the last phase reached: shell, 0\.\d s after launch\)/);
     expect(causes(report, "start-failed")).toEqual([]);
     expect(JSON.stringify(report.problems)).not.toMatch(/SIGTERM/);
+  });
+});
+
+describe.runIf(existsSync(join(ROOT, "build", "engine-cuda", "a2d_cuda.build.json")))("simulate-startup on a CUDA folder", () => {
+  it("stops waiting once the start so far plus the predicted GPU phases exceed the budget", () => {
+    const model = makeTinyModel(join(work, "tiny-cuda"), ["--seed", "9", "--layers", "2", "--hidden", "64"]);
+    const folder = join(work, "cuda");
+    const packed = spawnSync(process.execPath, [CLI, "pack", "--device", "cuda", "--model", model, "--out", folder], { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
+    expect(packed.status, packed.stderr).toBe(0);
+    // At 0.001 MB/s the cold read of the weights alone is minutes: no start can make a 60 s budget.
+    const started = Date.now();
+    const run = spawnSync(process.execPath, [CLI, "simulate-startup", folder, "--json", "--budget", "60", "--disk-rate", "0.001"], { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
+    const report = JSON.parse(run.stdout) as SimulationReport;
+    expect((Date.now() - started) / 1000).toBeLessThan(45);
+    expect(report.floors).toMatchObject({ glibc: "2.28", nvidia_driver: "525.60.13", compute_capability: "9.0" });
+    expect(causes(report, "over-budget").join("\n")).toMatch(/^stopped waiting after \d+\.\d s \(cpu backend\): .* plus the predicted phases still to come already exceed the 60 s budget \(the last phase reached: /);
   });
 });
 
