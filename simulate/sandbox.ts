@@ -137,7 +137,7 @@ export async function handToSandboxUser(dirs: string[]): Promise<void> {
   for (const dir of dirs) await chown(dir, SANDBOX_UID, SANDBOX_UID);
 }
 
-/** Inside the sandbox, before the start: drop root to the unprivileged user (nothing when not root). */
+/** Inside the sandbox, before the start: drop root to the unprivileged user (nothing when not root, or without setpriv). */
 export function insideCommand(): string[] {
-  return asRoot() ? ["/usr/bin/setpriv", `--reuid=${SANDBOX_UID}`, `--regid=${SANDBOX_UID}`, "--clear-groups"] : [];
+  return asRoot() && findProgram("setpriv") ? ["/usr/bin/setpriv", `--reuid=${SANDBOX_UID}`, `--regid=${SANDBOX_UID}`, "--clear-groups"] : [];
 }

@@ -542,6 +542,9 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
 
   const strace = await which("strace");
   const bwrap = await which("bwrap");
+  if (bwrap && process.getuid?.() === 0 && insideCommand().length === 0) {
+    problems.push({ cause: "isolation", detail: "setpriv (util-linux) is missing: the sandboxed start would run as root, so file permissions go unchecked" });
+  }
   if (!bwrap) {
     problems.push({ cause: "isolation", detail: "bubblewrap is not installed: the start would see this machine's whole filesystem and run as this user (apt-get install bubblewrap)" });
   }
