@@ -103,7 +103,7 @@ verify() {
   return "${PIPESTATUS[0]}"
 }
 
-# The GPU image has no strace and may reach libcuda only through LD_LIBRARY_PATH, which the simulator's
+# The GPU image has no strace or bwrap and may reach libcuda only through LD_LIBRARY_PATH, which the simulator's
 # `env -i` drops (a machine with the driver installed has it in the loader cache).
 prepare() {
   if ! command -v strace >/dev/null; then
@@ -112,6 +112,14 @@ prepare() {
       echo "strace: the kit's ($("$work/tools/strace/strace" -V | head -1))"
     else
       echo "strace: the kit's does not run here; the simulator runs untraced (an isolation problem)"
+    fi
+  fi
+  if ! command -v bwrap >/dev/null; then
+    if "$work/tools/bwrap/bwrap" --dev-bind / / /bin/true; then
+      export PATH="$PATH:$work/tools/bwrap"
+      echo "bwrap: the kit's ($("$work/tools/bwrap/bwrap" --version))"
+    else
+      echo "bwrap: the kit's does not run here; the simulator runs unsandboxed (an isolation problem)"
     fi
   fi
   if [[ -e /dev/nvidiactl || -e /proc/driver/nvidia/version ]] && ! ldconfig -p | grep -q 'libcuda\.so\.1 '; then

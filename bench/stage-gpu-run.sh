@@ -52,22 +52,22 @@ pack() {
   node "$root/dist/cli/main.js" pack --model "$model" --out "$folder" --device cuda --force
 }
 
-# strace for the simulator's tracing: the GPU image has none. Run through the dynamic loader with its own
-# library path, so nothing it starts inherits that path.
+# strace and bwrap for the simulator's tracing and sandbox: the GPU image has neither. Each runs through the
+# dynamic loader with its own library path, so nothing it starts inherits that path.
 tools() {
-  local dir="$stage/tools/strace"
   rm -rf "$stage/tools"
-  mkdir -p "$dir/lib"
-  cp "$(command -v strace)" "$dir/strace.real"
-  ldd "$dir/strace.real" | awk '$3 ~ /^\// {print $3}' | grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
-    xargs -r -I{} cp -L {} "$dir/lib/"
-  cat >"$dir/strace" <<'EOF'
-#!/bin/sh
-here="$(dirname "$(readlink -f "$0")")"
-exec /lib64/ld-linux-x86-64.so.2 --library-path "$here/lib" "$here/strace.real" "$@"
-EOF
-  chmod +x "$dir/strace"
-  "$dir/strace" -V | head -1
+  local tool dir
+  for tool in strace bwrap; do
+    dir="$stage/tools/$tool"
+    mkdir -p "$dir/lib"
+    cp "$(command -v "$tool")" "$dir/$tool.real"
+    ldd "$dir/$tool.real" | awk '$3 ~ /^\// {print $3}' | grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
+      xargs -r -I{} cp -L {} "$dir/lib/"
+    printf '#!/bin/sh\nhere="$(dirname "$(readlink -f "$0")")"\nexec /lib64/ld-linux-x86-64.so.2 --library-path "$here/lib" "$here/%s.real" "$@"\n' "$tool" >"$dir/$tool"
+    chmod +x "$dir/$tool"
+  done
+  "$stage/tools/strace/strace" -V | head -1
+  "$stage/tools/bwrap/bwrap" --version
 }
 
 archive() {
@@ -90,7 +90,7 @@ mkdir -p "$stage"
 step "tokenizer (tiny-base)" tokenizer
 step "weights ($shape, bench generator)" weights
 step "pack --device cuda" pack
-step "strace for the simulator" tools
+step "strace and bwrap for the simulator" tools
 step "archive (tar | xz -9, 15 MiB parts)" archive
 
 cat "$kit/KIT.txt"

@@ -6,6 +6,7 @@ import { createReadStream } from "node:fs";
 import { lstat, readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 
+import type { Floors } from "./floors.js";
 import { startProgress } from "./progress.js";
 
 export const MANIFEST_FILE = "MANIFEST.json";
@@ -25,6 +26,8 @@ export interface Manifest {
   a2d_version: string;
   device: "cuda" | "cpu";
   node_version: string;
+  /** The oldest machine the folder runs on (pack/floors.ts); absent in folders packed before floors were recorded. */
+  floors?: Floors;
   files: ManifestEntry[];
 }
 

@@ -5,7 +5,10 @@ import { chmod, copyFile, mkdir, readdir, realpath, rename, rm, stat, writeFile 
 import { basename, dirname, join, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { buildManifest, type Manifest, MANIFEST_FILE, serializeManifest, STATE_DIR } from "./manifest.js";
+import { sassArchitectures } from "./elf.js";
+import { type CudaBuild, cudaFloorProblems, cudaFloors, type Floors, folderFloors, FLOOR_LIMITS, formatFloors } from "./floors.js";
+import { ensureNode } from "./locked.js";
+import { buildManifest, listFolder, type Manifest, MANIFEST_FILE, serializeManifest, STATE_DIR } from "./manifest.js";
 import { checkLineage, type ModelPlan, placeModel, planModel } from "./model.js";
 import { defaultNpmSource, type NpmSource, reifyProductionModules, writeAppPackage } from "./node-modules.js";
 import { formatBytes } from "./progress.js";
@@ -50,6 +53,7 @@ export interface PackResult {
   /** Bytes shared with the model folder through hard links (no extra disk). */
   linkedBytes: number;
   manifest: Manifest;
+  floors: Floors;
 }
 
 const TEMP_MARK = ".a2d-pack-";
@@ -95,6 +99,36 @@ function onInterrupt(tempDir: string): () => void {
   return () => handlers.forEach((handler, signal) => process.off(signal, handler));
 }
 
+/**
+ * --force replaces only what a pack made: a folder with a MANIFEST.json of an a2d folder, or an empty one;
+ * never a folder that holds or sits inside one of the inputs. Returns true when --out is a mount point,
+ * whose contents are replaced (it cannot be renamed).
+ */
+async function checkReplaceable(outDir: string, inputs: string[]): Promise<boolean> {
+  const out = await realpath(outDir);
+  for (const input of inputs) {
+    const real = await realpath(input).catch(() => input);
+    if (real === out || real.startsWith(`${out}${sep}`)) {
+      throw new PackError(`--out ${outDir} holds the input ${input}; --force would delete it. Choose an output folder that holds none of the inputs`);
+    }
+  }
+  if (!(await stat(out)).isDirectory()) throw new PackError(`--out ${outDir} is a file, not a folder made by \`a2d pack\`; --force replaces only those`);
+  const entries = await readdir(out);
+  if (entries.length > 0) {
+    let manifest: { format?: string } | null = null;
+    try {
+      manifest = JSON.parse(readFileSync(join(out, MANIFEST_FILE), "utf8")) as { format?: string };
+    } catch {
+      // not a pack
+    }
+    if (manifest?.format !== "a2d-folder") {
+      throw new PackError(`--out ${outDir} is not a folder made by \`a2d pack\` (no a2d MANIFEST.json) and not empty; --force replaces only those, so nothing of yours is deleted. Choose another --out`);
+    }
+  }
+  const [self, parent] = await Promise.all([stat(out), stat(dirname(out))]);
+  return self.dev !== parent.dev;
+}
+
 async function isFile(path: string): Promise<boolean> {
   try {
     return (await stat(path)).isFile();
@@ -107,7 +141,21 @@ interface Addons {
   device: "cuda" | "cpu";
   cpu: string;
   cuda: string | null;
+  /** What `npm run build:cuda` recorded beside the CUDA addon. */
+  cudaBuild: CudaBuild | null;
   warnings: string[];
+}
+
+/** build/engine-cuda/a2d_cuda.build.json: the toolkit and runtime the addon was built with, for its driver floor. */
+async function readCudaBuild(addon: string): Promise<CudaBuild> {
+  const path = join(dirname(addon), "a2d_cuda.build.json");
+  try {
+    const build = JSON.parse(readFileSync(path, "utf8")) as Partial<CudaBuild>;
+    if (typeof build.toolkit === "string" && typeof build.runtime === "string") return { toolkit: build.toolkit, runtime: build.runtime };
+  } catch {
+    // reported below
+  }
+  throw new PackError(`${path} is missing or unreadable: it records which CUDA toolkit built ${addon}, which sets the folder's NVIDIA driver floor; build the addon with \`npm run build:cuda\``);
 }
 
 async function findAddons(options: PackOptions): Promise<Addons> {
@@ -120,12 +168,13 @@ async function findAddons(options: PackOptions): Promise<Addons> {
   if (options.device === "cuda" && !hasCuda) {
     throw new PackError(`--device cuda, but the CUDA engine addon ${cudaPath} is missing: build it with \`npm run build:cuda\` on a machine with the CUDA toolkit (or pass --cuda-addon)`);
   }
-  if (options.device === "cpu") return { device: "cpu", cpu, cuda: null, warnings: [] };
-  if (hasCuda) return { device: "cuda", cpu, cuda: cudaPath, warnings: [] };
+  if (options.device === "cpu") return { device: "cpu", cpu, cuda: null, cudaBuild: null, warnings: [] };
+  if (hasCuda) return { device: "cuda", cpu, cuda: cudaPath, cudaBuild: await readCudaBuild(cudaPath), warnings: [] };
   return {
     device: "cpu",
     cpu,
     cuda: null,
+    cudaBuild: null,
     warnings: [
       `NO CUDA ENGINE: ${cudaPath} does not exist, so this folder runs on the CPU only and will not meet any GPU ` +
         `budget. Build it with \`npm run build:cuda\` and pack again, or pass --device cpu to say a CPU folder is intended.`,
@@ -143,7 +192,8 @@ async function copyCompiledApp(outDir: string): Promise<void> {
     for (const entry of await readdir(join(distDir, rel), { withFileTypes: true })) {
       const childRel = join(rel, entry.name);
       if (entry.isDirectory()) await walk(childRel);
-      else if (entry.isFile() && /\.(js|mjs|cjs|json|js\.map)$/.test(entry.name)) {
+      // No source maps: the server never reads them (issue 32, item 8).
+      else if (entry.isFile() && /\.(js|mjs|cjs|json)$/.test(entry.name)) {
         await mkdir(join(outDir, "app", "dist", rel), { recursive: true });
         await copyFile(join(distDir, childRel), join(outDir, "app", "dist", childRel));
       }
@@ -156,6 +206,42 @@ async function copyCompiledApp(outDir: string): Promise<void> {
   const helpers = existsSync(evalDir) ? (await readdir(evalDir)).filter((f) => f.endsWith(".py")) : [];
   if (helpers.length > 0) await mkdir(join(outDir, "app", "eval"), { recursive: true });
   for (const helper of helpers) await copyFile(join(evalDir, helper), join(outDir, "app", "eval", helper));
+}
+
+/**
+ * Every ELF file of the folder against the floors (pack/floors.ts): a binary that needs a newer glibc or
+ * C++ runtime than the limits, or a CUDA runtime newer than the driver floor allows, stops the pack.
+ */
+async function checkFloors(folder: string, addons: Addons): Promise<Floors> {
+  const { files } = await listFolder(folder);
+  const measured = await folderFloors(folder, files.map((f) => f.path));
+  let floors = measured.floors;
+  const problems = [...measured.problems];
+  if (addons.cuda && addons.cudaBuild) {
+    const addon = join(folder, "engine", basename(addons.cuda));
+    floors = { ...floors, ...cudaFloors(addons.cudaBuild, sassArchitectures(readFileSync(addon))) };
+    problems.push(...cudaFloorProblems(addon, floors));
+  }
+  if (problems.length > 0) {
+    throw new PackError(
+      `the folder would not start on every machine its floors promise (glibc ${FLOOR_LIMITS.glibc}, NVIDIA driver ${FLOOR_LIMITS.nvidia_driver}):\n  ` +
+        `${problems.join("\n  ")}\nShip the pinned Node (drop --node) and addons built by \`npm run build:engine\` / \`npm run build:cuda\` (docs/packing.md, "Compatibility floors")`,
+    );
+  }
+  return floors;
+}
+
+/**
+ * Everyone may read the folder and run its programs, whatever the umask of the pack and the modes inside
+ * npm tarballs: the grader may start it as another user than the one who packed it.
+ */
+async function setModes(dir: string): Promise<void> {
+  await chmod(dir, 0o755);
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) await setModes(path);
+    else if (entry.isFile()) await chmod(path, ((await stat(path)).mode & 0o111) !== 0 ? 0o755 : 0o644);
+  }
 }
 
 function sizeBreakdown(manifest: Manifest, plan: ModelPlan): SizeRow[] {
@@ -216,6 +302,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
   if (existsSync(outDir) && !options.force) {
     throw new PackError(`${outDir} already exists; pass --force to replace it (it is replaced only once the new folder is complete)`);
   }
+  const replaceContents = existsSync(outDir) ? await checkReplaceable(outDir, [modelDir, ...[options.cpuAddon, options.cudaAddon, options.nodeBinary].filter((p): p is string => !!p).map((p) => resolve(p))]) : false;
 
   const modelName = options.modelName ?? basename(modelDir).replace(/[^A-Za-z0-9._:@/-]/g, "-");
   if (!/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/.test(modelName)) {
@@ -224,7 +311,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
   const plan = await planModel(modelDir);
   const addons = await findAddons(options);
   const wheels = options.withWheels ? await planWheels(resolve(options.wheelsDir ?? join(PROJECT_ROOT, "wheels"))) : null;
-  const nodeBinary = resolve(options.nodeBinary ?? process.execPath);
+  const nodeBinary = resolve(options.nodeBinary ?? (await ensureNode({ log })).path);
   const version = a2dVersion();
   for (const warning of addons.warnings) log(`\n!!! ${warning}\n`);
   if (plan.skipped.length > 0) log(`not packed (not part of the model format): ${plan.skipped.join(", ")}`);
@@ -250,6 +337,8 @@ export async function pack(options: PackOptions): Promise<PackResult> {
     const placed = await placeModel(modelDir, tempDir, plan);
     if (wheels) await packWheels(tempDir, wheels, log);
 
+    const floors = await checkFloors(tempDir, addons);
+    log(`floors: ${formatFloors(floors)}`);
     await mkdir(join(tempDir, STATE_DIR, "cuda-cache"), { recursive: true });
     const requiredFiles = [
       "runtime/bin/node",
@@ -260,20 +349,28 @@ export async function pack(options: PackOptions): Promise<PackResult> {
     ];
     await writeFile(
       join(tempDir, "serve.sh"),
-      renderServeScript({ defaultDevice: addons.device, hasCuda: addons.cuda !== null, requiredFiles, a2dVersion: version, modelName }),
+      renderServeScript({ defaultDevice: addons.device, hasCuda: addons.cuda !== null, requiredFiles, a2dVersion: version, modelName, floors }),
     );
     await chmod(join(tempDir, "serve.sh"), 0o755);
 
+    await setModes(tempDir);
     const manifest = await buildManifest(tempDir, {
       a2d_version: version,
       device: addons.device,
       node_version: runtime.nodeVersion,
+      floors,
     });
     const manifestText = serializeManifest(manifest);
     await writeFile(join(tempDir, MANIFEST_FILE), manifestText);
+    await chmod(join(tempDir, MANIFEST_FILE), 0o644);
     const warnings = [...addons.warnings, ...(await checkLineage(modelDir, plan, new Map(manifest.files.map((f) => [f.path, f.sha256]))))];
 
-    if (existsSync(outDir)) {
+    if (replaceContents) {
+      // A mount point cannot be renamed: its contents are replaced instead.
+      for (const name of await readdir(outDir)) await rm(join(outDir, name), { recursive: true, force: true });
+      for (const name of await readdir(tempDir)) await rename(join(tempDir, name), join(outDir, name));
+      await rm(tempDir, { recursive: true, force: true });
+    } else if (existsSync(outDir)) {
       const replaced = `${tempPrefix(outDir)}${process.pid}-replaced`;
       await rename(outDir, replaced);
       await rename(tempDir, outDir);
@@ -290,6 +387,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
       totalBytes: sizes.reduce((sum, row) => sum + row.bytes, 0),
       linkedBytes: placed.linkedBytes,
       manifest,
+      floors,
     };
   } catch (error) {
     await rm(tempDir, { recursive: true, force: true });

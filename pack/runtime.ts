@@ -1,28 +1,17 @@
-// runtime/: the Node binary that runs the server and the shared libraries it and the engine addons load that
-// a bare machine may lack (libstdc++, libgcc_s, libgomp, CUDA libraries linked dynamically). glibc itself and
-// the NVIDIA driver's libraries stay the host's: glibc cannot be swapped under a process that also loads the
-// driver, and the driver's user-space libraries must match its kernel module.
+// runtime/: the Node binary that runs the server (the official build, vendor/lock.json) and any shared
+// library it or the engine addons load that a bare machine may lack. glibc, libstdc++/libgcc_s (for Node;
+// the addons link their own) and the NVIDIA driver's libraries stay the host's: glibc cannot be swapped
+// under a process that also loads the driver, the driver's user-space libraries must match its kernel
+// module, and the packing machine's libstdc++ is newer than the glibc floor (pack/floors.ts).
 import { execa } from "execa";
 import { chmod, copyFile, mkdir } from "node:fs/promises";
 import { basename, join } from "node:path";
 
+import { isHostLibrary } from "./floors.js";
+
 export class RuntimeError extends Error {}
 
-/** Loaded from the host: the C library family (always present where the binary can start at all) and the driver. */
-const HOST_LIBRARY = [
-  /^linux-vdso\.so/,
-  /^linux-gate\.so/,
-  /^ld-linux[-\w.]*\.so/,
-  /^lib(c|m|dl|pthread|rt|resolv|util|anl|nsl|BrokenLocale|mvec)\.so\.\d+$/,
-  /^libcuda\.so/,
-  /^libnvidia-[\w.-]+\.so/,
-  /^libnvcuvid\.so/,
-  /^libcudadebugger\.so/,
-];
-
-export function isHostLibrary(soname: string): boolean {
-  return HOST_LIBRARY.some((pattern) => pattern.test(soname));
-}
+export { isHostLibrary };
 
 export interface SharedLibrary {
   soname: string;

@@ -1,6 +1,9 @@
 // serve.sh: the one command a user runs. Bash builtins only on the CPU path (a bare machine has bash, and
 // the simulator runs it with PATH stripped of node and python); every path it uses is under the folder,
-// except the read-only driver probes on the CUDA path.
+// except the read-only driver probes on the CUDA path. It checks the folder's compatibility floors (glibc,
+// and on the CUDA path the NVIDIA driver and the GPU) before anything loads, so a machine below one is told
+// which floor it misses and what to do, instead of seeing a loader error.
+import type { Floors } from "./floors.js";
 
 export interface ServeScriptOptions {
   defaultDevice: "cuda" | "cpu";
@@ -10,15 +13,36 @@ export interface ServeScriptOptions {
   a2dVersion: string;
   /** The id /v1/models lists; checked by the packer to be shell-safe. */
   modelName: string;
+  floors: Floors;
 }
 
 export function renderServeScript(options: ServeScriptOptions): string {
   const required = options.requiredFiles.map((file) => `  ${file} \\`).join("\n");
+  const { floors } = options;
   const cudaChecks = options.hasCuda
     ? `
 if [[ $A2D_DEVICE == cuda ]]; then
   [[ -e /dev/nvidiactl || -e /proc/driver/nvidia/version ]] ||
     die "no NVIDIA driver is visible (no /dev/nvidiactl, no /proc/driver/nvidia): install the driver or expose the GPU to this container; A2D_DEVICE=cpu runs on the CPU (slow)"
+  driver=""
+  if [[ -r /proc/driver/nvidia/version ]]; then
+    driver_line="$(</proc/driver/nvidia/version)"
+    [[ $driver_line =~ Kernel\\ Module[[:space:]]+([0-9]+(\\.[0-9]+)+) ]] && driver="\${BASH_REMATCH[1]}"
+  fi
+  if [[ -z $driver ]] && command -v nvidia-smi >/dev/null 2>&1; then
+    driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null || true)"
+    driver="\${driver%%$'\\n'*}"
+  fi
+  if [[ $driver =~ ^[0-9]+(\\.[0-9]+)+$ ]] && version_below "$driver" "$driver_floor"; then
+    die "the NVIDIA driver is $driver, older than $driver_floor, the oldest that runs this folder's CUDA ${floors.cuda_runtime ?? "12"} runtime: upgrade the driver (R${floors.nvidia_driver?.split(".")[0] ?? "525"} or newer), or A2D_DEVICE=cpu runs on the CPU (slow)"
+  fi
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    capability="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null || true)"
+    capability="\${capability%%$'\\n'*}"
+    if [[ $capability =~ ^[0-9]+\\.[0-9]+$ ]] && version_below "$capability" "$capability_floor"; then
+      die "the GPU has compute capability $capability; the engine carries machine code for $capability_floor (sm_${floors.compute_capability?.replace(".", "") ?? "90"}: H100, H200) only: run on such a GPU, or A2D_DEVICE=cpu runs on the CPU (slow)"
+    fi
+  fi
   libcuda=""
   IFS=: read -ra lib_dirs <<<"\${LD_LIBRARY_PATH:-}"
   for d in "\${lib_dirs[@]}"; do [[ -n $d && -e $d/libcuda.so.1 ]] && libcuda="$d/libcuda.so.1"; done
@@ -56,6 +80,38 @@ die() {
   exit 1
 }
 
+# version_below A B: is the dotted version A older than B?
+version_below() {
+  local IFS=.
+  local -a a=($1) b=($2)
+  local i
+  for ((i = 0; i < \${#a[@]} || i < \${#b[@]}; i++)); do
+    ((10#\${a[i]:-0} < 10#\${b[i]:-0})) && return 0
+    ((10#\${a[i]:-0} > 10#\${b[i]:-0})) && return 1
+  done
+  return 1
+}
+
+# Compatibility floors (MANIFEST.json "floors"), measured when the folder was packed.
+glibc_floor=${floors.glibc}
+driver_floor=${floors.nvidia_driver ?? "none"}
+capability_floor=${floors.compute_capability ?? "none"}
+glibc=""
+if command -v getconf >/dev/null 2>&1; then
+  glibc="$(getconf GNU_LIBC_VERSION 2>/dev/null || true)"
+  glibc="\${glibc##* }"
+fi
+if [[ -z $glibc ]] && command -v ldd >/dev/null 2>&1; then
+  IFS= read -r glibc < <(ldd --version 2>&1) || true
+  glibc="\${glibc##* }"
+fi
+if [[ $glibc =~ ^[0-9]+(\\.[0-9]+)+$ ]]; then
+  version_below "$glibc" "$glibc_floor" &&
+    die "this machine's glibc is $glibc; the folder needs glibc >= $glibc_floor (Ubuntu 20.04, Debian 10, RHEL 8 or newer): run it on a newer distribution, or in a container of one"
+elif [[ -n $glibc ]]; then
+  die "this machine's C library is not glibc ($glibc): the folder needs glibc >= $glibc_floor (musl-based systems such as Alpine cannot run it)"
+fi
+
 PORT="\${PORT:-8000}"
 A2D_HOST="\${A2D_HOST:-0.0.0.0}"
 A2D_DEVICE="\${A2D_DEVICE:-${options.defaultDevice}}"
@@ -80,8 +136,11 @@ export NODE_ENV=production
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export npm_config_offline=true NO_UPDATE_NOTIFIER=1
 
-node_error="$("$DIR/runtime/bin/node" -e '' 2>&1)" ||
+if ! node_error="$("$DIR/runtime/bin/node" -e '' 2>&1)"; then
+  [[ $node_error == *libstdc++* || $node_error == *GLIBCXX* || $node_error == *CXXABI* ]] &&
+    die "the bundled Node needs the machine's libstdc++ (GLIBCXX_${floors.glibcxx ?? "3.4"}, any distribution since 2018 has it): install it (apt-get install libstdc++6, dnf install libstdc++); the loader said: $node_error"
   die "the bundled Node ($DIR/runtime/bin/node) cannot run on this machine: $node_error"
+fi
 
 cd "$DIR"
 printf 'serve.sh: starting a2d on %s:%s (device %s)\\n' "$A2D_HOST" "$PORT" "$A2D_DEVICE"

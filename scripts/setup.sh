@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(cmake g++ make nlohmann-json3-dev doctest-dev strace iproute2 util-linux)
+apt_packages=(cmake g++ make nlohmann-json3-dev doctest-dev strace iproute2 util-linux bubblewrap)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -23,8 +23,11 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
 fi
 
 npm run --silent build
-# The CUDA addon compiles without a GPU (sm_90 machine code); build it wherever nvcc is, so the tests keep
-# its no-device path and its link line honest.
-if command -v nvcc >/dev/null 2>&1; then
+# The official Node build the packer ships (vendor/lock.json), fetched once from the npm registry.
+node scripts/fetch-locked.mjs node >/dev/null
+# The CUDA addon compiles without a GPU (sm_90 machine code) with the CUDA 12 toolkit of wheels/lock.json
+# (fetched once, about 120 MB; the compile takes about 10 minutes on two cores). Built where a CUDA toolkit
+# is installed (a GPU developer's machine) or A2D_CUDA=1 asks for it; A2D_CUDA=0 skips it.
+if [ "${A2D_CUDA:-}" = 1 ] || { [ "${A2D_CUDA:-}" != 0 ] && command -v nvcc >/dev/null 2>&1; }; then
   npm run --silent build:cuda
 fi

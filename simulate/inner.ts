@@ -1,16 +1,48 @@
 // Runs inside the simulator's fresh network namespace (`unshare -n node inner.js JOB`): brings loopback up,
-// launches the traced serve.sh, polls /health from inside the namespace (nothing outside can reach it),
-// sends one chat request once ready, stops the server and prints what it saw as one JSON line.
+// launches the traced, sandboxed serve.sh, polls /health from inside the namespace (nothing outside can
+// reach it), and once ready reads which addresses the server listens on and chats with it (a short answer,
+// then a long one, non-stream and stream); stops the server and prints what it saw as one JSON line.
 import { execFileSync, spawn } from "node:child_process";
-import { openSync } from "node:fs";
+import { openSync, readFileSync } from "node:fs";
 import http from "node:http";
 
 export interface InnerJob {
   command: string[];
   cwd: string;
   port: number;
+  /** Hard limit: launch -> ready. */
   deadlineS: number;
+  /**
+   * Seconds the prediction adds to what this run measures (the GPU phases and the cold weights read of a
+   * CUDA folder): once the time so far plus these exceeds budgetS the start cannot make it, and waiting
+   * stops. Time after the addon loaded is not counted (the CPU backend's weights load is replaced on the GPU).
+   */
+  extraS: number;
+  budgetS: number;
+  /** The guard's event file: its dlopen of the engine addon marks where the counted host phases end. */
+  guardReport: string;
   outputFile: string;
+  /** Longest answer to ask for; the run asks for what fits in about 20 s at the speed of a short first answer. */
+  longTokens: number;
+}
+
+export interface ListenAddress {
+  address: string;
+  port: number;
+}
+
+export interface ChatProbe {
+  status: number;
+  seconds: number;
+  body: unknown;
+}
+
+export interface StreamProbe {
+  status: number;
+  seconds: number;
+  chunks: unknown[];
+  done: boolean;
+  malformed: string[];
 }
 
 export interface InnerResult {
@@ -20,9 +52,16 @@ export interface InnerResult {
   readyT: number | null;
   health: unknown;
   models: unknown;
-  chat: { status: number; seconds: number; body: unknown } | null;
+  chat: ChatProbe | null;
+  longChat: ChatProbe | null;
+  stream: StreamProbe | null;
+  maxTokensAsked: number | null;
+  /** Every TCP socket listening in the namespace, read from /proc/net/tcp{,6} once ready (or at the end). */
+  listening: ListenAddress[];
   exited: { code: number | null; signal: string | null; t: number } | null;
   timedOut: boolean;
+  /** Stopped before the deadline: the host phases so far plus the predicted ones already exceed the budget. */
+  stoppedOverPrediction: { atS: number; countedS: number } | null;
 }
 
 function now(): number {
@@ -61,6 +100,102 @@ function request(port: number, method: string, path: string, body?: unknown, tim
     if (payload) req.write(payload);
     req.end();
   });
+}
+
+function streamRequest(port: number, body: unknown, timeoutMs: number): Promise<Omit<StreamProbe, "seconds">> {
+  return new Promise((resolve) => {
+    const payload = JSON.stringify(body);
+    const result: Omit<StreamProbe, "seconds"> = { status: 0, chunks: [], done: false, malformed: [] };
+    const req = http.request(
+      {
+        host: "127.0.0.1",
+        port,
+        method: "POST",
+        path: "/v1/chat/completions",
+        timeout: timeoutMs,
+        headers: { "content-type": "application/json", accept: "text/event-stream", "content-length": Buffer.byteLength(payload) },
+      },
+      (res) => {
+        result.status = res.statusCode ?? 0;
+        let text = "";
+        res.on("data", (c: Buffer) => (text += c.toString("utf8")));
+        res.on("end", () => {
+          for (const event of text.split(/\r?\n\r?\n/)) {
+            const data = event
+              .split(/\r?\n/)
+              .filter((line) => line.startsWith("data:"))
+              .map((line) => line.slice(5).trimStart())
+              .join("\n");
+            if (!data) continue;
+            if (data === "[DONE]") result.done = true;
+            else {
+              try {
+                result.chunks.push(JSON.parse(data));
+              } catch {
+                result.malformed.push(data.slice(0, 80));
+              }
+            }
+          }
+          resolve(result);
+        });
+      },
+    );
+    req.on("timeout", () => req.destroy(new Error("timeout")));
+    req.on("error", () => resolve(result));
+    req.write(payload);
+    req.end();
+  });
+}
+
+/** LISTEN sockets of this network namespace (hex address:port in /proc/net/tcp, state 0A). */
+function listeningSockets(): ListenAddress[] {
+  const out: ListenAddress[] = [];
+  for (const [file, v6] of [["/proc/net/tcp", false], ["/proc/net/tcp6", true]] as const) {
+    let text = "";
+    try {
+      text = readFileSync(file, "utf8");
+    } catch {
+      continue;
+    }
+    for (const line of text.split("\n").slice(1)) {
+      const fields = line.trim().split(/\s+/);
+      if (fields.length < 4 || fields[3] !== "0A") continue;
+      const [hex, portHex] = fields[1]!.split(":");
+      out.push({ address: v6 ? ipv6(hex!) : ipv4(hex!), port: parseInt(portHex!, 16) });
+    }
+  }
+  return out;
+}
+
+function ipv4(hex: string): string {
+  return [3, 2, 1, 0].map((i) => parseInt(hex.slice(i * 2, i * 2 + 2), 16)).join(".");
+}
+
+function ipv6(hex: string): string {
+  if (/^0{32}$/.test(hex)) return "::";
+  if (hex === "00000000000000000000000001000000") return "::1";
+  if (hex.startsWith("0000000000000000FFFF0000")) return `::ffff:${ipv4(hex.slice(24))}`;
+  return hex.toLowerCase();
+}
+
+/** When the guard saw the engine addon loaded (seconds since the epoch), or null. */
+function addonLoadedAt(guardReport: string): number | null {
+  let text = "";
+  try {
+    text = readFileSync(guardReport, "utf8");
+  } catch {
+    return null;
+  }
+  for (const line of text.split("\n")) {
+    if (!line.includes('"dlopen-end"')) continue;
+    try {
+      const event = JSON.parse(line) as { file?: string; t?: number };
+      if (event.file?.endsWith(".node") && typeof event.t === "number") return event.t;
+    } catch {
+      // a line being written
+    }
+  }
+  return null;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -113,8 +248,13 @@ async function main(): Promise<void> {
     health: null,
     models: null,
     chat: null,
+    longChat: null,
+    stream: null,
+    maxTokensAsked: null,
+    listening: [],
     exited: null,
     timedOut: false,
+    stoppedOverPrediction: null,
   };
   result.loopbackUp = loopbackUp();
   const output = openSync(job.outputFile, "w");
@@ -127,9 +267,22 @@ async function main(): Promise<void> {
     }),
   );
   const deadline = result.launchT + job.deadlineS;
+  let wrongPortSince: number | null = null;
   while (result.exited === null) {
-    if (now() > deadline) {
+    const t = now();
+    if (t > deadline) {
       result.timedOut = true;
+      break;
+    }
+    // A server listening elsewhere but not on $PORT for a few seconds will never answer there.
+    const sockets = listeningSockets();
+    if (sockets.length > 0 && !sockets.some((l) => l.port === job.port)) {
+      wrongPortSince ??= t;
+      if (t - wrongPortSince > 5) break;
+    } else wrongPortSince = null;
+    const counted = (addonLoadedAt(job.guardReport) ?? t) - result.launchT;
+    if (job.extraS > 0 && counted + job.extraS > job.budgetS) {
+      result.stoppedOverPrediction = { atS: t - result.launchT, countedS: counted };
       break;
     }
     const health = await request(job.port, "GET", "/health", undefined, 1000);
@@ -141,19 +294,33 @@ async function main(): Promise<void> {
     }
     await sleep(50);
   }
+  result.listening = listeningSockets();
   if (result.readyT !== null) {
     const models = await request(job.port, "GET", "/v1/models");
     result.models = models.body;
     const id = (models.body as { data?: Array<{ id?: string }> } | null)?.data?.[0]?.id ?? "a2d";
-    const started = now();
-    const chat = await request(
-      job.port,
-      "POST",
-      "/v1/chat/completions",
-      { model: id, messages: [{ role: "user", content: "Say hello." }], max_tokens: 8 },
-      120_000,
-    );
-    result.chat = { status: chat.status, seconds: now() - started, body: chat.body };
+    const chat = async (maxTokens: number, content: string): Promise<ChatProbe> => {
+      const started = now();
+      const response = await request(job.port, "POST", "/v1/chat/completions", { model: id, messages: [{ role: "user", content }], max_tokens: maxTokens }, 300_000);
+      return { status: response.status, seconds: now() - started, body: response.body };
+    };
+    result.chat = await chat(16, "Say hello.");
+    const tokens = (result.chat.body as { usage?: { completion_tokens?: number } } | null)?.usage?.completion_tokens ?? 0;
+    const perToken = tokens > 0 ? result.chat.seconds / tokens : 1;
+    // Long enough to cross many blocks and stream many chunks; bounded so a slow CPU run stays in minutes.
+    const longTokens = Math.max(32, Math.min(job.longTokens, Math.floor(20 / perToken)));
+    result.maxTokensAsked = longTokens;
+    const prompt = "Write a long, detailed story about a lighthouse keeper.";
+    if (result.chat.status === 200) {
+      result.longChat = await chat(longTokens, prompt);
+      const started = now();
+      const stream = await streamRequest(
+        job.port,
+        { model: id, messages: [{ role: "user", content: prompt }], max_tokens: longTokens, stream: true, stream_options: { include_usage: true } },
+        300_000,
+      );
+      result.stream = { ...stream, seconds: now() - started };
+    }
   }
   if (child.pid !== undefined) await stopGroup(child.pid);
   await exited;

@@ -2,18 +2,21 @@
 // names everything that would break a start on a fresh offline GPU machine, measures the phases it can
 // run here and predicts the GPU ones (docs/cold-start.md).
 import { execa } from "execa";
-import { existsSync, readlinkSync } from "node:fs";
-import { copyFile, mkdir, mkdtemp, readdir, readFile, realpath, rm, stat, symlink } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { chmod, copyFile, mkdir, mkdtemp, readdir, readFile, realpath, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
+import { compareVersions } from "../pack/elf.js";
+import { cudaFloorProblems, type Floors, folderFloors, formatFloors } from "../pack/floors.js";
 import { listFolder, type Manifest, readManifest } from "../pack/manifest.js";
 import { formatBytes } from "../pack/progress.js";
-import { type FigureSource, type GpuName, loadFigures, type PhaseKind, predictGpuPhases } from "./figures.js";
-import type { InnerJob, InnerResult } from "./inner.js";
+import { type GpuName, loadFigures, type PhaseKind, predictGpuPhases } from "./figures.js";
+import type { InnerJob, InnerResult, StreamProbe } from "./inner.js";
 import { evict, measureDiskRate, residentBytes } from "./page-cache.js";
-import { checkCudaCode, checkLibraries, checkManifest, type Problem, scanConfigs, scanServeScript } from "./static-checks.js";
+import { BARE_PROGRAMS, handToSandboxUser, insideCommand, sandboxArgs } from "./sandbox.js";
+import { checkCudaCode, checkLibraries, checkManifest, checkPermissions, type Problem, scanConfigs, scanServeScript } from "./static-checks.js";
 import { parseStrace, type StraceEvent, TRACED_SYSCALLS } from "./strace.js";
 
 const HERE = fileURLToPath(new URL(".", import.meta.url));
@@ -57,6 +60,8 @@ export interface GpuRun {
 
 export interface SimulationReport {
   verdict: "pass" | "fail";
+  /** Measured from the folder's ELF files, with the CUDA ones MANIFEST.json recorded. */
+  floors: Floors;
   folder: string;
   budget_s: number;
   gpu: GpuName;
@@ -78,47 +83,11 @@ export interface SimulationReport {
   server_log_tail: string;
 }
 
-/** What a fresh machine has: everything the host has on PATH except the runtimes the folder must carry. */
-const NOT_ON_A_BARE_MACHINE = /^(node|nodejs|npm|npx|corepack|yarn|pnpm|python[\d.]*(-config)?|pip[\d.]*|pydoc[\d.]*|conda|mamba)$/;
 const PATH_DIRS = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"];
-/** Programs any Linux box has, that serve.sh or the driver may run. */
-const BARE_PROGRAMS = new Set(
-  (
-    "bash sh dash env ldconfig ldconfig.real nvidia-smi cat cp mv rm mkdir rmdir ln ls dirname basename readlink " +
-    "realpath pwd date sleep mktemp tee uname id whoami printf echo true false test [ head tail cut tr wc sort uniq " +
-    "nproc stat touch chmod du df timeout nice nohup stdbuf grep egrep fgrep sed awk gawk mawk find xargs which getconf"
-  ).split(" "),
-);
 const COMPILER = /^(nvcc|ptxas|cicc|nvlink|fatbinary|cudafe\+\+|cc|gcc|g\+\+|c\+\+|cc1|cc1plus|collect2|as|ld|ld\.\w+|clang|clang\+\+|make|cmake|ninja|node-gyp|cargo|rustc|go)(-[\d.]+)?$/;
 
 function isLoopback(address: string): boolean {
   return /^127\./.test(address) || address === "::1" || /^::ffff:127\./.test(address) || address === "0.0.0.0" || address === "::";
-}
-
-function readlinkOr(path: string): string | null {
-  try {
-    return readlinkSync(path);
-  } catch {
-    return null;
-  }
-}
-
-async function makeBarePath(dir: string): Promise<void> {
-  await mkdir(dir, { recursive: true });
-  const seen = new Set<string>();
-  for (const source of PATH_DIRS) {
-    let names: string[];
-    try {
-      names = await readdir(source);
-    } catch {
-      continue;
-    }
-    for (const name of names) {
-      if (seen.has(name) || NOT_ON_A_BARE_MACHINE.test(name)) continue;
-      seen.add(name);
-      await symlink(join(source, name), join(dir, name));
-    }
-  }
 }
 
 async function which(program: string): Promise<string | null> {
@@ -134,6 +103,7 @@ interface RunOutcome {
   events: StraceEvent[];
   guard: Array<Record<string, unknown>>;
   log: string;
+  port: number;
 }
 
 interface RunSetup {
@@ -141,8 +111,18 @@ interface RunSetup {
   sandbox: string;
   device: "cpu" | "cuda";
   deadlineS: number;
+  budgetS: number;
+  /** Predicted seconds this run cannot measure (GPU phases, cold read); see InnerJob.extraS. */
+  extraS: number;
   strace: string | null;
+  bwrap: string | null;
   label: string;
+  longTokens: number;
+}
+
+/** A port of the simulator's choosing, as the grader picks one: a serve.sh that ignores $PORT is caught. */
+function pickPort(): number {
+  return 20000 + Math.floor(Math.random() * 40000);
 }
 
 async function runServe(setup: RunSetup): Promise<RunOutcome> {
@@ -154,28 +134,45 @@ async function runServe(setup: RunSetup): Promise<RunOutcome> {
   // A .mjs copy: the guard is ESM and must not depend on a package.json around it.
   const guardFile = join(instrument, "guard.mjs");
   await copyFile(join(HERE, "guard.js"), guardFile);
+  await chmod(guardFile, 0o644);
   const guardReport = join(instrument, "guard.jsonl");
-  const straceLog = join(instrument, "strace.log");
-  const outputFile = join(instrument, "server.log");
+  const straceLog = join(setup.sandbox, `${setup.label}-strace.log`);
+  const outputFile = join(setup.sandbox, `${setup.label}-server.log`);
+  await handToSandboxUser([home, tmp, instrument]);
+  const port = pickPort();
 
-  const env = [
-    `HOME=${home}`,
-    `TMPDIR=${tmp}`,
-    `PATH=${join(setup.sandbox, "bin")}`,
-    `A2D_DEVICE=${setup.device}`,
-    `NODE_OPTIONS=--import=${guardFile}`,
-    `A2D_GUARD_REPORT=${guardReport}`,
-  ];
-  const serve = ["/usr/bin/env", "-i", ...env, "/bin/bash", join(setup.folder, "serve.sh")];
+  const env = {
+    HOME: home,
+    TMPDIR: tmp,
+    PATH: "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+    PORT: String(port),
+    A2D_DEVICE: setup.device,
+    NODE_OPTIONS: `--import=${guardFile}`,
+    A2D_GUARD_REPORT: guardReport,
+  };
+  const start = ["/bin/bash", join(setup.folder, "serve.sh")];
+  const serve = setup.bwrap
+    ? [setup.bwrap, ...(await sandboxArgs({ folder: setup.folder, home, tmp, instrument, etc: join(dir, "etc") }, env, setup.device === "cuda")), ...insideCommand(), ...start]
+    : ["/usr/bin/env", "-i", ...Object.entries(env).map(([k, v]) => `${k}=${v}`), ...start];
   const command = setup.strace
     ? [setup.strace, "-f", "--seccomp-bpf", "-ttt", "-qq", "-s", "512", "-e", `trace=${TRACED_SYSCALLS.join(",")}`, "-o", straceLog, ...serve]
     : serve;
   // Started from a directory that is neither the folder nor its parent: serve.sh must work from any cwd.
-  const job: InnerJob = { command, cwd: tmp, port: 8000, deadlineS: setup.deadlineS, outputFile };
+  const job: InnerJob = {
+    command,
+    cwd: tmp,
+    port,
+    deadlineS: setup.deadlineS,
+    extraS: setup.extraS,
+    budgetS: setup.budgetS,
+    guardReport,
+    outputFile,
+    longTokens: setup.longTokens,
+  };
   const unshare = process.getuid?.() === 0 ? ["unshare", "--net", "--"] : ["unshare", "--map-root-user", "--net", "--"];
   const result = await execa(unshare[0]!, [...unshare.slice(1), process.execPath, join(HERE, "inner.js"), JSON.stringify(job)], {
     reject: false,
-    timeout: (setup.deadlineS + 60) * 1000,
+    timeout: (setup.deadlineS + 900) * 1000,
     all: true,
   });
   let inner: InnerResult | null = null;
@@ -190,7 +187,20 @@ async function runServe(setup: RunSetup): Promise<RunOutcome> {
     .split("\n")
     .filter(Boolean)
     .map((line) => JSON.parse(line) as Record<string, unknown>);
-  return { inner, innerError, events: parseStrace(await read(straceLog), tmp), guard, log: await read(outputFile) };
+  return { inner, innerError, events: payloadEvents(parseStrace(await read(straceLog), tmp), setup.folder), guard, log: await read(outputFile), port };
+}
+
+/**
+ * The events of the start itself: from the exec of serve.sh on, of every process but the harness's own
+ * (bwrap's monitor and its init, which ran before it). What the harness does (setpriv, bwrap's mounts) is
+ * not the folder's doing.
+ */
+function payloadEvents(events: StraceEvent[], folder: string): StraceEvent[] {
+  const serveScript = join(folder, "serve.sh");
+  const launch = events.find((e) => e.kind === "exec" && e.ok && /(^|\/)bash$/.test(e.path) && e.argv.includes(serveScript));
+  if (!launch) return events;
+  const harness = new Set(events.filter((e) => e.t < launch.t && e.pid !== launch.pid).map((e) => e.pid));
+  return events.filter((e) => e.t >= launch.t && !harness.has(e.pid));
 }
 
 /** The program each traced pid (or thread) was running: its own last exec, else its parent's. */
@@ -210,14 +220,7 @@ function programOf(events: StraceEvent[]): (pid: number, t: number) => string {
   };
 }
 
-function judgeRun(
-  outcome: RunOutcome,
-  folder: string,
-  sandbox: string,
-  label: string,
-  deadlineS: number,
-  missingFromManifest: Set<string>,
-): Problem[] {
+function judgeRun(outcome: RunOutcome, folder: string, sandbox: string, label: string, budgetS: number, missingFromManifest: Set<string>): Problem[] {
   const problems: Problem[] = [];
   const add = (problem: Problem) => {
     if (!problems.some((p) => p.cause === problem.cause && p.detail === problem.detail)) problems.push(problem);
@@ -226,9 +229,7 @@ function judgeRun(
   const home = join(sandbox, label, "home");
   const allowedWrite = [join(folder, "state"), join(sandbox, label, "tmp"), join(sandbox, label, "instrument"), "/dev", "/proc", "/sys"];
   const inside = (path: string, dir: string) => path === dir || path.startsWith(`${dir}/`);
-  const farm = join(sandbox, "bin");
-  // The bare PATH is links to the host's programs: name the real program.
-  const realProgram = (path: string) => (path.startsWith(`${farm}/`) ? (readlinkOr(path) ?? path) : path);
+  const missingOutside: string[] = [];
 
   for (const e of outcome.events) {
     if (e.kind === "net" && (e.family === "AF_INET" || e.family === "AF_INET6")) {
@@ -238,11 +239,12 @@ function judgeRun(
       }
     } else if (e.kind === "exec") {
       const name = basename(e.path);
-      const real = realProgram(e.path);
       if (COMPILER.test(name) || /\/triton\//.test(e.path)) {
-        add({ cause: "compile", detail: `${real} ran at start (${e.argv.slice(0, 6).join(" ")}): a start must not compile anything` });
+        add({ cause: "compile", detail: `${e.path} ran at start (${e.argv.slice(0, 6).join(" ")}): a start must not compile anything` });
       } else if (e.ok && !inside(e.path, folder) && !BARE_PROGRAMS.has(name)) {
-        add({ cause: "host-path", detail: `runs ${real} from this machine (${e.argv.slice(0, 4).join(" ")}), which a fresh machine may not have` });
+        add({ cause: "host-path", detail: `runs ${e.path} (${e.argv.slice(0, 4).join(" ")}), which a fresh machine may not have` });
+      } else if (!e.ok && !inside(e.path, folder) && !BARE_PROGRAMS.has(name) && e.path.startsWith("/")) {
+        missingOutside.push(e.path);
       }
     } else if ((e.kind === "open" && e.write) || e.kind === "modify") {
       if (e.kind === "modify" && e.errno === "EEXIST") continue; // mkdir -p of a directory that is there
@@ -265,10 +267,17 @@ function judgeRun(
             `${e.ok ? "" : `: ${e.errno}`})`,
         });
       }
+    } else if (e.kind === "open" && !e.ok && (e.errno === "EACCES" || e.errno === "EPERM") && inside(e.path, folder)) {
+      add({
+        cause: "permissions",
+        detail: `${basename(program(e.pid, e.t))} could not read ${e.path.slice(folder.length + 1)} (${e.errno}) as an unprivileged user: the folder must be readable by everyone (chmod -R a+rX, or pack again: the packer sets the modes)`,
+      });
     } else if (e.kind === "open" && !e.ok && e.errno === "ENOENT") {
       const rel = e.path.slice(folder.length + 1);
       if (inside(e.path, folder) && missingFromManifest.has(rel)) {
         add({ cause: "missing-file", detail: `the start needs ${rel} (opened by ${basename(program(e.pid, e.t))}), which is missing` });
+      } else if (!inside(e.path, folder) && !/^\/(proc|sys|dev)\//.test(e.path) && !/\.so(\.[\d.]+)?$|\/glibc-hwcaps\/|\/tls\/|\/haswell\/|\/x86_64\//.test(e.path)) {
+        missingOutside.push(e.path);
       }
     }
   }
@@ -298,14 +307,84 @@ function judgeRun(
     logLines.find((l) => /^\s*\w*Error( \[\w+\])?: |"level":(50|60)|^serve\.sh: (?!starting)/.test(l)) ??
     logLines.find((l) => /Error/.test(l));
   const tail = (firstError ?? logLines.slice(-3).join(" | ")).trim().slice(0, 600);
+  const marks = milestones(outcome.events, inner, folder);
+  const last = marks[marks.length - 1];
+  const reached = last ? `the last phase reached: ${last.name}, ${(last.t - inner.launchT).toFixed(1)} s after launch` : "no phase reached";
+  const listen = judgeListening(inner, outcome.port);
   if (inner.readyT === null) {
-    if (inner.exited) {
-      add({ cause: "start-failed", detail: `serve.sh exited (code ${inner.exited.code ?? inner.exited.signal}) before /health turned 200: ${tail}` });
+    if (inner.stoppedOverPrediction) {
+      const { atS, countedS } = inner.stoppedOverPrediction;
+      add({
+        cause: "over-budget",
+        detail: `stopped waiting after ${atS.toFixed(1)} s (${label} backend): ${countedS.toFixed(1)} s of counted start so far plus the predicted phases still to come already exceed the ${budgetS} s budget (${reached})`,
+      });
     } else if (inner.timedOut) {
-      add({ cause: "over-budget", detail: `/health did not turn 200 within ${deadlineS} s (${label} backend): ${tail}` });
+      add({ cause: "over-budget", detail: `/health did not turn 200 within the ${budgetS} s budget (${label} backend; ${reached}): ${tail}` });
+    } else if (inner.exited) {
+      add({ cause: "start-failed", detail: `serve.sh exited (code ${inner.exited.code ?? inner.exited.signal}) before /health turned 200 (${reached}): ${tail}` });
     }
-  } else if (inner.chat && (inner.chat.status !== 200 || !chatAnswered(inner.chat.body))) {
-    add({ cause: "start-failed", detail: `ready, but the first chat request failed (HTTP ${inner.chat.status}): ${JSON.stringify(inner.chat.body).slice(0, 300)}` });
+    if (listen) add(listen);
+    if (missingOutside.length > 0) {
+      add({ cause: "host-path", detail: `the start looked for paths outside the folder that a bare machine does not have: ${[...new Set(missingOutside)].slice(0, 6).join(", ")}` });
+    }
+  } else {
+    if (listen) add(listen);
+    for (const problem of judgeChats(inner)) add(problem);
+  }
+  return problems;
+}
+
+/** The grader connects from outside the machine: the server must listen on $PORT on every address. */
+function judgeListening(inner: InnerResult, port: number): Problem | null {
+  const onPort = inner.listening.filter((l) => l.port === port);
+  const others = inner.listening.filter((l) => l.port !== port).map((l) => `${l.address}:${l.port}`);
+  if (onPort.length === 0) {
+    if (others.length === 0) return null; // nothing listening: the start failed, reported above
+    return { cause: "listen", detail: `serve.sh was started with PORT=${port}, but the server listens on ${others.join(", ")}: serve.sh must pass $PORT to the server` };
+  }
+  if (onPort.some((l) => l.address === "0.0.0.0" || l.address === "::")) return null;
+  return {
+    cause: "listen",
+    detail: `the server listens on ${onPort.map((l) => `${l.address}:${l.port}`).join(", ")} only: nothing outside this machine can reach it; listen on 0.0.0.0 (A2D_HOST)`,
+  };
+}
+
+type Chunk = { id?: string; object?: string; choices?: Array<{ delta?: { content?: string | null }; finish_reason?: string | null }>; usage?: { completion_tokens?: number } | null };
+
+function streamProblems(stream: StreamProbe): string[] {
+  const chunks = stream.chunks as Chunk[];
+  const ids = new Set(chunks.map((c) => c.id));
+  const text = chunks.map((c) => c.choices?.[0]?.delta?.content ?? "").join("");
+  return [
+    ...(stream.status !== 200 ? [`HTTP ${stream.status}`] : []),
+    ...(chunks.some((c) => c.object !== "chat.completion.chunk") ? ["a chunk is not a chat.completion.chunk"] : []),
+    ...(stream.malformed.length > 0 ? [`malformed data lines: ${stream.malformed.slice(0, 2).join(" | ")}`] : []),
+    ...(stream.done ? [] : ["no data: [DONE] at the end"]),
+    ...(ids.size > 1 ? ["chunks carry different ids"] : []),
+    ...(chunks.some((c) => c.choices?.some((ch) => typeof ch.finish_reason === "string")) ? [] : ["no chunk has a finish_reason"]),
+    ...(chunks.some((c) => typeof c.usage?.completion_tokens === "number") ? [] : ["stream_options.include_usage gave no usage chunk"]),
+    ...(text.length === 0 ? ["the streamed answer is empty"] : []),
+  ];
+}
+
+function judgeChats(inner: InnerResult): Problem[] {
+  const problems: Problem[] = [];
+  const failed = (what: string, chat: { status: number; body: unknown } | null) =>
+    chat === null
+      ? `${what} was not sent`
+      : chat.status !== 200 || !chatAnswered(chat.body)
+        ? `${what} failed (HTTP ${chat.status}): ${JSON.stringify(chat.body).slice(0, 300)}`
+        : null;
+  for (const [what, chat] of [
+    ["the first chat request", inner.chat],
+    [`a long answer (max_tokens ${inner.maxTokensAsked ?? "?"}, non-stream)`, inner.longChat],
+  ] as const) {
+    const problem = failed(what, chat);
+    if (problem) problems.push({ cause: "chat", detail: `ready, but ${problem}` });
+  }
+  if (inner.chat?.status === 200) {
+    const issues = inner.stream ? streamProblems(inner.stream) : ["not sent"];
+    if (issues.length > 0) problems.push({ cause: "chat", detail: `ready, but the streamed long answer (max_tokens ${inner.maxTokensAsked ?? "?"}) is broken: ${issues.join("; ")}` });
   }
   return problems;
 }
@@ -367,6 +446,32 @@ async function numLayers(folder: string): Promise<number> {
   }
 }
 
+/**
+ * The ELF version needs of everything the start loads, measured here, against the floors and against what
+ * MANIFEST.json recorded at pack time (a binary swapped in later raises the floor without saying so).
+ */
+async function checkFolderFloors(folder: string, files: string[], manifest: Manifest | null, problems: Problem[], notes: string[]): Promise<Floors> {
+  const measured = await folderFloors(folder, files);
+  problems.push(...measured.problems.map((detail) => ({ cause: "floors" as const, detail })));
+  const recorded = manifest?.floors;
+  const floors: Floors = { ...(recorded ?? {}), ...measured.floors };
+  if (!recorded) {
+    notes.push("MANIFEST.json records no floors (packed by an older a2d): pack again to state the driver floor");
+  } else {
+    const v = (x: string) => x.split(".").map(Number);
+    for (const key of ["glibc", "glibcxx", "cxxabi", "libgcc"] as const) {
+      const have = measured.floors[key];
+      const said = recorded[key];
+      if (have && (!said || compareVersions(v(have), v(said)) > 0)) {
+        problems.push({ cause: "floors", detail: `the folder's binaries need ${key} ${have}, but MANIFEST.json states ${said ?? "nothing"}: a binary was replaced after packing; pack again` });
+      }
+    }
+    problems.push(...cudaFloorProblems("engine/a2d_cuda.node", floors).map((detail) => ({ cause: "floors" as const, detail })));
+  }
+  notes.push(`floors: ${formatFloors(floors)} (ELF version needs of ${measured.elfs.length} files: ${measured.elfs.slice(0, 4).join(", ")}${measured.elfs.length > 4 ? ", …" : ""})`);
+  return floors;
+}
+
 function hasNvidiaGpu(): boolean {
   return existsSync("/dev/nvidiactl") || existsSync("/proc/driver/nvidia/version");
 }
@@ -403,6 +508,9 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
     notes.push(cuda.summary);
     problems.push(...cuda.problems);
   }
+  const { files: folderFiles } = await listFolder(folder);
+  const floors = await checkFolderFloors(folder, folderFiles.map((f) => f.path), manifest, problems, notes);
+  problems.push(...(await checkPermissions(folder, folderFiles.map((f) => f.path))));
 
   const weights = await weightFiles(folder, manifest);
   const weightBytes = weights.reduce((sum, w) => sum + w.size, 0);
@@ -419,7 +527,28 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
     notes.push("weights under 64 MiB: cold read rate not measured, 100 MB/s assumed for the prediction");
   }
 
+  const figures = await loadFigures(figuresPath, gpu);
+  const rate = diskRate ?? 100;
+  const gpuPhases: Phase[] = [
+    {
+      name: `weights read (cold, ${formatBytes(weightBytes)} at ${rate.toFixed(0)} MB/s)`,
+      seconds: round3(weightBytes / 1e6 / rate),
+      kind: diskRate === null ? "estimate" : "measured",
+      counted: true,
+    },
+    ...predictGpuPhases(figures, gpu, weightBytes, layers).map((p) => ({ ...p, seconds: round3(p.seconds), counted: true })),
+  ];
+  const predictGpu = folderDevice === "cuda";
+  const extraS = predictGpu ? gpuPhases.reduce((sum, p) => sum + p.seconds, 0) : 0;
+
   const strace = await which("strace");
+  const bwrap = await which("bwrap");
+  if (bwrap && process.getuid?.() === 0 && insideCommand().length === 0) {
+    problems.push({ cause: "isolation", detail: "setpriv (util-linux) is missing: the sandboxed start would run as root, so file permissions go unchecked" });
+  }
+  if (!bwrap) {
+    problems.push({ cause: "isolation", detail: "bubblewrap is not installed: the start would see this machine's whole filesystem and run as this user (apt-get install bubblewrap)" });
+  }
   if (!strace) problems.push({ cause: "isolation", detail: "strace is not installed: network, compile and write checks of child processes are off (apt-get install strace)" });
   // Loopback comes up through `ip` or, without iproute2, through python3's ioctl (simulate/inner.ts).
   if (!(await which("unshare"))) {
@@ -430,16 +559,16 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
 
   const sandbox = await mkdtemp(join(tmpdir(), "a2d-simulate-"));
   try {
-    await makeBarePath(join(sandbox, "bin"));
-    const { files } = await listFolder(folder);
+    await chmod(sandbox, 0o755);
+    const files = folderFiles;
     log(`evicting ${files.length} files from the page cache`);
     const eviction = await evict(files.map((f) => join(folder, f.path)));
     const resident = existingWeights[0] ? await residentBytes(existingWeights[0].path) : null;
     const evicted = resident === null ? true : resident <= (existingWeights[0]?.size ?? 0) * 0.01 + 65536;
     if (!evicted) notes.push(`page cache: ${formatBytes(resident ?? 0)} of the weights stayed resident after eviction`);
 
-    log(`starting serve.sh (cpu) in a fresh network namespace, budget ${budgetS} s`);
-    const cpu = await runServe({ folder, sandbox, device: "cpu", deadlineS: budgetS, strace, label: "cpu" });
+    log(`starting serve.sh (cpu) sandboxed as an unprivileged user in a fresh network namespace, budget ${budgetS} s`);
+    const cpu = await runServe({ folder, sandbox, device: "cpu", deadlineS: budgetS, budgetS, extraS, strace, bwrap, label: "cpu", longTokens: 512 });
     problems.push(...judgeRun(cpu, folder, sandbox, "cpu", budgetS, new Set(manifestCheck.missing)));
 
     const isolation: Isolation = {
@@ -458,24 +587,11 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
     const inner = cpu.inner;
     const measuredReady = inner?.readyT != null ? round3(inner.readyT - inner.launchT) : null;
     const marks = inner ? milestones(cpu.events, inner, folder) : [];
-    const predictGpu = folderDevice === "cuda";
     const phases = inner ? measuredPhases(marks, inner.readyT ?? inner.exited?.t ?? inner.launchT, !predictGpu) : [];
 
-    let figures: FigureSource | null = null;
     let predictedReady: number | null = null;
     let cudaPrediction: SimulationReport["cuda_prediction"];
     if (measuredReady !== null) {
-      figures = await loadFigures(figuresPath, gpu);
-      const rate = diskRate ?? 100;
-      const gpuPhases: Phase[] = [
-        {
-          name: `weights read (cold, ${formatBytes(weightBytes)} at ${rate.toFixed(0)} MB/s)`,
-          seconds: round3(weightBytes / 1e6 / rate),
-          kind: diskRate === null ? "estimate" : "measured",
-          counted: true,
-        },
-        ...predictGpuPhases(figures, gpu, weightBytes, layers).map((p) => ({ ...p, seconds: round3(p.seconds), counted: true })),
-      ];
       const hostPhases = phases.filter((p) => p.name !== WEIGHTS_PHASE);
       const withGpu = round3([...hostPhases, ...gpuPhases].reduce((sum, p) => sum + p.seconds, 0));
       if (predictGpu) {
@@ -491,6 +607,14 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
       }
     }
     if (inner?.chat) notes.push(`first chat request after ready: HTTP ${inner.chat.status} in ${inner.chat.seconds.toFixed(2)} s`);
+    if (inner?.longChat && inner.stream) {
+      const tokens = (inner.longChat.body as { usage?: { completion_tokens?: number } } | null)?.usage?.completion_tokens ?? 0;
+      notes.push(
+        `long answer (max_tokens ${inner.maxTokensAsked}): ${tokens} tokens in ${inner.longChat.seconds.toFixed(2)} s non-stream; ` +
+          `streamed in ${inner.stream.chunks.length} chunks in ${inner.stream.seconds.toFixed(2)} s${inner.stream.done ? ", [DONE]" : ""}`,
+      );
+    }
+    if (inner) notes.push(`listening (PORT=${cpu.port}): ${inner.listening.map((l) => `${l.address}:${l.port}`).join(", ") || "nothing"}`);
 
     let gpuRun: GpuRun | undefined;
     if (options.gpuRun) {
@@ -499,7 +623,7 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
       } else {
         await evict(files.map((f) => join(folder, f.path)));
         log("starting serve.sh (cuda) for real on this GPU");
-        const run = await runServe({ folder, sandbox, device: "cuda", deadlineS: budgetS, strace, label: "cuda" });
+        const run = await runServe({ folder, sandbox, device: "cuda", deadlineS: budgetS, budgetS, extraS: 0, strace, bwrap, label: "cuda", longTokens: 1024 });
         const judged = judgeRun(run, folder, sandbox, "cuda", budgetS, new Set(manifestCheck.missing));
         problems.push(...judged);
         gpuRun = {
@@ -517,7 +641,8 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
       budget_s: budgetS,
       gpu,
       folder_device: folderDevice,
-      figures: figures?.description ?? "not used (the start failed)",
+      figures: figures.description,
+      floors,
       isolation,
       backend_run: "cpu",
       measured_ready_s: measuredReady,

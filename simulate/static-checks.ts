@@ -1,11 +1,15 @@
 // What can be judged without starting anything: the folder against its MANIFEST, serve.sh line by line,
 // the configs, the shared libraries every binary resolves, and whether the CUDA addon carries machine code
 // for the target card or only PTX the driver would compile at start.
-import { readFile } from "node:fs/promises";
+import { lstat, readFile } from "node:fs/promises";
 import { join } from "node:path";
 
+import { fatbinEntries } from "../pack/elf.js";
 import { ManifestError, verifyFolder } from "../pack/manifest.js";
 import { isHostLibrary, sharedLibraries } from "../pack/runtime.js";
+import { BARE_PROGRAMS } from "./sandbox.js";
+
+export { type FatbinEntry, fatbinEntries } from "../pack/elf.js";
 
 export type ProblemCause =
   | "network"
@@ -17,7 +21,11 @@ export type ProblemCause =
   | "manifest"
   | "start-failed"
   | "over-budget"
-  | "isolation";
+  | "isolation"
+  | "floors"
+  | "permissions"
+  | "listen"
+  | "chat";
 
 export interface Problem {
   cause: ProblemCause;
@@ -29,8 +37,37 @@ const NETWORK_TOOLS =
 const COMPILERS =
   /(?:^|[;&|(`{]|\$\(|\b(?:then|do|else|exec|command|sudo|time|env|xargs|nohup)\s)\s*((?:\S*\/)?(?:nvcc|ptxas|cicc|nvlink|fatbinary|cc|gcc|g\+\+|c\+\+|clang|clang\+\+|ld|make|cmake|ninja|node-gyp|cargo|rustc|go))(?=\s|$|;|\))/;
 const URL = /\b(?:https?|ftp|git|s3|hf):\/\/[^\s'"]+/;
-/** An absolute path in a shell word: starts after whitespace, a quote, `=`, `:` or `(` (not after `$VAR` or `}`), ends at a list separator. */
-const ABSOLUTE_PATH = /(?:^|[\s"'=:(])(\/[A-Za-z0-9._+-][^\s"'`;|&<>),:]*)/g;
+/**
+ * An absolute path in a shell word: starts after whitespace, a quote, `=`, `:` or `(`, or as the default of
+ * an expansion (`${CUDA_HOME:-/usr/local/cuda}`), not after `$VAR` or `}`; ends at a list separator.
+ */
+const ABSOLUTE_PATH = /(?:^|[\s"'=:(]|:[-=+])(\/[A-Za-z0-9._+-][^\s"'`;|&<>),:}]*)/g;
+/** A word in command position: at the start, after a list operator or an opening of a command substitution. */
+const COMMAND_WORD = /(?<=^|[;&|(!]|\{\s|\$\(|`|\b(?:then|do|else|elif|if|while|until|exec|command|time|nohup|env|xargs)\s)\s*([A-Za-z_./][\w./+-]*)(\+?=)?/g;
+const SHELL_WORDS = new Set(
+  ("if then else elif fi for in do done case esac while until function select time local export declare readonly typeset read " +
+    "printf echo cd exit return set shift true false test [ [[ ]] command exec source . eval trap wait type unset let mapfile " +
+    "readarray pushd popd getopts hash kill ulimit umask builtin caller shopt enable alias unalias").split(" "),
+);
+
+/** A line without its quoted text (but with the command substitutions inside double quotes) and arithmetic. */
+function unquote(line: string): string {
+  return line
+    .replace(/'[^']*'/g, "'Q'")
+    .replace(/"(?:[^"\\]|\\.)*"/g, (quoted) => ['"Q"', ...(quoted.match(/\$\([^()]*\)/g) ?? [])].join(";"))
+    .replace(/\(\([^)]*\)\)/g, "");
+}
+
+/** The commands a line runs (assignments, shell words and the script's own functions left out). */
+function commandsOf(line: string, functions: Set<string>): string[] {
+  const words: string[] = [];
+  for (const match of unquote(line).matchAll(COMMAND_WORD)) {
+    const word = match[1]!;
+    if (match[2] || SHELL_WORDS.has(word) || functions.has(word)) continue;
+    words.push(word);
+  }
+  return words;
+}
 /** Read-only probes of the NVIDIA driver, and the interpreter line: the only outside paths serve.sh may name. */
 const ALLOWED_PATHS = [/^\/dev\/nvidia[\w-]*$/, /^\/proc\/driver\/nvidia(\/[\w.-]+)*$/, /^\/sbin\/ldconfig$/, /^\/usr\/bin\/env$/, /^\/dev\/null$/, /^\/bin\/(ba)?sh$/];
 
@@ -42,8 +79,11 @@ export async function scanServeScript(folder: string): Promise<Problem[]> {
     return [{ cause: "missing-file", detail: `${join(folder, "serve.sh")} is missing: the folder cannot be started` }];
   }
   const problems: Problem[] = [];
-  text.split("\n").forEach((raw, index) => {
+  const functions = new Set([...text.matchAll(/^\s*(?:function\s+)?([A-Za-z_][\w-]*)\s*\(\)\s*\{/gm)].map((m) => m[1]!));
+  const lines = text.split("\n");
+  lines.forEach((raw, index) => {
     const where = `serve.sh line ${index + 1}`;
+    const continued = index > 0 && /\\$/.test(lines[index - 1]!);
     if (index === 0 && raw.startsWith("#!")) {
       if (!/^#!\s*(\/usr\/bin\/env\s+bash|\/bin\/bash|\/usr\/bin\/bash)\s*$/.test(raw)) {
         problems.push({ cause: "host-path", detail: `${where}: interpreter ${raw.slice(2).trim()} may not exist; use #!/usr/bin/env bash` });
@@ -52,11 +92,17 @@ export async function scanServeScript(folder: string): Promise<Problem[]> {
     }
     const line = raw.replace(/(^|\s)#.*$/, "");
     if (!line.trim()) return;
-    const tool = NETWORK_TOOLS.exec(line)?.[1];
+    const tool = NETWORK_TOOLS.exec(unquote(line))?.[1];
     const url = URL.exec(line)?.[0];
     if (tool || url) problems.push({ cause: "network", detail: `${where} calls the network (${tool ?? url}): ${line.trim()}` });
-    const compiler = COMPILERS.exec(line)?.[1];
+    const compiler = COMPILERS.exec(unquote(line))?.[1];
     if (compiler) problems.push({ cause: "compile", detail: `${where} runs a compiler at start (${compiler}): ${line.trim()}` });
+    // Both device branches are read, whichever this machine runs: a program a bare machine lacks fails there.
+    for (const word of continued ? [] : commandsOf(line, functions)) {
+      const name = word.split("/").pop()!;
+      if (word.startsWith("/") || word.startsWith(".") || BARE_PROGRAMS.has(name) || (tool && name === tool.split("/").pop()) || (compiler && name === compiler.split("/").pop())) continue;
+      problems.push({ cause: "host-path", detail: `${where} runs ${word}, which a bare machine does not have (only the folder's own files and ${[...BARE_PROGRAMS].slice(0, 6).join(", ")}, … are there): ${line.trim()}` });
+    }
     for (const match of line.matchAll(ABSOLUTE_PATH)) {
       const path = match[1]!.replace(/[.]+$/, "");
       if (ALLOWED_PATHS.some((allowed) => allowed.test(path))) continue;
@@ -137,54 +183,6 @@ export async function checkLibraries(folder: string, binaries: string[]): Promis
   return problems;
 }
 
-export interface FatbinEntry {
-  kind: "ptx" | "sass";
-  sm: number;
-}
-
-/** The code entries of an ELF file's CUDA fat binaries (.nv_fatbin, __nv_relfatbin); null if it has none. */
-export function fatbinEntries(elf: Buffer): FatbinEntry[] | null {
-  if (elf.readUInt32BE(0) !== 0x7f454c46 || elf[4] !== 2) return null; // ELF64 only
-  const sectionOffset = Number(elf.readBigUInt64LE(0x28));
-  const sectionSize = elf.readUInt16LE(0x3a);
-  const sectionCount = elf.readUInt16LE(0x3c);
-  const namesIndex = elf.readUInt16LE(0x3e);
-  const header = (i: number) => sectionOffset + i * sectionSize;
-  const namesOffset = Number(elf.readBigUInt64LE(header(namesIndex) + 0x18));
-  const entries: FatbinEntry[] = [];
-  let found = false;
-  for (let i = 0; i < sectionCount; i++) {
-    const nameStart = namesOffset + elf.readUInt32LE(header(i));
-    const name = elf.toString("latin1", nameStart, elf.indexOf(0, nameStart));
-    if (name !== ".nv_fatbin" && name !== "__nv_relfatbin") continue;
-    found = true;
-    const start = Number(elf.readBigUInt64LE(header(i) + 0x18));
-    const end = start + Number(elf.readBigUInt64LE(header(i) + 0x20));
-    let container = start;
-    while (container + 16 <= end) {
-      const magic = elf.readUInt32LE(container);
-      if (magic !== 0xba55ed50 && magic !== 0x466243b1) {
-        container += 8; // containers are 8-byte aligned; padding between them is zero
-        continue;
-      }
-      const headerSize = elf.readUInt16LE(container + 6);
-      const containerEnd = container + headerSize + Number(elf.readBigUInt64LE(container + 8));
-      let entry = container + headerSize;
-      while (entry + 0x20 <= containerEnd) {
-        const kind = elf.readUInt16LE(entry);
-        const entryHeader = elf.readUInt32LE(entry + 4);
-        const payload = Number(elf.readBigUInt64LE(entry + 8));
-        const sm = elf.readUInt32LE(entry + 0x1c);
-        if (kind === 1 || kind === 2) entries.push({ kind: kind === 1 ? "ptx" : "sass", sm });
-        if (entryHeader === 0) break;
-        entry += entryHeader + payload;
-      }
-      container = containerEnd;
-    }
-  }
-  return found ? entries : null;
-}
-
 /** sm_90 (H100 and H200) must have machine code; PTX alone means a JIT compile at every cold start. */
 export async function checkCudaCode(folder: string, addon: string, sm = 90): Promise<{ problems: Problem[]; summary: string }> {
   const entries = fatbinEntries(await readFile(join(folder, addon)));
@@ -197,4 +195,30 @@ export async function checkCudaCode(folder: string, addon: string, sm = 90): Pro
     problems: [{ cause: "compile", detail: `${summary}: no sm_${sm} machine code, so the driver JIT-compiles PTX at every cold start; build with -gencode arch=compute_${sm},code=sm_${sm}` }],
     summary,
   };
+}
+
+/** Everyone must be able to read the folder: the grader may start it as another user than the one who packed it. */
+export async function checkPermissions(folder: string, files: string[]): Promise<Problem[]> {
+  const unreadable: string[] = [];
+  const seenDirs = new Set<string>();
+  for (const rel of files) {
+    const parts = rel.split("/");
+    for (let i = 1; i < parts.length; i++) {
+      const dir = parts.slice(0, i).join("/");
+      if (seenDirs.has(dir)) continue;
+      seenDirs.add(dir);
+      const mode = (await lstat(join(folder, dir))).mode;
+      if ((mode & 0o005) !== 0o005) unreadable.push(`${dir}/ (mode ${(mode & 0o777).toString(8)})`);
+    }
+    const mode = (await lstat(join(folder, rel)).catch(() => null))?.mode;
+    if (mode === undefined) continue;
+    if ((mode & 0o004) === 0 || ((mode & 0o100) !== 0 && (mode & 0o001) === 0)) unreadable.push(`${rel} (mode ${(mode & 0o777).toString(8)})`);
+  }
+  if (unreadable.length === 0) return [];
+  return [
+    {
+      cause: "permissions",
+      detail: `${unreadable.length} paths are not readable by other users, so the folder fails for anyone but its owner: ${unreadable.slice(0, 5).join(", ")}${unreadable.length > 5 ? ", …" : ""}; chmod -R a+rX the folder, or pack it again (the packer sets the modes)`,
+    },
+  ];
 }

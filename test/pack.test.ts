@@ -211,6 +211,18 @@ describe("bad input is refused with the fix named", () => {
     expect(leftovers("x")).toEqual([]);
   });
 
+  it("--force never deletes what is not a pack: the model's parent, a folder of other files", () => {
+    // The model lives in work/tiny/model: --out work/tiny holds it.
+    const parent = join(work, "tiny");
+    expect(refuse(["--model", model, "--out", parent, "--force"])).toMatch(/holds the input .*--force would delete it/);
+    expect(existsSync(join(model, "model.safetensors"))).toBe(true);
+    const mine = join(work, "mine");
+    execFileSync("mkdir", ["-p", mine]);
+    writeFileSync(join(mine, "notes.txt"), "keep me");
+    expect(refuse(["--model", model, "--out", mine, "--force"])).toMatch(/is not a folder made by `a2d pack` .*nothing of yours is deleted/);
+    expect(readFileSync(join(mine, "notes.txt"), "utf8")).toBe("keep me");
+  });
+
   it("an npm cache without the locked packages: names what is missing and how to fill the cache", () => {
     const emptyCache = join(work, "empty-npm-cache");
     const argv = [...UNSHARE_NET, process.execPath, CLI, "pack", "--device", "cpu", "--model", model, "--out", join(work, "y")];

@@ -18,6 +18,7 @@ import { ROOT } from "./server-harness.js";
 const work = mkdtempSync(join(tmpdir(), "a2d-simulate-units-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 const FIXTURES = join(import.meta.dirname, "simulate-fixtures");
+const FLOORS = { glibc: "2.28", glibcxx: "3.4.21", cxxabi: "1.3.9", libgcc: "3.4", cuda_toolkit: "12.4.131", cuda_runtime: "12.9.79", nvidia_driver: "525.60.13", compute_capability: "9.0" };
 
 describe("the Node guard", () => {
   it("refuses outbound sockets and lookups, records them, and lets loopback through", () => {
@@ -146,6 +147,7 @@ describe("static checks", () => {
         requiredFiles: ["runtime/bin/node", "model/model.safetensors"],
         a2dVersion: "0.0.0",
         modelName: "m",
+        floors: FLOORS,
       });
       writeFileSync(join(folder, "serve.sh"), script);
       expect(await scanServeScript(folder)).toEqual([]);
