@@ -81,7 +81,7 @@ export function register(program: Command): void {
     .option("--limit <n>", "a seeded sample of N items of each benchmark, stratified by subject/domain/difficulty", positiveInt)
     .option("--sample-seed <n>", "seed of the --limit sample", (value) => Math.trunc(nonNegativeNumber(value)), 0)
     .option("--lcb-dates <from..to>", `LiveCodeBench contest_date window, both days included, or "all"`, dateWindow, V6_WINDOW)
-    .option("--concurrency <n>", "requests in flight", positiveInt, 8)
+    .option("--concurrency <n>", "requests in flight (never more than /health's queue.max_running)", positiveInt, 8)
     .option("--max-tokens <n>", "max_tokens per request (reasoning included)", positiveInt, 32768)
     .option("--temperature <t>", "sampling temperature (default: the server's)", nonNegativeNumber)
     .option("--top-p <p>", "nucleus sampling mass (default: the server's)", nonNegativeNumber)
