@@ -11,7 +11,8 @@ import { runEval } from "../eval/run-eval.js";
 import { ScriptedServer } from "./eval-scripted-server.js";
 
 const FIXTURES = join(import.meta.dirname, "..", "eval", "fixtures");
-const IDLE_MS = 500;
+// Far above the gaps between chunks (100 ms), so a busy machine's event-loop delays cannot look like a stall.
+const IDLE_MS = 1000;
 
 let server: ScriptedServer | null = null;
 afterEach(async () => {
@@ -23,15 +24,15 @@ const chat = (client: ChatClient, text: string) => client.chat({ model: "scripte
 
 describe("a server that runs one generation at a time", () => {
   it("waits for a queued stream's first token longer than the idle timeout", async () => {
-    // Each generation takes ~950 ms (4 chunks 200 ms apart), so the third request is silent for ~1.9 s.
-    const content = "a fairly long answer here...";
-    server = await new ScriptedServer({ serial: true, firstTokenMs: 150, chunkGapMs: 200, answer: () => ({ content }) }).start();
-    const client = new ChatClient(server.url, { connections: 3, idleTimeoutMs: IDLE_MS });
+    // Each generation takes ~0.9 s (8 chunks 100 ms apart), so the fourth request is silent for ~2.7 s.
+    const content = "an answer of eight chunks of seven characters, or so..";
+    server = await new ScriptedServer({ serial: true, firstTokenMs: 100, chunkGapMs: 100, answer: () => ({ content }) }).start();
+    const client = new ChatClient(server.url, { connections: 4, idleTimeoutMs: IDLE_MS });
     try {
-      const results = await Promise.all([chat(client, "1"), chat(client, "2"), chat(client, "3")]);
-      expect(results.map((result) => result.content)).toEqual([content, content, content]);
+      const results = await Promise.all([chat(client, "1"), chat(client, "2"), chat(client, "3"), chat(client, "4")]);
+      expect(results.map((result) => result.content)).toEqual([content, content, content, content]);
       const ttfts = results.map((result) => result.ttftMs!).sort((a, b) => a - b);
-      expect(ttfts[2]!).toBeGreaterThan(3 * IDLE_MS);
+      expect(ttfts[3]!).toBeGreaterThan(2 * IDLE_MS);
       expect(server.maxInFlight).toBe(1);
     } finally {
       await client.close();
@@ -39,15 +40,15 @@ describe("a server that runs one generation at a time", () => {
   });
 
   it("keeps waiting while heartbeats come, and gives up on a stream that stalls after it started", async () => {
-    // Each generation takes ~1.3 s; the second waits that long behind the first, hearing only heartbeats.
-    const content = "an answer of six chunks, 200 ms apart...";
-    server = await new ScriptedServer({ serial: true, heartbeatMs: 50, firstTokenMs: 100, chunkGapMs: 200, answer: () => ({ content }) }).start();
-    const client = new ChatClient(server.url, { connections: 2, idleTimeoutMs: IDLE_MS });
+    // Each generation takes ~0.9 s; the third waits ~1.8 s behind the others, hearing only heartbeats.
+    const content = "an answer of eight chunks of seven characters, or so..";
+    server = await new ScriptedServer({ serial: true, heartbeatMs: 100, firstTokenMs: 100, chunkGapMs: 100, answer: () => ({ content }) }).start();
+    const client = new ChatClient(server.url, { connections: 3, idleTimeoutMs: IDLE_MS });
     try {
-      const [first, second] = await Promise.all([chat(client, "1"), chat(client, "2")]);
-      expect([first.content, second.content]).toEqual([content, content]);
-      expect(second.heartbeats).toBeGreaterThan(5);
-      expect(second.ttftMs!).toBeGreaterThan(first.ttftMs! + IDLE_MS);
+      const [first, , third] = await Promise.all([chat(client, "1"), chat(client, "2"), chat(client, "3")]);
+      expect([first.content, third.content]).toEqual([content, content]);
+      expect(third.heartbeats).toBeGreaterThan(8);
+      expect(third.ttftMs!).toBeGreaterThan(first.ttftMs! + IDLE_MS);
     } finally {
       await client.close();
     }
@@ -57,7 +58,7 @@ describe("a server that runs one generation at a time", () => {
     try {
       const error = await chat(stalling, "1").catch((caught: unknown) => caught);
       expect(error).toBeInstanceOf(StreamStalled);
-      expect((error as Error).message).toMatch(/no data for 0.5 s after the stream had started; the server stalled/);
+      expect((error as Error).message).toMatch(/no data for 1.0 s after the stream had started; the server stalled/);
     } finally {
       await stalling.close();
     }
