@@ -123,11 +123,12 @@ async function nextMessage(session: SandboxSession, ms: number): Promise<Next> {
 async function abnormalEnd(next: Next, session: SandboxSession, when = ""): Promise<string> {
   const suffix = when ? ` ${when}` : "";
   if (next.kind === "timeout") return `time limit exceeded${suffix}`;
-  if (next.kind === "garbled") return `the program broke the test protocol${suffix}`;
   session.kill();
   const result = await session.result;
+  // A run cut off for its output leaves a torn last message: the cut is the reason.
   if (result.outputExceeded) return `output limit exceeded${suffix}`;
   if (result.timedOut) return `time limit exceeded${suffix}`;
+  if (next.kind === "garbled") return `the program broke the test protocol${suffix}`;
   const lastLine = result.stderr.trim().split("\n").pop() ?? "";
   return `the program died${suffix} (${result.signal ?? `exit ${result.exitCode}`}): ${lastLine.slice(0, 200)}`;
 }

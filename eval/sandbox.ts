@@ -30,7 +30,7 @@ export interface SandboxLimits {
   memoryBytes: number;
   /** RLIMIT_NPROC for the sandbox uid. */
   maxProcesses: number;
-  /** stdout, stderr or channel output beyond this kills the run. */
+  /** stdout or stderr beyond this, or one channel message (one test's output) longer than this, kills the run. */
   maxOutputBytes: number;
   /** RLIMIT_FSIZE: the largest file the program may write. */
   maxFileBytes: number;
@@ -228,10 +228,13 @@ function spawnSandboxed(box: string, run: SandboxRun, limits: SandboxLimits, fil
     const fromProgram = child.stdio[3] as Readable;
     control = child.stdio[4] as Writable;
     control.on("error", () => undefined);
-    let bytes = 0;
+    // The cap is per message (one test's output), not for the run: a problem may have many tests.
+    let lineBytes = 0;
     fromProgram.on("data", (chunk: Buffer) => {
-      bytes += chunk.length;
-      if (bytes > limits.maxOutputBytes) {
+      const first = chunk.indexOf(10);
+      const longest = first < 0 ? lineBytes + chunk.length : Math.max(lineBytes + first, chunk.length - chunk.lastIndexOf(10) - 1);
+      lineBytes = first < 0 ? lineBytes + chunk.length : chunk.length - chunk.lastIndexOf(10) - 1;
+      if (longest > limits.maxOutputBytes) {
         outputExceeded = true;
         killTree();
       }

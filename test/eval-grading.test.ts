@@ -289,6 +289,15 @@ describe("graders that need Python", () => {
     expect((await runCode("import resource\nprint(1)", tests, null)).failure).toMatch(/^the program did not load: ModuleNotFoundError: import of resource halted/);
   });
 
+  it("caps each test's output, not the sum over a problem's tests", async () => {
+    const options = { python: "/usr/bin/python3", compare: (produced: Parameters<typeof python.compareOutput>[0], expected: string) => python.compareOutput(produced, expected) };
+    const line = "9".repeat(300_000);
+    const many = stdin(Array.from({ length: 5 }, (): [string, string] => ["x\n", `${line}\n`]));
+    expect(await runCodeTests(`input()\nprint("9" * 300000)`, many, null, { ...options, limits: { maxOutputBytes: 1024 ** 2 } })).toEqual({ passed: true, testsRun: 5 });
+    const huge = await runCodeTests(`input()\nprint("9" * 2000000)`, many, null, { ...options, limits: { maxOutputBytes: 1024 ** 2 } });
+    expect(huge).toEqual({ passed: false, testsRun: 1, failure: "test 1: output limit exceeded" });
+  });
+
   it("calls LeetCode methods on one Solution, counts a tuple as a list, and compares with Python's ==", async () => {
     const vowels = items[3]!;
     const right = "```python\nclass Solution:\n    def countVowels(self, s: str) -> int:\n        return sum(Counter(s)[v] for v in 'aeiou')\n```";
