@@ -1,5 +1,6 @@
 // The response cache: one JSON line per finished chat completion, keyed by everything that determines
-// the response (model, messages, sampling). An interrupted run leaves at most one torn last line, which
+// the response: the server (its URL and the stable parts of what it says about its model), the model
+// id, the messages and the sampling parameters. An interrupted run leaves at most one torn last line, which
 // is skipped on reload; re-running the same command sends only the requests that have no line yet.
 import { createHash } from "node:crypto";
 import { appendFile, mkdir, readFile } from "node:fs/promises";
@@ -12,14 +13,18 @@ export interface CachedResponse {
   reasoning: string;
   finishReason: string | null;
   completionTokens: number | null;
+  /** Time to first token and total time when the response was fetched; null in lines from older runs. */
+  ttftMs: number | null;
+  totalMs: number | null;
 }
 
 interface CacheLine extends CachedResponse {
   key: string;
 }
 
-export function cacheKey(chat: ChatRequest): string {
-  const identity = [chat.model, chat.messages, chat.maxTokens, chat.temperature ?? null, chat.topP ?? null, chat.seed ?? null, chat.extra ?? null];
+/** `server` is eval/run-eval.ts's serverIdentity: the same request to another server is another response. */
+export function cacheKey(chat: ChatRequest, server: unknown): string {
+  const identity = [server, chat.model, chat.messages, chat.maxTokens, chat.temperature ?? null, chat.topP ?? null, chat.seed ?? null, chat.extra ?? null];
   return createHash("sha256").update(JSON.stringify(identity)).digest("hex");
 }
 
@@ -94,6 +99,8 @@ function parseLine(line: string): CacheLine | null {
       reasoning: typeof value.reasoning === "string" ? value.reasoning : "",
       finishReason: typeof value.finishReason === "string" ? value.finishReason : null,
       completionTokens: typeof value.completionTokens === "number" ? value.completionTokens : null,
+      ttftMs: typeof value.ttftMs === "number" ? value.ttftMs : null,
+      totalMs: typeof value.totalMs === "number" ? value.totalMs : null,
     };
   } catch {
     return null;

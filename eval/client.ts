@@ -1,6 +1,12 @@
-// A minimal OpenAI-compatible chat client over undici: model listing and streamed chat completions,
-// with the timing bench-serve needs. Works against any server that speaks /v1/models and
-// /v1/chat/completions with `stream: true`.
+// A minimal OpenAI-compatible chat client over undici: model listing, /health, and streamed chat
+// completions with the timing bench-serve and eval need. Works against any server that speaks /v1/models
+// and /v1/chat/completions with `stream: true`.
+//
+// A server that runs one generation at a time keeps a queued request silent for as long as the ones
+// ahead of it take (minutes, for 32k-token answers). So no timer runs until the stream shows life: the
+// first token, or an SSE comment (`: …`), which servers send as heartbeats while a request waits. From
+// then on a silence longer than the idle timeout, reset by every byte, heartbeats included, ends the
+// request as stalled.
 import { Agent, request } from "undici";
 
 import { SseDecoder } from "./sse.js";
@@ -34,12 +40,21 @@ export interface ChatResult {
   /** Milliseconds from sending the request to the first chunk carrying text; null if none came. */
   ttftMs: number | null;
   totalMs: number;
+  /** SSE comment lines (heartbeats) received. */
+  heartbeats: number;
+}
+
+/** The request went silent for longer than the idle timeout after the stream had started. */
+export class StreamStalled extends Error {
+  override name = "StreamStalled";
 }
 
 export class HttpError extends Error {
   constructor(
     readonly status: number,
     message: string,
+    /** The server's Retry-After in seconds (a 429 or 503), when it sent one. */
+    readonly retryAfterSeconds: number | null = null,
   ) {
     super(message);
     this.name = "HttpError";
@@ -73,14 +88,17 @@ export class ChatClient {
   private readonly agent: Agent;
   private readonly apiKey: string | undefined;
 
+  private readonly idleTimeoutMs: number;
+
   /**
    * @param connections sockets kept to the server: at least the number of concurrent requests.
-   * @param idleTimeoutMs longest silence allowed while waiting for headers or between stream chunks.
+   * @param idleTimeoutMs longest silence allowed once a stream has sent a token or a heartbeat.
    */
   constructor(url: string, options: { connections: number; idleTimeoutMs?: number; apiKey?: string }) {
     this.base = apiBase(url);
-    const idle = options.idleTimeoutMs ?? 600_000;
-    this.agent = new Agent({ connections: options.connections, headersTimeout: idle, bodyTimeout: idle });
+    this.idleTimeoutMs = options.idleTimeoutMs ?? 600_000;
+    // undici's own timers would fire while a request waits its turn; the stream watchdog below replaces them.
+    this.agent = new Agent({ connections: options.connections, headersTimeout: 0, bodyTimeout: 0 });
     this.apiKey = options.apiKey;
   }
 
@@ -92,10 +110,28 @@ export class ChatClient {
 
   /** The ids listed by GET /v1/models. */
   async models(): Promise<string[]> {
+    return (await this.modelCards()).map((card) => card.id as string);
+  }
+
+  /** The entries of GET /v1/models that have a string id. */
+  async modelCards(): Promise<Record<string, unknown>[]> {
     const response = await this.send("GET", "/models");
-    const body = (await response.body.json()) as { data?: { id?: unknown }[] };
-    const ids = (body.data ?? []).map((model) => model.id).filter((id): id is string => typeof id === "string");
-    return ids;
+    const body = (await response.body.json()) as { data?: Record<string, unknown>[] };
+    return (body.data ?? []).filter((card) => typeof card?.id === "string");
+  }
+
+  /** GET /health next to /v1 (a2d, vLLM, SGLang serve it there): its JSON body, or null if it has none. */
+  async health(): Promise<Record<string, unknown> | null> {
+    const url = `${this.base.replace(/\/v1$/, "")}/health`;
+    try {
+      const response = await request(url, { method: "GET", headers: this.headers(), dispatcher: this.agent, headersTimeout: 30_000, bodyTimeout: 30_000 });
+      const text = await response.body.text();
+      if (response.statusCode !== 200) return null;
+      const body = JSON.parse(text) as unknown;
+      return typeof body === "object" && body !== null && !Array.isArray(body) ? (body as Record<string, unknown>) : null;
+    } catch {
+      return null;
+    }
   }
 
   /** One streamed chat completion; `onText` sees every text delta as it arrives. */
@@ -113,6 +149,33 @@ export class ChatClient {
       stream_options: { include_usage: true },
     };
     const started = performance.now();
+    const watchdog = new AbortController();
+    const stalled = new StreamStalled(
+      `${this.base}/chat/completions: no data for ${(this.idleTimeoutMs / 1000).toFixed(1)} s after the stream had started; the server stalled`,
+    );
+    let timer: NodeJS.Timeout | undefined;
+    const resetWatchdog = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => watchdog.abort(stalled), this.idleTimeoutMs);
+    };
+    const combined = signal ? AbortSignal.any([signal, watchdog.signal]) : watchdog.signal;
+    try {
+      return await this.stream(body, started, combined, resetWatchdog, onText);
+    } catch (error) {
+      if (watchdog.signal.aborted) throw stalled;
+      throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async stream(
+    body: Record<string, unknown>,
+    started: number,
+    signal: AbortSignal,
+    resetWatchdog: () => void,
+    onText?: (text: string) => void,
+  ): Promise<ChatResult> {
     const response = await this.send("POST", "/chat/completions", JSON.stringify(body), signal);
     const result: ChatResult = {
       content: "",
@@ -123,6 +186,7 @@ export class ChatClient {
       textChunks: 0,
       ttftMs: null,
       totalMs: 0,
+      heartbeats: 0,
     };
     const decoder = new SseDecoder();
     let done = false;
@@ -138,6 +202,8 @@ export class ChatClient {
     };
     for await (const bytes of response.body) {
       take(decoder.push(bytes as Buffer));
+      result.heartbeats = decoder.comments;
+      if (result.ttftMs !== null || decoder.comments > 0) resetWatchdog();
       if (done) break;
     }
     if (!done) take(decoder.end());
@@ -183,7 +249,12 @@ export class ChatClient {
     }
     if (response.statusCode !== 200) {
       const text = await response.body.text();
-      throw new HttpError(response.statusCode, `${method} ${url} answered ${response.statusCode}: ${errorMessage(text)}`);
+      const retryAfter = Number(response.headers["retry-after"]);
+      throw new HttpError(
+        response.statusCode,
+        `${method} ${url} answered ${response.statusCode}: ${errorMessage(text)}`,
+        Number.isFinite(retryAfter) && retryAfter >= 0 ? retryAfter : null,
+      );
     }
     return response;
   }

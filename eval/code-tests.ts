@@ -1,11 +1,13 @@
-// LiveCodeBench grading: a program passes when it passes every test (public and private), each run as
-// its own sandboxed process. Stdin tests compare stdout the way the LiveCodeBench runner does; functional
-// (LeetCode) tests call the named method and compare in Python (eval/sandbox_driver.py).
-import { randomBytes } from "node:crypto";
+// LiveCodeBench grading: a program passes when it passes every test (public, then private). One
+// sandboxed process runs the program against the tests' inputs in order (eval/sandbox_driver.py, the
+// official runner's rules) and reports each test's output; the expected outputs stay here, and the
+// comparison happens outside the sandbox (eval/grader_worker.py, the runner's rules: stdout lines
+// stripped and equal or equal as decimals; functional results equal with Python's ==). The first
+// failing test ends the run, as in the runner.
 import { readFileSync } from "node:fs";
 
 import { evalFile } from "./paths.js";
-import { runSandboxed, type SandboxLimits } from "./sandbox.js";
+import { DEFAULT_LIMITS, interpreterPaths, openSandboxSession, type SandboxLimits, type SandboxSession } from "./sandbox.js";
 
 export interface CodeTest {
   input: string;
@@ -21,9 +23,17 @@ export interface CodeVerdict {
   failure?: string;
 }
 
+/** What a test produced, as the driver reports it. */
+export type TestOutput = { kind: "stdin"; output: string } | { kind: "functional"; value: unknown };
+
+/** Compares one test's output with its expected output, outside the sandbox. */
+export type CompareOutput = (produced: TestOutput, expected: string) => Promise<{ pass: boolean; reason?: string }>;
+
 export interface CodeRunOptions {
-  /** Interpreter for the program, executable by `nobody`. */
+  /** Interpreter for the program, run as `nobody` in the sandbox. */
   python: string;
+  compare: CompareOutput;
+  /** timeoutMs is per test (the runner's 6 s); the other limits hold for the whole run. */
   limits?: Partial<SandboxLimits>;
 }
 
@@ -35,111 +45,90 @@ function sandboxDriver(): string {
   return driver;
 }
 
-export async function runCodeTests(
-  code: string,
-  tests: CodeTest[],
-  funcName: string | null,
-  options: CodeRunOptions,
-): Promise<CodeVerdict> {
+type DriverMessage = { compiled?: boolean; error?: string; output?: string; value?: unknown };
+
+/**
+ * Runs `code` on `tests`. As in the runner, the mode comes from the problem, not the tests: with a
+ * func_name every test is a call of it, without one every test feeds stdin.
+ */
+export async function runCodeTests(code: string, tests: CodeTest[], funcName: string | null, options: CodeRunOptions): Promise<CodeVerdict> {
   if (tests.length === 0) throw new Error("a LiveCodeBench problem without test cases cannot be graded");
-  for (let index = 0; index < tests.length; index += 1) {
-    const test = tests[index]!;
-    const failure =
-      test.testtype === "functional"
-        ? await runFunctionalTest(code, test, funcName, options)
-        : await runStdinTest(code, test, options);
-    if (failure !== null) return { passed: false, testsRun: index + 1, failure: `test ${index + 1}: ${failure}` };
-  }
-  return { passed: true, testsRun: tests.length };
-}
-
-async function runStdinTest(code: string, test: CodeTest, options: CodeRunOptions): Promise<string | null> {
-  const result = await runSandboxed({
-    files: { "solution.py": code, "driver.py": sandboxDriver() },
-    argv: [options.python, "driver.py", "stdin"],
-    stdin: test.input,
-    limits: options.limits,
+  const perTestMs = options.limits?.timeoutMs ?? DEFAULT_LIMITS.timeoutMs;
+  const perTestSeconds = Math.ceil(perTestMs / 1000);
+  // The runner's global limit for one program: (timeout + 1) s per test + 5 s.
+  const wholeRunMs = ((perTestSeconds + 1) * tests.length + 5) * 1000;
+  const session = await openSandboxSession({
+    files: { "solution.py": code, "driver.py": sandboxDriver(), "inputs.json": JSON.stringify(tests.map((test) => test.input)) },
+    argv: [options.python, "driver.py", ...(funcName === null ? ["stdin"] : ["call", funcName])],
+    limits: { ...options.limits, timeoutMs: wholeRunMs },
+    readOnlyPaths: interpreterPaths(options.python),
   });
-  const abnormal = abnormalEnd(result);
-  if (abnormal !== null) return abnormal;
-  return stdoutMatches(result.stdout, test.output) ? null : "wrong answer";
-}
-
-async function runFunctionalTest(
-  code: string,
-  test: CodeTest,
-  funcName: string | null,
-  options: CodeRunOptions,
-): Promise<string | null> {
-  if (funcName === null) throw new Error("a functional LiveCodeBench test needs metadata.func_name");
-  const nonce = randomBytes(16).toString("hex");
-  // Each input line is one JSON-encoded argument.
-  const args = test.input.split("\n").filter((line) => line.trim() !== "").map((line) => JSON.parse(line) as unknown);
-  const result = await runSandboxed({
-    files: {
-      "solution.py": code,
-      "driver.py": sandboxDriver(),
-      "args.json": JSON.stringify(args),
-      "expected.json": test.output,
-      "nonce.txt": nonce,
-    },
-    argv: [options.python, "driver.py", "call", funcName],
-    limits: options.limits,
-  });
-  const abnormal = abnormalEnd(result);
-  if (abnormal !== null) return abnormal;
-  const prefix = `A2D-VERDICT ${nonce} `;
-  const line = result.stdout.split("\n").find((candidate) => candidate.startsWith(prefix));
-  if (line === undefined) return "no verdict (the program did not return)";
-  const verdict = JSON.parse(line.slice(prefix.length)) as { pass: boolean; got: string };
-  return verdict.pass ? null : `wrong answer (got ${verdict.got})`;
-}
-
-function abnormalEnd(result: Awaited<ReturnType<typeof runSandboxed>>): string | null {
-  if (result.timedOut) return "time limit exceeded";
-  if (result.outputExceeded) return "output limit exceeded";
-  if (result.exitCode !== 0) {
-    const lastLine = result.stderr.trim().split("\n").pop() ?? "";
-    return `runtime error (${result.signal ?? `exit ${result.exitCode}`}): ${lastLine.slice(0, 200)}`;
+  try {
+    const compiled = await nextMessage(session, perTestMs);
+    if (compiled.kind !== "message") return { passed: false, testsRun: 0, failure: await abnormalEnd(compiled, session, "while loading the program") };
+    if (compiled.message.compiled !== true) {
+      return { passed: false, testsRun: 0, failure: `the program did not load: ${compiled.message.error ?? "unknown error"}` };
+    }
+    for (let index = 0; index < tests.length; index += 1) {
+      const test = tests[index]!;
+      const at = `test ${index + 1}`;
+      session.send("next");
+      const reply = await nextMessage(session, perTestMs);
+      if (reply.kind !== "message") return { passed: false, testsRun: index + 1, failure: `${at}: ${await abnormalEnd(reply, session)}` };
+      const { message } = reply;
+      if (typeof message.error === "string") return { passed: false, testsRun: index + 1, failure: `${at}: runtime error: ${message.error}` };
+      const produced: TestOutput | null =
+        funcName === null
+          ? typeof message.output === "string"
+            ? { kind: "stdin", output: message.output }
+            : null
+          : "value" in message
+            ? { kind: "functional", value: message.value }
+            : null;
+      if (produced === null) return { passed: false, testsRun: index + 1, failure: `${at}: the program broke the test protocol` };
+      const verdict = await options.compare(produced, test.output);
+      if (!verdict.pass) return { passed: false, testsRun: index + 1, failure: `${at}: wrong answer${verdict.reason ? ` (${verdict.reason})` : ""}` };
+    }
+    return { passed: true, testsRun: tests.length };
+  } finally {
+    session.kill();
+    await session.result;
   }
-  return null;
 }
 
-/**
- * LiveCodeBench's stdout rule: strip both texts, split into lines, strip each line; the line counts
- * must match and each line must be equal or, token by token, equal as decimal numbers.
- */
-export function stdoutMatches(got: string, expected: string): boolean {
-  const gotLines = got.trim().split("\n").map((line) => line.trim());
-  const expectedLines = expected.trim().split("\n").map((line) => line.trim());
-  if (gotLines.length !== expectedLines.length) return false;
-  return gotLines.every((line, index) => line === expectedLines[index] || decimalLinesEqual(line, expectedLines[index]!));
+type Next = { kind: "message"; message: DriverMessage } | { kind: "timeout" } | { kind: "ended" } | { kind: "garbled" };
+
+/** The driver's next line within `ms`; a timeout kills the run. */
+async function nextMessage(session: SandboxSession, ms: number): Promise<Next> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<Next>((resolve) => {
+    timer = setTimeout(() => resolve({ kind: "timeout" }), ms);
+  });
+  const line = session.messages.next().then((item): Next => {
+    if (item.done) return { kind: "ended" };
+    try {
+      const message = JSON.parse(item.value) as unknown;
+      return typeof message === "object" && message !== null ? { kind: "message", message: message as DriverMessage } : { kind: "garbled" };
+    } catch {
+      return { kind: "garbled" };
+    }
+  });
+  try {
+    return await Promise.race([line, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
-function decimalLinesEqual(a: string, b: string): boolean {
-  const left = a.split(/\s+/).filter(Boolean).map(canonicalDecimal);
-  const right = b.split(/\s+/).filter(Boolean).map(canonicalDecimal);
-  if (left.length !== right.length || left.some((x) => x === null) || right.some((x) => x === null)) return false;
-  return left.every((value, index) => value === right[index]);
-}
-
-/**
- * A canonical spelling of a decimal literal as Python's Decimal reads it, so equal values compare
- * equal as strings ("1.50" = "1.5" = "15e-1", "-0" = "0"); null when the token is not a number.
- * NaN is null too, since NaN equals nothing.
- */
-export function canonicalDecimal(token: string): string | null {
-  const match = /^([+-]?)(?:(inf(?:inity)?)|(\d+(?:_\d+)*)?(?:\.(\d+(?:_\d+)*)?)?(?:[eE]([+-]?\d+(?:_\d+)*))?)$/i.exec(token);
-  if (match === null) return null;
-  const [, sign, infinity, whole = "", fraction = "", exponent = "0"] = match;
-  if (infinity !== undefined) return `${sign === "-" ? "-" : ""}inf`;
-  if (whole === "" && fraction === "") return null;
-  const digits = (whole + fraction).replace(/_/g, "");
-  let scale = BigInt(exponent.replace(/_/g, "")) - BigInt(fraction.replace(/_/g, "").length);
-  let mantissa = digits.replace(/^0+/, "");
-  if (mantissa === "") return "0";
-  const trailing = mantissa.length - mantissa.replace(/0+$/, "").length;
-  mantissa = mantissa.slice(0, mantissa.length - trailing);
-  scale += BigInt(trailing);
-  return `${sign === "-" ? "-" : ""}${mantissa}e${scale}`;
+async function abnormalEnd(next: Next, session: SandboxSession, when = ""): Promise<string> {
+  const suffix = when ? ` ${when}` : "";
+  if (next.kind === "timeout") return `time limit exceeded${suffix}`;
+  session.kill();
+  const result = await session.result;
+  // A run cut off for its output leaves a torn last message: the cut is the reason.
+  if (result.outputExceeded) return `output limit exceeded${suffix}`;
+  if (result.timedOut) return `time limit exceeded${suffix}`;
+  if (next.kind === "garbled") return `the program broke the test protocol${suffix}`;
+  const lastLine = result.stderr.trim().split("\n").pop() ?? "";
+  return `the program died${suffix} (${result.signal ?? `exit ${result.exitCode}`}): ${lastLine.slice(0, 200)}`;
 }

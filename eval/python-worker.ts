@@ -1,11 +1,12 @@
-// The long-lived Python grader (eval/grader_worker.py): MATH answers through math-verify and the
-// decoding of LiveCodeBench's pickled private tests. One process for the whole run, since importing
+// The long-lived Python grader (eval/grader_worker.py): MATH answers through math-verify, the
+// decoding of LiveCodeBench's pickled private tests and the comparison of their outputs, and GPQA's
+// answer orders (Python's own random). One process for the whole run, since importing
 // math-verify and sympy takes seconds; requests are answered strictly in order.
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { existsSync } from "node:fs";
 import { createInterface } from "node:readline";
 
-import type { CodeTest } from "./code-tests.js";
+import type { CodeTest, TestOutput } from "./code-tests.js";
 import { evalFile, venvPython } from "./paths.js";
 
 interface Pending {
@@ -79,6 +80,21 @@ export class PythonWorker {
   async decodeTests(data: string): Promise<CodeTest[]> {
     const reply = await this.call({ op: "lcb_tests", data });
     return reply.tests as CodeTest[];
+  }
+
+  /** LiveCodeBench's comparison of one test's output with the expected one. */
+  async compareOutput(produced: TestOutput, expected: string): Promise<{ pass: boolean; reason?: string }> {
+    const reply =
+      produced.kind === "stdin"
+        ? await this.call({ op: "lcb_stdout", got: produced.output, expected })
+        : await this.call({ op: "lcb_call", got: produced.value, expected });
+    return { pass: reply.pass === true, ...(typeof reply.reason === "string" ? { reason: reply.reason } : {}) };
+  }
+
+  /** simple-evals' GPQA answer orders for the first `count` rows: random.Random(0).sample(range(4), 4) each. */
+  async gpqaPermutations(count: number): Promise<number[][]> {
+    const reply = await this.call({ op: "gpqa_permutations", count });
+    return reply.permutations as number[][];
   }
 
   async close(): Promise<void> {

@@ -6,6 +6,8 @@ export class SseDecoder {
   private readonly utf8 = new StringDecoder("utf8");
   private pending = "";
   private dataLines: string[] = [];
+  /** Comment lines seen so far (`: …`): servers send them as heartbeats while a request waits. */
+  comments = 0;
 
   /** Feeds raw bytes; returns the data payloads of every event completed by them. */
   push(chunk: Buffer | string): string[] {
@@ -36,7 +38,10 @@ export class SseDecoder {
       this.dataLines = [];
       return;
     }
-    if (line.startsWith(":")) return; // comment / keep-alive
+    if (line.startsWith(":")) {
+      this.comments += 1;
+      return;
+    }
     const colon = line.indexOf(":");
     const field = colon < 0 ? line : line.slice(0, colon);
     if (field !== "data") return;

@@ -49,14 +49,22 @@ describe("a2d eval against a2d serve", () => {
   it("scores all four fixture benchmarks and prints the report as JSON", async () => {
     const { stdout, stderr } = await cli([...args(), "--json", "--details", join(work, "details.jsonl")]);
     firstReport = stdout;
-    const report = JSON.parse(stdout) as { benchmarks: Record<string, { accuracy: number; normalized: number; n: number }>; mean: number };
-    expect(Object.keys(report)).toEqual(["benchmarks", "mean"]);
+    const report = JSON.parse(stdout) as {
+      benchmarks: Record<string, { accuracy: number; normalized: number; n: number }>;
+      mean: number;
+      run: { model: string; sampling: Record<string, unknown>; server: { health: Record<string, unknown> | null } };
+    };
+    expect(Object.keys(report)).toEqual(["benchmarks", "mean", "run"]);
+    expect(report.run.model).toBe("tiny-a2d");
+    expect(report.run.sampling).toEqual({ max_tokens: 48, temperature: 0, top_p: null, seed: null, extra_body: null });
+    // a2d's /health describes the decoding; it is part of the cache key.
+    expect(report.run.server.health).toMatchObject({ model: "tiny-a2d", decoding: { method: "block_diffusion" } });
     expect(Object.keys(report.benchmarks)).toEqual([...BENCHMARK_NAMES]);
     expect(Object.fromEntries(Object.entries(report.benchmarks).map(([name, score]) => [name, score.n]))).toEqual({
-      gpqa_diamond: 3,
-      math_500: 4,
-      livecodebench_v6: 3,
-      mmlu_pro: 3,
+      gpqa_diamond: 6,
+      math_500: 8,
+      livecodebench_v6: 6,
+      mmlu_pro: 6,
     });
     for (const score of Object.values(report.benchmarks)) {
       expect(Object.keys(score).sort()).toEqual(["accuracy", "n", "normalized"]);
@@ -69,7 +77,7 @@ describe("a2d eval against a2d serve", () => {
     expect(report.mean).toBeCloseTo(normalized.reduce((a, b) => a + b, 0) / normalized.length, 10);
     expect(stderr).toContain("model tiny-a2d at");
     const details = readFileSync(join(work, "details.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line));
-    expect(details.length).toBe(13);
+    expect(details.length).toBe(26);
     // The untrained model runs to the token limit or stops early; either way the server said which.
     for (const item of details) {
       expect(["stop", "length"]).toContain(item.finishReason);
@@ -79,17 +87,26 @@ describe("a2d eval against a2d serve", () => {
   });
 
   it("resumes from the cache: the same command again sends no request and prints the same report", async () => {
-    expect(readFileSync(cache, "utf8").trim().split("\n").length).toBe(13);
+    expect(readFileSync(cache, "utf8").trim().split("\n").length).toBe(26);
     const before = chatRequests();
-    expect(before).toBeGreaterThanOrEqual(13);
+    expect(before).toBeGreaterThanOrEqual(26);
     const again = await cli([...args(), "--json"]);
     expect(chatRequests()).toBe(before);
-    expect(again.stdout).toBe(firstReport);
-    expect(again.stderr).toContain(`cache ${cache}: 13 responses`);
-    expect(readFileSync(cache, "utf8").trim().split("\n").length).toBe(13);
+    const scores = (text: string) => {
+      const { benchmarks, mean } = JSON.parse(text) as { benchmarks: unknown; mean: number };
+      return { benchmarks, mean };
+    };
+    expect(scores(again.stdout)).toEqual(scores(firstReport));
+    // Nothing was fetched, so there is no time to first token to report.
+    expect(JSON.parse(again.stdout).run.ttft_ms).toBeNull();
+    expect(JSON.parse(firstReport).run.ttft_ms.requests).toBe(26);
+    expect(again.stderr).toContain(`cache ${cache}: 26 responses`);
+    expect(readFileSync(cache, "utf8").trim().split("\n").length).toBe(26);
     const text = await cli([...args(), "--bench", "gpqa_diamond,mmlu_pro"]);
-    expect(text.stdout).toMatch(/^model: tiny-a2d\nbenchmark +n +accuracy +normalized\ngpqa_diamond +3 +\d+\.\d% +\d+\.\d\n/);
-    expect(text.stdout).toMatch(/mean normalized: \d+\.\d\n$/);
+    expect(text.stdout).toMatch(/^model: tiny-a2d at http:\/\/127\.0\.0\.1:\d+\/v1\nbenchmark +n +accuracy +normalized\ngpqa_diamond +6 +\d+\.\d% +\d+\.\d\n/);
+    expect(text.stdout).toMatch(/\nmean normalized: \d+\.\d\nsent: max_tokens 48, temperature 0, top_p not sent \(server default\), seed not sent \(server default\), extra body not sent \(server default\)\n/);
+    expect(text.stdout).toContain("data: gpqa_diamond ");
+    expect(text.stdout).toContain(", 6 items, NOT the full set of 198");
   });
 });
 

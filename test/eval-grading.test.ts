@@ -1,20 +1,22 @@
-// Model-free tests of eval's parts: the normalization table, answer extraction, math-verify grading,
-// the benchmark readers on the self-written fixtures, and LiveCodeBench grading in the sandbox.
+// Model-free tests of eval's parts: the normalization table, the benchmark readers on the self-written
+// fixtures (published layouts), the stratified sample, math-verify grading, and LiveCodeBench grading in
+// the sandbox by the official runner's rules. Answer extraction is in test/eval-extraction.test.ts.
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
-import { gpqaDiamond, seededPermutation } from "../eval/benchmarks/gpqa-diamond.js";
-import { liveCodeBench, type CodeItem } from "../eval/benchmarks/livecodebench.js";
+import { gpqaDiamond } from "../eval/benchmarks/gpqa-diamond.js";
+import { V6_WINDOW, inWindow, liveCodeBench, type CodeItem } from "../eval/benchmarks/livecodebench.js";
 import { math500 } from "../eval/benchmarks/math-500.js";
-import { mmluPro } from "../eval/benchmarks/mmlu-pro.js";
-import { canonicalDecimal, runCodeTests, stdoutMatches } from "../eval/code-tests.js";
-import { extractCode, extractGpqaLetter, extractMmluProLetter, finalAnswer } from "../eval/extract.js";
+import { guessedLetter, mmluPro } from "../eval/benchmarks/mmlu-pro.js";
+import type { EvalItem, LoadContext } from "../eval/benchmarks/types.js";
+import { runCodeTests, type CodeTest } from "../eval/code-tests.js";
 import { buildReport, normalizeAccuracy } from "../eval/normalize.js";
 import { venvPython } from "../eval/paths.js";
 import { PythonWorker } from "../eval/python-worker.js";
+import { stratifiedSample } from "../eval/sample.js";
 
 const FIXTURES = join(import.meta.dirname, "..", "eval", "fixtures");
 const work = mkdtempSync(join(tmpdir(), "a2d-eval-grading-"));
@@ -43,101 +45,127 @@ describe("normalization (SPEC §1)", () => {
   });
 });
 
-describe("answer extraction", () => {
-  it("takes the answer after the reasoning, never from it", () => {
-    expect(finalAnswer("<think>Answer: A</think>\n\nAnswer: B")).toBe("Answer: B");
-    expect(finalAnswer("<think>Answer: A, still thinking")).toBe("");
-    expect(finalAnswer("Answer: C")).toBe("Answer: C");
+describe("--limit: a seeded, stratified sample", () => {
+  // 60 items sorted by stratum, as the published files are (by subject, by date).
+  const items: EvalItem[] = [
+    ...Array.from({ length: 30 }, (_, i) => ({ id: `alg-${i}`, stratum: "Algebra", messages: [] })),
+    ...Array.from({ length: 20 }, (_, i) => ({ id: `geo-${i}`, stratum: "Geometry", messages: [] })),
+    ...Array.from({ length: 10 }, (_, i) => ({ id: `num-${i}`, stratum: "Number Theory", messages: [] })),
+  ];
+  const strata = (sample: EvalItem[]) => Object.fromEntries(["Algebra", "Geometry", "Number Theory"].map((s) => [s, sample.filter((i) => i.stratum === s).length]));
+
+  it("keeps the strata in proportion, not the first rows", () => {
+    expect(strata(stratifiedSample(items, 6, 0, "math_500"))).toEqual({ Algebra: 3, Geometry: 2, "Number Theory": 1 });
+    // 7 × (1/2, 1/3, 1/6) = 3.5, 2.33, 1.17: the leftover item goes to the largest remainder.
+    expect(strata(stratifiedSample(items, 7, 0, "math_500"))).toEqual({ Algebra: 4, Geometry: 2, "Number Theory": 1 });
+    const sample = stratifiedSample(items, 6, 0, "math_500");
+    expect(sample.map((i) => i.id)).not.toEqual(items.slice(0, 6).map((i) => i.id));
+    // File order is kept.
+    expect(sample).toEqual(items.filter((item) => sample.includes(item)));
   });
 
-  it("reads GPQA letters as simple-evals does, last match wins", () => {
-    expect(extractGpqaLetter("so...\nAnswer: C")).toBe("C");
-    expect(extractGpqaLetter("answer: $b$")).toBe("B");
-    expect(extractGpqaLetter("**Answer:** D")).toBe("D");
-    expect(extractGpqaLetter("Answer: $\\boxed{A}$")).toBe("A");
-    expect(extractGpqaLetter("Answer: A is tempting.\nAnswer: D")).toBe("D");
-    expect(extractGpqaLetter("Answer: E")).toBeNull();
-    expect(extractGpqaLetter("I think it is B")).toBeNull();
-  });
-
-  it("reads MMLU-Pro letters A–J with TIGER-Lab's cascade", () => {
-    expect(extractMmluProLetter("... so the answer is (J).")).toBe("J");
-    expect(extractMmluProLetter("the answer is C")).toBe("C");
-    expect(extractMmluProLetter("Answer: (G)")).toBe("G");
-    expect(extractMmluProLetter("B looks wrong, and E is right")).toBe("E");
-    expect(extractMmluProLetter("the answer is (K)")).toBeNull();
-    expect(extractMmluProLetter("no letter here")).toBeNull();
-  });
-
-  it("takes the last complete fenced code block", () => {
-    expect(extractCode("draft:\n```python\nprint(1)\n```\nfinal:\n```python\nprint(2)\n```\n")).toBe("print(2)");
-    expect(extractCode("```python\nprint(1)\n```\nthen\n```python\nprint(2")).toBe("print(1)");
-    expect(extractCode("print(3)")).toBeNull();
-  });
-});
-
-describe("stdout comparison (LiveCodeBench rule)", () => {
-  it("strips lines and accepts equal decimals", () => {
-    expect(stdoutMatches("8 5\n", "8 5")).toBe(true);
-    expect(stdoutMatches("  8   5  \n\n", "8 5\n")).toBe(true); // numbers compare token by token
-    expect(stdoutMatches("Yes  No", "Yes No")).toBe(false); // words compare as the whole line
-    expect(stdoutMatches("2.5\n", "2.50\n")).toBe(true);
-    expect(stdoutMatches("1e3", "1000")).toBe(true);
-    expect(stdoutMatches("2.51", "2.50")).toBe(false);
-    expect(stdoutMatches("1\n2", "1 2")).toBe(false);
-    expect(stdoutMatches("nan", "nan")).toBe(true); // identical text needs no number
-    expect(stdoutMatches("nan", "NaN")).toBe(false);
-    expect(canonicalDecimal("-0.000")).toBe("0");
-    expect(canonicalDecimal("1_000")).toBe(canonicalDecimal("1000"));
-    expect(canonicalDecimal("abc")).toBeNull();
+  it("is the same for the same seed, and another for another seed", () => {
+    const ids = (seed: number) => stratifiedSample(items, 6, seed, "math_500").map((i) => i.id);
+    expect(ids(0)).toEqual(ids(0));
+    expect(ids(1)).not.toEqual(ids(0));
+    expect(stratifiedSample(items, 100, 0, "math_500")).toEqual(items);
+    // Membership depends on the item, not on the other rows: a shuffled file gives the same sample.
+    expect(new Set(stratifiedSample([...items].reverse(), 6, 0, "math_500").map((i) => i.id))).toEqual(new Set(ids(0)));
   });
 });
 
 describe("benchmark readers on the fixtures", () => {
-  it("reads GPQA-Diamond CSV, shuffles with a fixed seed and keeps the correct answer's letter", async () => {
-    const items = await gpqaDiamond.load(join(FIXTURES, "gpqa_diamond.csv"));
-    expect(items.map((item) => item.id)).toEqual(["fixture-phys-1", "fixture-chem-1", "fixture-chem-2"]);
-    for (const item of items) {
+  let python: PythonWorker;
+  let context: LoadContext;
+  beforeAll(() => {
+    python = PythonWorker.start();
+    context = { python, lcbWindow: V6_WINDOW, log: () => undefined };
+  });
+  afterAll(() => python.close());
+
+  it("reads GPQA-Diamond CSV and orders the answers as simple-evals does (random.Random(0), one sample per row)", async () => {
+    const items = await gpqaDiamond.load(join(FIXTURES, "gpqa_diamond.csv"), context);
+    expect(items.map((item) => item.id)).toEqual(["recFixture00001", "recFixture00002", "recFixture00003", "recFixture00004", "recFixture00005", "recFixture00006"]);
+    expect(items.map((item) => item.stratum)).toEqual(["Physics", "Physics", "Chemistry", "Chemistry", "Biology", "Biology"]);
+    // Python: r = random.Random(0); [r.sample(range(4), 4) for _ in range(6)]
+    const orders = JSON.parse(
+      execFileSync(venvPython(), ["-c", "import json, random\nr = random.Random(0)\nprint(json.dumps([r.sample(range(4), 4) for _ in range(6)]))"], { encoding: "utf8" }),
+    ) as number[][];
+    const correct = ["19.6 m", "4 A", "Nitrogen", "2", "tRNA", "1/4"];
+    items.forEach((item, row) => {
       const prompt = item.messages[0]!.content;
       expect(prompt).toMatch(/^Answer the following multiple choice question\. The last line of your response should be of the following format: 'Answer: \$LETTER'/);
-      const line = prompt.split("\n").find((text) => text.startsWith(`${item.correctLetter}) `));
-      expect(line).toBeDefined();
-      expect(["19.6 m", "Nitrogen", "2"]).toContain(line!.slice(3));
-    }
-    expect(items[2]!.messages[0]!.content).toContain('counting "every" carbon');
-    expect(await gpqaDiamond.load(join(FIXTURES, "gpqa_diamond.csv"))).toEqual(items);
-    expect(seededPermutation("x", 4).sort()).toEqual([0, 1, 2, 3]);
+      expect(item.correctLetter).toBe("ABCD"[orders[row]!.indexOf(0)]);
+      expect(prompt.split("\n")).toContain(`${item.correctLetter}) ${correct[row]}`);
+    });
+    expect(items[3]!.messages[0]!.content).toContain('counting "every" carbon');
   });
 
-  it("names the file and the fix for a malformed CSV", async () => {
-    const dir = work;
-    writeFileSync(join(dir, "gpqa_diamond.csv"), "Question,Correct Answer\nq,a\n");
-    await expect(gpqaDiamond.load(join(dir, "gpqa_diamond.csv"))).rejects.toThrow(/gpqa_diamond\.csv: missing column\(s\) Incorrect Answer 1/);
-    writeFileSync(join(dir, "math_500.jsonl"), '{"problem": "p", "answer": "1"}\nnot json\n');
-    await expect(math500.load(join(dir, "math_500.jsonl"))).rejects.toThrow(/math_500\.jsonl:2: not valid JSON/);
+  it("names the file and the fix for a malformed CSV or JSON line", async () => {
+    writeFileSync(join(work, "gpqa_diamond.csv"), "Question,Correct Answer\nq,a\n");
+    await expect(gpqaDiamond.load(join(work, "gpqa_diamond.csv"), context)).rejects.toThrow(/gpqa_diamond\.csv: missing column\(s\) Incorrect Answer 1/);
+    writeFileSync(join(work, "math_500.jsonl"), '{"problem": "p", "answer": "1"}\nnot json\n');
+    await expect(math500.load(join(work, "math_500.jsonl"), context)).rejects.toThrow(/math_500\.jsonl:2: not valid JSON/);
   });
 
-  it("reads MMLU-Pro from JSON lines and from parquet alike", async () => {
-    const fromJsonl = await mmluPro.load(join(FIXTURES, "mmlu_pro.jsonl"));
-    const fromParquet = await mmluPro.load(join(FIXTURES, "parquet", "mmlu_pro.parquet"));
+  it("reads MMLU-Pro from the parquet and JSON lines alike, dropping N/A options", async () => {
+    const fromParquet = await mmluPro.load(join(FIXTURES, "mmlu_pro.parquet"), context);
+    const fromJsonl = await mmluPro.load(join(FIXTURES, "jsonl", "mmlu_pro.jsonl"), context);
     expect(fromParquet).toEqual(fromJsonl);
-    expect(fromJsonl.map((item) => item.answerLetter)).toEqual(["C", "B", "C"]);
-    expect(fromJsonl[0]!.messages[0]!.content).toContain("\nJ. 11");
-    expect(fromJsonl[2]!.messages[0]!.content).not.toContain("\nD. ");
-    expect((await mmluPro.load(join(FIXTURES, "mmlu_pro.jsonl"), 2)).length).toBe(2);
+    expect(fromParquet.map((item) => [item.id, item.answerLetter, item.optionCount, item.stratum])).toEqual([
+      ["90001", "C", 10, "math"],
+      ["90002", "B", 4, "physics"],
+      ["90003", "C", 3, "engineering"],
+      ["90004", "B", 8, "law"],
+      ["90005", "E", 10, "biology"],
+      ["90006", "J", 10, "history"],
+    ]);
+    expect(fromParquet[0]!.messages[0]!.content).toContain("\nJ. 11");
+    expect(fromParquet[1]!.messages[0]!.content).not.toContain("N/A");
   });
 
-  it("reads LiveCodeBench with the official prompt for stdin and functional problems", async () => {
-    const items = await liveCodeBench.load(join(FIXTURES, "livecodebench_v6.jsonl"));
-    expect(items.map((item) => [item.id, item.funcName])).toEqual([
-      ["fixture_abc001_a", null],
-      ["fixture_9001", "countVowels"],
-      ["fixture_abc001_b", null],
+  it("guesses for an answer without a letter, repeatably and among the item's own options", async () => {
+    const [hexagon] = await mmluPro.load(join(FIXTURES, "mmlu_pro.parquet"), context);
+    const graded = await mmluPro.grade(hexagon!, "Hard to say.", { python, runCode: () => Promise.reject(new Error("unused")) });
+    expect(graded.extracted).toBeNull();
+    expect(graded.detail).toBe(`no letter in the answer; guessed ${guessedLetter(hexagon!)}`);
+    expect(graded.correct).toBe(guessedLetter(hexagon!) === "C");
+    const guesses = new Set(Array.from({ length: 200 }, (_, i) => guessedLetter({ id: String(i), optionCount: 3 })));
+    expect(guesses).toEqual(new Set(["A", "B", "C"]));
+  });
+
+  it("reads LiveCodeBench with the official prompt, inside the v6 contest_date window", async () => {
+    const logs: string[] = [];
+    const items = await liveCodeBench.load(join(FIXTURES, "livecodebench_v6.jsonl"), { ...context, log: (line) => logs.push(line) });
+    expect(items.map((item) => [item.id, item.funcName, item.stratum])).toEqual([
+      ["fixture_abc390_a", null, "easy"],
+      ["fixture_abc392_b", null, "medium"],
+      ["fixture_abc395_c", null, "hard"],
+      ["fixture_3501", "countVowels", "easy"],
+      ["fixture_3502", "digitSum", "easy"],
+      ["fixture_3503", "joinValues", "medium"],
     ]);
-    expect(items[0]!.messages[0]!.role).toBe("system");
-    expect(items[0]!.messages[1]!.content).toContain("### Format: Read the inputs from stdin solve the problem");
-    expect(items[1]!.messages[1]!.content).toContain("```python\nclass Solution:\n    def countVowels(self, s: str) -> int:\n        \n```");
-    expect(items[1]!.messages[1]!.content.endsWith("### Answer: (use the provided format with backticks)\n\n")).toBe(true);
+    expect(logs).toEqual(["livecodebench_v6: 6 of 8 rows have a contest_date in 2025-02-01..2025-05-01"]);
+    expect((await liveCodeBench.load(join(FIXTURES, "livecodebench_v6.jsonl"), { ...context, lcbWindow: null })).length).toBe(8);
+    const system = items[0]!.messages[0]!;
+    expect(system).toEqual({
+      role: "system",
+      content: "You are an expert Python programmer. You will be given a question (problem specification) and will generate a correct Python program that matches the specification and passes all tests.",
+    });
+    expect(items[0]!.messages[1]!.content).toContain(
+      "### Format: Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test on the sample inputs). " +
+        "Enclose your code within delimiters as follows. Ensure that when the python program runs, it reads the inputs, runs the algorithm and writes output to STDOUT.\n```python\n# YOUR CODE HERE\n```\n\n",
+    );
+    expect(items[3]!.messages[1]!.content).toContain("```python\nclass Solution:\n    def countVowels(self, s: str) -> int:\n        \n```");
+    expect(items[3]!.messages[1]!.content.endsWith("### Answer: (use the provided format with backticks)\n\n")).toBe(true);
+  });
+
+  it("applies the window as lcb_runner does: both ends included, each at midnight", () => {
+    expect(inWindow("2025-02-01T00:00:00", V6_WINDOW, "x")).toBe(true);
+    expect(inWindow("2025-01-31T23:59:59", V6_WINDOW, "x")).toBe(false);
+    expect(inWindow("2025-05-01T00:00:00", V6_WINDOW, "x")).toBe(true);
+    expect(inWindow("2025-05-01T12:00:00", V6_WINDOW, "x")).toBe(false);
+    expect(() => inWindow("soon", V6_WINDOW, "row 3")).toThrow(/row 3: "contest_date" "soon" is not an ISO date/);
   });
 });
 
@@ -146,38 +174,28 @@ describe("graders that need Python", () => {
   let items: CodeItem[];
   beforeAll(async () => {
     python = PythonWorker.start();
-    items = await liveCodeBench.load(join(FIXTURES, "livecodebench_v6.jsonl"));
+    items = await liveCodeBench.load(join(FIXTURES, "livecodebench_v6.jsonl"), { python, lcbWindow: V6_WINDOW, log: () => undefined });
   });
   afterAll(() => python.close());
-  const runCode = (code: string, tests: Parameters<typeof runCodeTests>[1], funcName: string | null) =>
-    runCodeTests(code, tests, funcName, { python: "/usr/bin/python3" });
+  const runCode = (code: string, tests: CodeTest[], funcName: string | null, timeoutMs?: number) =>
+    runCodeTests(code, tests, funcName, {
+      python: "/usr/bin/python3",
+      compare: (produced, expected) => python.compareOutput(produced, expected),
+      ...(timeoutMs === undefined ? {} : { limits: { timeoutMs } }),
+    });
+  const grade = (item: CodeItem, answer: string) => liveCodeBench.grade(item, answer, { python, runCode });
+  const stdin = (pairs: [string, string][]): CodeTest[] => pairs.map(([input, output]) => ({ input, output, testtype: "stdin" }));
+  const functional = (pairs: [string, string][]): CodeTest[] => pairs.map(([input, output]) => ({ input, output, testtype: "functional" }));
 
   it("grades MATH answers by equivalence with math-verify", async () => {
-    const cases: [string, string, boolean][] = [
-      ["\\frac{3}{4}", "so it is \\boxed{0.75}", true],
-      ["\\frac{3}{4}", "\\boxed{\\dfrac{6}{8}}", true],
-      ["[1,2)", "The set is $\\boxed{[1, 2)}$.", true],
-      ["[1,2)", "\\boxed{[1, 2]}", false],
-      ["x^2+2x", "\\boxed{2x + x^2}", true],
-      ["50", "Check: $7 \\cdot 8 = 56$, so $\\boxed{50}$.", true],
-      // math-verify reads several boxed answers as one set: hedging is wrong.
-      ["50", "\\boxed{49} or \\boxed{50}", false],
-      ["50", "\\boxed{51}", false],
-      ["50", "no idea", false],
-    ];
-    for (const [gold, answer, correct] of cases) {
-      expect((await python.gradeMath(gold, answer)).correct, `${gold} vs ${answer}`).toBe(correct);
-    }
-    const [first] = await math500.load(join(FIXTURES, "math_500.jsonl"));
+    const [first] = await math500.load(join(FIXTURES, "math_500.jsonl"), { python, lcbWindow: null, log: () => undefined });
     expect(await math500.grade(first!, "7*8-6 = \\boxed{50}", { python, runCode })).toMatchObject({ correct: true, extracted: "50" });
+    expect(await math500.grade(first!, "\\boxed{49} or \\boxed{50}", { python, runCode })).toMatchObject({ correct: false });
   });
 
   it("decodes pickled private tests and refuses pickles that name code", async () => {
     const tests = await python.decodeTests(items[0]!.privateTests);
-    expect(tests).toEqual([
-      { input: "1\n-7\n", output: "-7 -7\n", testtype: "stdin" },
-      { input: "4\n10 -3 10 0\n", output: "17 10\n", testtype: "stdin" },
-    ]);
+    expect(tests).toEqual(stdin([["1\n-7\n", "-7 -7\n"], ["4\n10 -3 10 0\n", "17 10\n"]]));
     const marker = join(work, "pickle-ran");
     const hostile = execFileSync(venvPython(), [
       "-c",
@@ -187,29 +205,114 @@ describe("graders that need Python", () => {
     expect(existsSync(marker)).toBe(false);
   });
 
-  it("passes a correct stdin program and fails wrong, crashing and silent ones", async () => {
-    const [sumMax, , mean] = items;
-    const context = { python, runCode };
-    const right = "```python\nn = int(input())\na = list(map(int, input().split()))\nprint(sum(a), max(a))\n```";
-    expect(await liveCodeBench.grade(sumMax!, right, context)).toMatchObject({ correct: true, detail: "3 tests passed" });
-    const wrongOnPrivate = "```python\ninput()\nprint(8, 5)\n```";
-    expect(await liveCodeBench.grade(sumMax!, wrongOnPrivate, context)).toMatchObject({ correct: false, detail: "test 2: wrong answer" });
-    const crash = "```python\nraise ValueError('boom')\n```";
-    expect((await liveCodeBench.grade(sumMax!, crash, context)).detail).toMatch(/test 1: runtime error \(exit 1\): ValueError: boom/);
-    expect(await liveCodeBench.grade(sumMax!, "I would loop over the numbers.", context)).toMatchObject({ correct: false, extracted: null });
-    const meanProgram = "```python\nn = int(input())\na = list(map(int, input().split()))\nprint(sum(a) / n)\n```";
-    expect(await liveCodeBench.grade(mean!, meanProgram, context)).toMatchObject({ correct: true });
+  it("compares stdout by the runner's rule: stripped lines, equal as text or as Decimals", async () => {
+    const cases: [string, string, boolean][] = [
+      ["8 5\n", "8 5", true],
+      ["  8   5  \n\n", "8 5\n", true],
+      ["Yes  No", "Yes No", false],
+      ["2.5\n", "2.50\n", true],
+      ["1e3", "1000", true],
+      ["2.51", "2.50", false],
+      ["1\n2", "1 2", false],
+      ["nan", "nan", true],
+      ["NaN", "nan", false],
+      ["-0.000", "0", true],
+      ["1_000", "1000", true],
+      ["Infinity", "inf", true],
+      ["100000000000000000001", "100000000000000000000", false],
+    ];
+    for (const [got, expected, pass] of cases) {
+      expect((await python.compareOutput({ kind: "stdin", output: got }, expected)).pass, `${JSON.stringify(got)} vs ${JSON.stringify(expected)}`).toBe(pass);
+    }
   });
 
-  it("calls LeetCode-style methods with the runner's imports and compares in Python", async () => {
-    const vowels = items[1]!;
-    const context = { python, runCode };
+  it("passes a correct stdin program and fails wrong, crashing and silent ones", async () => {
+    const [sumMax, mean] = items;
+    const right = "```python\nn = int(input())\na = list(map(int, input().split()))\nprint(sum(a), max(a))\n```";
+    expect(await grade(sumMax!, right)).toMatchObject({ correct: true, detail: "3 tests passed" });
+    expect(await grade(sumMax!, "```python\ninput()\nprint(8, 5)\n```")).toMatchObject({ correct: false, detail: "test 2: wrong answer (line 1 differs)" });
+    expect((await grade(sumMax!, "```python\nraise ValueError('boom')\n```")).detail).toBe("test 1: runtime error: ValueError: boom");
+    expect(await grade(sumMax!, "I would loop over the numbers.")).toMatchObject({ correct: false, extracted: null });
+    expect((await grade(sumMax!, "```python\nprint(1\n```")).detail).toMatch(/^the program did not load: SyntaxError/);
+    const meanProgram = "```python\nn = int(input())\na = list(map(int, input().split()))\nprint(sum(a) / n)\n```";
+    expect(await grade(mean!, meanProgram)).toMatchObject({ correct: true });
+  });
+
+  it("hands functional arguments to Python as written: big integers and floats arrive intact", async () => {
+    const digitSum = items[4]!;
+    const right = "```python\nclass Solution:\n    def digitSum(self, n: int) -> int:\n        return sum(map(int, str(n)))\n```";
+    expect(await grade(digitSum, right)).toMatchObject({ correct: true, detail: "3 tests passed" });
+    const joinValues = items[5]!;
+    const join = "```python\nclass Solution:\n    def joinValues(self, values: List[float]) -> str:\n        return ' '.join(map(str, values))\n```";
+    expect(await grade(joinValues, join)).toMatchObject({ correct: true, detail: "3 tests passed" });
+    const echo = "class Solution:\n    def f(self, a, b):\n        return [repr(a), repr(b)]";
+    const verdict = await runCode(echo, functional([["999999999999999999\n[1.0, 2.5]", '["999999999999999999", "[1.0, 2.5]"]']]), "f");
+    expect(verdict).toEqual({ passed: true, testsRun: 1 });
+    const huge = await runCode(echo, functional([["12345678901234567890\n-0.0", '["12345678901234567890", "-0.0"]']]), "f");
+    expect(huge).toEqual({ passed: true, testsRun: 1 });
+  });
+
+  it("gives programs the runner's imports: stdin, setrecursionlimit, findall, StringIO, loads need no import", async () => {
+    const numbers = items[2]!;
+    const program = [
+      "```python",
+      "setrecursionlimit(10000)",
+      "n = int(stdin.readline())",
+      "for _ in range(n):",
+      "    line = stdin.readline()",
+      "    found = [int(x) for x in findall(r'-?\\d+', line)]",
+      "    print(len(found), sum(found))",
+      "```",
+    ].join("\n");
+    expect(await grade(numbers, program)).toMatchObject({ correct: true, detail: "3 tests passed" });
+    const buffered = "buf = StringIO(sys.stdin.read())\nrows = loads(buf.readline())\nprint(sum(rows))";
+    expect(await runCode(buffered, stdin([["[1, 2, 3]\n", "6\n"]]), null)).toEqual({ passed: true, testsRun: 1 });
+  });
+
+  it("runs stdin programs as the runner does: top-level code in one function, stdin mocked", async () => {
+    const tests = stdin([["2\n3 4\n", "7\n"], ["1\n5\n", "5\n"]]);
+    const guarded = "def main():\n    input()\n    print(sum(map(int, input().split())))\n\nif __name__ == '__main__':\n    main()";
+    expect(await runCode(guarded, tests, null)).toEqual({ passed: true, testsRun: 2 });
+    expect(await runCode("import sys\ndata = sys.stdin.buffer.read().split()\nprint(sum(map(int, data[1:])))", tests, null)).toEqual({ passed: true, testsRun: 2 });
+    expect(await runCode("input()\nprint(sum(map(int, input().split())))\nexit()", tests, null)).toEqual({ passed: true, testsRun: 2 });
+    // The runner's stand-in for sys.stdin cannot be iterated; `open` is the real one, bound by its
+    // `from builtins import *` before open() is mocked; `global` names a module variable that the
+    // wrapping turned into a local: all three fail there, so they fail here.
+    expect((await runCode("import sys\nprint(sum(map(int, open(0).read().split()[1:])))", tests, null)).failure).toBe("test 1: wrong answer (line 1 differs)");
+    expect((await runCode("import sys\nprint(sum(int(x) for line in list(sys.stdin)[1:] for x in line.split()))", tests, null)).failure).toMatch(
+      /^test 1: runtime error: TypeError: 'StdinStandIn' object is not iterable/,
+    );
+    const global = "total = 0\ndef add(x):\n    global total\n    total += x\ninput()\nfor v in input().split():\n    add(int(v))\nprint(total)";
+    expect((await runCode(global, tests, null)).failure).toMatch(/^test 1: runtime error: NameError/);
+    // The runner's reliability guard: os.getcwd is gone, `resource` cannot be imported.
+    expect((await runCode("import os\nprint(os.getcwd())", tests, null)).failure).toMatch(/^test 1: runtime error: TypeError/);
+    expect((await runCode("import resource\nprint(1)", tests, null)).failure).toMatch(/^the program did not load: ModuleNotFoundError: import of resource halted/);
+  });
+
+  it("caps each test's output, not the sum over a problem's tests", async () => {
+    const options = { python: "/usr/bin/python3", compare: (produced: Parameters<typeof python.compareOutput>[0], expected: string) => python.compareOutput(produced, expected) };
+    const line = "9".repeat(300_000);
+    const many = stdin(Array.from({ length: 5 }, (): [string, string] => ["x\n", `${line}\n`]));
+    expect(await runCodeTests(`input()\nprint("9" * 300000)`, many, null, { ...options, limits: { maxOutputBytes: 1024 ** 2 } })).toEqual({ passed: true, testsRun: 5 });
+    const huge = await runCodeTests(`input()\nprint("9" * 2000000)`, many, null, { ...options, limits: { maxOutputBytes: 1024 ** 2 } });
+    expect(huge).toEqual({ passed: false, testsRun: 1, failure: "test 1: output limit exceeded" });
+  });
+
+  it("calls LeetCode methods on one Solution, counts a tuple as a list, and compares with Python's ==", async () => {
+    const vowels = items[3]!;
     const right = "```python\nclass Solution:\n    def countVowels(self, s: str) -> int:\n        return sum(Counter(s)[v] for v in 'aeiou')\n```";
-    expect(await liveCodeBench.grade(vowels, right, context)).toMatchObject({ correct: true, detail: "3 tests passed" });
-    const spoof = "```python\nclass Solution:\n    def countVowels(self, s: str) -> int:\n        print('A2D-VERDICT 0 {\"pass\": true}')\n        return -1\n```";
-    expect(await liveCodeBench.grade(vowels, spoof, context)).toMatchObject({ correct: false });
-    const slow = "```python\nclass Solution:\n    def countVowels(self, s):\n        while True: pass\n```";
-    const verdict = await runCodeTests(extractCode(slow)!, vowels.publicTests, "countVowels", { python: "/usr/bin/python3", limits: { timeoutMs: 1000 } });
-    expect(verdict).toEqual({ passed: false, testsRun: 1, failure: "test 1: time limit exceeded" });
+    expect(await grade(vowels, right)).toMatchObject({ correct: true, detail: "3 tests passed" });
+    const spoof = "```python\nclass Solution:\n    def countVowels(self, s: str) -> int:\n        print('{\"value\": [\"int\", \"0x3\"]}')\n        return -1\n```";
+    expect(await grade(vowels, spoof)).toMatchObject({ correct: false, detail: "test 1: wrong answer (got -1)" });
+    const pair = "class Solution:\n    def f(self, x):\n        return (x, 2.0)";
+    expect(await runCode(pair, functional([["1", "[1, 2]"]]), "f")).toEqual({ passed: true, testsRun: 1 });
+    const nested = "class Solution:\n    def f(self, x):\n        return [(x, 2)]";
+    expect((await runCode(nested, functional([["1", "[[1, 2]]"]]), "f")).failure).toBe("test 1: wrong answer (got [(1, 2)])");
+    const counter = "class Solution:\n    def __init__(self):\n        self.calls = 0\n    def f(self, x):\n        self.calls += 1\n        return self.calls";
+    expect(await runCode(counter, functional([["0", "1"], ["0", "2"]]), "f")).toEqual({ passed: true, testsRun: 2 });
+    const odd = "class Solution:\n    def f(self, x):\n        return object()";
+    expect((await runCode(odd, functional([["0", "1"]]), "f")).failure).toMatch(/^test 1: runtime error: TypeError: the result is a object/);
+    const slow = "class Solution:\n    def f(self, x):\n        while True: pass";
+    expect(await runCode(slow, functional([["1", "1"]]), "f", 1000)).toEqual({ passed: false, testsRun: 1, failure: "test 1: time limit exceeded" });
   });
 });

@@ -9,6 +9,7 @@ import { createServer, type AddressInfo, type Server } from "node:net";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
+import { runCodeTests } from "../eval/code-tests.js";
 import { runSandboxed } from "../eval/sandbox.js";
 import { ensureEvalBuilt } from "./eval-build.js";
 import { ROOT } from "./server-harness.js";
@@ -113,6 +114,81 @@ runSandboxed({ files: { "main.py": "import os, time\\nos.fork()\\nprint('up', fl
       expect(outcome[target]).not.toBe("written");
       expect(existsSync(target)).toBe(false);
     }
+  });
+
+  it("sees only its own processes in a private /proc", async () => {
+    const result = await py(
+      "import json, os\npids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n" +
+        "print(json.dumps({'pids': pids, 'init': open('/proc/1/cmdline').read().split('\\0')[0]}))",
+    );
+    const seen = JSON.parse(result.stdout) as { pids: number[]; init: string };
+    // sh (PID 1 of the namespace), setpriv/prlimit/env exec'd into python: two processes at most.
+    expect(seen.pids.length).toBeLessThanOrEqual(3);
+    expect(seen.pids).not.toContain(process.pid);
+    expect(seen.init).toBe("/bin/sh");
+  });
+
+  it("sees a minimal read-only root: no host files, nothing writable but /work", async () => {
+    const probe = [
+      "import json, os",
+      "out = {'root': sorted(os.listdir('/')), 'cwd': os.getcwd()}",
+      `for p in ["/etc/passwd", "/root", "/home", ${JSON.stringify(ROOT)}, "/tmp"]:`,
+      "    out[p] = os.path.exists(p)",
+      "for p in ['/usr/x', '/x', '/dev/x', '/proc/x']:",
+      "    try:",
+      "        open(p, 'w'); out[p] = 'written'",
+      "    except OSError as e:",
+      "        out[p] = e.errno",
+      "open('/work/scratch', 'w').write('ok'); out['work'] = open('/work/scratch').read()",
+      "print(json.dumps(out))",
+    ].join("\n");
+    const seen = JSON.parse((await py(probe)).stdout) as Record<string, unknown>;
+    expect(seen.root).toEqual(expect.arrayContaining(["dev", "proc", "usr", "work"]));
+    expect((seen.root as string[]).filter((name) => !["bin", "dev", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "usr", "work"].includes(name))).toEqual([]);
+    expect(seen.cwd).toBe("/work");
+    for (const path of ["/etc/passwd", "/root", "/home", ROOT, "/tmp"]) expect(seen[path], path).toBe(false);
+    for (const path of ["/usr/x", "/x", "/dev/x", "/proc/x"]) expect(seen[path], path).not.toBe("written");
+    expect(seen.work).toBe("ok");
+  });
+
+  it("cannot read the expected output of a functional test: it is compared outside", async () => {
+    const secret = `a2d-secret-${randomBytes(8).toString("hex")}`;
+    // Looks everywhere it can for the expected answer, and returns it if found.
+    const hunter = [
+      "import os, re",
+      "class Solution:",
+      "    def answer(self, x):",
+      "        for top, dirs, files in os.walk('/'):",
+      "            if top.startswith(('/proc', '/sys', '/usr', '/dev')):",
+      "                dirs[:] = []",
+      "                continue",
+      "            for name in files:",
+      "                try:",
+      "                    found = re.search(r'a2d-secret-[0-9a-f]{16}', open(os.path.join(top, name), errors='ignore').read())",
+      "                except OSError:",
+      "                    continue",
+      "                if found:",
+      "                    return found.group(0)",
+      "        for pid in os.listdir('/proc'):",
+      "            try:",
+      "                found = re.search(r'a2d-secret-[0-9a-f]{16}', open(f'/proc/{pid}/cmdline', errors='ignore').read() + open(f'/proc/{pid}/environ', errors='ignore').read())",
+      "            except OSError:",
+      "                continue",
+      "            if found:",
+      "                return found.group(0)",
+      "        return 'not found'",
+    ].join("\n");
+    const compared: string[] = [];
+    const verdict = await runCodeTests(hunter, [{ input: "1", output: JSON.stringify(secret), testtype: "functional" }], "answer", {
+      python: PYTHON,
+      compare: async (produced, expected) => {
+        compared.push(expected);
+        const value = produced.kind === "functional" ? (produced.value as [string, string])[1] : null;
+        return { pass: value === JSON.parse(expected) };
+      },
+    });
+    expect(compared).toEqual([JSON.stringify(secret)]);
+    expect(verdict).toEqual({ passed: false, testsRun: 1, failure: "test 1: wrong answer" });
   });
 
   it("caps memory and output", async () => {

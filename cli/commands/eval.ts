@@ -3,6 +3,8 @@ import { existsSync } from "node:fs";
 
 import { InvalidArgumentError, type Command } from "commander";
 
+import { V6_WINDOW } from "../../eval/benchmarks/livecodebench.js";
+import type { DateWindow } from "../../eval/benchmarks/types.js";
 import { BENCHMARK_NAMES, isBenchmarkName, type BenchmarkName } from "../../eval/normalize.js";
 import { formatReport } from "../../eval/report.js";
 import { runEval, type EvalOptions } from "../../eval/run-eval.js";
@@ -31,6 +33,16 @@ export function jsonObject(value: string): Record<string, unknown> {
   return parsed as Record<string, unknown>;
 }
 
+/** --lcb-dates FROM..TO (YYYY-MM-DD, both included) or "all". */
+export function dateWindow(value: string): DateWindow | null {
+  if (value === "all") return null;
+  const match = /^(\d{4}-\d{2}-\d{2})\.\.(\d{4}-\d{2}-\d{2})$/.exec(value.trim());
+  if (match === null || match[1]! > match[2]!) {
+    throw new InvalidArgumentError(`expected FROM..TO with FROM <= TO, e.g. ${V6_WINDOW.from}..${V6_WINDOW.to}, or "all"`);
+  }
+  return { from: match[1]!, to: match[2]! };
+}
+
 function benchmarkList(value: string): BenchmarkName[] {
   const names = value.split(",").map((name) => name.trim()).filter(Boolean);
   const unknown = names.filter((name) => !isBenchmarkName(name));
@@ -43,7 +55,7 @@ function benchmarkList(value: string): BenchmarkName[] {
 /** Flags that are runEval options under the same name; the rest are renamed or converted below. */
 type SharedFlags = Pick<
   EvalOptions,
-  "url" | "limit" | "concurrency" | "maxTokens" | "temperature" | "topP" | "seed" | "extraBody" | "model" | "apiKey" | "graderPython"
+  "url" | "limit" | "sampleSeed" | "concurrency" | "maxTokens" | "temperature" | "topP" | "seed" | "extraBody" | "model" | "apiKey" | "graderPython"
 >;
 
 interface EvalFlags extends SharedFlags {
@@ -54,6 +66,8 @@ interface EvalFlags extends SharedFlags {
   details?: string;
   python: string;
   codeTimeout: number;
+  idleTimeout: number;
+  lcbDates: DateWindow | null;
   progress: boolean;
 }
 
@@ -64,8 +78,10 @@ export function register(program: Command): void {
     .requiredOption("--url <url>", "server base URL, e.g. http://127.0.0.1:8000")
     .requiredOption("--data <dir>", "folder with gpqa_diamond.csv, math_500.jsonl, livecodebench_v6.jsonl, mmlu_pro.jsonl|.parquet")
     .option("--bench <list>", `comma-separated subset of ${BENCHMARK_NAMES.join(",")} (default: every file found)`, benchmarkList)
-    .option("--limit <n>", "first N items of each benchmark", positiveInt)
-    .option("--concurrency <n>", "requests in flight", positiveInt, 8)
+    .option("--limit <n>", "a seeded sample of N items of each benchmark, stratified by subject/domain/difficulty", positiveInt)
+    .option("--sample-seed <n>", "seed of the --limit sample", (value) => Math.trunc(nonNegativeNumber(value)), 0)
+    .option("--lcb-dates <from..to>", `LiveCodeBench contest_date window, both days included, or "all"`, dateWindow, V6_WINDOW)
+    .option("--concurrency <n>", "requests in flight (never more than /health's queue.max_running)", positiveInt, 8)
     .option("--max-tokens <n>", "max_tokens per request (reasoning included)", positiveInt, 32768)
     .option("--temperature <t>", "sampling temperature (default: the server's)", nonNegativeNumber)
     .option("--top-p <p>", "nucleus sampling mass (default: the server's)", nonNegativeNumber)
@@ -79,10 +95,11 @@ export function register(program: Command): void {
     .option("--python <path>", "interpreter for model-written code, run as nobody in the sandbox", "/usr/bin/python3")
     .option("--grader-python <path>", "Python with math-verify (default: the project's .venv)")
     .option("--code-timeout <seconds>", "time limit per LiveCodeBench test", nonNegativeNumber, 6)
+    .option("--idle-timeout <seconds>", "longest silence of a stream once it has sent a token or a heartbeat", positiveInt, 600)
     .option("--no-progress", "no progress bar")
     .action(async (flags: EvalFlags) => {
       if (!existsSync(flags.python)) throw new Error(`--python ${flags.python} does not exist; pass an interpreter path every user can run`);
-      const { data, bench, json, cache, details, python, codeTimeout, progress, ...shared } = flags;
+      const { data, bench, json, cache, details, python, codeTimeout, idleTimeout, lcbDates, progress, ...shared } = flags;
       const run = await runEval({
         ...shared,
         dataDir: data,
@@ -92,9 +109,11 @@ export function register(program: Command): void {
         detailsFile: details,
         codePython: python,
         codeLimits: { timeoutMs: codeTimeout * 1000 },
+        idleTimeoutMs: idleTimeout * 1000,
+        lcbWindow: lcbDates,
         progress: progress && process.stderr.isTTY === true,
         log: (line) => process.stderr.write(`${line}\n`),
       });
-      process.stdout.write(json ? `${JSON.stringify(run.report)}\n` : formatReport(run.report, run.model));
+      process.stdout.write(json ? `${JSON.stringify({ ...run.report, run: run.record })}\n` : formatReport(run.report, run.record));
     });
 }

@@ -1,7 +1,6 @@
-// GPQA-Diamond as simple-evals runs it: the four answers shuffled with a fixed seed, the model asked to
-// end with `Answer: $LETTER`. The shuffle is seeded by the question text, so an item's letter order does
-// not depend on row order or --limit.
-import { createHash } from "node:crypto";
+// GPQA-Diamond as simple-evals runs it: the four answers put in the order simple-evals gives the row
+// (random.Random(0), one rng.sample(range(4), 4) per row in file order: its first repeat), the model
+// asked to end with `Answer: $LETTER`.
 import { readFile } from "node:fs/promises";
 
 import { parse } from "csv-parse/sync";
@@ -27,22 +26,13 @@ export function gpqaPrompt(question: string, choices: readonly string[]): string
   ].join("\n");
 }
 
-/** A permutation of 0..n-1 drawn from sha256(seed text): Fisher–Yates over the digest's 32-bit words. */
-export function seededPermutation(seedText: string, n: number): number[] {
-  const digest = createHash("sha256").update(seedText).digest();
-  const order = Array.from({ length: n }, (_, index) => index);
-  for (let i = n - 1; i > 0; i -= 1) {
-    const j = digest.readUInt32BE(((n - 1 - i) * 4) % 32) % (i + 1);
-    [order[i], order[j]] = [order[j]!, order[i]!];
-  }
-  return order;
-}
-
 export const gpqaDiamond: Benchmark<GpqaItem> = {
   name: "gpqa_diamond",
   files: ["gpqa_diamond.csv"],
+  fullSize: 198,
+  needsPython: true,
 
-  async load(file, limit) {
+  async load(file, context) {
     const records = parse(await readFile(file, "utf8"), { columns: true, skip_empty_lines: true, bom: true }) as Record<string, string>[];
     const first = records[0];
     if (first === undefined) throw new Error(`${file}: no rows`);
@@ -50,18 +40,21 @@ export const gpqaDiamond: Benchmark<GpqaItem> = {
     if (missing.length > 0) {
       throw new Error(`${file}: missing column(s) ${missing.join(", ")}; expected the published GPQA CSV header`);
     }
-    return records.slice(0, limit).map((record, index) => {
-      const values = COLUMNS.map((column) => (record[column] ?? "").trim());
-      const empty = values.findIndex((value) => value === "");
+    if (context.python === null) throw new Error("internal: GPQA's answer order needs the Python grader");
+    const permutations = await context.python.gpqaPermutations(records.length);
+    return records.map((record, index) => {
+      const values = COLUMNS.map((column) => record[column] ?? "");
+      const empty = values.findIndex((value) => value.trim() === "");
       if (empty >= 0) throw new Error(`${file}: row ${index + 2} has an empty "${COLUMNS[empty]}"`);
       // answers[0] is the correct one.
       const [question, ...answers] = values as [string, ...string[]];
-      const order = seededPermutation(`gpqa:${question}`, 4);
-      const choices = order.map((source) => answers[source]!);
+      const choices = permutations[index]!.map((source) => answers[source]!);
       return {
         id: record["Record ID"]?.trim() || String(index + 1),
         messages: [{ role: "user", content: gpqaPrompt(question, choices) }],
-        correctLetter: LETTERS[order.indexOf(0)]!,
+        stratum: record["High-level domain"]?.trim() || "all",
+        // simple-evals: choices.index(correct answer), the first choice with that text.
+        correctLetter: LETTERS[choices.indexOf(answers[0]!)]!,
       };
     });
   },

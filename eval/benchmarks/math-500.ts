@@ -14,14 +14,17 @@ export function mathPrompt(problem: string): string {
 export const math500: Benchmark<MathItem> = {
   name: "math_500",
   files: ["math_500.jsonl"],
+  fullSize: 500,
+  needsPython: true,
 
-  async load(file, limit) {
-    const rows = await readJsonl(file, limit);
+  async load(file) {
+    const rows = await readJsonl(file);
     return rows.map((row, index) => {
       const where = `${file} row ${index + 1}`;
       return {
         id: idField(row, "unique_id", index + 1),
         messages: [{ role: "user", content: mathPrompt(stringField(row, "problem", where)) }],
+        stratum: typeof row.subject === "string" && row.subject !== "" ? row.subject : "all",
         gold: stringField(row, "answer", where),
       };
     });

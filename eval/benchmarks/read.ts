@@ -4,8 +4,8 @@ import { createInterface } from "node:readline";
 
 export type Row = Record<string, unknown>;
 
-/** The first `limit` objects of a JSON-lines file; blank lines are skipped. */
-export async function readJsonl(file: string, limit?: number): Promise<Row[]> {
+/** The objects of a JSON-lines file; blank lines are skipped. */
+export async function readJsonl(file: string): Promise<Row[]> {
   const rows: Row[] = [];
   const lines = createInterface({ input: createReadStream(file, "utf8"), crlfDelay: Infinity });
   let lineNumber = 0;
@@ -13,7 +13,6 @@ export async function readJsonl(file: string, limit?: number): Promise<Row[]> {
     for await (const line of lines) {
       lineNumber += 1;
       if (line.trim() === "") continue;
-      if (limit !== undefined && rows.length >= limit) break;
       let value: unknown;
       try {
         value = JSON.parse(line);

@@ -9,6 +9,8 @@ export interface EvalItem {
   /** Stable id from the dataset (or the row number when it has none). */
   id: string;
   messages: ChatMessage[];
+  /** The group a `--limit` sample keeps in proportion (subject, domain, difficulty). */
+  stratum: string;
 }
 
 export interface Grade {
@@ -23,11 +25,29 @@ export interface GradeContext {
   runCode: (code: string, tests: CodeTest[], funcName: string | null) => Promise<CodeVerdict>;
 }
 
+/** LiveCodeBench's contest_date window, both ends included (lcb_runner's start_date/end_date). */
+export interface DateWindow {
+  from: string;
+  to: string;
+}
+
+export interface LoadContext {
+  /** Present when the run has the Python grader (GPQA's shuffle needs Python's random). */
+  python: PythonWorker | null;
+  /** null: every row, whatever its date. */
+  lcbWindow: DateWindow | null;
+  log: (line: string) => void;
+}
+
 export interface Benchmark<I extends EvalItem = EvalItem> {
   name: BenchmarkName;
   /** File names looked for in the data folder, in the published layout. */
   files: readonly string[];
-  /** Reads the first `limit` items (all when undefined) of `file`. */
-  load(file: string, limit?: number): Promise<I[]>;
+  /** Rows in the full published set (after the default date window), for the row-count warning. */
+  fullSize: number;
+  /** Whether loading or grading needs the Python grader. */
+  needsPython: boolean;
+  /** Every item of `file`, in file order. */
+  load(file: string, context: LoadContext): Promise<I[]>;
   grade(item: I, answer: string, context: GradeContext): Promise<Grade>;
 }
