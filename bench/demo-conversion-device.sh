@@ -55,7 +55,7 @@ IFS=';' read -r -a variants <<< "$VARIANTS"
 pids=(); names=()
 for i in "${!variants[@]}"; do
   name=${variants[$i]%%=*}; flags=${variants[$i]#*=}; names+=("$name")
-  export_flags="--advance slide"; if [[ "$flags" == *"|"* ]]; then export_flags=${flags#*|}; flags=${flags%%|*}; fi
+  export_flags="--advance slide --remasking leftmost"; if [[ "$flags" == *"|"* ]]; then export_flags=${flags#*|}; flags=${flags%%|*}; fi
   mkdir -p "/root/w-$name" "/root/vout/$name"
   for f in base data prompts.jsonl; do [ -e "/root/w-$name/$f" ] || ln -s "/root/w/$f" "/root/w-$name/$f"; done
   echo "== variant $name on GPU $(( i % gpus )): $flags" | tee -a "$OUT/log.txt"

@@ -43,7 +43,8 @@
 #   probes rank first (`a2d_convert rank-probes`, checkpoint-ranking.json) instead of the last)
 #   BLOCK (block size of the data and the training, default 4),
 #   TRAIN_EXTRA (more `train` flags, e.g. "--ar-weight 1 --kl-weight 1"), EXPORT_EXTRA (more `export` flags,
-#   default "--advance slide": decoding defaults the probes then use and the shipped model keeps), DATA_ONLY (1: stop once the data
+#   default "--advance slide --remasking leftmost": the decoding the probes then use and the shipped model keeps;
+#   a mask adapter predicts the leftmost masked position exactly as its base, so the top-up takes it), DATA_ONLY (1: stop once the data
 #   exists), SAVE_DELTA (0: leave the delta's weights out of OUT, e.g. when several runs share one OUT)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -58,7 +59,7 @@ DISTILL_BATCH=${DISTILL_BATCH:-256}; DISTILL_WORKERS=${DISTILL_WORKERS:-0}; DIST
 PROBES=${PROBES:-1}; PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-20}; PROBE_TOKENS=${PROBE_TOKENS:-48}
 PROBES_HELDOUT=${PROBES_HELDOUT:-1}; PROBES_OPEN=${PROBES_OPEN:-1}; OPEN_TOKENS=${OPEN_TOKENS:-128}
 THRESHOLDS=${THRESHOLDS:-0.5,0.7,0.9}; PROBE_BATCH=${PROBE_BATCH:-256}; LOG_EVERY=${LOG_EVERY:-5}
-read -r -a TRAIN_EXTRA_ARGS <<< "${TRAIN_EXTRA:-}"; read -r -a EXPORT_EXTRA_ARGS <<< "${EXPORT_EXTRA---advance slide}"; DATA_ONLY=${DATA_ONLY:-0}; SAVE_DELTA=${SAVE_DELTA:-1}
+read -r -a TRAIN_EXTRA_ARGS <<< "${TRAIN_EXTRA:-}"; read -r -a EXPORT_EXTRA_ARGS <<< "${EXPORT_EXTRA---advance slide --remasking leftmost}"; DATA_ONLY=${DATA_ONLY:-0}; SAVE_DELTA=${SAVE_DELTA:-1}
 CHECKPOINT_PROBES=${CHECKPOINT_PROBES:-0}
 read -r -a BENCHMARK_PATHS <<< "${BENCHMARKS:-}"
 BLOCKLIST_ARGS=()

@@ -90,7 +90,7 @@ def test_two_time_boxed_calls_leave_their_results_in_out(tmp_path):
     assert records[-1]["time_limit_reached"] and records[-1]["step"] > steps1
     probes = json.loads(files["probes.json"])
     assert set(probes["model"]) == {"0.9", "0.3"} and "base" in probes
-    assert probes["decoding"]["advance"] == "slide"  # the recipe's default export decoding, which the probes measured
+    assert probes["decoding"]["advance"] == "slide" and probes["decoding"]["remasking"] == "leftmost"  # the recipe's default export decoding
     heldout = json.loads(files["probes-heldout.json"])
     assert heldout["probes"]["count"] == 56 and set(heldout["model"]) == {"0.9", "0.3"} and "held-out prompts ok" in status
     opened = json.loads(files["probes-open.json"])
@@ -98,7 +98,7 @@ def test_two_time_boxed_calls_leave_their_results_in_out(tmp_path):
     assert all(row["tokens_per_answer"] <= 8 for row in opened["model"].values()) and "open prompts ok" in status
     assert hashlib.sha256(delta_from(out2)).hexdigest() == files["delta.sha256"].decode().split()[0]
     decoder = json.loads(files["model/decoder_config.json"])
-    assert decoder["chosen_by"]["method"] == "probes" and decoder["chosen_by"]["flags"] == {"advance": "slide"}
+    assert decoder["chosen_by"]["method"] == "probes" and decoder["chosen_by"]["flags"] == {"advance": "slide", "remasking": "leftmost"}
     assert decoder["decoding"] == {**probes["decoding"], "threshold": probes["recommended"]["threshold"]}
     assert "PASS" in log
 
