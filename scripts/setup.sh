@@ -10,9 +10,20 @@ for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "a2d setup: installing system packages: ${missing[*]}"
+  # As root (a container, CI) the packages are installed here; otherwise only with a sudo that asks for no
+  # password, and else the command is printed for the user to run: nothing prompts in the middle of a test run.
   SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  if [ "$(id -u)" -ne 0 ]; then
+    if sudo -n true 2>/dev/null; then
+      SUDO="sudo -n"
+    else
+      echo "a2d setup: missing system packages: ${missing[*]}" >&2
+      echo "  install them with: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+      echo "  then run this command again" >&2
+      exit 1
+    fi
+  fi
+  echo "a2d setup: installing system packages (apt-get${SUDO:+ through sudo}): ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
