@@ -340,11 +340,13 @@ class Blocklist:
 
 
 def blocklist_files(path: Path) -> list[Path]:
-    """A blocklist path: one file, or a folder's benchmark files (an `a2d eval --data` folder, say)."""
+    """A blocklist path: one file, or a folder's benchmark files: those of the names `a2d eval --data` looks for
+    (other files there, notes or answers, are not benchmark text)."""
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in benchmarks.BLOCKLIST_SUFFIXES)
+        names = benchmarks.vocabulary()["eval_data_files"]
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.name in names)
         if not files:
-            raise A2DError(f"--blocklist {path}: no benchmark files ({', '.join(benchmarks.BLOCKLIST_SUFFIXES)}) in this folder")
+            raise A2DError(f"--blocklist {path}: none of the benchmark files {', '.join(names)} in this folder; name the files themselves")
         return files
     if not path.is_file():
         raise A2DError(f"--blocklist {path}: file not found")

@@ -85,3 +85,18 @@ def test_names_are_found_in_nested_metadata_and_json_strings():
     assert benchmark_reason({"metadata": json.dumps({"source": "humanitys_last_exam"})}, NAMES)
     assert benchmark_reason({"tags": ["chat", "AIME 2025"]}, NAMES)
     assert benchmark_reason({"source": "self-written", "meta": {"split": "train"}}, NAMES) is None
+
+
+def test_the_blocklist_folder_names_are_the_files_a2d_eval_reads():
+    """benchmarks.json's eval_data_files equal the `files` every eval/benchmarks/*.ts reader looks for."""
+    import re
+    from pathlib import Path
+
+    from a2d_convert.benchmarks import vocabulary
+
+    readers = Path(__file__).resolve().parents[2] / "eval" / "benchmarks"
+    listed = set()
+    for ts in readers.glob("*.ts"):
+        for group in re.findall(r"files:\s*\[([^\]]*)\]", ts.read_text(encoding="utf-8")):
+            listed |= set(re.findall(r'"([^"]+)"', group))
+    assert listed and set(vocabulary()["eval_data_files"]) == listed

@@ -213,7 +213,7 @@ def test_each_benchmarks_own_file_is_a_blocklist_source(base, tmp_path):
         gpqa = next(csv.DictReader(f))["Question"]
     math = json.loads((FIXTURES / "math_500.jsonl").read_text().splitlines()[0])
     lcb = json.loads((FIXTURES / "livecodebench_v6.jsonl").read_text().splitlines()[1])["question_content"]
-    mmlu = pq.read_table(FIXTURES / "parquet" / "mmlu_pro.parquet").to_pylist()[1]["question"]
+    mmlu = pq.read_table(FIXTURES / "mmlu_pro.parquet").to_pylist()[1]["question"]
     leaked = {  # ids that name no benchmark: only the n-gram filter may catch these rows
         "leak-1": f"Here is one: {gpqa}",
         "leak-2": f"Try this. {math['problem']}",
@@ -223,7 +223,7 @@ def test_each_benchmarks_own_file_is_a_blocklist_source(base, tmp_path):
     }
     rows = clean_rows(6) + [{"id": k, "prompt": v, "response": "Sure.", "source": "web"} for k, v in leaked.items()]
     src = write_jsonl(tmp_path / "mix.jsonl", rows)
-    blocklists = [FIXTURES, FIXTURES / "parquet" / "mmlu_pro.parquet"]
+    blocklists = [FIXTURES, FIXTURES / "jsonl" / "mmlu_pro.jsonl"]
     out = build_data([Source(path=src, name="mix")], base, tmp_path / "data", DataConfig(block_size=4, seq_len=96), blocklists)
     manifest = json.loads((out / MANIFEST_FILE).read_text())
     (source,) = manifest["sources"]

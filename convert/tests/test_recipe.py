@@ -121,7 +121,7 @@ def test_a_variant_shares_the_data_and_adds_its_train_flags(tmp_path):
     assert rc == 2 and "BENCHMARKS: " in log and "no-such-benchmark.csv does not exist" in log
     # The benchmark files the user has (here eval's fixtures, as the folder `a2d eval --data` reads and one
     # file) are the data's blocklist.
-    benchmarks = f"{FIXTURES} {FIXTURES / 'parquet' / 'mmlu_pro.parquet'}"
+    benchmarks = f"{FIXTURES} {FIXTURES / 'jsonl' / 'mmlu_pro.jsonl'}"
     rc, log = run_recipe(tmp_path, tmp_path / "out-data", DATA_ONLY="1", DISTILL_SAMPLES="0", BENCHMARKS=benchmarks)
     assert rc == 0, log
     assert "done (DATA_ONLY)" in log and not (tmp_path / "w" / "run").exists()
