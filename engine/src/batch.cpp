@@ -58,6 +58,8 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step() {
       const Member& m = members_[i];
       batch.push_back({m.slot, &m.sequence->args(), m.sequence->reveal()});
     }
+    ++forwards_;
+    sequence_forwards_ += static_cast<int64_t>(batch.size());
     std::vector<StepResult> results;
     std::string error;
     try {
@@ -79,15 +81,11 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step() {
     }
   }
 
-  size_t kept = 0;
-  for (size_t i = 0; i < members_.size(); ++i) {
-    if (leaving[i]) {
-      free_slots_.push_back(members_[i].slot);
-    } else {
-      members_[kept++] = std::move(members_[i]);
-    }
+  for (size_t i = members_.size(); i-- > 0;) {
+    if (!leaving[i]) continue;
+    free_slots_.push_back(members_[i].slot);
+    members_.erase(members_.begin() + static_cast<std::ptrdiff_t>(i));
   }
-  members_.resize(kept);
   return finished;
 }
 

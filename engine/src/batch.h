@@ -27,6 +27,9 @@ class BatchDecoder {
   };
 
   int32_t capacity() const { return static_cast<int32_t>(free_slots_.size() + members_.size()); }
+  // Forwards run so far, and the sequences' forwards among them (a forward of three sequences counts three).
+  int64_t forwards() const { return forwards_; }
+  int64_t sequence_forwards() const { return sequence_forwards_; }
   int32_t running() const { return static_cast<int32_t>(members_.size()); }
   bool full() const { return free_slots_.empty(); }
 
@@ -51,6 +54,8 @@ class BatchDecoder {
   Backend& backend_;
   std::vector<Member> members_;     // in the order they joined
   std::vector<int32_t> free_slots_;
+  int64_t forwards_ = 0;
+  int64_t sequence_forwards_ = 0;
 };
 
 }  // namespace a2d
