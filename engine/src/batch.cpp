@@ -30,7 +30,7 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step() {
   };
 
   std::vector<size_t> chosen;
-  bool prefill_taken = false;
+  bool prompt_taken = false;
   for (size_t i = 0; i < members_.size(); ++i) {
     Member& m = members_[i];
     if (m.cancel != nullptr && m.cancel->load(std::memory_order_relaxed)) {
@@ -45,9 +45,9 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step() {
         continue;
       }
     }
-    if (m.sequence->prefilling()) {
-      if (prefill_taken) continue;  // its chunk waits for a forward without another prompt's chunk
-      prefill_taken = true;
+    if (m.sequence->carries_prompt()) {
+      if (prompt_taken) continue;  // it waits for a forward that carries no other prompt
+      prompt_taken = true;
     }
     chosen.push_back(i);
   }

@@ -61,8 +61,9 @@ class Sequence {
   const ForwardArgs& args() const { return args_; }
   // The forward's reveal decision; null for a commit-only forward (a prompt chunk, a separate commit).
   const RevealArgs* reveal() const { return kind_ == Kind::denoise ? &reveal_ : nullptr; }
-  // True when the prepared forward is one of the prompt's commit-only chunks.
-  bool prefilling() const { return kind_ == Kind::prefill; }
+  // True when the prepared forward commits prompt tokens: one of the prompt's commit-only chunks, or the first
+  // forward after them, which carries the rest of the prompt.
+  bool carries_prompt() const { return kind_ != Kind::none && result_.forward_passes == 0; }
   // The prepared forward's result (empty for a commit-only forward).
   void accept(StepResult stepped);
   // Ends the generation as cancelled, between forwards.

@@ -154,15 +154,17 @@ TEST_CASE("batch: every sequence decodes as it does alone, bit for bit, while ot
   }
 }
 
-TEST_CASE("batch: a long prompt goes in chunks, one per forward, while the running sequences keep decoding") {
+TEST_CASE("batch: prompts go one forward's worth at a time, while the running sequences keep decoding") {
   auto model = load_model(write_tiny_model("batch-chunks", batch_shape(), 32));
   auto backend = make_cpu_backend(*model, BackendOptions{2, 0, 3});
   BatchDecoder batch(*backend, 3);
   // A short generation, then two prompts of three chunks each join at once.
   batch.add(0, std::make_unique<Sequence>(*backend, prompt_of(6, 1), params_of(24, 4)), nullptr);
   batch.step();
-  batch.add(1, std::make_unique<Sequence>(*backend, prompt_of(700, 2), params_of(4, 4)), nullptr);
-  batch.add(2, std::make_unique<Sequence>(*backend, prompt_of(700, 3), params_of(4, 4)), nullptr);
+  DecodeParams one_a_step = params_of(4, 4);  // threshold 1: four denoising forwards each, whatever the prompt
+  one_a_step.threshold = 1.0;
+  batch.add(1, std::make_unique<Sequence>(*backend, prompt_of(700, 2), one_a_step), nullptr);
+  batch.add(2, std::make_unique<Sequence>(*backend, prompt_of(700, 3), one_a_step), nullptr);
   std::map<uint64_t, GenerateResult> results;
   std::map<uint64_t, int> finished_at;
   for (int step = 1; results.size() < 3; ++step) {
@@ -176,10 +178,12 @@ TEST_CASE("batch: a long prompt goes in chunks, one per forward, while the runni
   CHECK(results[2].prefill_forwards == 2);
   // The short one ran in every forward from its first: its forwards are the steps it spent in the batch.
   CHECK(results[0].forward_passes == finished_at[0] + 1);
-  // The second long prompt's chunks waited for the first one's: four chunk forwards, then their first steps.
-  CHECK(finished_at[2] > finished_at[1]);
-  CHECK(results[1].tokens == generate(*backend, prompt_of(700, 2), params_of(4, 4), nullptr, nullptr).tokens);
-  CHECK(results[2].tokens == generate(*backend, prompt_of(700, 3), params_of(4, 4), nullptr, nullptr).tokens);
+  // The second long prompt waited for the first one's three prompt forwards (two chunks, then the rest with its
+  // first window): its own start three forwards later, and so its end.
+  CHECK(finished_at[1] == 6);  // chunks at forwards 1 and 2, the rest with the first window at 3, then 4, 5, 6
+  CHECK(finished_at[2] == finished_at[1] + 3);
+  CHECK(results[1].tokens == generate(*backend, prompt_of(700, 2), one_a_step, nullptr, nullptr).tokens);
+  CHECK(results[2].tokens == generate(*backend, prompt_of(700, 3), one_a_step, nullptr, nullptr).tokens);
 }
 
 TEST_CASE("batch: a full decoder refuses another sequence, and a backend of one slot holds one") {
