@@ -30,7 +30,8 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step() {
   };
 
   std::vector<size_t> chosen;
-  bool prompt_taken = false;
+  const int64_t prompt_budget = std::max<int32_t>(1, backend_.prefill_chunk());
+  int64_t prompt_rows = 0;  // prompt tokens this forward carries
   for (size_t i = 0; i < members_.size(); ++i) {
     Member& m = members_[i];
     if (m.cancel != nullptr && m.cancel->load(std::memory_order_relaxed)) {
@@ -46,8 +47,10 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step() {
       }
     }
     if (m.sequence->carries_prompt()) {
-      if (prompt_taken) continue;  // it waits for a forward that carries no other prompt
-      prompt_taken = true;
+      const int64_t rows = static_cast<int64_t>(m.sequence->args().commit.size());
+      // It waits for a forward with room for its prompt rows (the first prompt of a forward always has room).
+      if (prompt_rows > 0 && prompt_rows + rows > prompt_budget) continue;
+      prompt_rows += rows;
     }
     chosen.push_back(i);
   }

@@ -37,10 +37,11 @@ class BatchDecoder {
   // `cancel` (may be null) is checked before each of its forwards and must outlive it.
   void add(uint64_t id, std::unique_ptr<Sequence> sequence, const std::atomic<bool>* cancel);
 
-  // One forward over the running sequences' next requests, where at most one of them carries prompt tokens
-  // (a chunk of a long prompt, or a prompt's last part with its first window), so that prompts joining delay
-  // the running sequences by one chunk per forward, not by their whole prefill. Returns the sequences that
-  // finished (cancelled ones without a forward); they leave the batch.
+  // One forward over the running sequences' next requests, carrying at most the backend's prefill_chunk()
+  // prompt tokens (chunks of long prompts, prompts' last parts with their first windows; one prompt forward
+  // at least), so that prompts joining delay the running sequences by about one chunk per forward, not by
+  // their whole prefill. Returns the sequences that finished (cancelled ones without a forward); they leave
+  // the batch.
   std::vector<Finished> step();
 
  private:

@@ -186,6 +186,23 @@ TEST_CASE("batch: prompts go one forward's worth at a time, while the running se
   CHECK(results[2].tokens == generate(*backend, prompt_of(700, 3), one_a_step, nullptr, nullptr).tokens);
 }
 
+TEST_CASE("batch: short prompts join together up to one prefill chunk of prompt tokens per forward") {
+  auto model = load_model(write_tiny_model("batch-budget", batch_shape(), 34));
+  auto backend = make_cpu_backend(*model, BackendOptions{2, 0, 5});
+  REQUIRE(backend->prefill_chunk() == 256);
+  DecodeParams p = params_of(4, 4);
+  p.threshold = 1.0;  // four forwards each
+  // Four prompts of 60 tokens fit one forward (240 <= 256); a fifth waits for the next.
+  BatchDecoder batch(*backend, 5);
+  for (uint64_t id = 0; id < 5; ++id) batch.add(id, std::make_unique<Sequence>(*backend, prompt_of(60, id), p), nullptr);
+  std::map<uint64_t, int> finished_at;
+  for (int step = 1; finished_at.size() < 5; ++step) {
+    for (BatchDecoder::Finished& f : batch.step()) finished_at[f.id] = step;
+    REQUIRE(step < 100);
+  }
+  CHECK(finished_at == std::map<uint64_t, int>{{0, 4}, {1, 4}, {2, 4}, {3, 4}, {4, 5}});
+}
+
 TEST_CASE("batch: a full decoder refuses another sequence, and a backend of one slot holds one") {
   auto model = load_model(write_tiny_model("batch-full", batch_shape(), 33));
   auto one = make_cpu_backend(*model, BackendOptions{2, 0});
