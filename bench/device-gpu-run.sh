@@ -167,5 +167,7 @@ main() {
   finish 0
 }
 
+# Sourced with A2D_GPU_RUN_LIB=1 (bench/device-batch.sh): the steps above only, nothing run.
+[[ ${A2D_GPU_RUN_LIB:-} == 1 ]] && return 0
 main 2>&1 | tee "$out/run.log"
 exit "${PIPESTATUS[0]}"

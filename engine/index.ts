@@ -57,7 +57,7 @@ interface NativeEngine {
 
 interface NativeAddon {
   readonly cuda: boolean;
-  load(modelDir: string, device: Device, threads: number, maxContext: number): Promise<NativeEngine>;
+  load(modelDir: string, device: Device, threads: number, maxContext: number, maxBatch: number): Promise<NativeEngine>;
 }
 
 const ADDON_FILES: Record<Device, { file: string; buildDir: string; build: string }> = {
@@ -247,6 +247,9 @@ class NativeBackedEngine implements Engine {
   }
 }
 
+/** The most generations one engine decodes at once (LoadOptions.maxBatch). */
+export const MAX_BATCH = 256;
+
 /** Loads the model folder on a new engine thread; resolves once a generation can run. */
 export async function loadEngine(opts: LoadOptions): Promise<Engine> {
   if (typeof opts.modelDir !== "string" || opts.modelDir === "") throw new TypeError("loadEngine: modelDir must be a folder path");
@@ -260,6 +263,10 @@ export async function loadEngine(opts: LoadOptions): Promise<Engine> {
   if (!Number.isInteger(maxContext) || maxContext < 0) {
     throw new RangeError(`loadEngine: maxContext must be a positive integer, got ${maxContext}`);
   }
-  const native = await requireAddon(device).load(resolve(opts.modelDir), device, threads, maxContext);
+  const maxBatch = opts.maxBatch ?? 1;
+  if (!Number.isInteger(maxBatch) || maxBatch < 1 || maxBatch > MAX_BATCH) {
+    throw new RangeError(`loadEngine: maxBatch must be an integer in 1..${MAX_BATCH}, got ${maxBatch}`);
+  }
+  const native = await requireAddon(device).load(resolve(opts.modelDir), device, threads, maxContext, maxBatch);
   return new NativeBackedEngine(native);
 }

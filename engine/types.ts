@@ -17,6 +17,11 @@ export interface LoadOptions {
   threads?: number;
   /** Longest prompt + completion the engine must hold (KV cache is sized for it). Default: min(max_position_embeddings, 32768 + 4096). */
   maxContext?: number;
+  /**
+   * Generations decoded together, one forward serving them all, each with a KV cache of maxContext positions
+   * (continuous batching); default 1. A backend without batching holds one: ModelInfo.maxBatch says what it got.
+   */
+  maxBatch?: number;
 }
 
 export interface DecodingDefaults {
@@ -46,6 +51,8 @@ export interface ModelInfo {
   shiftLogits: boolean;
   eosTokenIds: number[];
   maxContext: number;
+  /** Generations the engine decodes at once (LoadOptions.maxBatch, or 1 where the backend does not batch). */
+  maxBatch: number;
   device: Device;
   trained: boolean;
   decoding: DecodingDefaults;
@@ -113,7 +120,10 @@ export interface GenerateRequest {
 
 export interface Engine {
   readonly info: ModelInfo;
-  /** Queue a generation on the engine thread (one at a time, FIFO). */
+  /**
+   * Queue a generation on the engine thread: up to info.maxBatch run at once, each joining the next forward
+   * once a place is free; the rest wait in FIFO order. A generation's tokens do not depend on what runs beside it.
+   */
   generate(request: GenerateRequest): Promise<GenerateResult>;
   /**
    * Throws what `generate` would reject this request with (an InvalidDecodeParamError naming the

@@ -39,6 +39,8 @@ export interface ChatResult {
   textChunks: number;
   /** Milliseconds from sending the request to the first chunk carrying text; null if none came. */
   ttftMs: number | null;
+  /** Milliseconds from sending the request to each chunk carrying text, in order (inter-token latency). */
+  chunkMs: number[];
   totalMs: number;
   /** SSE comment lines (heartbeats) received. */
   heartbeats: number;
@@ -185,6 +187,7 @@ export class ChatClient {
       promptTokens: null,
       textChunks: 0,
       ttftMs: null,
+      chunkMs: [],
       totalMs: 0,
       heartbeats: 0,
     };
@@ -228,7 +231,9 @@ export class ChatClient {
       const reasoning = delta.reasoning_content ?? delta.reasoning ?? "";
       const content = delta.content ?? "";
       if (reasoning.length > 0 || content.length > 0) {
-        result.ttftMs ??= performance.now() - started;
+        const at = performance.now() - started;
+        result.ttftMs ??= at;
+        result.chunkMs.push(at);
         result.textChunks += 1;
         result.reasoning += reasoning;
         result.content += content;

@@ -43,6 +43,8 @@ export class ServerContext {
 
   ready(model: LoadedModel): void {
     this.model = model;
+    // As many at once as the engine decodes together (1 where its backend does not batch).
+    this.queue.setMaxRunning(model.engine.info.maxBatch);
     this.state = "ready";
   }
 

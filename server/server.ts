@@ -19,8 +19,10 @@ export interface ServeOptions {
   host: string;
   port: number;
   apiKey: string | null;
-  /** Requests that may wait behind the running one before 429s start. */
+  /** Requests that may wait behind the running ones before 429s start. */
   maxQueue: number;
+  /** Generations decoded at once (one forward serving them all); the engine may hold fewer. */
+  maxBatch: number;
   /** Seconds a drain waits for running generations before cancelling them. */
   shutdownGraceS: number;
   /** The id in /v1/models; default: the model folder's name. */
@@ -103,6 +105,7 @@ export async function serve(options: ServeOptions): Promise<void> {
         device: options.device,
         ...(options.threads !== undefined ? { threads: options.threads } : {}),
         ...(options.maxContext !== undefined ? { maxContext: options.maxContext } : {}),
+        maxBatch: options.maxBatch,
       }),
       startEncoderWorker(files),
     ]);
@@ -119,6 +122,7 @@ export async function serve(options: ServeOptions): Promise<void> {
         device: info.device,
         parameters: info.numParameters,
         max_context: info.maxContext,
+        max_batch: info.maxBatch,
         decoding: info.decoding,
         load_s: Number(((performance.now() - started) / 1000).toFixed(2)),
       },

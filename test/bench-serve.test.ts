@@ -5,7 +5,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
-import { benchServe, formatBenchServe } from "../eval/bench-serve.js";
+import { benchServe, formatBenchServe, percentiles, quantile } from "../eval/bench-serve.js";
 
 const TOKENS = 40;
 const GAP_MS = 10;
@@ -48,40 +48,59 @@ describe("bench-serve", () => {
   });
   afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
 
-  it("measures single-stream tokens/s over the whole request and the time to first token", async () => {
+  it("measures each concurrency level: aggregate and per-stream tokens/s, TTFT, inter-token latency and TPOT", async () => {
     maxTokensSeen.length = 0;
-    const result = await benchServe({ url, prompt: "go", maxTokens: 100, concurrency: 3 });
-    expect(maxTokensSeen).toEqual([16, 100, 100, 100, 100]); // warm-up, single, then 3 at once
+    const result = await benchServe({ url, prompt: "go", maxTokens: 100, concurrency: [1, 3] });
+    expect(maxTokensSeen).toEqual([16, 100, 100, 100, 100]); // warm-up, then 1 stream, then 3 at once
     expect(result.model).toBe("paced");
     const minimumMs = FIRST_MS + (TOKENS - 1) * GAP_MS;
-    expect(result.single).toMatchObject({ completionTokens: TOKENS, countedFrom: "usage", finishReason: "stop" });
-    expect(result.single.totalMs).toBeGreaterThanOrEqual(minimumMs - 5);
-    expect(result.single.tokensPerSecond).toBeCloseTo(TOKENS / (result.single.totalMs / 1000), 6);
-    expect(result.single.tokensPerSecond).toBeLessThanOrEqual((TOKENS / (minimumMs - 5)) * 1000);
-    expect(result.single.ttftMs!).toBeGreaterThanOrEqual(FIRST_MS - 5);
-    expect(result.single.ttftMs!).toBeLessThan(result.single.totalMs);
+    const [one, three] = result.levels;
+    expect(one).toMatchObject({ concurrency: 1, completionTokens: TOKENS, countedFrom: "usage", finishReasons: { stop: 1 } });
+    const single = one!.streams[0]!;
+    expect(single.totalMs).toBeGreaterThanOrEqual(minimumMs - 5);
+    expect(single.tokensPerSecond).toBeCloseTo(TOKENS / (single.totalMs / 1000), 6);
+    expect(single.tokensPerSecond).toBeLessThanOrEqual((TOKENS / (minimumMs - 5)) * 1000);
+    expect(single.ttftMs!).toBeGreaterThanOrEqual(FIRST_MS - 5);
+    expect(single.ttftMs!).toBeLessThan(single.totalMs);
+    expect(single.tpotMs!).toBeCloseTo((single.totalMs - single.ttftMs!) / (TOKENS - 1), 6);
+    // Chunks come GAP_MS apart: every percentile of the gaps is about that (timers fire late, never early).
+    expect(one!.itlMs!.p50).toBeGreaterThanOrEqual(GAP_MS - 2);
+    expect(one!.itlMs!.p50).toBeLessThan(GAP_MS + 15);
+    expect(one!.itlMs!.p99).toBeGreaterThanOrEqual(one!.itlMs!.p90);
+    expect(one!.itlMs!.max).toBeGreaterThanOrEqual(one!.itlMs!.p99);
 
-    const concurrent = result.concurrent!;
-    expect(concurrent).toMatchObject({ streams: 3, completionTokens: 3 * TOKENS });
-    expect(concurrent.aggregateTokensPerSecond).toBeCloseTo((3 * TOKENS) / (concurrent.wallMs / 1000), 6);
-    // The streams overlap, so the batch takes far less than three single streams back to back.
-    expect(concurrent.wallMs).toBeLessThan(2 * minimumMs + 500);
-    expect(concurrent.ttftMs.max).toBeGreaterThanOrEqual(concurrent.ttftMs.p50);
-    expect(formatBenchServe(result)).toMatch(/single stream: 40 tokens in \d+\.\d\d s = \d+\.\d tok\/s, TTFT \d+ ms, finish stop\n3 concurrent streams: 120 tokens/);
+    expect(three).toMatchObject({ concurrency: 3, completionTokens: 3 * TOKENS });
+    expect(three!.streams).toHaveLength(3);
+    expect(three!.aggregateTokensPerSecond).toBeCloseTo((3 * TOKENS) / (three!.wallMs / 1000), 6);
+    // The streams overlap, so the level takes far less than three single streams back to back.
+    expect(three!.wallMs).toBeLessThan(2 * minimumMs + 500);
+    expect(three!.ttftMs.max).toBeGreaterThanOrEqual(three!.ttftMs.p50);
+    const table = formatBenchServe(result).split("\n");
+    expect(table[2]).toMatch(/^ +1 +40 +\d+\.\d\d +\d+\.\d +\d+\.\d \(/);
+    expect(table[3]).toMatch(/^ +3 +120 /);
+    expect(table[3]).toContain("stop 3");
+  });
+
+  it("takes percentiles by linear interpolation between ranks", () => {
+    expect(quantile([10], 0.99)).toBe(10);
+    expect(quantile([0, 10], 0.5)).toBe(5);
+    expect(quantile([1, 2, 3, 4, 5], 0.9)).toBeCloseTo(4.6, 12);
+    expect(percentiles([3, 1, 2])).toEqual({ mean: 2, p50: 2, p90: 2.8, p99: 2.98, max: 3 });
+    expect(percentiles([])).toBeNull();
   });
 
   it("passes extra body fields, and counts text chunks when the server reports no usage, saying so", async () => {
     withUsage = false;
     bodies.length = 0;
-    const result = await benchServe({ url, prompt: "go", maxTokens: 25, concurrency: 1, extraBody: { ignore_eos: true, stream: false } });
+    const result = await benchServe({ url, prompt: "go", maxTokens: 25, concurrency: [1], extraBody: { ignore_eos: true, stream: false } });
     withUsage = true;
     // Server-specific fields pass through; nothing may turn streaming off.
     expect(bodies.map((body) => [body.ignore_eos, body.stream])).toEqual([
       [true, true],
       [true, true],
     ]);
-    expect(result.single).toMatchObject({ completionTokens: 25, countedFrom: "chunks", finishReason: "length" });
-    expect(result.concurrent).toBeNull();
+    expect(result.levels).toHaveLength(1);
+    expect(result.levels[0]!.streams[0]).toMatchObject({ completionTokens: 25, countedFrom: "chunks", finishReason: "length" });
     expect(formatBenchServe(result)).toContain("no usage from the server: text chunks counted as tokens");
   });
 });

@@ -288,6 +288,88 @@ describe("generation on the engine thread", () => {
   });
 });
 
+describe("continuous batching through the addon", () => {
+  let batched: Engine;
+  let alone: Engine;
+  let golden: Golden;
+
+  beforeAll(async () => {
+    golden = readGolden(cases[0]!);
+    const modelDir = join(goldenDir, cases[0]!, golden.model);
+    batched = await loadEngine({ modelDir, device: "cpu", threads: 1, maxBatch: 4 });
+    alone = await loadEngine({ modelDir, device: "cpu", threads: 1 });
+  });
+  afterAll(async () => {
+    await batched.close();
+    await alone.close();
+  });
+
+  it("reports its batch size and refuses one outside 1..MAX_BATCH", async () => {
+    expect(batched.info.maxBatch).toBe(4);
+    expect(alone.info.maxBatch).toBe(1);
+    const modelDir = join(goldenDir, cases[0]!, golden.model);
+    await expect(loadEngine({ modelDir, device: "cpu", maxBatch: 0 })).rejects.toThrow(/maxBatch must be an integer in 1\.\.256/);
+    await expect(loadEngine({ modelDir, device: "cpu", maxBatch: 2.5 })).rejects.toThrow(/maxBatch/);
+  });
+
+  it("decodes every golden run submitted at once as it decodes alone, bit for bit", async () => {
+    const runs = golden.decodes;
+    const together = await Promise.all(runs.map((run) => batched.generate({ promptIds: run.prompt_ids, params: decodeParams(run.params) })));
+    for (const [i, run] of runs.entries()) {
+      const single = await alone.generate({ promptIds: run.prompt_ids, params: decodeParams(run.params) });
+      expect(together[i]!.tokenIds, run.name).toEqual(run.token_ids);
+      expect(together[i]!.forwardPasses, run.name).toBe(run.forward_passes);
+      // The same confidences to the last bit: the same logits whatever ran beside it.
+      expect(together[i]!.trace, run.name).toEqual(single.trace);
+    }
+  });
+
+  it("a generation submitted while another runs joins the next forward and can finish first", async () => {
+    const run = golden.decodes.find((d) => d.name === "greedy_fused")!;
+    const order: string[] = [];
+    let joined: Promise<unknown> | null = null;
+    const long = batched.generate({
+      promptIds: run.prompt_ids,
+      params: { maxTokens: 200, blockSize: 2, threshold: 1 },
+      onBlock: () => {
+        joined ??= batched.generate({ promptIds: run.prompt_ids, params: decodeParams(run.params) }).then((r) => (order.push("short"), r));
+      },
+    }).then((r) => (order.push("long"), r));
+    const longResult = await long;
+    const shortResult = (await joined) as Awaited<ReturnType<Engine["generate"]>>;
+    expect(order).toEqual(["short", "long"]);
+    expect(shortResult.tokenIds).toEqual(run.token_ids);
+    expect(longResult.completionTokens).toBe(200);
+  });
+
+  it("cancels one generation of a batch and leaves the others as they were", async () => {
+    const run = golden.decodes.find((d) => d.name === "sample_top_p")!;
+    const controller = new AbortController();
+    const long = batched.generate({
+      promptIds: run.prompt_ids,
+      params: { maxTokens: 300, blockSize: 2, threshold: 1 },
+      signal: controller.signal,
+      onBlock: () => controller.abort(),
+    });
+    const [cancelled, kept] = await Promise.all([long, batched.generate({ promptIds: run.prompt_ids, params: decodeParams(run.params) })]);
+    expect(cancelled.finishReason).toBe("cancelled");
+    expect(cancelled.completionTokens).toBeLessThan(300);
+    expect(kept.tokenIds).toEqual(run.token_ids);
+  });
+
+  it("runs forwardLogits between generations, with the logits it gives alone", async () => {
+    const f = golden.forwards[0]!;
+    const want = await alone.forwardLogits(f.cached_ids, f.commit_ids, f.window_ids);
+    const run = golden.decodes[0]!;
+    const [, got] = await Promise.all([
+      batched.generate({ promptIds: run.prompt_ids, params: { maxTokens: 40, blockSize: 2 } }),
+      batched.forwardLogits(f.cached_ids, f.commit_ids, f.window_ids),
+      batched.generate({ promptIds: run.prompt_ids, params: { maxTokens: 40, blockSize: 2 } }),
+    ]);
+    expect(got).toEqual(want);
+  });
+});
+
 describe("bad model folders are rejected with the file and the fix", () => {
   let scratch: string;
   let source: string;

@@ -111,17 +111,22 @@ describe("a2d eval against a2d serve", () => {
 });
 
 describe("a2d bench-serve against a2d serve", () => {
-  it("reports single-stream and concurrent tokens/s and TTFT from the server's usage", async () => {
-    const { stdout } = await cli(["bench-serve", "--url", url, "--max-tokens", "64", "--concurrency", "2", "--temperature", "0", "--json"]);
+  it("reports tokens/s, TTFT and inter-token latency per concurrency level from the server's usage", async () => {
+    const { stdout } = await cli(["bench-serve", "--url", url, "--max-tokens", "64", "--concurrency", "1,2", "--temperature", "0", "--json"]);
     const result = JSON.parse(stdout);
     expect(result.model).toBe("tiny-a2d");
-    expect(result.single.countedFrom).toBe("usage");
-    expect(result.single.completionTokens).toBeGreaterThan(0);
-    expect(result.single.completionTokens).toBeLessThanOrEqual(64);
-    expect(result.single.tokensPerSecond).toBeCloseTo(result.single.completionTokens / (result.single.totalMs / 1000), 6);
-    expect(result.single.ttftMs).toBeGreaterThan(0);
-    expect(result.single.ttftMs).toBeLessThanOrEqual(result.single.totalMs);
-    expect(result.concurrent.streams).toBe(2);
-    expect(result.concurrent.completionTokens).toBeGreaterThan(0);
+    const [one, two] = result.levels;
+    expect(one.concurrency).toBe(1);
+    expect(one.countedFrom).toBe("usage");
+    const single = one.streams[0];
+    expect(single.completionTokens).toBeGreaterThan(0);
+    expect(single.completionTokens).toBeLessThanOrEqual(64);
+    expect(single.tokensPerSecond).toBeCloseTo(single.completionTokens / (single.totalMs / 1000), 6);
+    expect(single.ttftMs).toBeGreaterThan(0);
+    expect(single.ttftMs).toBeLessThanOrEqual(single.totalMs);
+    expect(two.concurrency).toBe(2);
+    expect(two.streams).toHaveLength(2);
+    expect(two.completionTokens).toBeGreaterThan(0);
+    expect(two.ttftMs.p99).toBeGreaterThanOrEqual(two.ttftMs.p50);
   });
 });

@@ -92,13 +92,13 @@ describe("a2d serve lifecycle", () => {
     expect(await server.stop()).toBe(0);
   });
 
-  describe("with an API key and room for one waiting request", () => {
+  describe("with an API key, one generation at a time and room for one waiting request", () => {
     let server: ServerProcess;
     let url: string;
     const auth = { authorization: "Bearer k-123" };
 
     beforeAll(async () => {
-      server = serve(["--max-queue", "1", "--sse-heartbeat", "0.2"], { A2D_API_KEY: "k-123" });
+      server = serve(["--max-batch", "1", "--max-queue", "1", "--sse-heartbeat", "0.2"], { A2D_API_KEY: "k-123" });
       url = await server.url();
       await server.waitForLog("ready");
     });
@@ -231,6 +231,43 @@ describe("a2d serve lifecycle", () => {
       expect(cancelled.finish_reason).toBe("cancelled");
       expect(cancelled.completion_tokens as number).toBeLessThan(LONG.max_tokens);
     });
+  });
+
+  it("runs --max-batch generations at once, queues the next, refuses past --max-queue, and /health counts them", async () => {
+    const server = serve(["--max-batch", "2", "--max-queue", "1"]);
+    const url = await server.url();
+    await server.waitForLog("ready");
+    const health = async () => ((await (await fetch(`${url}/health`)).json()) as { queue: Record<string, number> }).queue;
+    expect(await health()).toMatchObject({ running: 0, waiting: 0, max_running: 2, max_waiting: 1 });
+    // Both streams get text before either finishes: they run together.
+    const first = await startStream(url, LONG);
+    const second = await startStream(url, LONG);
+    const waiting = new AbortController();
+    const queued = await fetch(`${url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ prompt: "x", max_tokens: 4, stream: true }),
+      signal: waiting.signal,
+    });
+    expect(queued.status).toBe(200);
+    expect(await health()).toMatchObject({ running: 2, waiting: 1 });
+    const refused = await fetch(`${url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ prompt: "x", max_tokens: 2 }),
+    });
+    expect(refused.status).toBe(429);
+    // A client that goes away frees its place: the queued one runs to its end beside the other.
+    first.controller.abort();
+    const text = await queued.text();
+    expect(text).toContain('"finish_reason":"length"');
+    second.controller.abort();
+    for (;;) {
+      const queue = await health();
+      if (queue.running === 0 && queue.waiting === 0) break;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect(await server.stop()).toBe(0);
   });
 
   it("drains on SIGTERM: the running stream finishes, new connections are refused, exit 0", async () => {

@@ -138,4 +138,33 @@ describe("admission queue", () => {
     expect(order).toEqual(["first", "second"]);
     expect(queue.runningCount).toBe(0);
   });
+
+  it("runs up to maxRunning at once, starts a waiter as each finishes, and counts rounds for Retry-After", async () => {
+    const queue = new GenerationQueue(1, 2);
+    const a = queue.enter(new AbortController().signal);
+    const b = queue.enter(new AbortController().signal);
+    const c = queue.enter(new AbortController().signal);
+    await Promise.all([a.turn, b.turn]);
+    expect(queue.runningCount).toBe(2);
+    expect(queue.waitingCount).toBe(1);
+    expect(() => queue.enter(new AbortController().signal)).toThrow(ApiError);
+    let started = false;
+    void c.turn.then(() => (started = true));
+    b.done();
+    await c.turn;
+    expect(started).toBe(true);
+    expect(queue.runningCount).toBe(2);
+    a.done();
+    c.done();
+    expect(queue.runningCount).toBe(0);
+
+    // Raising the bound starts waiters at once (the server does so when the engine has loaded).
+    const narrow = new GenerationQueue(4);
+    const first = narrow.enter(new AbortController().signal);
+    const second = narrow.enter(new AbortController().signal);
+    expect(narrow.waitingCount).toBe(1);
+    narrow.setMaxRunning(3);
+    await Promise.all([first.turn, second.turn]);
+    expect([narrow.runningCount, narrow.waitingCount]).toEqual([2, 0]);
+  });
 });

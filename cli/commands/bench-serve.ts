@@ -1,16 +1,17 @@
-// `a2d bench-serve`: tokens/s and time to first token of any OpenAI-compatible endpoint (docs/eval.md).
+// `a2d bench-serve`: tokens/s, time to first token and inter-token latency of any OpenAI-compatible endpoint
+// at several concurrency levels (docs/eval.md).
 import { readFileSync } from "node:fs";
 
-import type { Command } from "commander";
+import { type Command, InvalidArgumentError } from "commander";
 
-import { DEFAULT_PROMPT, benchServe, formatBenchServe } from "../../eval/bench-serve.js";
+import { DEFAULT_CONCURRENCY, DEFAULT_PROMPT, benchServe, formatBenchServe } from "../../eval/bench-serve.js";
 import { jsonObject, nonNegativeNumber, positiveInt } from "./eval.js";
 
 interface BenchServeFlags {
   url: string;
   promptFile?: string;
   maxTokens: number;
-  concurrency: number;
+  concurrency: number[];
   model?: string;
   apiKey?: string;
   temperature?: number;
@@ -29,14 +30,22 @@ function readPrompt(file: string): string {
   return text;
 }
 
+function concurrencyList(value: string): number[] {
+  const levels = value.split(",").map((part) => Number(part.trim()));
+  if (levels.length === 0 || levels.some((level) => !Number.isInteger(level) || level < 1 || level > 1024)) {
+    throw new InvalidArgumentError("expected positive integers up to 1024, comma-separated, e.g. 1,8,32");
+  }
+  return levels;
+}
+
 export function register(program: Command): void {
   program
     .command("bench-serve")
-    .description("Measure single-stream and concurrent tokens/s and time to first token of an OpenAI-compatible server")
+    .description("Measure aggregate and per-stream tokens/s, time to first token and inter-token latency of an OpenAI-compatible server at several concurrency levels")
     .requiredOption("--url <url>", "server base URL, e.g. http://127.0.0.1:8000")
     .option("--prompt-file <file>", "user message to send (default: a prompt asking for a long story)")
     .option("--max-tokens <n>", "max_tokens of each generation", positiveInt, 1024)
-    .option("--concurrency <n>", "streams at once in the concurrent phase (1: skip it)", positiveInt, 4)
+    .option("--concurrency <list>", `streams at once, one level after another (default: ${DEFAULT_CONCURRENCY.join(",")})`, concurrencyList, DEFAULT_CONCURRENCY)
     .option("--model <id>", "model id to request (default: the first one /v1/models lists)")
     .option("--api-key <key>", "bearer token, if the server wants one")
     .option("--temperature <t>", "sampling temperature (default: the server's)", nonNegativeNumber)

@@ -4,6 +4,12 @@ import { type Command, InvalidArgumentError, Option } from "commander";
 
 import { integerIn, numberIn } from "../parse.js";
 
+/**
+ * Generations decoded together by default: where aggregate tokens/s stops rising on the CPU demo model
+ * (bench/NOTES.md, "Continuous batching"). A backend that does not batch (CUDA, for now) runs one at a time.
+ */
+export const DEFAULT_MAX_BATCH = 8;
+
 export function register(program: Command): void {
   program
     .command("serve")
@@ -14,7 +20,8 @@ export function register(program: Command): void {
     .option("--host <host>", "address to listen on", "0.0.0.0")
     .addOption(new Option("--api-key <key>", "require 'Authorization: Bearer <key>' on /v1 routes").env("A2D_API_KEY"))
     .option("--model-name <id>", "model id shown in /v1/models (default: the folder's name)")
-    .option("--max-queue <n>", "requests that may wait behind the running one before 429", integerIn("--max-queue", 0, 1_000_000), 256)
+    .option("--max-batch <n>", `generations decoded at once, one forward serving them all (default: ${DEFAULT_MAX_BATCH})`, integerIn("--max-batch", 1, 256), DEFAULT_MAX_BATCH)
+    .option("--max-queue <n>", "requests that may wait behind the running ones before 429", integerIn("--max-queue", 0, 1_000_000), 256)
     .option("--shutdown-grace <seconds>", "on SIGTERM, how long running generations may finish before they are cancelled", seconds, 30)
     .option("--threads <n>", "CPU worker threads (cpu device; default: all cores)", integerIn("--threads", 1, 1024))
     .option("--max-context <tokens>", "longest prompt + completion (default: the engine's)", integerIn("--max-context", 1, 1 << 24))
@@ -31,6 +38,7 @@ export function register(program: Command): void {
         host: opts.host,
         port: opts.port,
         apiKey: opts.apiKey && opts.apiKey !== "" ? opts.apiKey : null,
+        maxBatch: opts.maxBatch,
         maxQueue: opts.maxQueue,
         shutdownGraceS: opts.shutdownGrace,
         modelName: opts.modelName,

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "backend.h"
+#include "batch.h"
 #include "decode.h"
 #include "decode_params.h"
 #include "model.h"
@@ -51,10 +52,11 @@ void post(const Channel& channel, Delivery delivery) {
   if (channel.NonBlockingCall(item) != napi_ok) delete item;
 }
 
-// Runs queued jobs one at a time, in order, on its own thread.
+// The engine's own thread: runs the queued jobs in order, and while `work` reports more to do (generations
+// being decoded), one step of it between them, so that a job queued meanwhile waits for one step at most.
 class EngineThread {
  public:
-  EngineThread() : thread_([this] { loop(); }) {}
+  explicit EngineThread(std::function<bool()> work) : work_(std::move(work)), thread_([this] { loop(); }) {}
   ~EngineThread() { stop(); }
 
   void enqueue(std::function<void()> job) {
@@ -65,7 +67,7 @@ class EngineThread {
     wake_.notify_one();
   }
 
-  // Finishes the queued jobs, then joins.
+  // Finishes the queued jobs and the work, then joins.
   void stop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -77,24 +79,26 @@ class EngineThread {
 
  private:
   void loop() {
+    bool busy = false;  // the last call of work_ had more to do
     for (;;) {
-      std::function<void()> job;
+      std::deque<std::function<void()>> jobs;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
+        wake_.wait(lock, [&] { return stopping_ || !jobs_.empty() || busy; });
+        if (jobs_.empty() && !busy) return;
+        jobs.swap(jobs_);
       }
-      job();
+      for (auto& job : jobs) job();
+      busy = work_();
     }
   }
 
+  std::function<bool()> work_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> jobs_;
   bool stopping_ = false;
-  std::thread thread_;
+  std::thread thread_;  // last: started once the members above exist
 };
 
 std::vector<int32_t> int32_array(const Napi::Value& value, const char* what) {
@@ -265,25 +269,26 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
 
   ~NativeEngine() override {
     cancel_all();
-    // Without close(): the model and backend die on the thread that owns them.
+    // Without close(): the model and backend die on the thread that owns them, once the cancelled
+    // generations have left.
     thread_.enqueue([this] {
-      backend_.reset();
-      model_.reset();
+      queue_.push_back(Queued{nullptr, [this] { release_model(); }});
     });
     thread_.stop();
   }
 
   // Loads on the engine thread; resolves with this object once the model is ready.
-  Napi::Promise StartLoad(Napi::Env env, std::string dir, std::string device, int threads,
-                          int64_t max_context) {
+  Napi::Promise StartLoad(Napi::Env env, std::string dir, std::string device, int threads, int64_t max_context,
+                          int32_t max_batch) {
     return run_async<bool>(
         env, "a2d.load",
-        [this, dir, device, threads, max_context](const Channel&) {
+        [this, dir, device, threads, max_context, max_batch](const Channel&) {
           try {
             model_ = a2d::load_model(dir);
             a2d::BackendOptions options;
             options.threads = threads;
             options.max_context = max_context;
+            options.max_batch = max_batch;
             if (device == "cpu") {
               backend_ = a2d::make_cpu_backend(*model_, options);
             } else {
@@ -294,15 +299,17 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
                                        "`npm run build:cuda`); this addon has the CPU backend only");
 #endif
             }
+            batch_ = std::make_unique<a2d::BatchDecoder>(*backend_, max_batch);
           } catch (...) {
-            backend_.reset();
-            model_.reset();
+            release_model();
             throw;
           }
           return true;
         },
         [this, device](Napi::Env env, bool&) -> Napi::Value {
-          Value().Set("info", info_object(env, *model_, *backend_, device));
+          Napi::Object info = info_object(env, *model_, *backend_, device);
+          info.Set("maxBatch", batch_->capacity());
+          Value().Set("info", info);
           return Value();
         });
   }
@@ -316,21 +323,77 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
     std::string callback_error;  // an exception thrown by onBlock; JS thread only
   };
 
+  // A generation on the engine thread: its sequence, and how its promise is settled on the JS thread.
+  struct Generation {
+    std::shared_ptr<GenerateJob> job;  // its plain fields only: the JS references stay on the JS thread
+    std::unique_ptr<a2d::Sequence> sequence;
+    std::function<void(a2d::GenerateResult, std::string error)> settle;
+  };
+
+  // An entry of the engine thread's queue, in the order the calls came: a generation joins the batch once a
+  // slot is free; any other job (load, forwardLogits, close) waits until no generation runs, then runs alone.
+  struct Queued {
+    std::unique_ptr<Generation> generation;
+    std::function<void()> job;
+  };
+
   void ensure_open(Napi::Env env) const {
     if (closed_) throw Napi::Error::New(env, "the engine is closed");
   }
 
-  // The one shape of every asynchronous call: `work` runs on the engine thread (with the call's channel, for
-  // posts of its own before it ends); then, on the JS thread, `cleanup` (if any) runs whatever happened and
-  // `settle` gives the value the promise resolves with. An exception from `work` (a std::exception) or from
-  // `settle` (a Napi::Error) rejects the promise instead. The object stays referenced until it settles.
+  void release_model() {
+    batch_.reset();
+    backend_.reset();
+    model_.reset();
+  }
+
+  // The engine thread between jobs: admits queued generations into free slots, runs a queued job once the
+  // batch is empty, and steps the batch once. True while there is more to do.
+  bool work() {
+    while (!queue_.empty()) {
+      Queued& front = queue_.front();
+      if (front.generation == nullptr) {
+        if (batch_ != nullptr && batch_->running() > 0) break;
+        auto job = std::move(front.job);
+        queue_.pop_front();
+        job();
+        continue;
+      }
+      if (batch_ != nullptr && batch_->full()) break;
+      std::unique_ptr<Generation> generation = std::move(front.generation);
+      queue_.pop_front();
+      if (batch_ == nullptr) {
+        generation->settle({}, "the engine is closed");
+        continue;
+      }
+      const uint64_t id = next_id_++;
+      batch_->add(id, std::move(generation->sequence), generation->job->cancel.get());
+      running_[id] = std::move(generation);
+    }
+    if (batch_ == nullptr || batch_->running() == 0) return !queue_.empty();
+    const int64_t before = batch_->sequence_forwards();
+    std::vector<a2d::BatchDecoder::Finished> finished = batch_->step();
+    total_forwards_.fetch_add(batch_->sequence_forwards() - before);
+    for (a2d::BatchDecoder::Finished& f : finished) {
+      auto it = running_.find(f.id);
+      it->second->settle(std::move(f.result), std::move(f.error));
+      running_.erase(it);
+    }
+    return true;
+  }
+
+  // The one shape of every asynchronous call but generate: `work` runs on the engine thread, alone (with the
+  // call's channel, for posts of its own before it ends); then, on the JS thread, `cleanup` (if any) runs
+  // whatever happened and `settle` gives the value the promise resolves with. An exception from `work` (a
+  // std::exception) or from `settle` (a Napi::Error) rejects the promise instead. The object stays referenced
+  // until it settles.
   template <typename Result>
   Napi::Promise run_async(Napi::Env env, const char* name, std::function<Result(const Channel&)> work,
                           std::function<Napi::Value(Napi::Env, Result&)> settle, std::function<void()> cleanup = {}) {
     auto deferred = std::make_shared<Napi::Promise::Deferred>(env);
     Channel channel = open_channel(env, name);
     Ref();
-    thread_.enqueue([this, deferred, channel, work = std::move(work), settle = std::move(settle), cleanup = std::move(cleanup)] {
+    auto job = [this, deferred, channel, work = std::move(work), settle = std::move(settle), cleanup = std::move(cleanup)] {
       auto result = std::make_shared<Result>();
       std::string error;
       try {
@@ -349,10 +412,13 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
         Unref();
       });
       channel.Release();
-    });
+    };
+    thread_.enqueue([this, job = std::move(job)] { queue_.push_back(Queued{nullptr, job}); });
     return deferred->Promise();
   }
 
+  // Queues a generation: it joins the batch at the next forward with a free slot, and its promise settles once
+  // it finishes (blocks stream through onBlock meanwhile).
   Napi::Value Generate(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     ensure_open(env);
@@ -368,50 +434,60 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
       std::lock_guard<std::mutex> lock(cancel_mutex_);
       cancel_flags_[token] = job->cancel;
     }
+    auto deferred = std::make_shared<Napi::Promise::Deferred>(env);
+    Channel channel = open_channel(env, "a2d.generate");
+    Ref();
 
     // `job` holds JS references: it is created, used and released on the JS thread only; the engine
     // thread reads its plain fields, which nothing else writes while the job runs.
-    return run_async<a2d::GenerateResult>(
-        env, "a2d.generate",
-        [this, job](const Channel& channel) {
-          const int64_t forwards_before = total_forwards_.load();
-          auto on_block = [&](const std::vector<int32_t>& tokens, int64_t forward_passes) {
-            total_forwards_.store(forwards_before + forward_passes);
-            if (job->on_block.IsEmpty()) return;
-            post(channel, [job, tokens, forward_passes](Napi::Env env) {
-              if (!job->callback_error.empty()) return;
-              try {
-                Napi::Object event = Napi::Object::New(env);
-                event.Set("tokens", int_array(env, tokens));
-                event.Set("forwardPasses", static_cast<double>(forward_passes));
-                job->on_block.Call({event});
-              } catch (const Napi::Error& e) {
-                job->callback_error = std::string("onBlock threw: ") + e.Message();
-                job->cancel->store(true);
-              }
-            });
-          };
-          a2d::GenerateResult result;
-          try {
-            result = a2d::generate(*backend_, job->prompt, job->params, on_block, job->cancel.get());
-          } catch (...) {
-            total_forwards_.store(forwards_before);
-            throw;
-          }
-          total_forwards_.store(forwards_before + result.forward_passes + result.prefill_forwards);
-          return result;
-        },
-        [job](Napi::Env env, a2d::GenerateResult& result) -> Napi::Value {
+    auto settle = [this, job, deferred, channel, token](a2d::GenerateResult result, std::string error) {
+      auto shared = std::make_shared<a2d::GenerateResult>(std::move(result));
+      post(channel, [this, job, deferred, token, shared, error](Napi::Env env) {
+        {
+          std::lock_guard<std::mutex> lock(cancel_mutex_);
+          cancel_flags_.erase(token);
+        }
+        job->on_block.Reset();
+        try {
+          if (!error.empty()) throw Napi::Error::New(env, error);
           if (!job->callback_error.empty()) throw Napi::Error::New(env, job->callback_error);
-          return result_object(env, result);
-        },
-        [this, job, token] {
-          {
-            std::lock_guard<std::mutex> lock(cancel_mutex_);
-            cancel_flags_.erase(token);
+          deferred->Resolve(result_object(env, *shared));
+        } catch (const Napi::Error& e) {
+          deferred->Reject(e.Value());
+        }
+        Unref();
+      });
+      channel.Release();
+    };
+    thread_.enqueue([this, job, channel, settle] {
+      auto generation = std::make_unique<Generation>();
+      generation->job = job;
+      generation->settle = settle;
+      auto on_block = [job, channel](const std::vector<int32_t>& tokens, int64_t forward_passes) {
+        if (job->on_block.IsEmpty()) return;
+        post(channel, [job, tokens, forward_passes](Napi::Env env) {
+          if (!job->callback_error.empty()) return;
+          try {
+            Napi::Object event = Napi::Object::New(env);
+            event.Set("tokens", int_array(env, tokens));
+            event.Set("forwardPasses", static_cast<double>(forward_passes));
+            job->on_block.Call({event});
+          } catch (const Napi::Error& e) {
+            job->callback_error = std::string("onBlock threw: ") + e.Message();
+            job->cancel->store(true);
           }
-          job->on_block.Reset();
         });
+      };
+      try {
+        if (backend_ == nullptr) throw std::runtime_error("the engine is closed");
+        generation->sequence = std::make_unique<a2d::Sequence>(*backend_, job->prompt, job->params, on_block);
+      } catch (const std::exception& e) {
+        settle({}, e.what());
+        return;
+      }
+      queue_.push_back(Queued{std::move(generation), nullptr});
+    });
+    return deferred->Promise();
   }
 
   Napi::Value Cancel(const Napi::CallbackInfo& info) {
@@ -429,6 +505,7 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
     auto cached = int32_array(info[0], "cachedIds");
     auto commit = int32_array(info[1], "commitIds");
     auto window = int32_array(info[2], "windowIds");
+    // Runs while no generation does, on slot 0 (a generation taking it later resets it).
     return run_async<std::vector<float>>(
         env, "a2d.forwardLogits",
         [this, cached, commit, window](const Channel&) {
@@ -466,7 +543,7 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
     return Napi::Number::New(info.Env(), static_cast<double>(total_forwards_.load()));
   }
 
-  // Cancels running and queued generations, then frees the model on its thread.
+  // Cancels running and queued generations, then frees the model on its thread once they have left.
   Napi::Value Close(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (closed_) {
@@ -479,8 +556,7 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
     return run_async<bool>(
         env, "a2d.close",
         [this](const Channel&) {
-          backend_.reset();
-          model_.reset();
+          release_model();
           return true;
         },
         [](Napi::Env env, bool&) -> Napi::Value { return env.Undefined(); });
@@ -493,18 +569,22 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
 
   std::unique_ptr<a2d::Model> model_;      // engine thread only
   std::unique_ptr<a2d::Backend> backend_;  // engine thread only
+  std::unique_ptr<a2d::BatchDecoder> batch_;  // engine thread only
+  std::deque<Queued> queue_;                  // engine thread only
+  std::map<uint64_t, std::unique_ptr<Generation>> running_;  // engine thread only: by batch id
+  uint64_t next_id_ = 0;                                      // engine thread only
   std::atomic<int64_t> total_forwards_{0};
   std::mutex cancel_mutex_;
   std::map<double, std::shared_ptr<std::atomic<bool>>> cancel_flags_;
   bool closed_ = false;  // JS thread only
-  EngineThread thread_;  // last: joined before the members above are destroyed
+  EngineThread thread_{[this] { return work(); }};  // last: joined before the members above are destroyed
 };
 
 Napi::Value Load(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() < 4 || !info[0].IsString() || !info[1].IsString() || !info[2].IsNumber() ||
-      !info[3].IsNumber()) {
-    throw Napi::TypeError::New(env, "load(modelDir: string, device: string, threads: number, maxContext: number)");
+  if (info.Length() < 5 || !info[0].IsString() || !info[1].IsString() || !info[2].IsNumber() ||
+      !info[3].IsNumber() || !info[4].IsNumber()) {
+    throw Napi::TypeError::New(env, "load(modelDir: string, device: string, threads: number, maxContext: number, maxBatch: number)");
   }
   const std::string device = info[1].As<Napi::String>().Utf8Value();
   if (device != "cpu" && device != "cuda") {
@@ -514,7 +594,8 @@ Napi::Value Load(const Napi::CallbackInfo& info) {
   NativeEngine* engine = Napi::ObjectWrap<NativeEngine>::Unwrap(object);
   return engine->StartLoad(env, info[0].As<Napi::String>().Utf8Value(), device,
                            info[2].As<Napi::Number>().Int32Value(),
-                           static_cast<int64_t>(info[3].As<Napi::Number>().DoubleValue()));
+                           static_cast<int64_t>(info[3].As<Napi::Number>().DoubleValue()),
+                           info[4].As<Napi::Number>().Int32Value());
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {

@@ -22,21 +22,59 @@ int64_t resolve_max_context(const ModelConfig& config, int64_t requested) {
 }
 
 StepResult Backend::step(const ForwardArgs& args, const RevealArgs* reveal) {
-  const int32_t vocab = config_.vocab_size;
-  host_logits_.resize(args.logit_rows.size() * static_cast<size_t>(vocab));
-  forward(args, host_logits_.data());
-  if (args.anchor_row >= 0) {
-    const auto it = std::find(args.logit_rows.begin(), args.logit_rows.end(), args.anchor_row);
-    if (it == args.logit_rows.end()) throw std::logic_error("anchor_row must be one of logit_rows");
-    const size_t index = static_cast<size_t>(it - args.logit_rows.begin());
-    host_anchor_.assign(host_logits_.begin() + index * vocab, host_logits_.begin() + (index + 1) * vocab);
+  return host_steps({SlotForward{0, &args, reveal}}).front();
+}
+
+int64_t Backend::slot_len(int32_t slot) const {
+  if (slot != 0) throw std::logic_error("this backend has one KV cache slot");
+  return cached_len();
+}
+
+void Backend::reset_slot(int32_t slot) {
+  if (slot != 0) throw std::logic_error("this backend has one KV cache slot");
+  reset_cache();
+}
+
+void Backend::forward_batch(const std::vector<SlotForward>& batch, float* logits) {
+  if (batch.size() != 1 || batch.front().slot != 0) {
+    throw std::logic_error("this backend runs one sequence per forward (max_batch 1)");
   }
-  if (reveal == nullptr) return {};
-  return reveal_on_host(*reveal, vocab, [&](int32_t c) {
-    const int32_t source = reveal->candidate_rows[c];
-    return source == kAnchorLogits ? host_anchor_.data()
-                                   : host_logits_.data() + static_cast<size_t>(source) * vocab;
-  });
+  forward(*batch.front().args, logits);
+}
+
+std::vector<StepResult> Backend::step_batch(const std::vector<SlotForward>& batch) {
+  if (batch.size() == 1 && batch.front().slot == 0) return {step(*batch.front().args, batch.front().reveal)};
+  return host_steps(batch);
+}
+
+std::vector<StepResult> Backend::host_steps(const std::vector<SlotForward>& batch) {
+  const int32_t vocab = config_.vocab_size;
+  size_t rows = 0;
+  for (const SlotForward& entry : batch) rows += entry.args->logit_rows.size();
+  host_logits_.resize(rows * static_cast<size_t>(vocab));
+  forward_batch(batch, host_logits_.data());
+  std::vector<StepResult> results(batch.size());
+  size_t first = 0;  // the entry's first row in host_logits_
+  for (size_t e = 0; e < batch.size(); ++e) {
+    const ForwardArgs& args = *batch[e].args;
+    const float* entry_logits = host_logits_.data() + first * vocab;
+    first += args.logit_rows.size();
+    if (host_anchors_.size() <= static_cast<size_t>(batch[e].slot)) host_anchors_.resize(batch[e].slot + 1);
+    std::vector<float>& anchor = host_anchors_[batch[e].slot];
+    if (args.anchor_row >= 0) {
+      const auto it = std::find(args.logit_rows.begin(), args.logit_rows.end(), args.anchor_row);
+      if (it == args.logit_rows.end()) throw std::logic_error("anchor_row must be one of logit_rows");
+      const size_t index = static_cast<size_t>(it - args.logit_rows.begin());
+      anchor.assign(entry_logits + index * vocab, entry_logits + (index + 1) * vocab);
+    }
+    const RevealArgs* reveal = batch[e].reveal;
+    if (reveal == nullptr) continue;
+    results[e] = reveal_on_host(*reveal, vocab, [&](int32_t c) {
+      const int32_t source = reveal->candidate_rows[c];
+      return source == kAnchorLogits ? anchor.data() : entry_logits + static_cast<size_t>(source) * vocab;
+    });
+  }
+  return results;
 }
 
 }  // namespace a2d

@@ -61,9 +61,17 @@ struct StepResult {
   std::vector<Revealed> revealed;  // ascending j
 };
 
+// One sequence's part of a batched forward (continuous batching): its request and the KV cache slot it runs on.
+struct SlotForward {
+  int32_t slot = 0;                   // 0..max_batch()-1, each slot at most once per forward
+  const ForwardArgs* args = nullptr;
+  const RevealArgs* reveal = nullptr;  // step_batch: the reveal decision, or null (a commit-only forward)
+};
+
 struct BackendOptions {
   int threads = 0;          // CPU worker threads; 0: hardware concurrency
-  int64_t max_context = 0;  // KV cache capacity in tokens (prompt + completion + one window)
+  int64_t max_context = 0;  // KV cache capacity in tokens (prompt + completion + one window), per slot
+  int32_t max_batch = 1;    // KV cache slots: sequences one forward may hold (a backend may hold fewer)
 };
 
 class Backend {
@@ -97,14 +105,31 @@ class Backend {
   // them. A backend picks the size at which its per-token cost has stopped falling.
   virtual int32_t prefill_chunk() const { return 512; }
 
+  // Several sequences in one forward (continuous batching). Each has a KV cache slot of its own,
+  // 0..max_batch()-1, with its own positions; a row attends only to its own slot's cache and its own
+  // forward's rows, so an entry's logits do not depend on the other entries. Slot 0 is the cache that
+  // forward, step, cached_len and reset_cache work on. A backend without batching holds one slot.
+  virtual int32_t max_batch() const { return 1; }
+  virtual int64_t slot_len(int32_t slot) const;  // tokens held by the slot's cache
+  virtual void reset_slot(int32_t slot);         // empties one slot (a new sequence takes it)
+  // One forward of every entry's request on its slot: the logits rows of each entry's logit_rows, entry
+  // after entry, row-major [sum of logit_rows, vocab]. The default runs a single slot-0 entry as forward.
+  virtual void forward_batch(const std::vector<SlotForward>& batch, float* logits);
+  // step for every entry: one forward_batch, then each entry's anchor row (kept per slot) and reveal
+  // decision. The default runs a single slot-0 entry as step (a device backend's own), more on the host.
+  virtual std::vector<StepResult> step_batch(const std::vector<SlotForward>& batch);
+
  protected:
   Backend(const ModelConfig& config, int64_t max_context) : config_(config), max_context_(max_context) {}
+
+  // The host path of step and step_batch: forward_batch into host buffers, the anchor rows, the host reveal rule.
+  std::vector<StepResult> host_steps(const std::vector<SlotForward>& batch);
 
  private:
   ModelConfig config_;
   int64_t max_context_;
-  std::vector<float> host_logits_;  // default step: [logit_rows, vocab]
-  std::vector<float> host_anchor_;  // default step: the kept anchor row, [vocab]
+  std::vector<float> host_logits_;                // host steps: [logit_rows, vocab]
+  std::vector<std::vector<float>> host_anchors_;  // host steps: per slot, the kept anchor row [vocab]
 };
 
 // The KV cache capacity for `requested` tokens (0: the default of engine/types.ts,

@@ -246,19 +246,48 @@ void prefetch_tile(const std::vector<Projection>& outs, const std::vector<int64_
 }
 
 void matmuls(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<Projection> projections) {
-  if (M >= kManyRows) return matmuls_many_rows(pool, x, M, projections);
-  const std::vector<Projection> outs(projections);
+  matmuls_ranges(pool, x, {M}, projections);
+}
+
+void matmuls_ranges(ThreadPool& pool, const float* x, const std::vector<int64_t>& ranges,
+                    const std::vector<Projection>& outs) {
   const int64_t K = outs.front().W->cols();
+  // Ranges of many rows each take the many-row GEMM on their own; the few-row ranges go through the weights
+  // together below, in sweeps of at most kTileM rows that each range lies wholly inside.
+  struct Range {
+    int64_t first, rows;
+  };
+  std::vector<Range> few;
+  std::vector<size_t> sweep_ends;  // per sweep, the end of its ranges in `few`
+  int64_t first = 0, few_rows = 0, sweep_rows = 0;
+  for (const int64_t M : ranges) {
+    if (M >= kManyRows) {
+      std::vector<Projection> shifted(outs);
+      for (Projection& p : shifted) p.y += first * p.W->rows();
+      matmuls_many_rows(pool, x + first * K, M, shifted);
+    } else if (M > 0) {
+      if (sweep_rows + M > kTileM) {
+        sweep_ends.push_back(few.size());
+        sweep_rows = 0;
+      }
+      few.push_back({first, M});
+      few_rows += M;
+      sweep_rows += M;
+    }
+    first += M;
+  }
+  if (few.empty()) return;
+  sweep_ends.push_back(few.size());
   // The projections' weight tiles form one index space, so q/k/v (or gate/up) share one pool wake-up.
   std::vector<int64_t> first_tile{0};
   int64_t work = 0;
   for (const Projection& p : outs) {
     if (p.W->cols() != K) throw std::logic_error("matmuls: projections of one input must share K");
     first_tile.push_back(first_tile.back() + (p.W->rows() + kTileRows - 1) / kTileRows);
-    work += M * p.W->rows() * K;
+    work += few_rows * p.W->rows() * K;
   }
   const int64_t tiles = first_tile.back();
-  if (M == 0 || tiles == 0) return;
+  if (tiles == 0) return;
   // Enough chunks to balance the pool (a straggler delays everyone), few enough to amortise claiming.
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>({tiles, pool.size() * 8, work / kMinWorkPerTask}));
   const int64_t tiles_per_chunk = (tiles + chunks - 1) / chunks;
@@ -267,8 +296,8 @@ void matmuls(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<
     wbuf.resize(kTileRows * K);
     const int64_t t_begin = chunk * tiles_per_chunk;
     const int64_t t_end = std::min(tiles, t_begin + tiles_per_chunk);
-    for (int64_t m0 = 0; m0 < M; m0 += kTileM) {
-      const int64_t mt = std::min(kTileM, M - m0);
+    size_t sweep_begin = 0;
+    for (const size_t sweep_end : sweep_ends) {
       size_t o = 0;
       for (int64_t t = t_begin; t < t_end; ++t) {
         while (t >= first_tile[o + 1]) ++o;
@@ -277,18 +306,26 @@ void matmuls(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<
         const int64_t n0 = (t - first_tile[o]) * kTileRows;
         const int rows = static_cast<int>(std::min<int64_t>(kTileRows, N - n0));
         prefetch_tile(outs, first_tile, t + kPrefetchTiles, t_end, o);
-        if (p.W->dtype == DType::bf16) {
-          dot_tile_bf16(static_cast<const uint16_t*>(p.W->data) + n0 * K, rows, x + m0 * K, mt, K, p.y + m0 * N + n0, N);
-        } else {
+        const bool bf16 = p.W->dtype == DType::bf16;
+        if (!bf16) {
           for (int r = 0; r < rows; ++r) row_to_float(*p.W, n0 + r, wbuf.data() + r * K);
-          dot_tile(wbuf.data(), rows, x + m0 * K, mt, K, p.y + m0 * N + n0, N);
         }
-        if (p.bias != nullptr) {
-          for (int64_t m = m0; m < m0 + mt; ++m) {
-            for (int r = 0; r < rows; ++r) p.y[m * N + n0 + r] += p.bias[n0 + r];
+        // Every range of the sweep against this tile, which stays in the core's cache meanwhile.
+        for (size_t i = sweep_begin; i < sweep_end; ++i) {
+          const int64_t m0 = few[i].first, mt = few[i].rows;
+          if (bf16) {
+            dot_tile_bf16(static_cast<const uint16_t*>(p.W->data) + n0 * K, rows, x + m0 * K, mt, K, p.y + m0 * N + n0, N);
+          } else {
+            dot_tile(wbuf.data(), rows, x + m0 * K, mt, K, p.y + m0 * N + n0, N);
+          }
+          if (p.bias != nullptr) {
+            for (int64_t m = m0; m < m0 + mt; ++m) {
+              for (int r = 0; r < rows; ++r) p.y[m * N + n0 + r] += p.bias[n0 + r];
+            }
           }
         }
       }
+      sweep_begin = sweep_end;
     }
   });
 }

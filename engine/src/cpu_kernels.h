@@ -38,13 +38,20 @@ struct Projection {
 // runs matmuls_many_rows.
 void matmuls(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<Projection> projections);
 
+// matmuls over consecutive row ranges of x (ranges[i] rows each: the sequences of a batched forward), every
+// range multiplied exactly as matmuls multiplies it alone (the same kernel, the same grouping of its rows), so
+// that a sequence's results do not depend on what it is batched with. The few-row ranges share one pass over
+// the weights: a weight tile comes from memory once and meets every range's rows while it is in the cache.
+void matmuls_ranges(ThreadPool& pool, const float* x, const std::vector<int64_t>& ranges,
+                    const std::vector<Projection>& projections);
+
 // x rows from which matmuls takes the many-row GEMM (a denoising forward's few rows keep the weight-streaming
 // kernel; bench/NOTES.md, "CPU prefill").
 constexpr int64_t kManyRows = 32;
 
 // The same for many x rows (prompt chunks), in cpu_prefill.cpp: each weight panel (32, 16 or 8 rows by
 // instruction set) is converted to fp32 once and multiplied with x in register tiles of 12 or 6 rows.
-void matmuls_many_rows(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<Projection> projections);
+void matmuls_many_rows(ThreadPool& pool, const float* x, int64_t M, const std::vector<Projection>& projections);
 
 // y[m, :] = w * x[m, :] / sqrt(mean(x[m, :]^2) + eps), row length n; y may alias x.
 void rmsnorm(const float* x, int64_t M, int64_t n, const float* w, double eps, float* y);

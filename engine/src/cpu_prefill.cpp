@@ -415,7 +415,7 @@ int limit_many_row_isa(int level) {
   return isa_level();
 }
 
-void matmuls_many_rows(ThreadPool& pool, const float* x, int64_t M, std::initializer_list<Projection> projections) {
+void matmuls_many_rows(ThreadPool& pool, const float* x, int64_t M, const std::vector<Projection>& projections) {
   if (M == 0 || projections.size() == 0) return;
   const int level = isa_level();
   const int64_t block = kTokenBlock[level], panel_rows = kPanelRows[level];

@@ -38,14 +38,6 @@ double elapsed_ms(std::chrono::steady_clock::time_point started) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
 }
 
-// True, with the result marked cancelled, once the caller asked to stop.
-bool cancelled(const std::atomic<bool>* cancel, std::chrono::steady_clock::time_point started, GenerateResult& result) {
-  if (cancel == nullptr || !cancel->load(std::memory_order_relaxed)) return false;
-  result.finish_reason = FinishReason::cancelled;
-  result.ms = elapsed_ms(started);
-  return true;
-}
-
 void check_request(const Backend& backend, const std::vector<int32_t>& prompt, const DecodeParams& params) {
   const ModelConfig& config = backend.config();
   validate_decode_params(params, config);
@@ -82,142 +74,195 @@ int32_t first_revealed_eos(const DecodeParams& params, const std::vector<int32_t
 // reveals every candidate above the threshold and at least k of them by priority; the window moves on once
 // wholly revealed (advance block) or past every revealed prefix (advance slide). Every committed token is
 // one the denoiser's own prediction at a masked position chose.
-GenerateResult generate(Backend& backend, const std::vector<int32_t>& prompt, const DecodeParams& params,
-                        const BlockCallback& on_block, const std::atomic<bool>* cancel) {
+Sequence::Sequence(const Backend& backend, std::vector<int32_t> prompt, const DecodeParams& params, BlockCallback on_block)
+    : params_(params), on_block_(std::move(on_block)), rng_(params.seed) {
   check_request(backend, prompt, params);
-  const auto started = std::chrono::steady_clock::now();
-  backend.reset_cache();
   const ModelConfig& config = backend.config();
-  const int32_t B = params.block_size;
-  const bool shift = config.shift_logits;
-  const bool slide = params.advance == Advance::slide;
+  mask_token_id_ = config.mask_token_id;
+  shift_ = config.shift_logits;
+  chunk_ = static_cast<size_t>(std::max<int32_t>(1, backend.prefill_chunk()));
+  result_.prompt_tokens = static_cast<int64_t>(prompt.size());
+  pending_commit_ = std::move(prompt);
+  window_.assign(params.block_size, mask_token_id_);
+  revealed_.assign(params.block_size, false);
+}
 
-  GenerateResult result;
-  result.prompt_tokens = static_cast<int64_t>(prompt.size());
-  SplitMix64 rng(params.seed);
-  std::vector<int32_t> pending_commit = prompt;  // tokens the next forward appends to the cache
-
+bool Sequence::next() {
+  if (finished_) return false;
+  if (!running_) {
+    running_ = true;
+    started_ = std::chrono::steady_clock::now();
+  }
+  args_ = ForwardArgs{};
+  reveal_ = RevealArgs{};
+  kind_ = Kind::none;
   // A long prompt goes in commit-only chunks first (the last one rides the first denoising forward), so
   // that a cancel is seen between chunks and no forward holds more rows than the backend runs well.
-  const size_t chunk = static_cast<size_t>(std::max<int32_t>(1, backend.prefill_chunk()));
-  if (params.max_tokens > 0) {
-    while (pending_commit.size() > chunk) {
-      if (cancelled(cancel, started, result)) return result;
-      ForwardArgs args;
-      args.commit.assign(pending_commit.begin(), pending_commit.begin() + static_cast<std::ptrdiff_t>(chunk));
-      pending_commit.erase(pending_commit.begin(), pending_commit.begin() + static_cast<std::ptrdiff_t>(chunk));
-      backend.step(args, nullptr);
-      ++result.prefill_forwards;
+  if (params_.max_tokens > 0 && result_.forward_passes == 0 && pending_commit_.size() > chunk_) {
+    kind_ = Kind::prefill;
+    const auto end = pending_commit_.begin() + static_cast<std::ptrdiff_t>(chunk_);
+    args_.commit.assign(pending_commit_.begin(), end);
+    pending_commit_.erase(pending_commit_.begin(), end);
+    return true;
+  }
+  const int32_t B = params_.block_size;
+  for (;;) {
+    if (generated_ >= params_.max_tokens) {
+      finish(FinishReason::length);
+      return false;
     }
+    const int32_t limit_len = static_cast<int32_t>(std::min<int64_t>(B, params_.max_tokens - generated_));
+    const int32_t relevant = std::min(limit_len, first_revealed_eos(params_, window_, revealed_));
+    std::vector<int32_t> candidates;
+    for (int32_t j = 0; j < relevant; ++j) {
+      if (!revealed_[j]) candidates.push_back(j);
+    }
+    if (!candidates.empty()) {
+      if (params_.commit == CommitPolicy::separate && !pending_commit_.empty()) {
+        kind_ = Kind::separate_commit;
+        commit_args(args_);
+      } else {
+        prepare_denoise(candidates);
+      }
+      return true;
+    }
+    advance();
+    if (finished_) return false;
+  }
+}
+
+// The anchor row: with shifted logits, window position 0 is predicted by the last committed token, whose
+// logits come from the forward that commits it.
+void Sequence::commit_args(ForwardArgs& args) {
+  args.commit = std::move(pending_commit_);
+  pending_commit_.clear();
+  if (shift_) {
+    args.anchor_row = static_cast<int32_t>(args.commit.size()) - 1;
+    args.logit_rows.push_back(args.anchor_row);
+  }
+}
+
+void Sequence::prepare_denoise(const std::vector<int32_t>& candidates) {
+  kind_ = Kind::denoise;
+  ForwardArgs& args = args_;
+  RevealArgs& reveal = reveal_;
+  reveal.candidates = candidates;
+  if (!pending_commit_.empty()) commit_args(args);
+  args.window = window_;
+  const int32_t C = static_cast<int32_t>(args.commit.size());
+  for (int32_t j : reveal.candidates) {
+    const int32_t row = shift_ ? C + j - 1 : C + j;
+    if (shift_ && j == 0 && C == 0) {
+      reveal.candidate_rows.push_back(kAnchorLogits);
+      continue;
+    }
+    if (std::find(args.logit_rows.begin(), args.logit_rows.end(), row) == args.logit_rows.end()) {
+      args.logit_rows.push_back(row);
+    }
+    reveal.candidate_rows.push_back(
+        static_cast<int32_t>(std::find(args.logit_rows.begin(), args.logit_rows.end(), row) - args.logit_rows.begin()));
   }
 
-  // The anchor row: with shifted logits, window position 0 is predicted by the last committed token, whose
-  // logits come from the forward that commits it.
-  auto commit_args = [&](ForwardArgs& args) {
-    args.commit = std::move(pending_commit);
-    pending_commit.clear();
-    if (shift) {
-      args.anchor_row = static_cast<int32_t>(args.commit.size()) - 1;
-      args.logit_rows.push_back(args.anchor_row);
-    }
-  };
+  const int32_t n = static_cast<int32_t>(reveal.candidates.size());
+  if (params_.temperature > 0.0) {
+    for (int32_t c = 0; c < n; ++c) reveal.sample_draws.push_back(rng_.next_double());
+  }
+  if (params_.remasking == Remasking::random) {
+    for (int32_t c = 0; c < n; ++c) reveal.priority_draws.push_back(rng_.next_double());
+  } else if (params_.remasking == Remasking::leftmost) {
+    for (int32_t c = 0; c < n; ++c) reveal.priority_draws.push_back(static_cast<double>(n - c));
+  }
+  const int32_t k_steps = params_.steps == 0 ? 0 : (n + std::max(params_.steps - step_, 1) - 1) /
+                                                       std::max(params_.steps - step_, 1);
+  reveal.min_reveal = std::min(n, std::max(params_.min_per_step, k_steps));
+  reveal.mask_token_id = mask_token_id_;
+  reveal.temperature = params_.temperature;
+  reveal.top_p = params_.top_p;
+  reveal.threshold = params_.threshold;
+}
 
-  std::vector<int32_t> window(B, config.mask_token_id);
-  std::vector<bool> revealed(B, false);
-  int32_t step = 0;  // denoising steps since the window last moved
-  for (int64_t generated = 0; generated < params.max_tokens;) {
-    const int32_t limit_len = static_cast<int32_t>(std::min<int64_t>(B, params.max_tokens - generated));
-    int32_t relevant = std::min(limit_len, first_revealed_eos(params, window, revealed));
+void Sequence::accept(StepResult stepped) {
+  const Kind kind = kind_;
+  kind_ = Kind::none;
+  switch (kind) {
+    case Kind::none:
+      throw std::logic_error("Sequence::accept without a prepared forward");
+    case Kind::prefill:
+      ++result_.prefill_forwards;
+      return;
+    case Kind::separate_commit:
+      ++result_.forward_passes;
+      return;
+    case Kind::denoise:
+      break;
+  }
+  const int64_t forward_index = result_.forward_passes++;
+  int32_t above = 0;
+  for (const Revealed& r : stepped.revealed) {
+    window_[r.j] = r.token;
+    revealed_[r.j] = true;
+    if (r.confidence > params_.threshold) ++above;
+  }
+  ++result_.steps;
+  result_.revealed += static_cast<int64_t>(stepped.revealed.size());
+  result_.topped_up += std::max(0, reveal_.min_reveal - above);
+  if (params_.trace) {
+    result_.trace.push_back({forward_index, result_.prompt_tokens + generated_, step_, std::move(reveal_.candidates),
+                             std::move(stepped.revealed)});
+  }
+  ++step_;
+  advance();
+}
 
-    RevealArgs reveal;
-    for (int32_t j = 0; j < relevant; ++j) {
-      if (!revealed[j]) reveal.candidates.push_back(j);
-    }
-    if (!reveal.candidates.empty()) {
-      if (cancelled(cancel, started, result)) return result;
-      if (params.commit == CommitPolicy::separate && !pending_commit.empty()) {
-        ForwardArgs args;
-        commit_args(args);
-        backend.step(args, nullptr);
-        ++result.forward_passes;
-      }
-      ForwardArgs args;
-      if (!pending_commit.empty()) commit_args(args);
-      args.window = window;
-      const int32_t C = static_cast<int32_t>(args.commit.size());
-      for (int32_t j : reveal.candidates) {
-        const int32_t row = shift ? C + j - 1 : C + j;
-        if (shift && j == 0 && C == 0) {
-          reveal.candidate_rows.push_back(kAnchorLogits);
-          continue;
-        }
-        if (std::find(args.logit_rows.begin(), args.logit_rows.end(), row) == args.logit_rows.end()) {
-          args.logit_rows.push_back(row);
-        }
-        reveal.candidate_rows.push_back(
-            static_cast<int32_t>(std::find(args.logit_rows.begin(), args.logit_rows.end(), row) -
-                                 args.logit_rows.begin()));
-      }
+// The revealed prefix is final: all of the window's relevant positions once no candidate is left (both
+// policies), or with advance slide whatever revealed run starts the window.
+void Sequence::advance() {
+  const int32_t B = params_.block_size;
+  const int32_t limit_len = static_cast<int32_t>(std::min<int64_t>(B, params_.max_tokens - generated_));
+  const int32_t limit_eos = first_revealed_eos(params_, window_, revealed_);
+  const int32_t relevant = std::min(limit_len, limit_eos);
+  int32_t done = 0;
+  while (done < relevant && revealed_[done]) ++done;
+  if (done < relevant && !(params_.advance == Advance::slide && done > 0)) return;
+  const std::vector<int32_t> finished(window_.begin(), window_.begin() + done);
+  result_.tokens.insert(result_.tokens.end(), finished.begin(), finished.end());
+  generated_ += done;
+  if (on_block_ && !finished.empty()) on_block_(finished, result_.forward_passes);
+  if (done == relevant && limit_eos < limit_len) {
+    finish(FinishReason::stop);
+    return;
+  }
+  pending_commit_ = finished;
+  window_.erase(window_.begin(), window_.begin() + done);
+  window_.resize(B, mask_token_id_);
+  revealed_.erase(revealed_.begin(), revealed_.begin() + done);
+  revealed_.resize(B, false);
+  step_ = 0;
+}
 
-      const int32_t n = static_cast<int32_t>(reveal.candidates.size());
-      if (params.temperature > 0.0) {
-        for (int32_t c = 0; c < n; ++c) reveal.sample_draws.push_back(rng.next_double());
-      }
-      if (params.remasking == Remasking::random) {
-        for (int32_t c = 0; c < n; ++c) reveal.priority_draws.push_back(rng.next_double());
-      } else if (params.remasking == Remasking::leftmost) {
-        for (int32_t c = 0; c < n; ++c) reveal.priority_draws.push_back(static_cast<double>(n - c));
-      }
-      const int32_t k_steps = params.steps == 0 ? 0 : (n + std::max(params.steps - step, 1) - 1) /
-                                                          std::max(params.steps - step, 1);
-      reveal.min_reveal = std::min(n, std::max(params.min_per_step, k_steps));
-      reveal.mask_token_id = config.mask_token_id;
-      reveal.temperature = params.temperature;
-      reveal.top_p = params.top_p;
-      reveal.threshold = params.threshold;
+void Sequence::cancel() {
+  if (!finished_) finish(FinishReason::cancelled);
+}
 
-      StepResult stepped = backend.step(args, &reveal);
-      const int64_t forward_index = result.forward_passes++;
-      int32_t above = 0;
-      for (const Revealed& r : stepped.revealed) {
-        window[r.j] = r.token;
-        revealed[r.j] = true;
-        if (r.confidence > params.threshold) ++above;
-      }
-      ++result.steps;
-      result.revealed += static_cast<int64_t>(stepped.revealed.size());
-      result.topped_up += std::max(0, reveal.min_reveal - above);
-      if (params.trace) {
-        result.trace.push_back({forward_index, result.prompt_tokens + generated, step, std::move(reveal.candidates),
-                                std::move(stepped.revealed)});
-      }
-      ++step;
-    }
+void Sequence::finish(FinishReason reason) {
+  finished_ = true;
+  kind_ = Kind::none;
+  result_.finish_reason = reason;
+  result_.ms = running_ ? elapsed_ms(started_) : 0.0;
+}
 
-    // The revealed prefix is final: all of the window's relevant positions once no candidate is left (both
-    // policies), or with advance slide whatever revealed run starts the window.
-    const int32_t limit_eos = first_revealed_eos(params, window, revealed);
-    relevant = std::min(limit_len, limit_eos);
-    int32_t done = 0;
-    while (done < relevant && revealed[done]) ++done;
-    if (done < relevant && !(slide && done > 0)) continue;
-    const std::vector<int32_t> finished(window.begin(), window.begin() + done);
-    result.tokens.insert(result.tokens.end(), finished.begin(), finished.end());
-    generated += done;
-    if (on_block && !finished.empty()) on_block(finished, result.forward_passes);
-    if (done == relevant && limit_eos < limit_len) {
-      result.finish_reason = FinishReason::stop;
+GenerateResult generate(Backend& backend, const std::vector<int32_t>& prompt, const DecodeParams& params,
+                        const BlockCallback& on_block, const std::atomic<bool>* cancel) {
+  Sequence sequence(backend, prompt, params, on_block);
+  backend.reset_cache();
+  while (sequence.next()) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      sequence.cancel();
       break;
     }
-    pending_commit = finished;
-    window.erase(window.begin(), window.begin() + done);
-    window.resize(B, config.mask_token_id);
-    revealed.erase(revealed.begin(), revealed.begin() + done);
-    revealed.resize(B, false);
-    step = 0;
+    sequence.accept(backend.step(sequence.args(), sequence.reveal()));
   }
-  result.ms = elapsed_ms(started);
-  return result;
+  return sequence.take_result();
 }
 
 }  // namespace a2d

@@ -2,14 +2,17 @@
 // every decode run's tokens and per-step reveal decisions.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 
 #include "backend.h"
+#include "batch.h"
 #include "decode.h"
 #include "decode_params.h"
 #include "model.h"
@@ -89,34 +92,89 @@ void check_forwards(Backend& backend, const json& golden, const SafetensorsFile&
   }
 }
 
-void check_decodes(Backend& backend, const json& golden, double confidence_tolerance) {
+// One decode run's result against the reference's tokens and trace.
+void check_run(const GenerateResult& r, const json& run, double confidence_tolerance) {
+  CHECK(r.tokens == run.at("token_ids").get<std::vector<int32_t>>());
+  CHECK(finish_reason_name(r.finish_reason) == run.at("finish_reason").get<std::string>());
+  CHECK(r.forward_passes == run.at("forward_passes").get<int64_t>());
+  const json& trace = run.at("trace");
+  REQUIRE(r.trace.size() == trace.size());
+  for (size_t i = 0; i < trace.size(); ++i) {
+    CAPTURE(i);
+    const json& want = trace[i];
+    const TraceStep& got = r.trace[i];
+    CHECK(got.forward == want.at("forward").get<int64_t>());
+    CHECK(got.block_start == want.at("block_start").get<int64_t>());
+    CHECK(got.step == want.at("step").get<int32_t>());
+    CHECK(got.candidates == want.at("candidates").get<std::vector<int32_t>>());
+    auto same = [&](const std::vector<Revealed>& got_list, const json& list) {
+      REQUIRE(got_list.size() == list.size());
+      for (size_t k = 0; k < list.size(); ++k) {
+        CHECK(got_list[k].j == list[k][0].get<int32_t>());
+        CHECK(got_list[k].token == list[k][1].get<int32_t>());
+        CHECK(std::abs(got_list[k].confidence - list[k][2].get<double>()) <= confidence_tolerance);
+      }
+    };
+    same(got.revealed, want.at("revealed"));
+  }
+}
+
+std::vector<GenerateResult> check_decodes(Backend& backend, const json& golden, double confidence_tolerance) {
+  std::vector<GenerateResult> results;
   for (const json& run : golden.at("decodes")) {
     const std::string name = run.at("name");
     CAPTURE(name);
     const auto prompt = run.at("prompt_ids").get<std::vector<int32_t>>();
-    const GenerateResult r = generate(backend, prompt, decode_params(run.at("params")), nullptr, nullptr);
-    CHECK(r.tokens == run.at("token_ids").get<std::vector<int32_t>>());
-    CHECK(finish_reason_name(r.finish_reason) == run.at("finish_reason").get<std::string>());
-    CHECK(r.forward_passes == run.at("forward_passes").get<int64_t>());
-    const json& trace = run.at("trace");
-    REQUIRE(r.trace.size() == trace.size());
-    for (size_t i = 0; i < trace.size(); ++i) {
-      CAPTURE(i);
-      const json& want = trace[i];
-      const TraceStep& got = r.trace[i];
-      CHECK(got.forward == want.at("forward").get<int64_t>());
-      CHECK(got.block_start == want.at("block_start").get<int64_t>());
-      CHECK(got.step == want.at("step").get<int32_t>());
-      CHECK(got.candidates == want.at("candidates").get<std::vector<int32_t>>());
-      auto same = [&](const std::vector<Revealed>& got_list, const json& list) {
-        REQUIRE(got_list.size() == list.size());
-        for (size_t k = 0; k < list.size(); ++k) {
-          CHECK(got_list[k].j == list[k][0].get<int32_t>());
-          CHECK(got_list[k].token == list[k][1].get<int32_t>());
-          CHECK(std::abs(got_list[k].confidence - list[k][2].get<double>()) <= confidence_tolerance);
-        }
-      };
-      same(got.revealed, want.at("revealed"));
+    results.push_back(generate(backend, prompt, decode_params(run.at("params")), nullptr, nullptr));
+    check_run(results.back(), run, confidence_tolerance);
+  }
+  return results;
+}
+
+// Every decode run of the case through one BatchDecoder of `max_batch` slots: a run joins as soon as a slot
+// is free, at most one per forward, so each is batched with runs at other stages (prompt, first block, last
+// block) and with other parameters. Each must match the reference and, bit for bit, its run alone.
+void check_batched_decodes(Backend& backend, const json& golden, double confidence_tolerance, int32_t max_batch,
+                           const std::vector<GenerateResult>& alone) {
+  const json& runs = golden.at("decodes");
+  BatchDecoder batch(backend, max_batch);
+  std::vector<GenerateResult> results(runs.size());
+  size_t next_run = 0, done = 0, forwards = 0;
+  int32_t most_running = 0;
+  while (done < runs.size()) {
+    if (next_run < runs.size() && !batch.full()) {
+      const json& run = runs[next_run];
+      batch.add(next_run, std::make_unique<Sequence>(backend, run.at("prompt_ids").get<std::vector<int32_t>>(),
+                                                     decode_params(run.at("params"))),
+                nullptr);
+      ++next_run;
+    }
+    most_running = std::max(most_running, batch.running());
+    for (BatchDecoder::Finished& f : batch.step()) {
+      REQUIRE(f.error.empty());
+      results[f.id] = std::move(f.result);
+      ++done;
+    }
+    ++forwards;
+    REQUIRE(forwards < 10000);
+  }
+  CHECK(most_running == max_batch);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const std::string name = runs[i].at("name");
+    CAPTURE(name);
+    check_run(results[i], runs[i], confidence_tolerance);
+    CHECK(results[i].tokens == alone[i].tokens);
+    CHECK(results[i].forward_passes == alone[i].forward_passes);
+    REQUIRE(results[i].trace.size() == alone[i].trace.size());
+    for (size_t s = 0; s < alone[i].trace.size(); ++s) {
+      CAPTURE(s);
+      const auto& got = results[i].trace[s].revealed;
+      const auto& want = alone[i].trace[s].revealed;
+      REQUIRE(got.size() == want.size());
+      for (size_t k = 0; k < want.size(); ++k) {
+        CHECK(got[k].token == want[k].token);
+        CHECK(got[k].confidence == want[k].confidence);  // exactly: the same logits, bit for bit
+      }
     }
   }
 }
@@ -136,7 +194,7 @@ TEST_SUITE("golden") {
     }
   }
 
-  TEST_CASE("golden: every case's logits and decode runs match the PyTorch reference") {
+  TEST_CASE("golden: every case's logits and decode runs match the PyTorch reference, alone and batched") {
     const std::string dir = golden_dir();
     const json index = read_json(dir + "/index.json");
     REQUIRE(index.at("format_version") == 1);
@@ -147,11 +205,13 @@ TEST_SUITE("golden") {
       const std::string case_dir = dir + "/" + name;
       const json golden = read_json(case_dir + "/golden.json");
       auto model = load_model(case_dir + "/" + golden.at("model").get<std::string>());
-      auto backend = make_cpu_backend(*model, BackendOptions{2, 0});
+      auto backend = make_cpu_backend(*model, BackendOptions{2, 0, 6});
       SafetensorsFile tensors(case_dir + "/golden.safetensors");
       const json& tolerance = golden.at("tolerance");
       check_forwards(*backend, golden, tensors, tolerance.at("logits_max_rel").get<double>());
-      check_decodes(*backend, golden, tolerance.at("confidence_abs").get<double>());
+      const double confidence = tolerance.at("confidence_abs").get<double>();
+      const std::vector<GenerateResult> alone = check_decodes(*backend, golden, confidence);
+      check_batched_decodes(*backend, golden, confidence, 6, alone);
     }
   }
 }

@@ -33,7 +33,12 @@ export function registerHealthRoute(app: App, ctx: ServerContext): void {
       },
       forward_passes: ctx.model.engine.totalForwardPasses(),
       max_context: info.maxContext,
-      queue: { running: ctx.queue.runningCount, waiting: ctx.queue.waitingCount, max_waiting: ctx.queue.maxWaiting },
+      queue: {
+        running: ctx.queue.runningCount,
+        waiting: ctx.queue.waitingCount,
+        max_running: ctx.queue.maxRunning,
+        max_waiting: ctx.queue.maxWaiting,
+      },
     };
   });
 }
