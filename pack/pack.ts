@@ -10,6 +10,7 @@ import { type CudaBuild, cudaFloorProblems, cudaFloors, type Floors, folderFloor
 import { ensureNode } from "./locked.js";
 import { buildManifest, listFolder, type Manifest, MANIFEST_FILE, serializeManifest, STATE_DIR } from "./manifest.js";
 import { checkLineage, type ModelPlan, placeModel, planModel } from "./model.js";
+import { checkModelContents } from "./model-check.js";
 import { defaultNpmSource, type NpmSource, reifyProductionModules, writeAppPackage } from "./node-modules.js";
 import { formatBytes } from "./progress.js";
 import { packRuntime } from "./runtime.js";
@@ -309,6 +310,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
     throw new PackError(`--model-name "${modelName}" must start with a letter or digit and use only letters, digits and . _ : @ / - (at most 128)`);
   }
   const plan = await planModel(modelDir);
+  await checkModelContents(modelDir, plan);
   const addons = await findAddons(options);
   const wheels = options.withWheels ? await planWheels(resolve(options.wheelsDir ?? join(PROJECT_ROOT, "wheels"))) : null;
   const nodeBinary = resolve(options.nodeBinary ?? (await ensureNode({ log })).path);

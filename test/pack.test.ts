@@ -2,7 +2,7 @@
 // fresh network namespace with an empty environment and no node on PATH, verified against its MANIFEST,
 // repeatable, and never leaving a half folder at --out when killed.
 import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
-import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, unlinkSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, unlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -22,6 +22,10 @@ const UNSHARE_NET = process.getuid?.() === 0 ? ["unshare", "--net", "--"] : ["un
 function pack(args: string[], offline = true) {
   const argv = [...(offline ? UNSHARE_NET : []), process.execPath, CLI, "pack", "--device", "cpu", ...args];
   return spawnSync(argv[0]!, argv.slice(1), { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
+}
+
+function editJson(path: string, edit: (value: Record<string, unknown>) => Record<string, unknown>): void {
+  writeFileSync(path, JSON.stringify(edit(JSON.parse(readFileSync(path, "utf8")) as Record<string, unknown>)));
 }
 
 function leftovers(name: string): string[] {
@@ -221,6 +225,57 @@ describe("bad input is refused with the fix named", () => {
     writeFileSync(join(mine, "notes.txt"), "keep me");
     expect(refuse(["--model", model, "--out", mine, "--force"])).toMatch(/is not a folder made by `a2d pack` .*nothing of yours is deleted/);
     expect(readFileSync(join(mine, "notes.txt"), "utf8")).toBe("keep me");
+  });
+
+  // Each a copy of the good model with one thing broken the way downloads and hand edits break it.
+  const brokenModels: Array<[name: string, breakIt: (dir: string) => void, message: RegExp]> = [
+    [
+      "truncated weights",
+      (dir) => truncateSync(join(dir, "model.safetensors"), Math.floor(statSync(join(dir, "model.safetensors")).size / 2)),
+      /model\.safetensors: it is truncated: its header describes \d+ bytes, the file holds \d+ .*Copy or download the weights again/,
+    ],
+    [
+      "a Git LFS pointer instead of the weights",
+      (dir) =>
+        writeFileSync(
+          join(dir, "model.safetensors"),
+          `version https://git-lfs.github.com/spec/v1\noid sha256:${"ab".repeat(32)}\nsize 248568\n`,
+        ),
+      /model\.safetensors is a Git LFS pointer file \(\d+ bytes standing for 248568 bytes\), not the file itself: .*git lfs pull/,
+    ],
+    [
+      "a corrupt tokenizer.json",
+      (dir) => writeFileSync(join(dir, "tokenizer.json"), readFileSync(join(dir, "tokenizer.json"), "utf8").slice(0, 4000)),
+      /tokenizer\.json: not valid JSON .*copy the tokenizer files of the base model again/,
+    ],
+    [
+      "a vocab_size that disagrees with the weights",
+      (dir) => editJson(join(dir, "config.json"), (config) => ({ ...config, vocab_size: 400 })),
+      /config\.json: vocab_size is 400, but model\.embed_tokens\.weight in .*model\.safetensors has 384 rows: set vocab_size to 384/,
+    ],
+    [
+      "a tokenizer with ids past vocab_size",
+      (dir) =>
+        editJson(join(dir, "tokenizer.json"), (tokenizer) => ({
+          ...tokenizer,
+          added_tokens: [...(tokenizer.added_tokens as unknown[]), { id: 500, content: "<|extra|>", single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }],
+        })),
+      /tokenizer\.json can produce id 500 \("<\|extra\|>"\), but .*config\.json gives vocab_size 384: the embedding has no row for it/,
+    ],
+  ];
+
+  it.each(brokenModels)("a model folder with %s: refused before anything is written, the file and the fix named", (name, breakIt, message) => {
+    const dir = join(work, `broken-${name.replace(/\W+/g, "-")}`);
+    execFileSync("cp", ["-r", model, dir]);
+    breakIt(dir);
+    // No lineage.json: nothing else would notice.
+    expect(existsSync(join(dir, "lineage.json"))).toBe(false);
+    const target = join(work, "from-broken");
+    const stderr = refuse(["--model", dir, "--out", target]);
+    expect(stderr).toMatch(/would not load; nothing was written/);
+    expect(stderr).toMatch(message);
+    expect(existsSync(target)).toBe(false);
+    expect(leftovers("from-broken")).toEqual([]);
   });
 
   it("an npm cache without the locked packages: names what is missing and how to fill the cache", () => {
