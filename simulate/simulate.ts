@@ -16,6 +16,7 @@ import { type GpuName, loadFigures, type PhaseKind, predictGpuPhases } from "./f
 import type { InnerJob, InnerResult, StreamProbe } from "./inner.js";
 import { evict, measureDiskRate, residentBytes } from "./page-cache.js";
 import { BARE_PROGRAMS, handToSandboxUser, insideCommand, sandboxArgs } from "./sandbox.js";
+import { listensOnAllAddresses } from "./sockets.js";
 import { checkCudaCode, checkLibraries, checkManifest, checkPermissions, type Problem, scanConfigs, scanServeScript } from "./static-checks.js";
 import { parseStrace, type StraceEvent, TRACED_SYSCALLS } from "./strace.js";
 
@@ -342,7 +343,7 @@ function judgeListening(inner: InnerResult, port: number): Problem | null {
     if (others.length === 0) return null; // nothing listening: the start failed, reported above
     return { cause: "listen", detail: `serve.sh was started with PORT=${port}, but the server listens on ${others.join(", ")}: serve.sh must pass $PORT to the server` };
   }
-  if (onPort.some((l) => l.address === "0.0.0.0" || l.address === "::")) return null;
+  if (onPort.some((l) => listensOnAllAddresses(l.address))) return null;
   return {
     cause: "listen",
     detail: `the server listens on ${onPort.map((l) => `${l.address}:${l.port}`).join(", ")} only: nothing outside this machine can reach it; listen on 0.0.0.0 (A2D_HOST)`,

@@ -230,20 +230,39 @@ describe.runIf(existsSync(join(ROOT, "build", "engine-cuda", "a2d_cuda.build.jso
 });
 
 describe("selfcheck", () => {
-  it("starts the good folder as a user would and passes every check", () => {
-    const run = spawnSync(process.execPath, [CLI, "selfcheck", good, "--json", "--max-tokens", "64", "--budget", "90"], { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
-    const report = JSON.parse(run.stdout) as { ok: boolean; rows: Array<{ check: string; ok: boolean; detail: string }>; tokens_per_s: number };
-    expect(report.rows.filter((r) => !r.ok)).toEqual([]);
+  const selfcheckFolder = (folder: string) => {
+    const run = spawnSync(process.execPath, [CLI, "selfcheck", folder, "--json", "--max-tokens", "64", "--budget", "90"], { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
+    return { status: run.status, report: JSON.parse(run.stdout) as { ok: boolean; rows: Array<{ check: string; ok: boolean; detail: string }>; tokens_per_s: number } };
+  };
+
+  it("starts the good folder as a user would; every check passes but the text of the random model's answers", () => {
+    const { status, report } = selfcheckFolder(good);
     expect(report.rows.map((r) => r.check)).toEqual([
       "ready",
+      "listens on all addresses",
       "/health reports iterative denoising",
       "/v1/models",
       "chat (non-stream)",
       "chat (stream)",
       "chat with reasoning",
       "single-stream tokens/s",
+      "answers are text",
     ]);
+    // The tiny model's weights are random: what it says is not text, and selfcheck says so.
+    expect(report.rows.filter((r) => !r.ok).map((r) => r.check)).toEqual(["answers are text"]);
+    expect(report.rows.find((r) => r.check === "listens on all addresses")!.detail).toMatch(/^listens on 0\.0\.0\.0:\d+$/);
     expect(report.tokens_per_s).toBeGreaterThan(0);
-    expect(run.status).toBe(0);
+    expect(status).toBe(1);
+  });
+
+  it("fails a folder whose server listens on 127.0.0.1 only", () => {
+    const copy = brokenCopy("loopback-selfcheck");
+    editFile(copy, "serve.sh", (t) => t.replace('--host "$A2D_HOST"', "--host 127.0.0.1"), 0o755);
+    const { report } = selfcheckFolder(copy);
+    expect(report.rows.find((r) => r.check === "listens on all addresses")).toEqual({
+      check: "listens on all addresses",
+      ok: false,
+      detail: expect.stringMatching(/^listens on 127\.0\.0\.1:\d+ only: nothing outside this machine can reach it/),
+    });
   });
 });
