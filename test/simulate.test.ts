@@ -71,6 +71,14 @@ describe("simulate-startup", () => {
     expect(report.measured_ready_s).toBeGreaterThan(0);
     expect(report.measured_ready_s).toBeLessThan(90);
     expect(report.predicted_ready_s).toBe(report.measured_ready_s); // a CPU folder: nothing to predict
+    // Still a range: the same start on another machine's CPU, judged at its slow end.
+    expect(report.predicted_range).toMatchObject({ holds_at_slow_end: true, holds_at_fast_end: true });
+    expect(report.predicted_range!.low_s).toBeLessThan(report.measured_ready_s!);
+    expect(report.predicted_range!.high_s).toBeGreaterThan(report.measured_ready_s!);
+    for (const p of [...report.phases, ...report.cuda_prediction!.phases]) {
+      expect(p.low_s <= p.seconds && p.seconds <= p.high_s && p.uncertainty.length > 0, JSON.stringify(p)).toBe(true);
+    }
+    expect(report.cuda_prediction!.range.slowest_disk_MBps).toBeGreaterThan(0);
     const names = report.phases.map((p) => p.name);
     for (const phase of ["shell", "node start", "server modules", "listening (503)", "tokenizer + template", "addon load", "weights load → ready (CPU)"]) {
       expect(names).toContain(phase);
@@ -221,7 +229,7 @@ describe.runIf(existsSync(join(ROOT, "build", "engine-cuda", "a2d_cuda.build.jso
     expect(packed.status, packed.stderr).toBe(0);
     // At 0.001 MB/s the cold read of the weights alone is minutes: no start can make a 60 s budget.
     const started = Date.now();
-    const run = spawnSync(process.execPath, [CLI, "simulate-startup", folder, "--json", "--budget", "60", "--disk-rate", "0.001"], { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
+    const run = spawnSync(process.execPath, [CLI, "simulate-startup", folder, "--json", "--budget", "60", "--disk-mbps", "0.001"], { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
     const report = JSON.parse(run.stdout) as SimulationReport;
     expect((Date.now() - started) / 1000).toBeLessThan(45);
     expect(report.floors).toMatchObject({ glibc: "2.28", nvidia_driver: "525.60.13", compute_capability: "9.0" });
