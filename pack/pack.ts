@@ -7,11 +7,13 @@ import { fileURLToPath } from "node:url";
 
 import { sassArchitectures } from "./elf.js";
 import { type CudaBuild, cudaFloorProblems, cudaFloors, type Floors, folderFloors, FLOOR_LIMITS, formatFloors } from "./floors.js";
+import { FOLDER_COMMANDS, importGraph } from "./import-graph.js";
 import { ensureNode } from "./locked.js";
 import { buildManifest, listFolder, type Manifest, MANIFEST_FILE, serializeManifest, STATE_DIR } from "./manifest.js";
 import { checkLineage, type ModelPlan, placeModel, planModel } from "./model.js";
 import { checkModelContents } from "./model-check.js";
 import { defaultNpmSource, type NpmSource, reifyProductionModules, writeAppPackage } from "./node-modules.js";
+import type { PruneResult } from "./prune-modules.js";
 import { formatBytes } from "./progress.js";
 import { packRuntime } from "./runtime.js";
 import { renderServeScript } from "./serve-script.js";
@@ -55,6 +57,8 @@ export interface PackResult {
   linkedBytes: number;
   manifest: Manifest;
   floors: Floors;
+  /** What app/node_modules was cut down to. */
+  nodeModules: PruneResult;
 }
 
 const TEMP_MARK = ".a2d-pack-";
@@ -331,7 +335,12 @@ export async function pack(options: PackOptions): Promise<PackResult> {
     await mkdir(join(tempDir, "app"));
     await copyCompiledApp(tempDir);
     const { lockfile } = await writeAppPackage(PROJECT_ROOT, join(tempDir, "app"));
-    await reifyProductionModules(join(tempDir, "app"), lockfile, options.npm ?? defaultNpmSource());
+    const { packages } = await importGraph(join(tempDir, "app", "dist"));
+    const nodeModules = await reifyProductionModules(join(tempDir, "app"), lockfile, options.npm ?? defaultNpmSource(), packages);
+    log(
+      `node_modules: the ${nodeModules.packagesKept} of ${nodeModules.packagesBefore} production packages that \`${FOLDER_COMMANDS.join("` and `")}\` load, ` +
+        `${formatBytes(nodeModules.before.bytes)} in ${nodeModules.before.files} files -> ${formatBytes(nodeModules.after.bytes)} in ${nodeModules.after.files}`,
+    );
 
     await mkdir(join(tempDir, "engine"));
     for (const addon of addonPaths) await copyFile(addon, join(tempDir, "engine", basename(addon)));
@@ -390,6 +399,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
       linkedBytes: placed.linkedBytes,
       manifest,
       floors,
+      nodeModules,
     };
   } catch (error) {
     await rm(tempDir, { recursive: true, force: true });
