@@ -1,11 +1,12 @@
 // The model folder's contents checked before anything is written: a folder that packs must load. Every
 // weights file must be a whole safetensors file (not cut short, not a Git LFS pointer), the tokenizer must
-// build the way the server builds it, and config.json's vocab_size must agree with the embedding, lm_head
-// and every id the tokenizer can produce. A lineage.json, when there is one, checks hashes later; these
+// build the way the server builds it, config.json's vocab_size must agree with the embedding, lm_head
+// and every id the tokenizer can produce, and its decoding defaults must be ones the engine accepts. A lineage.json, when there is one, checks hashes later; these
 // checks hold for every folder, with a lineage or without.
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 
+import { brokenRule, DECODING_TABLE, valueProblem } from "../engine/params.js";
 import { ModelTokenizer } from "../server/tokenizer.js";
 import { type ModelPlan, ModelFolderError } from "./model.js";
 import { lfsPointer, readFileHead, readSafetensorsHeader, SafetensorsError, type TensorInfo } from "./safetensors.js";
@@ -15,7 +16,7 @@ interface ModelConfig {
   hidden_size?: unknown;
   num_hidden_layers?: unknown;
   tie_word_embeddings?: unknown;
-  a2d?: { mask_token_id?: unknown; mask_token?: unknown; eos_token_ids?: unknown };
+  a2d?: { mask_token_id?: unknown; mask_token?: unknown; eos_token_ids?: unknown; block_size?: unknown; decoding?: unknown };
 }
 
 /** How to get the real file behind a Git LFS pointer. */
@@ -155,6 +156,48 @@ async function checkTokenizer(modelDir: string, config: ModelConfig, problems: s
   }
 }
 
+/**
+ * a2d.decoding, the defaults the engine decodes with, held to engine/decoding-params.json as the engine's
+ * config reader (engine/src/config.cpp, read_decoding_defaults) holds it at start: every parameter with a
+ * default (seed aside) in range, the cross-field rules kept, nothing else.
+ */
+function checkDecoding(modelDir: string, config: ModelConfig, problems: string[]): void {
+  const decoding = config.a2d?.decoding ?? {};
+  const where = `${join(modelDir, "config.json")}: a2d.decoding`;
+  if (typeof decoding !== "object" || decoding === null || Array.isArray(decoding)) {
+    problems.push(`${where} must be an object (docs/model-format.md)`);
+    return;
+  }
+  const given = decoding as Record<string, unknown>;
+  const blockSize = Number.isInteger(config.a2d?.block_size) ? (config.a2d!.block_size as number) : 4;
+  const specs = DECODING_TABLE.parameters.filter((spec) => spec.default !== undefined && spec.name !== "seed");
+  const values: Record<string, unknown> = {};
+  const redecode = (flags: string) => `\`python -m a2d_convert redecode --model ${modelDir} ${flags}\` rewrites the model's defaults`;
+  for (const spec of specs) {
+    const value = given[spec.name] ?? spec.default;
+    values[spec.name] = value;
+    const problem = valueProblem(spec, value, blockSize);
+    if (problem) {
+      const example = spec.choices?.[0] ?? spec.default;
+      problems.push(`${where}.${spec.name} is ${JSON.stringify(value)}; it must be ${problem}. The server refuses it at start: ${redecode(`--${spec.name.replace(/_/g, "-")} ${String(example)}`)}`);
+    }
+  }
+  const known = new Set(specs.map((spec) => spec.name));
+  for (const key of Object.keys(given).filter((k) => !known.has(k))) {
+    problems.push(`${where}.${key} is not a decoding parameter the engine reads (docs/decoding.md), and the server refuses the folder at start: remove it (${redecode("--remasking low_confidence")})`);
+  }
+  if (problems.some((p) => p.startsWith(where))) return;
+  const rule = brokenRule({
+    blockSize,
+    threshold: values.threshold as number,
+    minPerStep: values.min_per_step as number,
+    steps: values.steps as number,
+    remasking: values.remasking as string,
+    advance: values.advance as string,
+  });
+  if (rule) problems.push(`${where} breaks the rule ${rule.id}: ${rule.message}. The server refuses it at start; choose other defaults (${redecode("--remasking low_confidence")})`);
+}
+
 /** Throws ModelFolderError listing every problem, each with its file and fix. */
 export async function checkModelContents(modelDir: string, plan: ModelPlan): Promise<void> {
   const problems: string[] = [];
@@ -169,6 +212,7 @@ export async function checkModelContents(modelDir: string, plan: ModelPlan): Pro
   const config = JSON.parse(await readFile(join(modelDir, "config.json"), "utf8")) as ModelConfig;
   const tensors = await weightTensors(modelDir, plan, problems);
   if (tensors) checkShapes(modelDir, config, tensors, problems);
+  checkDecoding(modelDir, config, problems);
   // A pointer in place of a tokenizer file is reported above; building the tokenizer from it says nothing more.
   if (!pointers.has("tokenizer.json") && !pointers.has("tokenizer_config.json")) await checkTokenizer(modelDir, config, problems);
   if (problems.length > 0) {
