@@ -195,7 +195,6 @@ function usageOverstated(usage: number, counted: number): boolean {
 interface Answer {
   what: string;
   text: string;
-  usage: number | null;
 }
 
 type Message = { content?: string | null; reasoning_content?: string | null };
@@ -228,7 +227,7 @@ class Checks {
 
   /** Problems of one answer's usage and model field; records the answer for the text check. */
   answer(what: string, text: string, usage: number | null, model: unknown, wanted: string): string[] {
-    this.answers.push({ what, text, usage });
+    this.answers.push({ what, text });
     const problems: string[] = [];
     if (model !== wanted) problems.push(`it answers as model ${JSON.stringify(model)}, but the request asked for ${JSON.stringify(wanted)} (the id /v1/models lists)`);
     const counted = this.count(text);
@@ -446,7 +445,7 @@ export async function selfcheck(options: SelfcheckOptions): Promise<SelfcheckRep
     checks.judgeAnswers();
     return report();
   } catch (error) {
-    checks.row("selfcheck", false, `stopped by an unexpected error: ${(error as Error).stack ?? String(error)}`);
+    checks.row("selfcheck", false, `stopped: ${error instanceof Error ? error.message : String(error)}`);
     return report();
   } finally {
     process.off("SIGINT", onSignal);
