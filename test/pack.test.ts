@@ -207,6 +207,43 @@ describe("packing is atomic and repeatable", () => {
   });
 });
 
+/** A private mount namespace: root makes one directly, anyone else inside a user namespace (where tmpfs and bind mounts are allowed). */
+const MOUNT_NS = process.getuid?.() === 0 ? ["unshare", "--mount", "--propagation", "private", "--net", "--"] : ["unshare", "--map-root-user", "--mount", "--propagation", "private", "--net", "--"];
+const mountProbe = mkdtempSync(join(tmpdir(), "a2d-mount-probe-"));
+const canMount = spawnSync(MOUNT_NS[0]!, [...MOUNT_NS.slice(1), "mount", "-t", "tmpfs", "tmpfs", mountProbe], { stdio: "ignore" }).status === 0;
+rmSync(mountProbe, { recursive: true, force: true });
+
+describe.skipIf(!canMount)("--out is a mount point", () => {
+  it("packs into its contents, keeps the mount, and replaces them on the next --force: a tmpfs and a bind mount of the same filesystem", () => {
+    const tmpfsOut = join(work, "mnt-tmpfs");
+    const bindOut = join(work, "mnt-bind");
+    const bindSource = join(work, "mnt-bind-source");
+    const packCommand = (target: string) => `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} pack --device cpu --model ${JSON.stringify(model)} --out ${JSON.stringify(target)} --force`;
+    const verify = (target: string) => `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} verify ${JSON.stringify(target)} | tail -n 1`;
+    const report = (label: string, target: string) => `echo "${label}: $(mountpoint -q ${JSON.stringify(target)} && echo mounted || echo NOT-mounted) $(ls -A ${JSON.stringify(target)} | tr '\\n' ' ')"; ${verify(target)}`;
+    const script = [
+      "set -e",
+      `mkdir -p ${tmpfsOut} ${bindOut} ${bindSource}`,
+      `mount -t tmpfs tmpfs ${tmpfsOut}`,
+      `mount --bind ${bindSource} ${bindOut}`,
+      packCommand(tmpfsOut),
+      report("tmpfs first", tmpfsOut),
+      packCommand(tmpfsOut),
+      report("tmpfs again", tmpfsOut),
+      packCommand(bindOut),
+      report("bind", bindOut),
+    ].join("\n");
+    const run = spawnSync(MOUNT_NS[0]!, [...MOUNT_NS.slice(1), "bash", "-c", script], { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
+    expect(run.status, run.stdout + run.stderr).toBe(0);
+    const folder = "MANIFEST.json app engine model runtime serve.sh state ";
+    for (const label of ["tmpfs first", "tmpfs again", "bind"]) expect(run.stdout).toContain(`${label}: mounted ${folder}`);
+    expect(run.stdout.match(/^ok: \d+ files match MANIFEST.json$/gm)).toHaveLength(3);
+    // Built beside --out as usual only when --out can be renamed: nothing was left beside either mount.
+    expect(leftovers("mnt-tmpfs")).toEqual([]);
+    expect(leftovers("mnt-bind")).toEqual([]);
+  });
+});
+
 describe("bad input is refused with the fix named", () => {
   const refuse = (args: string[]) => {
     const result = pack(args, false);
@@ -275,6 +312,15 @@ describe("bad input is refused with the fix named", () => {
           added_tokens: [...(tokenizer.added_tokens as unknown[]), { id: 500, content: "<|extra|>", single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }],
         })),
       /tokenizer\.json can produce id 500 \("<\|extra\|>"\), but .*config\.json gives vocab_size 384: the embedding has no row for it/,
+    ],
+    [
+      "a decoding default the engine refuses",
+      (dir) =>
+        editJson(join(dir, "config.json"), (config) => {
+          const a2d = config.a2d as { decoding: Record<string, unknown> };
+          return { ...config, a2d: { ...a2d, decoding: { ...a2d.decoding, remasking: "verify", lookup_ngram: 3 } } };
+        }),
+      /config\.json: a2d\.decoding\.remasking is "verify"; it must be one of 'low_confidence', 'random', 'leftmost' .*a2d_convert redecode --model .* --remasking low_confidence[\s\S]*a2d\.decoding\.lookup_ngram is not a decoding parameter the engine reads/,
     ],
   ];
 
