@@ -17,7 +17,13 @@ declare module "@npmcli/arborist" {
     omit?: string[];
     save?: boolean;
   }
-  interface Node {
+  export interface Edge {
+    name: string;
+    /** prod, dev, optional, peer, peerOptional, workspace */
+    type: string;
+    to: Node | null;
+  }
+  export interface Node {
     name: string;
     path: string;
     location: string;
@@ -26,12 +32,14 @@ declare module "@npmcli/arborist" {
     optional: boolean;
     isLink: boolean;
     children: Map<string, Node>;
+    edgesOut: Map<string, Edge>;
     inventory: Map<string, Node>;
     package: { name?: string; version?: string; scripts?: Record<string, string> };
   }
   class Arborist {
     constructor(options: ArboristOptions);
     reify(options?: ReifyOptions): Promise<Node>;
+    loadActual(): Promise<Node>;
   }
   export default Arborist;
 }

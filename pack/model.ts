@@ -7,6 +7,7 @@ import { join, relative } from "node:path";
 import { pipeline } from "node:stream/promises";
 
 import { startProgress } from "./progress.js";
+import { lfsPointer } from "./safetensors.js";
 
 export class ModelFolderError extends Error {}
 
@@ -36,10 +37,19 @@ async function exists(path: string): Promise<boolean> {
 }
 
 async function readJson(path: string): Promise<Record<string, unknown>> {
+  let text: string;
   try {
-    return JSON.parse(await readFile(path, "utf8")) as Record<string, unknown>;
+    text = await readFile(path, "utf8");
   } catch (error) {
-    throw new ModelFolderError(`${path} cannot be read as JSON (${(error as Error).message})`);
+    throw new ModelFolderError(`${path} cannot be read (${(error as Error).message})`);
+  }
+  try {
+    return JSON.parse(text) as Record<string, unknown>;
+  } catch (error) {
+    if (lfsPointer(Buffer.from(text.slice(0, 512)))) {
+      throw new ModelFolderError(`${path} is a Git LFS pointer file, not the file itself: fetch it with \`git lfs pull\` in the repository the folder was cloned from (or download it again)`);
+    }
+    throw new ModelFolderError(`${path} cannot be read as JSON (${(error as Error).message}): the file is damaged; copy it again`);
   }
 }
 

@@ -1,13 +1,14 @@
 // The app's production node_modules, reified from package-lock.json by @npmcli/arborist with the network
 // off: every tarball comes out of the npm cache through pacote and is checked against the lockfile's
-// integrity. Copying the developer's node_modules instead would ship dev tools, stale installs and
-// whatever was hand-edited there.
+// integrity, then cut down to what the folder's commands load. Copying the developer's node_modules
+// instead would ship dev tools, stale installs and whatever was hand-edited there.
 import Arborist from "@npmcli/arborist";
 import { readFile, rm, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 
 import { startProgress } from "./progress.js";
+import { type PruneResult, pruneModules } from "./prune-modules.js";
 
 export class NodeModulesError extends Error {}
 
@@ -98,7 +99,11 @@ function explain(error: unknown, source: NpmSource): Error {
   return error instanceof Error ? error : new Error(String(error));
 }
 
-export async function reifyProductionModules(appDir: string, lockfile: Lockfile, source: NpmSource): Promise<number> {
+/**
+ * Reifies the lockfile's production tree into appDir/node_modules, then keeps only the packages `imported`
+ * reaches and their runtime files (pack/prune-modules.ts).
+ */
+export async function reifyProductionModules(appDir: string, lockfile: Lockfile, source: NpmSource, imported: Set<string>): Promise<PruneResult> {
   const expected = Object.entries(lockfile.packages).filter(([location, entry]) => location !== "" && !entry.dev).length;
   const progress = startProgress("node_modules (offline, from lock)", expected, "packages");
   // The lock carries no `resolved` URLs, so pacote resolves name@version from cached packuments. npm 11
@@ -133,5 +138,5 @@ export async function reifyProductionModules(appDir: string, lockfile: Lockfile,
   if (installed !== expected) {
     throw new NodeModulesError(`package-lock.json pins ${expected} production packages but ${installed} were installed; run \`npm install\` to bring the lockfile in line with package.json`);
   }
-  return installed;
+  return pruneModules(appDir, tree, imported);
 }

@@ -7,10 +7,13 @@ import { fileURLToPath } from "node:url";
 
 import { sassArchitectures } from "./elf.js";
 import { type CudaBuild, cudaFloorProblems, cudaFloors, type Floors, folderFloors, FLOOR_LIMITS, formatFloors } from "./floors.js";
+import { FOLDER_COMMANDS, importGraph } from "./import-graph.js";
 import { ensureNode } from "./locked.js";
 import { buildManifest, listFolder, type Manifest, MANIFEST_FILE, serializeManifest, STATE_DIR } from "./manifest.js";
 import { checkLineage, type ModelPlan, placeModel, planModel } from "./model.js";
+import { checkModelContents } from "./model-check.js";
 import { defaultNpmSource, type NpmSource, reifyProductionModules, writeAppPackage } from "./node-modules.js";
+import type { PruneResult } from "./prune-modules.js";
 import { formatBytes } from "./progress.js";
 import { packRuntime } from "./runtime.js";
 import { renderServeScript } from "./serve-script.js";
@@ -54,12 +57,19 @@ export interface PackResult {
   linkedBytes: number;
   manifest: Manifest;
   floors: Floors;
+  /** What app/node_modules was cut down to. */
+  nodeModules: PruneResult;
 }
 
 const TEMP_MARK = ".a2d-pack-";
 
-function tempPrefix(outDir: string): string {
-  return join(dirname(outDir), `.${basename(outDir)}${TEMP_MARK}`);
+/**
+ * Where the folder is built: beside --out, so one rename puts it in place; inside --out when --out is a
+ * mount point, which cannot be renamed and may be another filesystem than its parent (its contents are
+ * replaced instead, by renames within it).
+ */
+function tempPrefix(outDir: string, intoMount: boolean): string {
+  return intoMount ? join(outDir, TEMP_MARK) : join(dirname(outDir), `.${basename(outDir)}${TEMP_MARK}`);
 }
 
 function processAlive(pid: number): boolean {
@@ -72,16 +82,39 @@ function processAlive(pid: number): boolean {
 }
 
 /** A pack killed with SIGKILL cannot clean up after itself; the next pack for the same --out does. */
-async function removeStaleTemps(outDir: string, log: (line: string) => void): Promise<void> {
-  const prefix = basename(tempPrefix(outDir));
-  for (const name of await readdir(dirname(outDir))) {
-    if (!name.startsWith(prefix)) continue;
-    const pid = Number(name.slice(prefix.length).split("-")[0]);
+async function removeStaleTemps(outDir: string, intoMount: boolean, log: (line: string) => void): Promise<void> {
+  const prefix = tempPrefix(outDir, intoMount);
+  const dir = dirname(prefix);
+  for (const name of await readdir(dir)) {
+    if (!name.startsWith(basename(prefix))) continue;
+    const pid = Number(name.slice(basename(prefix).length).split("-")[0]);
     if (Number.isInteger(pid) && !processAlive(pid)) {
-      log(`removing ${join(dirname(outDir), name)}, left by an interrupted pack`);
-      await rm(join(dirname(outDir), name), { recursive: true, force: true });
+      log(`removing ${join(dir, name)}, left by an interrupted pack`);
+      await rm(join(dir, name), { recursive: true, force: true });
     }
   }
+}
+
+/** /proc/self/mountinfo's mount points (field 5, with spaces and the like octal-escaped). */
+function mountPoints(): Set<string> {
+  try {
+    return new Set(
+      readFileSync("/proc/self/mountinfo", "utf8")
+        .split("\n")
+        .map((line) => line.split(" ")[4])
+        .filter((field): field is string => field !== undefined)
+        .map((field) => field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)))),
+    );
+  } catch {
+    return new Set();
+  }
+}
+
+/** A bind mount of a folder of the same filesystem has its parent's device number: mountinfo tells. */
+async function isMountPoint(dir: string): Promise<boolean> {
+  const real = await realpath(dir);
+  const [self, parent] = await Promise.all([stat(real), stat(dirname(real))]);
+  return self.dev !== parent.dev || mountPoints().has(real);
 }
 
 function onInterrupt(tempDir: string): () => void {
@@ -113,7 +146,8 @@ async function checkReplaceable(outDir: string, inputs: string[]): Promise<boole
     }
   }
   if (!(await stat(out)).isDirectory()) throw new PackError(`--out ${outDir} is a file, not a folder made by \`a2d pack\`; --force replaces only those`);
-  const entries = await readdir(out);
+  // Temporary folders of an earlier pack into this mount point are not the user's: they are cleaned below.
+  const entries = (await readdir(out)).filter((name) => !name.startsWith(TEMP_MARK));
   if (entries.length > 0) {
     let manifest: { format?: string } | null = null;
     try {
@@ -125,8 +159,7 @@ async function checkReplaceable(outDir: string, inputs: string[]): Promise<boole
       throw new PackError(`--out ${outDir} is not a folder made by \`a2d pack\` (no a2d MANIFEST.json) and not empty; --force replaces only those, so nothing of yours is deleted. Choose another --out`);
     }
   }
-  const [self, parent] = await Promise.all([stat(out), stat(dirname(out))]);
-  return self.dev !== parent.dev;
+  return isMountPoint(out);
 }
 
 async function isFile(path: string): Promise<boolean> {
@@ -302,13 +335,14 @@ export async function pack(options: PackOptions): Promise<PackResult> {
   if (existsSync(outDir) && !options.force) {
     throw new PackError(`${outDir} already exists; pass --force to replace it (it is replaced only once the new folder is complete)`);
   }
-  const replaceContents = existsSync(outDir) ? await checkReplaceable(outDir, [modelDir, ...[options.cpuAddon, options.cudaAddon, options.nodeBinary].filter((p): p is string => !!p).map((p) => resolve(p))]) : false;
+  const intoMount = existsSync(outDir) ? await checkReplaceable(outDir, [modelDir, ...[options.cpuAddon, options.cudaAddon, options.nodeBinary].filter((p): p is string => !!p).map((p) => resolve(p))]) : false;
 
   const modelName = options.modelName ?? basename(modelDir).replace(/[^A-Za-z0-9._:@/-]/g, "-");
   if (!/^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$/.test(modelName)) {
     throw new PackError(`--model-name "${modelName}" must start with a letter or digit and use only letters, digits and . _ : @ / - (at most 128)`);
   }
   const plan = await planModel(modelDir);
+  await checkModelContents(modelDir, plan);
   const addons = await findAddons(options);
   const wheels = options.withWheels ? await planWheels(resolve(options.wheelsDir ?? join(PROJECT_ROOT, "wheels"))) : null;
   const nodeBinary = resolve(options.nodeBinary ?? (await ensureNode({ log })).path);
@@ -316,8 +350,8 @@ export async function pack(options: PackOptions): Promise<PackResult> {
   for (const warning of addons.warnings) log(`\n!!! ${warning}\n`);
   if (plan.skipped.length > 0) log(`not packed (not part of the model format): ${plan.skipped.join(", ")}`);
 
-  await removeStaleTemps(outDir, log);
-  const tempDir = `${tempPrefix(outDir)}${process.pid}-${Date.now().toString(36)}`;
+  await removeStaleTemps(outDir, intoMount, log);
+  const tempDir = `${tempPrefix(outDir, intoMount)}${process.pid}-${Date.now().toString(36)}`;
   await mkdir(tempDir);
   const stopInterruptHandling = onInterrupt(tempDir);
   try {
@@ -329,7 +363,12 @@ export async function pack(options: PackOptions): Promise<PackResult> {
     await mkdir(join(tempDir, "app"));
     await copyCompiledApp(tempDir);
     const { lockfile } = await writeAppPackage(PROJECT_ROOT, join(tempDir, "app"));
-    await reifyProductionModules(join(tempDir, "app"), lockfile, options.npm ?? defaultNpmSource());
+    const { packages } = await importGraph(join(tempDir, "app", "dist"));
+    const nodeModules = await reifyProductionModules(join(tempDir, "app"), lockfile, options.npm ?? defaultNpmSource(), packages);
+    log(
+      `node_modules: the ${nodeModules.packagesKept} of ${nodeModules.packagesBefore} production packages that \`${FOLDER_COMMANDS.join("` and `")}\` load, ` +
+        `${formatBytes(nodeModules.before.bytes)} in ${nodeModules.before.files} files -> ${formatBytes(nodeModules.after.bytes)} in ${nodeModules.after.files}`,
+    );
 
     await mkdir(join(tempDir, "engine"));
     for (const addon of addonPaths) await copyFile(addon, join(tempDir, "engine", basename(addon)));
@@ -365,13 +404,13 @@ export async function pack(options: PackOptions): Promise<PackResult> {
     await chmod(join(tempDir, MANIFEST_FILE), 0o644);
     const warnings = [...addons.warnings, ...(await checkLineage(modelDir, plan, new Map(manifest.files.map((f) => [f.path, f.sha256]))))];
 
-    if (replaceContents) {
-      // A mount point cannot be renamed: its contents are replaced instead.
-      for (const name of await readdir(outDir)) await rm(join(outDir, name), { recursive: true, force: true });
+    if (intoMount) {
+      // A mount point cannot be renamed: the old pack's contents go, then the new one's move up beside them.
+      for (const name of await readdir(outDir)) if (join(outDir, name) !== tempDir) await rm(join(outDir, name), { recursive: true, force: true });
       for (const name of await readdir(tempDir)) await rename(join(tempDir, name), join(outDir, name));
       await rm(tempDir, { recursive: true, force: true });
     } else if (existsSync(outDir)) {
-      const replaced = `${tempPrefix(outDir)}${process.pid}-replaced`;
+      const replaced = `${tempPrefix(outDir, false)}${process.pid}-replaced`;
       await rename(outDir, replaced);
       await rename(tempDir, outDir);
       await rm(replaced, { recursive: true, force: true });
@@ -388,6 +427,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
       linkedBytes: placed.linkedBytes,
       manifest,
       floors,
+      nodeModules,
     };
   } catch (error) {
     await rm(tempDir, { recursive: true, force: true });

@@ -4,7 +4,8 @@
 import { readFile } from "node:fs/promises";
 
 export type GpuName = "h100" | "h200";
-export type PhaseKind = "measured" | "predicted" | "estimate";
+/** measured here, predicted from measured figures, estimated, or given by the user (--disk-mbps). */
+export type PhaseKind = "measured" | "predicted" | "estimate" | "given";
 
 export interface CardFigures {
   gpu: string;
@@ -78,6 +79,8 @@ export interface FigureSource {
   card: CardFigures;
   kind: PhaseKind;
   description: string;
+  /** The figures were measured on the target card itself (not scaled from another). */
+  ownCard: boolean;
 }
 
 export async function loadFigures(path: string, gpu: GpuName): Promise<FigureSource> {
@@ -89,34 +92,57 @@ export async function loadFigures(path: string, gpu: GpuName): Promise<FigureSou
   }
   const figures = text === null ? null : parseFigures(text, path);
   const own = figures?.cards[gpu];
-  if (own) return { card: own, kind: "predicted", description: `${path} (measured on ${own.gpu})` };
+  if (own) return { card: own, kind: "predicted", ownCard: true, description: `${path} (measured on ${own.gpu})` };
   const other = figures && Object.values(figures.cards)[0];
   if (other) {
-    return { card: other, kind: "predicted", description: `${path} (measured on ${other.gpu}; no ${gpu} entry, warm-up scaled by memory bandwidth)` };
+    return { card: other, kind: "predicted", ownCard: false, description: `${path} (measured on ${other.gpu}; no ${gpu} entry, warm-up scaled by memory bandwidth)` };
   }
   return {
     card: { ...ESTIMATES, hbm_TBps: HBM_TBPS[gpu] },
     kind: "estimate",
+    ownCard: false,
     description: `no a2d-startup-figures block in ${path}: CONSERVATIVE ESTIMATES, not measurements (docs/cold-start.md)`,
   };
 }
+
+/**
+ * How far a predicted phase may land from its figure, as factors on it: the prediction's range is the sum
+ * of every phase at its low factor to the sum at its high one. Each says why (docs/cold-start.md, "The
+ * range").
+ */
+export interface Spread {
+  low: number;
+  high: number;
+  why: string;
+}
+
+/** Figures measured on the target card itself: the 2B start on the H200 came in at 4.1 s against 4.8 s predicted. */
+const SAME_CARD: Spread = { low: 0.8, high: 1.25, why: "measured on this card (the 2B start on the H200: 4.1 s measured, 4.8 s predicted)" };
+/** Figures of another card: what depends on the host (driver, PCIe, host memory) does not scale with the card. */
+const OTHER_CARD: Record<string, Spread> = {
+  "cuda context": { low: 0.7, high: 1.5, why: "measured on another card; the driver and host set it, not the card" },
+  "weights upload": { low: 0.5, high: 1.5, why: "measured on another card's host; PCIe and host memory set it (a Gen4 host is half a Gen5 one)" },
+  "graph capture": { low: 0.7, high: 1.5, why: "measured on another card; launch overhead, host-bound" },
+  "warm-up": { low: 0.7, high: 1.5, why: "measured on another card, scaled by memory bandwidth" },
+};
+/** The estimates are built as upper bounds (docs/cold-start.md, "Until there are figures"). */
+const ESTIMATE: Spread = { low: 0.1, high: 1, why: "a conservative estimate, an upper bound by construction" };
 
 export interface PredictedPhase {
   name: string;
   seconds: number;
   kind: PhaseKind;
+  spread: Spread;
 }
 
 export function predictGpuPhases(source: FigureSource, gpu: GpuName, weightBytes: number, numLayers: number): PredictedPhase[] {
   const { card, kind } = source;
-  return [
-    { name: "cuda context", seconds: card.context_s, kind },
-    { name: "weights upload", seconds: weightBytes / (card.upload_GBps * 1e9), kind },
-    { name: "graph capture", seconds: (card.graph_capture_s * numLayers) / card.model.num_layers, kind },
-    {
-      name: "warm-up",
-      seconds: card.warmup_s * (weightBytes / card.model.weight_bytes) * (card.hbm_TBps / HBM_TBPS[gpu]),
-      kind,
-    },
+  const spread = (name: string) => (kind === "estimate" ? ESTIMATE : source.ownCard ? SAME_CARD : OTHER_CARD[name]!);
+  const phases: Array<[string, number]> = [
+    ["cuda context", card.context_s],
+    ["weights upload", weightBytes / (card.upload_GBps * 1e9)],
+    ["graph capture", (card.graph_capture_s * numLayers) / card.model.num_layers],
+    ["warm-up", card.warmup_s * (weightBytes / card.model.weight_bytes) * (card.hbm_TBps / HBM_TBPS[gpu])],
   ];
+  return phases.map(([name, seconds]) => ({ name, seconds, kind, spread: spread(name) }));
 }

@@ -6,6 +6,8 @@ import { execFileSync, spawn } from "node:child_process";
 import { openSync, readFileSync } from "node:fs";
 import http from "node:http";
 
+import { type ListenAddress, listeningSockets } from "./sockets.js";
+
 export interface InnerJob {
   command: string[];
   cwd: string;
@@ -24,11 +26,6 @@ export interface InnerJob {
   outputFile: string;
   /** Longest answer to ask for; the run asks for what fits in about 20 s at the speed of a short first answer. */
   longTokens: number;
-}
-
-export interface ListenAddress {
-  address: string;
-  port: number;
 }
 
 export interface ChatProbe {
@@ -145,37 +142,6 @@ function streamRequest(port: number, body: unknown, timeoutMs: number): Promise<
     req.write(payload);
     req.end();
   });
-}
-
-/** LISTEN sockets of this network namespace (hex address:port in /proc/net/tcp, state 0A). */
-function listeningSockets(): ListenAddress[] {
-  const out: ListenAddress[] = [];
-  for (const [file, v6] of [["/proc/net/tcp", false], ["/proc/net/tcp6", true]] as const) {
-    let text = "";
-    try {
-      text = readFileSync(file, "utf8");
-    } catch {
-      continue;
-    }
-    for (const line of text.split("\n").slice(1)) {
-      const fields = line.trim().split(/\s+/);
-      if (fields.length < 4 || fields[3] !== "0A") continue;
-      const [hex, portHex] = fields[1]!.split(":");
-      out.push({ address: v6 ? ipv6(hex!) : ipv4(hex!), port: parseInt(portHex!, 16) });
-    }
-  }
-  return out;
-}
-
-function ipv4(hex: string): string {
-  return [3, 2, 1, 0].map((i) => parseInt(hex.slice(i * 2, i * 2 + 2), 16)).join(".");
-}
-
-function ipv6(hex: string): string {
-  if (/^0{32}$/.test(hex)) return "::";
-  if (hex === "00000000000000000000000001000000") return "::1";
-  if (hex.startsWith("0000000000000000FFFF0000")) return `::ffff:${ipv4(hex.slice(24))}`;
-  return hex.toLowerCase();
 }
 
 /** When the guard saw the engine addon loaded (seconds since the epoch), or null. */

@@ -15,7 +15,9 @@ import { formatBytes } from "../pack/progress.js";
 import { type GpuName, loadFigures, type PhaseKind, predictGpuPhases } from "./figures.js";
 import type { InnerJob, InnerResult, StreamProbe } from "./inner.js";
 import { evict, measureDiskRate, residentBytes } from "./page-cache.js";
+import { describeRange, diskRead, HOST_SPREAD, predictionRange, type PredictionRange, type Ranged, spreadOf } from "./prediction.js";
 import { BARE_PROGRAMS, handToSandboxUser, insideCommand, sandboxArgs } from "./sandbox.js";
+import { listensOnAllAddresses } from "./sockets.js";
 import { checkCudaCode, checkLibraries, checkManifest, checkPermissions, type Problem, scanConfigs, scanServeScript } from "./static-checks.js";
 import { parseStrace, type StraceEvent, TRACED_SYSCALLS } from "./strace.js";
 
@@ -27,16 +29,15 @@ export interface SimulateOptions {
   budgetS?: number;
   gpu?: GpuName;
   figuresPath?: string;
-  /** Cold disk read rate to predict with instead of the one measured here, MB/s. */
-  diskRateMBps?: number;
+  /** The target's cold disk read rate, MB/s: the weights read is predicted at it instead of the rate measured here. */
+  diskMBps?: number;
   /** Where a GPU exists: also start on it and time the first 200. */
   gpuRun?: boolean;
   log?: (line: string) => void;
 }
 
-export interface Phase {
+export interface Phase extends Ranged {
   name: string;
-  seconds: number;
   kind: PhaseKind;
   /** False for measured phases the GPU start replaces (the CPU backend's weights and first forward). */
   counted: boolean;
@@ -71,6 +72,8 @@ export interface SimulationReport {
   backend_run: "cpu" | "cuda";
   measured_ready_s: number | null;
   predicted_ready_s: number | null;
+  /** The prediction's range (each counted phase at the low, then the high end of its uncertainty), judged against the budget. */
+  predicted_range: PredictionRange | null;
   disk_read_MBps: number | null;
   weights_bytes: number;
   first_chat_s: number | null;
@@ -79,7 +82,7 @@ export interface SimulationReport {
   notes: string[];
   gpu_run?: GpuRun;
   /** A CPU-only folder: what the same start would take with the CUDA engine packed (host phases + GPU phases). */
-  cuda_prediction?: { predicted_ready_s: number; phases: Phase[] };
+  cuda_prediction?: { predicted_ready_s: number; range: PredictionRange; phases: Phase[] };
   server_log_tail: string;
 }
 
@@ -342,7 +345,7 @@ function judgeListening(inner: InnerResult, port: number): Problem | null {
     if (others.length === 0) return null; // nothing listening: the start failed, reported above
     return { cause: "listen", detail: `serve.sh was started with PORT=${port}, but the server listens on ${others.join(", ")}: serve.sh must pass $PORT to the server` };
   }
-  if (onPort.some((l) => l.address === "0.0.0.0" || l.address === "::")) return null;
+  if (onPort.some((l) => listensOnAllAddresses(l.address))) return null;
   return {
     cause: "listen",
     detail: `the server listens on ${onPort.map((l) => `${l.address}:${l.port}`).join(", ")} only: nothing outside this machine can reach it; listen on 0.0.0.0 (A2D_HOST)`,
@@ -424,12 +427,16 @@ const WEIGHTS_PHASE = "weights load → ready (CPU)";
 const round3 = (x: number) => Math.round(x * 1000) / 1000;
 
 function measuredPhases(marks: Milestone[], endT: number, countWeights: boolean): Phase[] {
-  return marks.map((mark, i) => ({
-    name: mark.name,
-    seconds: round3(Math.max(0, (marks[i + 1]?.t ?? endT) - mark.t)),
-    kind: "measured" as const,
-    counted: countWeights || mark.name !== WEIGHTS_PHASE,
-  }));
+  return marks.map((mark, i) => {
+    const seconds = Math.max(0, (marks[i + 1]?.t ?? endT) - mark.t);
+    const counted = countWeights || mark.name !== WEIGHTS_PHASE;
+    return {
+      name: mark.name,
+      ...spreadOf(seconds, counted ? HOST_SPREAD : { low: 1, high: 1, why: "not counted: the GPU phases replace it" }),
+      kind: "measured" as const,
+      counted,
+    };
+  });
 }
 
 async function weightFiles(folder: string, manifest: Manifest | null): Promise<Array<{ path: string; size: number }>> {
@@ -517,29 +524,24 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
   const layers = await numLayers(folder);
   const existingWeights = weights.filter((w) => existsSync(w.path)).sort((a, b) => b.size - a.size);
 
-  let diskRate: number | null = options.diskRateMBps ?? null;
-  if (diskRate === null && existingWeights[0] && existingWeights[0].size >= 64 << 20) {
+  let measuredMBps: number | undefined;
+  if (options.diskMBps === undefined && existingWeights[0] && existingWeights[0].size >= 64 << 20) {
     log(`measuring the cold read rate on ${basename(existingWeights[0].path)}`);
     const rate = await measureDiskRate(existingWeights[0].path);
-    diskRate = rate.MBps;
+    measuredMBps = rate.MBps;
     notes.push(`cold read: ${formatBytes(rate.sampleBytes)} in ${rate.seconds.toFixed(2)} s = ${rate.MBps.toFixed(0)} MB/s (on a VM the host may cache the disk: an upper bound)`);
-  } else if (diskRate === null) {
+  } else if (options.diskMBps === undefined) {
     notes.push("weights under 64 MiB: cold read rate not measured, 100 MB/s assumed for the prediction");
   }
 
   const figures = await loadFigures(figuresPath, gpu);
-  const rate = diskRate ?? 100;
-  const gpuPhases: Phase[] = [
-    {
-      name: `weights read (cold, ${formatBytes(weightBytes)} at ${rate.toFixed(0)} MB/s)`,
-      seconds: round3(weightBytes / 1e6 / rate),
-      kind: diskRate === null ? "estimate" : "measured",
-      counted: true,
-    },
-    ...predictGpuPhases(figures, gpu, weightBytes, layers).map((p) => ({ ...p, seconds: round3(p.seconds), counted: true })),
-  ];
+  const read = diskRead(weightBytes, { givenMBps: options.diskMBps, measuredMBps });
+  const readPhase: Phase = { ...read, counted: true };
+  const gpuOnly: Phase[] = predictGpuPhases(figures, gpu, weightBytes, layers).map((p) => ({ name: p.name, ...spreadOf(p.seconds, p.spread), kind: p.kind, counted: true }));
+  const gpuPhases = [readPhase, ...gpuOnly];
   const predictGpu = folderDevice === "cuda";
-  const extraS = predictGpu ? gpuPhases.reduce((sum, p) => sum + p.seconds, 0) : 0;
+  // Waiting stops early only when even the fast end of what is still to come cannot make the budget.
+  const extraS = predictGpu ? gpuPhases.reduce((sum, p) => sum + p.low_s, 0) : 0;
 
   const strace = await which("strace");
   const bwrap = await which("bwrap");
@@ -590,20 +592,24 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
     const phases = inner ? measuredPhases(marks, inner.readyT ?? inner.exited?.t ?? inner.launchT, !predictGpu) : [];
 
     let predictedReady: number | null = null;
+    let range: PredictionRange | null = null;
     let cudaPrediction: SimulationReport["cuda_prediction"];
     if (measuredReady !== null) {
       const hostPhases = phases.filter((p) => p.name !== WEIGHTS_PHASE);
       const withGpu = round3([...hostPhases, ...gpuPhases].reduce((sum, p) => sum + p.seconds, 0));
+      const gpuRange = predictionRange([...hostPhases, ...gpuOnly], read, weightBytes, budgetS);
       if (predictGpu) {
         phases.push(...gpuPhases);
         predictedReady = withGpu;
+        range = gpuRange;
       } else {
         predictedReady = measuredReady;
-        cudaPrediction = { predicted_ready_s: withGpu, phases: gpuPhases };
-        notes.push(`a CPU-only folder: the measured CPU start is its prediction; packed with the CUDA engine it would be ready in about ${withGpu.toFixed(1)} s on ${gpu}`);
+        range = predictionRange(phases, null, weightBytes, budgetS);
+        cudaPrediction = { predicted_ready_s: withGpu, range: gpuRange, phases: gpuPhases };
+        notes.push(`a CPU-only folder: the measured CPU start is its prediction; packed with the CUDA engine it would be ready in about ${withGpu.toFixed(1)} s on ${gpu} (${describeRange(gpuRange, budgetS)})`);
       }
-      if (predictedReady > budgetS) {
-        problems.push({ cause: "over-budget", detail: `predicted ready in ${predictedReady.toFixed(1)} s on ${gpu}, over the ${budgetS} s budget` });
+      if (!range.holds_at_slow_end) {
+        problems.push({ cause: "over-budget", detail: `predicted ready in ${predictedReady.toFixed(1)} s on ${gpu}, range ${describeRange(range, budgetS)}` });
       }
     }
     if (inner?.chat) notes.push(`first chat request after ready: HTTP ${inner.chat.status} in ${inner.chat.seconds.toFixed(2)} s`);
@@ -647,7 +653,8 @@ export async function simulateStartup(options: SimulateOptions): Promise<Simulat
       backend_run: "cpu",
       measured_ready_s: measuredReady,
       predicted_ready_s: predictedReady,
-      disk_read_MBps: diskRate,
+      predicted_range: range,
+      disk_read_MBps: options.diskMBps ?? measuredMBps ?? null,
       weights_bytes: weightBytes,
       first_chat_s: inner?.chat?.seconds ?? null,
       phases,
@@ -671,21 +678,27 @@ export function formatReport(report: SimulationReport): string {
       `node guard ${yes(report.isolation.guard)} | page cache evicted ${yes(report.isolation.page_cache_evicted)} (${report.isolation.eviction})`,
     `  run here: CPU backend (no GPU); GPU phases: ${report.figures}`,
     "",
-    `  ${"phase".padEnd(52)} ${"seconds".padStart(8)}  kind`,
+    `  ${"phase".padEnd(52)} ${"seconds".padStart(8)} ${"range".padStart(15)}  kind: uncertainty`,
   ];
-  for (const phase of report.phases) {
-    const note = phase.counted ? "" : "  (not counted: the GPU phases replace it)";
-    lines.push(`  ${phase.name.padEnd(52)} ${phase.seconds.toFixed(2).padStart(8)}  ${phase.kind}${note}`);
-  }
+  let lastReason = "";
+  // A reason is printed where it changes: the host phases share one, the GPU phases another.
+  const row = (phase: Phase) => {
+    const reason = phase.uncertainty === lastReason ? "〃" : phase.uncertainty;
+    lastReason = phase.uncertainty;
+    return `  ${phase.name.padEnd(52)} ${phase.seconds.toFixed(2).padStart(8)} ${`${phase.low_s.toFixed(2)}–${phase.high_s.toFixed(2)}`.padStart(15)}  ${phase.kind}: ${reason}`;
+  };
+  for (const phase of report.phases) lines.push(row(phase));
   if (report.cuda_prediction) {
     lines.push("", `  if packed with the CUDA engine (this folder is CPU-only), instead of the CPU weights load:`);
-    for (const phase of report.cuda_prediction.phases) lines.push(`  ${phase.name.padEnd(52)} ${phase.seconds.toFixed(2).padStart(8)}  ${phase.kind}`);
+    for (const phase of report.cuda_prediction.phases) lines.push(row(phase));
   }
   const fmt = (s: number | null) => (s === null ? "n/a" : `${s.toFixed(2)} s`);
   lines.push("");
   lines.push(`  measured ready here (CPU):  ${fmt(report.measured_ready_s)}`);
-  lines.push(`  predicted ready on ${report.gpu}:    ${fmt(report.predicted_ready_s)} of ${report.budget_s} s`);
-  if (report.cuda_prediction) lines.push(`  predicted with CUDA engine:  ${fmt(report.cuda_prediction.predicted_ready_s)} of ${report.budget_s} s`);
+  lines.push(`  predicted ready on ${report.gpu}:    ${fmt(report.predicted_ready_s)}${report.predicted_range ? `, range ${describeRange(report.predicted_range, report.budget_s)}` : ""}`);
+  if (report.cuda_prediction) {
+    lines.push(`  predicted with CUDA engine:  ${fmt(report.cuda_prediction.predicted_ready_s)}, range ${describeRange(report.cuda_prediction.range, report.budget_s)}`);
+  }
   if (report.gpu_run) lines.push(`  measured ready on this GPU: ${fmt(report.gpu_run.ready_s)}`);
   for (const note of report.notes) lines.push(`  note: ${note}`);
   lines.push("");

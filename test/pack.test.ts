@@ -2,7 +2,7 @@
 // fresh network namespace with an empty environment and no node on PATH, verified against its MANIFEST,
 // repeatable, and never leaving a half folder at --out when killed.
 import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
-import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, unlinkSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, unlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -22,6 +22,10 @@ const UNSHARE_NET = process.getuid?.() === 0 ? ["unshare", "--net", "--"] : ["un
 function pack(args: string[], offline = true) {
   const argv = [...(offline ? UNSHARE_NET : []), process.execPath, CLI, "pack", "--device", "cpu", ...args];
   return spawnSync(argv[0]!, argv.slice(1), { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
+}
+
+function editJson(path: string, edit: (value: Record<string, unknown>) => Record<string, unknown>): void {
+  writeFileSync(path, JSON.stringify(edit(JSON.parse(readFileSync(path, "utf8")) as Record<string, unknown>)));
 }
 
 function leftovers(name: string): string[] {
@@ -47,6 +51,16 @@ describe("the packed folder", () => {
     expect(existsSync(join(out, "app/node_modules/fastify/package.json"))).toBe(true);
     // Dev tools stay out: the lockfile's dev packages are omitted, not copied from the checkout.
     for (const dev of ["vitest", "typescript", "openai", "node-addon-api"]) expect(existsSync(join(out, "app/node_modules", dev)), dev).toBe(false);
+    // So do the production packages only the packer and the simulator load, and what Node never reads.
+    for (const unused of ["@npmcli/arborist", "pacote", "tar", "node-gyp", "@sigstore/sign", "execa", "@npmcli"]) {
+      expect(existsSync(join(out, "app/node_modules", unused)), unused).toBe(false);
+    }
+    for (const used of ["fastify", "pino", "@huggingface/tokenizers", "@huggingface/jinja", "@fastify/type-provider-typebox", "cli-progress"]) {
+      expect(existsSync(join(out, "app/node_modules", used, "package.json")), used).toBe(true);
+    }
+    const modules = readdirSync(join(out, "app/node_modules"), { recursive: true, encoding: "utf8" });
+    expect(modules.filter((f) => /\.map$|(^|\/)(README|CHANGELOG)\.md$|(^|\/)(test|tests|docs|\.github)$/i.test(f))).toEqual([]);
+    expect(packOutput).toMatch(/node_modules: the \d+ of \d+ production packages that `serve` and `verify` load, [\d.]+ MiB in \d+ files -> [\d.]+ MiB in \d+/);
     const app = JSON.parse(readFileSync(join(out, "app/package.json"), "utf8"));
     expect(app.devDependencies).toBeUndefined();
     expect(app.scripts).toBeUndefined();
@@ -117,6 +131,10 @@ console.log(JSON.stringify(result));
     const ok = spawnSync(process.execPath, [CLI, "verify", out], { encoding: "utf8" });
     expect(ok.status, ok.stdout + ok.stderr).toBe(0);
     expect(ok.stdout).toMatch(/^ok: \d+ files match MANIFEST.json/m);
+    // The folder's own verify (serve.sh names it) runs on what its pruned node_modules holds.
+    const own = spawnSync(join(out, "runtime/bin/node"), [join(out, "app/dist/cli/main.js"), "verify", out], { encoding: "utf8", env: {} });
+    expect(own.status, own.stdout + own.stderr).toBe(0);
+    expect(own.stdout).toMatch(/^ok: \d+ files match MANIFEST.json/m);
 
     const config = join(out, "model/config.json");
     const original = readFileSync(config);
@@ -189,6 +207,43 @@ describe("packing is atomic and repeatable", () => {
   });
 });
 
+/** A private mount namespace: root makes one directly, anyone else inside a user namespace (where tmpfs and bind mounts are allowed). */
+const MOUNT_NS = process.getuid?.() === 0 ? ["unshare", "--mount", "--propagation", "private", "--net", "--"] : ["unshare", "--map-root-user", "--mount", "--propagation", "private", "--net", "--"];
+const mountProbe = mkdtempSync(join(tmpdir(), "a2d-mount-probe-"));
+const canMount = spawnSync(MOUNT_NS[0]!, [...MOUNT_NS.slice(1), "mount", "-t", "tmpfs", "tmpfs", mountProbe], { stdio: "ignore" }).status === 0;
+rmSync(mountProbe, { recursive: true, force: true });
+
+describe.skipIf(!canMount)("--out is a mount point", () => {
+  it("packs into its contents, keeps the mount, and replaces them on the next --force: a tmpfs and a bind mount of the same filesystem", () => {
+    const tmpfsOut = join(work, "mnt-tmpfs");
+    const bindOut = join(work, "mnt-bind");
+    const bindSource = join(work, "mnt-bind-source");
+    const packCommand = (target: string) => `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} pack --device cpu --model ${JSON.stringify(model)} --out ${JSON.stringify(target)} --force`;
+    const verify = (target: string) => `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} verify ${JSON.stringify(target)} | tail -n 1`;
+    const report = (label: string, target: string) => `echo "${label}: $(mountpoint -q ${JSON.stringify(target)} && echo mounted || echo NOT-mounted) $(ls -A ${JSON.stringify(target)} | tr '\\n' ' ')"; ${verify(target)}`;
+    const script = [
+      "set -e",
+      `mkdir -p ${tmpfsOut} ${bindOut} ${bindSource}`,
+      `mount -t tmpfs tmpfs ${tmpfsOut}`,
+      `mount --bind ${bindSource} ${bindOut}`,
+      packCommand(tmpfsOut),
+      report("tmpfs first", tmpfsOut),
+      packCommand(tmpfsOut),
+      report("tmpfs again", tmpfsOut),
+      packCommand(bindOut),
+      report("bind", bindOut),
+    ].join("\n");
+    const run = spawnSync(MOUNT_NS[0]!, [...MOUNT_NS.slice(1), "bash", "-c", script], { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
+    expect(run.status, run.stdout + run.stderr).toBe(0);
+    const folder = "MANIFEST.json app engine model runtime serve.sh state ";
+    for (const label of ["tmpfs first", "tmpfs again", "bind"]) expect(run.stdout).toContain(`${label}: mounted ${folder}`);
+    expect(run.stdout.match(/^ok: \d+ files match MANIFEST.json$/gm)).toHaveLength(3);
+    // Built beside --out as usual only when --out can be renamed: nothing was left beside either mount.
+    expect(leftovers("mnt-tmpfs")).toEqual([]);
+    expect(leftovers("mnt-bind")).toEqual([]);
+  });
+});
+
 describe("bad input is refused with the fix named", () => {
   const refuse = (args: string[]) => {
     const result = pack(args, false);
@@ -221,6 +276,66 @@ describe("bad input is refused with the fix named", () => {
     writeFileSync(join(mine, "notes.txt"), "keep me");
     expect(refuse(["--model", model, "--out", mine, "--force"])).toMatch(/is not a folder made by `a2d pack` .*nothing of yours is deleted/);
     expect(readFileSync(join(mine, "notes.txt"), "utf8")).toBe("keep me");
+  });
+
+  // Each a copy of the good model with one thing broken the way downloads and hand edits break it.
+  const brokenModels: Array<[name: string, breakIt: (dir: string) => void, message: RegExp]> = [
+    [
+      "truncated weights",
+      (dir) => truncateSync(join(dir, "model.safetensors"), Math.floor(statSync(join(dir, "model.safetensors")).size / 2)),
+      /model\.safetensors: it is truncated: its header describes \d+ bytes, the file holds \d+ .*Copy or download the weights again/,
+    ],
+    [
+      "a Git LFS pointer instead of the weights",
+      (dir) =>
+        writeFileSync(
+          join(dir, "model.safetensors"),
+          `version https://git-lfs.github.com/spec/v1\noid sha256:${"ab".repeat(32)}\nsize 248568\n`,
+        ),
+      /model\.safetensors is a Git LFS pointer file \(\d+ bytes standing for 248568 bytes\), not the file itself: .*git lfs pull/,
+    ],
+    [
+      "a corrupt tokenizer.json",
+      (dir) => writeFileSync(join(dir, "tokenizer.json"), readFileSync(join(dir, "tokenizer.json"), "utf8").slice(0, 4000)),
+      /tokenizer\.json: not valid JSON .*copy the tokenizer files of the base model again/,
+    ],
+    [
+      "a vocab_size that disagrees with the weights",
+      (dir) => editJson(join(dir, "config.json"), (config) => ({ ...config, vocab_size: 400 })),
+      /config\.json: vocab_size is 400, but model\.embed_tokens\.weight in .*model\.safetensors has 384 rows: set vocab_size to 384/,
+    ],
+    [
+      "a tokenizer with ids past vocab_size",
+      (dir) =>
+        editJson(join(dir, "tokenizer.json"), (tokenizer) => ({
+          ...tokenizer,
+          added_tokens: [...(tokenizer.added_tokens as unknown[]), { id: 500, content: "<|extra|>", single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }],
+        })),
+      /tokenizer\.json can produce id 500 \("<\|extra\|>"\), but .*config\.json gives vocab_size 384: the embedding has no row for it/,
+    ],
+    [
+      "a decoding default the engine refuses",
+      (dir) =>
+        editJson(join(dir, "config.json"), (config) => {
+          const a2d = config.a2d as { decoding: Record<string, unknown> };
+          return { ...config, a2d: { ...a2d, decoding: { ...a2d.decoding, remasking: "verify", lookup_ngram: 3 } } };
+        }),
+      /config\.json: a2d\.decoding\.remasking is "verify"; it must be one of 'low_confidence', 'random', 'leftmost' .*a2d_convert redecode --model .* --remasking low_confidence[\s\S]*a2d\.decoding\.lookup_ngram is not a decoding parameter the engine reads/,
+    ],
+  ];
+
+  it.each(brokenModels)("a model folder with %s: refused before anything is written, the file and the fix named", (name, breakIt, message) => {
+    const dir = join(work, `broken-${name.replace(/\W+/g, "-")}`);
+    execFileSync("cp", ["-r", model, dir]);
+    breakIt(dir);
+    // No lineage.json: nothing else would notice.
+    expect(existsSync(join(dir, "lineage.json"))).toBe(false);
+    const target = join(work, "from-broken");
+    const stderr = refuse(["--model", dir, "--out", target]);
+    expect(stderr).toMatch(/would not load; nothing was written/);
+    expect(stderr).toMatch(message);
+    expect(existsSync(target)).toBe(false);
+    expect(leftovers("from-broken")).toEqual([]);
   });
 
   it("an npm cache without the locked packages: names what is missing and how to fill the cache", () => {

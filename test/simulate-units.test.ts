@@ -10,6 +10,7 @@ import { afterAll, describe, expect, it } from "vitest";
 
 import { renderServeScript } from "../pack/serve-script.js";
 import { ESTIMATES, loadFigures, parseFigures, predictGpuPhases } from "../simulate/figures.js";
+import { describeRange, diskRead, HOST_SPREAD, predictionRange, SLOW_DISK_MBPS, spreadOf } from "../simulate/prediction.js";
 import { checkCudaCode, fatbinEntries, scanConfigs, scanServeScript } from "../simulate/static-checks.js";
 import { parseStrace } from "../simulate/strace.js";
 import { ensureDistFresh } from "./pack-build.js";
@@ -94,19 +95,19 @@ describe("the strace reader", () => {
   });
 });
 
-describe("GPU figures", () => {
-  const h200 = {
-    gpu: "NVIDIA H200",
-    hbm_TBps: 4.8,
-    command: "bench",
-    model: { num_layers: 42, weight_bytes: 5e9 },
-    context_s: 0.5,
-    upload_GBps: 20,
-    graph_capture_s: 1.2,
-    warmup_s: 0.4,
-  };
-  const notes = `# notes\n\n\`\`\`a2d-startup-figures\n${JSON.stringify({ schema: 1, cards: { h200 } }, null, 2)}\n\`\`\`\n`;
+const h200 = {
+  gpu: "NVIDIA H200",
+  hbm_TBps: 4.8,
+  command: "bench",
+  model: { num_layers: 42, weight_bytes: 5e9 },
+  context_s: 0.5,
+  upload_GBps: 20,
+  graph_capture_s: 1.2,
+  warmup_s: 0.4,
+};
+const notes = `# notes\n\n\`\`\`a2d-startup-figures\n${JSON.stringify({ schema: 1, cards: { h200 } }, null, 2)}\n\`\`\`\n`;
 
+describe("GPU figures", () => {
   it("reads the last block and scales its figures to the folder's model and the target card", async () => {
     expect(parseFigures(notes, "NOTES.md")?.cards.h200).toEqual(h200);
     const file = join(work, "NOTES.md");
@@ -133,6 +134,52 @@ describe("GPU figures", () => {
     const total = predictGpuPhases(none, "h100", 5.03e9, 42).reduce((sum, p) => sum + p.seconds, 0);
     expect(total).toBeCloseTo(ESTIMATES.context_s + 5.03 / ESTIMATES.upload_GBps + 0.25 * 42 + ESTIMATES.warmup_s * 1.006, 3);
     expect(() => parseFigures(notes.replace('"upload_GBps": 20', '"upload_GBps": "fast"'), "NOTES.md")).toThrow(/cards\.h200\.upload_GBps/);
+  });
+  it("gives every predicted term its uncertainty: tight on the card measured, wider scaled to another, widest for estimates", async () => {
+    const file = join(work, "NOTES-spread.md");
+    writeFileSync(file, notes);
+    const spreads = async (gpu: "h100" | "h200", path = file) =>
+      Object.fromEntries(predictGpuPhases(await loadFigures(path, gpu), gpu, 5e9, 42).map((p) => [p.name, [p.spread.low, p.spread.high]]));
+    expect(await spreads("h200")).toEqual({ "cuda context": [0.8, 1.25], "weights upload": [0.8, 1.25], "graph capture": [0.8, 1.25], "warm-up": [0.8, 1.25] });
+    expect(await spreads("h100")).toEqual({ "cuda context": [0.7, 1.5], "weights upload": [0.5, 1.5], "graph capture": [0.7, 1.5], "warm-up": [0.7, 1.5] });
+    expect(Object.values(await spreads("h100", join(work, "absent.md")))).toEqual(Array(4).fill([0.1, 1]));
+  });
+});
+
+describe("the prediction's range", () => {
+  const weights = 5.03e9; // the 2B shape
+
+  it("reads the weights at the given disk rate, or from the rate measured here down to a slow disk", () => {
+    expect(diskRead(weights, { givenMBps: 50 })).toMatchObject({ kind: "given", seconds: 100.6, low_s: 100.6, high_s: 100.6 });
+    expect(diskRead(weights, { measuredMBps: 900 })).toMatchObject({ kind: "measured", seconds: 5.589, low_s: 5.589, high_s: weights / 1e6 / SLOW_DISK_MBPS });
+    // A disk measured slower than the slow-end assumption is its own slow end.
+    expect(diskRead(weights, { measuredMBps: 40 })).toMatchObject({ low_s: 125.75, high_s: 125.75 });
+    expect(diskRead(1e6, {})).toMatchObject({ kind: "estimate", seconds: 0.01 });
+  });
+
+  it("sums the low and the high ends, judges the budget at the slow end, and names the slowest disk that still fits", async () => {
+    const file = join(work, "NOTES-range.md");
+    writeFileSync(file, notes);
+    const gpu = predictGpuPhases(await loadFigures(file, "h100"), "h100", weights, 42).map((p) => spreadOf(p.seconds, p.spread));
+    const host = spreadOf(2, HOST_SPREAD);
+    expect(host).toMatchObject({ low_s: 1, high_s: 4 });
+    const counted = [host, ...gpu];
+    const read = diskRead(weights, { measuredMBps: 900 });
+    const range = predictionRange(counted, read, weights, 300);
+    const sum = (key: "low_s" | "high_s") => counted.reduce((s, p) => s + p[key], 0) + read[key];
+    expect(range.low_s).toBeCloseTo(sum("low_s"), 2);
+    expect(range.high_s).toBeCloseTo(sum("high_s"), 2);
+    expect(range).toMatchObject({ holds_at_slow_end: true, holds_at_fast_end: true });
+    // At exactly the slowest rate it names, the slow end lands on the budget.
+    expect(predictionRange(counted, diskRead(weights, { givenMBps: range.slowest_disk_MBps! }), weights, 300).high_s).toBeCloseTo(300, 0);
+    expect(describeRange(range, 300)).toMatch(/^\d+\.\d–\d+\.\d s: the 300 s budget holds at the slow end; it holds for cold reads down to \d+(\.\d+)? MB\/s$/);
+
+    // A budget between the ends: over at the slow end, which is what counts.
+    const tight = predictionRange(counted, read, weights, (range.low_s + range.high_s) / 2);
+    expect(tight).toMatchObject({ holds_at_slow_end: false, holds_at_fast_end: true });
+    expect(describeRange(tight, 40)).toMatch(/holds at the fast end only: over at the slow end/);
+    const hopeless = predictionRange(counted, read, weights, range.low_s / 2);
+    expect(describeRange(hopeless, 1)).toMatch(/over the 1 s budget even at the fast end; no disk is fast enough/);
   });
 });
 

@@ -71,6 +71,14 @@ describe("simulate-startup", () => {
     expect(report.measured_ready_s).toBeGreaterThan(0);
     expect(report.measured_ready_s).toBeLessThan(90);
     expect(report.predicted_ready_s).toBe(report.measured_ready_s); // a CPU folder: nothing to predict
+    // Still a range: the same start on another machine's CPU, judged at its slow end.
+    expect(report.predicted_range).toMatchObject({ holds_at_slow_end: true, holds_at_fast_end: true });
+    expect(report.predicted_range!.low_s).toBeLessThan(report.measured_ready_s!);
+    expect(report.predicted_range!.high_s).toBeGreaterThan(report.measured_ready_s!);
+    for (const p of [...report.phases, ...report.cuda_prediction!.phases]) {
+      expect(p.low_s <= p.seconds && p.seconds <= p.high_s && p.uncertainty.length > 0, JSON.stringify(p)).toBe(true);
+    }
+    expect(report.cuda_prediction!.range.slowest_disk_MBps).toBeGreaterThan(0);
     const names = report.phases.map((p) => p.name);
     for (const phase of ["shell", "node start", "server modules", "listening (503)", "tokenizer + template", "addon load", "weights load → ready (CPU)"]) {
       expect(names).toContain(phase);
@@ -221,7 +229,7 @@ describe.runIf(existsSync(join(ROOT, "build", "engine-cuda", "a2d_cuda.build.jso
     expect(packed.status, packed.stderr).toBe(0);
     // At 0.001 MB/s the cold read of the weights alone is minutes: no start can make a 60 s budget.
     const started = Date.now();
-    const run = spawnSync(process.execPath, [CLI, "simulate-startup", folder, "--json", "--budget", "60", "--disk-rate", "0.001"], { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
+    const run = spawnSync(process.execPath, [CLI, "simulate-startup", folder, "--json", "--budget", "60", "--disk-mbps", "0.001"], { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
     const report = JSON.parse(run.stdout) as SimulationReport;
     expect((Date.now() - started) / 1000).toBeLessThan(45);
     expect(report.floors).toMatchObject({ glibc: "2.28", nvidia_driver: "525.60.13", compute_capability: "9.0" });
@@ -230,20 +238,39 @@ describe.runIf(existsSync(join(ROOT, "build", "engine-cuda", "a2d_cuda.build.jso
 });
 
 describe("selfcheck", () => {
-  it("starts the good folder as a user would and passes every check", () => {
-    const run = spawnSync(process.execPath, [CLI, "selfcheck", good, "--json", "--max-tokens", "64", "--budget", "90"], { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
-    const report = JSON.parse(run.stdout) as { ok: boolean; rows: Array<{ check: string; ok: boolean; detail: string }>; tokens_per_s: number };
-    expect(report.rows.filter((r) => !r.ok)).toEqual([]);
+  const selfcheckFolder = (folder: string) => {
+    const run = spawnSync(process.execPath, [CLI, "selfcheck", folder, "--json", "--max-tokens", "64", "--budget", "90"], { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
+    return { status: run.status, report: JSON.parse(run.stdout) as { ok: boolean; rows: Array<{ check: string; ok: boolean; detail: string }>; tokens_per_s: number } };
+  };
+
+  it("starts the good folder as a user would; every check passes but the text of the random model's answers", () => {
+    const { status, report } = selfcheckFolder(good);
     expect(report.rows.map((r) => r.check)).toEqual([
       "ready",
+      "listens on all addresses",
       "/health reports iterative denoising",
       "/v1/models",
       "chat (non-stream)",
       "chat (stream)",
       "chat with reasoning",
       "single-stream tokens/s",
+      "answers are text",
     ]);
+    // The tiny model's weights are random: what it says is not text, and selfcheck says so.
+    expect(report.rows.filter((r) => !r.ok).map((r) => r.check)).toEqual(["answers are text"]);
+    expect(report.rows.find((r) => r.check === "listens on all addresses")!.detail).toMatch(/^listens on 0\.0\.0\.0:\d+$/);
     expect(report.tokens_per_s).toBeGreaterThan(0);
-    expect(run.status).toBe(0);
+    expect(status).toBe(1);
+  });
+
+  it("fails a folder whose server listens on 127.0.0.1 only", () => {
+    const copy = brokenCopy("loopback-selfcheck");
+    editFile(copy, "serve.sh", (t) => t.replace('--host "$A2D_HOST"', "--host 127.0.0.1"), 0o755);
+    const { report } = selfcheckFolder(copy);
+    expect(report.rows.find((r) => r.check === "listens on all addresses")).toEqual({
+      check: "listens on all addresses",
+      ok: false,
+      detail: expect.stringMatching(/^listens on 127\.0\.0\.1:\d+ only: nothing outside this machine can reach it/),
+    });
   });
 });

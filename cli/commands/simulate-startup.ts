@@ -8,7 +8,7 @@ interface SimulateFlags {
   budget: string;
   gpu: string;
   figures?: string;
-  diskRate?: string;
+  diskMbps?: string;
   gpuRun?: boolean;
 }
 
@@ -19,9 +19,9 @@ export function register(program: Command): void {
     .argument("<dir>", "folder made by `a2d pack`")
     .option("--json", "print the report as JSON")
     .option("--budget <seconds>", "readiness budget", "300")
-    .option("--gpu <card>", "target card for the prediction: h100 or h200", "h100")
+    .option("--gpu <card>", "target card for the prediction: h100 (3.35 TB/s) or h200 (4.8 TB/s)", "h100")
     .option("--figures <file>", "markdown file with the a2d-startup-figures block (default: bench/NOTES.md)")
-    .option("--disk-rate <MBps>", "predict the weights read at this cold disk rate instead of the measured one")
+    .option("--disk-mbps <MBps>", "the target's cold disk read rate: predict the weights read at it instead of the rate measured here")
     .option("--gpu-run", "also start on this machine's GPU and time the first 200")
     .action(async (dir: string, flags: SimulateFlags) => {
       if (flags.gpu !== "h100" && flags.gpu !== "h200") throw new Error(`--gpu must be h100 or h200, not "${flags.gpu}"`);
@@ -31,7 +31,7 @@ export function register(program: Command): void {
         budgetS: positiveNumber("--budget", flags.budget),
         gpu: flags.gpu,
         figuresPath: flags.figures,
-        diskRateMBps: flags.diskRate === undefined ? undefined : positiveNumber("--disk-rate", flags.diskRate),
+        diskMBps: flags.diskMbps === undefined ? undefined : positiveNumber("--disk-mbps", flags.diskMbps),
         gpuRun: flags.gpuRun,
         log: flags.json ? undefined : (line) => process.stderr.write(`${line}\n`),
       });
