@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the CUDA harness here (no GPU needed) and stages what a GPU run needs into build/device/, the
-# ignored folder the device tool carries: the harness library and the PyTorch peer scripts.
+# ignored folder the device tool carries: the harness library, the FP8 GEMM harness and the PyTorch peer scripts.
 # Then, on the GPU machine: python3 bench/cuda_check.py --lib build/device/liba2d_cuda_bench.so --out $OUT --peers build/device
 # TRACE=1 also builds the trace build (per-block GEMM records, engine/cuda/trace.cuh) into build/device/trace/
 # for bench/gemm_trace.py; TRACE=only builds that alone.
@@ -22,5 +22,16 @@ cmake -S "$root/engine" -B "$root/build/cuda-bench" -DCMAKE_BUILD_TYPE=Release -
   "$gencode" >/dev/null
 cmake --build "$root/build/cuda-bench" -j "${A2D_BUILD_JOBS:-2}" --target a2d_cuda_bench
 cp "$root/build/cuda-bench/liba2d_cuda_bench.so" "$root/build/device/"
+# The FP8 GEMM harness (engine/bench/fp8_gemm_bench.cu), with the engine's e4m3 conversion and with the other
+# one (fp8.cuh), for bench/device-fp8.sh.
+for convert in cvt shift; do
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -static-libstdc++,-static-libgcc \
+    -DA2D_FP8_CONVERT=$convert -I"$root/engine/cuda" -o "$root/build/device/fp8_gemm_bench_$convert" \
+    "$root/engine/bench/fp8_gemm_bench.cu" "$root/engine/cuda/gemm.cu" &
+done
+wait
+# nlohmann/json (header-only, 1 MB) for a fallback build of the harness library on the GPU machine, which lacks it.
+mkdir -p "$root/build/device/include"
+cp -r /usr/include/nlohmann "$root/build/device/include/"
 cp "$peers/graph_baseline.py" "$root/build/device/" 2>/dev/null || echo "no peer scripts in $peers: the peers section will be skipped"
 du -sh "$root/build/device"

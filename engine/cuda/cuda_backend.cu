@@ -21,6 +21,8 @@ cuda::SourceType source_type(DType dtype) {
     case DType::bf16: return cuda::SourceType::bf16;
     case DType::f16: return cuda::SourceType::f16;
     case DType::f32: return cuda::SourceType::f32;
+    case DType::f8_e4m3: return cuda::SourceType::f8_e4m3;
+    case DType::i32: break;  // rejected at load
   }
   throw std::runtime_error("unsupported weight dtype");
 }
@@ -43,6 +45,7 @@ cuda::ModelShape shape_of(const ModelConfig& config, int64_t max_context) {
   s.mask_token_id = config.mask_token_id;
   s.max_context = static_cast<int>(max_context);
   s.mask_adapter_rank = config.mask_adapter_rank;
+  s.fp8 = config.precision == WeightPrecision::fp8_e4m3;
   for (int i = 0; i < 7; ++i) {
     if (config.has_mask_adapter(kMaskAdapterTargets[i])) s.mask_adapter_targets |= 1u << i;
   }
@@ -53,7 +56,7 @@ void upload_model(cuda::DeviceModel& device, const Model& model) {
   using W = cuda::WeightName;
   auto put = [&](W name, int layer, const Tensor& tensor) {
     if (!tensor.present()) return;
-    device.upload(name, layer, cuda::WeightSource{tensor.data, source_type(tensor.dtype), false});
+    device.upload(name, layer, cuda::WeightSource{tensor.data, source_type(tensor.dtype), false, tensor.scale});
   };
   const ModelWeights& w = model.weights;
   put(W::embed, 0, w.embed);
