@@ -6,8 +6,9 @@
 #    FP8 GEMM harness with the engine's e4m3 conversion and with the other one);
 # 2. engine/bench/fp8_gemm_bench.cu, both builds: every e4m3 code, every FP8 GEMM shape of the 2B model at 1-64
 #    rows against an fp64 CPU reference (outputs poisoned first), and us per GEMM for bf16 and FP8;
-# 3. bench/fp8_check.py: tiny FP8 models against the fp32 reference, CUDA vs CPU backend on FP8 folders made by
-#    `quantize`, and the 2B-shape forward bf16 vs FP8 (parity, then ms per forward at KV 1k and 32k).
+# 3. bench/fp8_check.py: the bf16 path bit for bit against the build before FP8 (when staged with BASE_REF),
+#    tiny FP8 models against the fp32 reference, CUDA vs CPU backend on FP8 folders made by `quantize`, and the
+#    2B-shape forward bf16 vs FP8 (parity, then ms per forward at KV 1k and 32k).
 # GEMM_S / CHECK_S bound steps 2 and 3.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -51,7 +52,9 @@ grep -E "^(device|CODES)|FAIL|error" "$out/gemm_cvt.log" | head -n 30
 timeout "${GEMM_S:-150}" "${bench[shift]}" > "$out/gemm_shift.log" 2>&1
 echo "fp8_gemm_bench, the shift conversion: exit $? (reported only: the engine builds cvt)"
 grep -E "^CODES|FAIL|error" "$out/gemm_shift.log" | head -n 10
-timeout "${CHECK_S:-270}" python3 bench/fp8_check.py --lib "$lib" --out "$out/check" > "$out/check.log" 2>&1
+base=()
+[ -f build/device/base/liba2d_cuda_bench.so ] && base=(--base-lib build/device/base/liba2d_cuda_bench.so)
+timeout "${CHECK_S:-300}" python3 bench/fp8_check.py --lib "$lib" --out "$out/check" "${base[@]}" > "$out/check.log" 2>&1
 rc=$?; [ $rc = 0 ] || status=1
 echo "fp8_check.py: exit $rc"
 grep -n -m 20 -E "Error|error|Traceback|FAIL" "$out/check.log"

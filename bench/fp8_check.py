@@ -11,13 +11,18 @@
    against the fp32 reference of its dequantized weights (no worse than PyTorch's own bf16 forward of them),
    the FP8 model's logits against the bf16 model's (random weights: the quantization, not a quality figure),
    then ms per forward of both engines at rows 1/4/8/16/32 at KV 1k and rows 4 at KV 32k, taken in turns
-   (median of 3), and GEMM-only at rows 4, each against its weight-stream floor.
+   (median of 3), and GEMM-only at rows 4, each against its weight-stream floor;
+4. with --base-lib (the harness built from the commit before FP8, bench/stage-device.sh BASE_REF=...): the bf16
+   engine's logits of fixed forwards (a tiny model, the 2B shape; 8 and 40 rows) from both builds, which must be
+   bit-identical (the FP8 change must not move the bf16 path).
 Exit status 1 when a check fails; a short table last; summary.json under --out.
 """
 import argparse
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -171,13 +176,51 @@ def section_2b(lib, summary):
     return ok
 
 
+def bf16_logits(lib):
+    """Logits of fixed bf16 forwards, 8 rows then 40 (the wide GEMM kernel on the 2B shape), after 300 cached."""
+    out = {}
+    for name, cfg in (("tiny", dict(cc.tiny_configs()["minicpm_like_d128"])), ("2b", dict(cc.MINICPM))):
+        cfg["mask"] = cfg["vocab"] - 1
+        engine = cc.Engine(lib, cfg)
+        engine.upload(cc.make_weights(cfg, seed=77))
+        gen = torch.Generator().manual_seed(3)
+        toks = torch.randint(0, cfg["vocab"], (344,), generator=gen).tolist()
+        engine.prefill(toks[:300])
+        out[name + "_8"] = engine.forward(300, 4, toks[300:308], list(range(8)))[0]
+        out[name + "_40"] = engine.forward(300, 36, toks[300:340], list(range(40)))[0]
+        engine.close()
+    return out
+
+
+def section_bf16_identity(lib, base_lib, summary):
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = os.path.join(tmp, "base.pt")
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--lib", base_lib, "--out", tmp, "--dump-bf16", dump],
+                              capture_output=True, text=True, timeout=240)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the base build's forwards failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        base = torch.load(dump)
+    ours = bf16_logits(lib)
+    results = {k: dict(identical=bool(torch.equal(ours[k], base[k])), max_abs_diff=float((ours[k] - base[k]).abs().max()))
+               for k in ours}
+    summary["bf16_identity"] = results
+    for k, r in results.items():
+        log(f"  bf16 {k:8s}: {'bit-identical' if r['identical'] else 'DIFFERENT'} to the base build (max |diff| {r['max_abs_diff']:.2e})")
+    return all(r["identical"] for r in results.values())
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--lib", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--workdir", default="/tmp/a2d-fp8-check")
     parser.add_argument("--skip", default="", help="comma-separated sections to skip: tiny,backend,2b")
+    parser.add_argument("--base-lib", help="the harness library built before the FP8 change: bf16 logits must match it bit for bit")
+    parser.add_argument("--dump-bf16", help=argparse.SUPPRESS)  # the base build's side of --base-lib
     args = parser.parse_args()
+    if args.dump_bf16:
+        torch.save(bf16_logits(cc.Lib(args.lib)), args.dump_bf16)
+        return
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.workdir, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))
@@ -186,7 +229,10 @@ def main():
     summary = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "copy_TBps": cc.copy_bandwidth()}
     log(f"copy bandwidth: {summary['copy_TBps']:.2f} TB/s")
     failures = []
-    for name, fn, extra in (("tiny", section_tiny, ()), ("backend", section_backend, (args.workdir,)), ("2b", section_2b, ())):
+    sections = [("tiny", section_tiny, ()), ("backend", section_backend, (args.workdir,)), ("2b", section_2b, ())]
+    if args.base_lib:
+        sections.insert(0, ("bf16_identity", section_bf16_identity, (args.base_lib,)))
+    for name, fn, extra in sections:
         if name in skip:
             continue
         log(f"== fp8 {name} ({time.time() - cc.STARTED:.0f} s)")
@@ -202,6 +248,8 @@ def main():
 
     log("\n==== fp8 summary ====")
     log(f"gpu {summary['gpu']}, copy {summary['copy_TBps']:.2f} TB/s, failures: {failures or 'none'}")
+    for k, r in (summary.get("bf16_identity") or {}).items():
+        log(f"bf16 {k}: {'bit-identical to' if r['identical'] else 'DIFFERS from'} the build before FP8")
     if summary.get("tiny"):
         log(f"tiny fp8 forwards: worst rel err {max(r['rel_err'] for r in summary['tiny']):.2e} (tolerance {cc.REL_TOL})")
     for name, r in (summary.get("backend") or {}).items():

@@ -30,6 +30,19 @@ for convert in cvt shift; do
     "$root/engine/bench/fp8_gemm_bench.cu" "$root/engine/cuda/gemm.cu" &
 done
 wait
+# BASE_REF=COMMIT also builds the harness library of that commit into build/device/base/ (bench/fp8_check.py
+# --base-lib: the bf16 path's logits must not change).
+if [ -n "${BASE_REF:-}" ]; then
+  base_src="$root/build/base-src"
+  rm -rf "$base_src" && mkdir -p "$base_src"
+  git -C "$root" archive "$BASE_REF" engine | tar -x -C "$base_src"
+  ln -sfn "$root/node_modules" "$base_src/node_modules"
+  cmake -S "$base_src/engine" -B "$root/build/cuda-bench-base" -DCMAKE_BUILD_TYPE=Release -DA2D_CUDA=ON -DA2D_TESTS=OFF \
+    "$gencode" >/dev/null
+  cmake --build "$root/build/cuda-bench-base" -j "${A2D_BUILD_JOBS:-2}" --target a2d_cuda_bench
+  mkdir -p "$root/build/device/base"
+  cp "$root/build/cuda-bench-base/liba2d_cuda_bench.so" "$root/build/device/base/"
+fi
 # nlohmann/json (header-only, 1 MB) for a fallback build of the harness library on the GPU machine, which lacks it.
 mkdir -p "$root/build/device/include"
 cp -r /usr/include/nlohmann "$root/build/device/include/"

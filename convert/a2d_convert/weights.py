@@ -133,6 +133,8 @@ def check_tensors(tensors: dict[str, "torch.Tensor"], cfg: ModelConfig, model_di
         if name.endswith(SCALE_SUFFIX) and name.removesuffix(SCALE_SUFFIX) in fp8:
             if dtype != "F32":
                 raise A2DError(f"{where}: tensor '{name}' is {dtype}; FP8 scales are F32 (quantize the model again)")
+            if not (tensors[name].isfinite() & (tensors[name] >= 0)).all():
+                raise A2DError(f"{where}: tensor '{name}' holds a negative or non-finite scale; quantize the model again")
         elif name not in fp8 and dtype == FP8_DTYPE:
             raise A2DError(
                 f"{where}: tensor '{name}' is {FP8_DTYPE}, which a2d reads only for the projections and lm_head of a model "

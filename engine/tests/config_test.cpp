@@ -186,8 +186,9 @@ TEST_CASE("config: decoding parameters are range-checked by name") {
 namespace {
 
 // The tiny model of `shape` as an FP8 folder (a2d.precision "fp8-e4m3"): every projection and the lm_head
-// replaced by e4m3 codes with an F32 scale per row (`drop` names one scale to leave out).
-std::string write_fp8_model(const std::string& name, const TinyShape& shape, const std::string& drop = "") {
+// replaced by e4m3 codes with an F32 scale per row (`drop` names one scale to leave out; `scale` is every row's).
+std::string write_fp8_model(const std::string& name, const TinyShape& shape, const std::string& drop = "",
+                            float scale = 0.01f) {
   const std::string dir = write_tiny_model(name, shape, 5);
   std::map<std::string, RawTensor> tensors;
   {
@@ -201,7 +202,7 @@ std::string write_fp8_model(const std::string& name, const TinyShape& shape, con
       std::string codes(info.shape[0] * info.shape[1], '\0');
       for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<char>((i * 37) % 0x7f);
       tensors[tensor] = {"F8_E4M3", info.shape, codes};
-      std::vector<float> scales(info.shape[0], 0.01f);
+      std::vector<float> scales(info.shape[0], scale);
       if (tensor + "_scale" != drop) {
         tensors[tensor + "_scale"] = {"F32", {info.shape[0]}, std::string(reinterpret_cast<const char*>(scales.data()), scales.size() * 4)};
       }
@@ -239,6 +240,8 @@ TEST_CASE("config: an FP8 model binds its e4m3 projections with their per-row sc
                     doctest::Contains("says a2d.precision 'fp8-e4m3', which stores it as F8_E4M3"));
   CHECK_THROWS_WITH(load_model(write_fp8_model("cfg-fp8-noscale", shape, "model.layers.1.mlp.up_proj.weight_scale")),
                     doctest::Contains("needs its scale 'model.layers.1.mlp.up_proj.weight_scale' as F32 [24]"));
+  CHECK_THROWS_WITH(load_model(write_fp8_model("cfg-fp8-negative", shape, "", -0.5f)),
+                    doctest::Contains("row 0 is -0.500000, not a finite non-negative scale"));
   nlohmann::json int4 = tiny_config(shape);
   int4["a2d"]["precision"] = "int4";
   CHECK_THROWS_WITH(load_with("cfg-precision", shape, int4), doctest::Contains("a2d.precision' = 'int4'; use 'bf16' or 'fp8-e4m3'"));
