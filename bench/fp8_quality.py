@@ -9,10 +9,12 @@
    chats; one forward each: the prompt committed and a window of B masks): the FP8 model and the 128-block
    variant against the bf16 model, per row: relative error, KL(bf16 || fp8) with the mask token excluded,
    and whether the argmax agrees; prompt rows and mask rows apart;
-3. `evaluate-probes --engine cpu` (the C++ engine) on both folders with the same decoding (remasking
-   low_confidence, the rule every build keeps): accuracy and tokens per forward per threshold on the built-in
-   probes, the share of answers whose text is identical, and tokens per forward on the open prompts.
-Prints markdown tables and writes WORK/quality.json.
+3. `evaluate-probes --engine cpu` (the C++ engine) on both folders with the same decoding (--remasking:
+   low_confidence by default, the rule every build keeps; `default` takes the model's own): accuracy and
+   tokens per forward per threshold on the built-in probes, the share of answers whose text is identical,
+   and tokens per forward on the open prompts (--no-open: skipped).
+Prints markdown tables and writes WORK/quality-REMASKING.json. --probes-only: step 3 alone (on WORK/fp8 when it
+is there).
 """
 import argparse
 import json
@@ -99,7 +101,9 @@ def summarise(rel, kl, agree):
 def run_probes(model_dir, out, details, args, probes=None, max_tokens=None):
     cmd = [sys.executable, "-m", "a2d_convert", "evaluate-probes", "--model", str(model_dir), "--engine", "cpu",
            "--threads", str(args.threads), "--thresholds", args.thresholds, "--max-tokens", str(max_tokens or args.max_tokens),
-           "--remasking", "low_confidence", "--out", str(out), "--details", str(details)]
+           "--out", str(out), "--details", str(details)]
+    if args.remasking != "default":
+        cmd += ["--remasking", args.remasking]
     cmd += ["--probes", str(probes)] if probes else ["--per-family", str(args.per_family)]
     started = time.time()
     subprocess.run(cmd, check=True, cwd=REPO, capture_output=True, text=True)
@@ -127,15 +131,29 @@ def main():
     parser.add_argument("--per-family", type=int, default=32)
     parser.add_argument("--thresholds", default="0.9,0.7")
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--remasking", default="low_confidence", help="evaluate-probes --remasking, or `default`: the model's own")
+    parser.add_argument("--no-open", action="store_true", help="skip the open prompts' tokens/forward")
     parser.add_argument("--skip-probes", action="store_true")
+    parser.add_argument("--probes-only", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.work.mkdir(parents=True, exist_ok=True)
     fp8_dir = args.work / "fp8"
     started = time.time()
-    quantize_folder(args.model, fp8_dir, force=True)
-    result = {"model": str(args.model), "quantize_s": time.time() - started}
+    if not (args.probes_only and (fp8_dir / "lineage.json").is_file()):
+        quantize_folder(args.model, fp8_dir, force=True)
+    result = {"model": str(args.model), "quantize_s": time.time() - started, "remasking": args.remasking}
+    prompts = [json.loads(line)["prompt"] for line in OPEN_PROMPTS.read_text().splitlines() if line.strip()]
+    if not args.probes_only:
+        weights_and_logits(args, fp8_dir, prompts, result)
+    if not args.skip_probes:
+        probes(args, fp8_dir, prompts, result)
+    out = args.work / f"quality-{args.remasking}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"\n{out} ({time.time() - started:.0f} s)")
 
+
+def weights_and_logits(args, fp8_dir, prompts, result):
     bf16, cfg, a2d = load_transformer(args.model)
     result["weights"] = weight_errors(bf16)
     print("| family | per-row scales | per-128-block scales | weights below e4m3's normal range (per row) |")
@@ -144,7 +162,6 @@ def main():
         print(f"| {family} | {e['per_row']:.4f} | {e['per_block128']:.4f} | {e['below_normal']:.2e} |")
 
     codec = load_prompt_codec(args.model)
-    prompts = [json.loads(line)["prompt"] for line in OPEN_PROMPTS.read_text().splitlines() if line.strip()]
     want, mask_rows = logits_rows(bf16, codec, a2d, prompts)
     fp8, _, _ = load_transformer(fp8_dir)
     got, _ = logits_rows(fp8, codec, a2d, prompts)
@@ -171,32 +188,38 @@ def main():
             print(f"| {label} | {part} | {s['rows']} | {s['rel_err_median']:.4f} / {s['rel_err_max']:.4f} | "
                   f"{s['kl_mean']:.2e} / {s['kl_max']:.2e} | {s['argmax_agree']:.4f} |")
 
-    if not args.skip_probes:
-        result["probes"], result["open_prompts"] = {}, {}
-        for label, folder in (("bf16", args.model), ("fp8", fp8_dir)):
-            report, seconds = run_probes(folder, args.work / f"probes-{label}.json", args.work / f"details-{label}.jsonl", args)
-            result["probes"][label] = dict(seconds=seconds, **{t: dict(accuracy=r["accuracy"], tokens_per_forward=r["tokens_per_forward"])
-                                                                for t, r in report["model"].items()})
-            report, seconds = run_probes(folder, args.work / f"open-{label}.json", args.work / f"open-details-{label}.jsonl", args,
-                                         OPEN_PROMPTS, 128)
-            result["open_prompts"][label] = dict(seconds=seconds, **{t: dict(tokens_per_forward=r["tokens_per_forward"])
-                                                                      for t, r in report["model"].items()})
-        result["identical_answers"] = same_texts(args.work / "details-bf16.jsonl", args.work / "details-fp8.jsonl")
-        result["identical_open_answers"] = same_texts(args.work / "open-details-bf16.jsonl", args.work / "open-details-fp8.jsonl")
-        n = 7 * args.per_family
-        print(f"\nevaluate-probes --engine cpu, remasking low_confidence, {n} built-in probes ({args.max_tokens} tokens), "
-              f"{len(prompts)} open prompts (128 tokens):\n")
-        print("| threshold | accuracy bf16 / fp8 | tokens/forward bf16 / fp8 | identical answers | open prompts: tokens/forward bf16 / fp8 | identical |")
-        print("|---|---|---|---|---|---|")
-        for t in args.thresholds.split(","):
-            key = str(float(t))
-            b, f = result["probes"]["bf16"][key], result["probes"]["fp8"][key]
+
+
+def probes(args, fp8_dir, prompts, result):
+    tag = args.remasking
+    result["probes"], result["open_prompts"] = {}, {}
+    for label, folder in (("bf16", args.model), ("fp8", fp8_dir)):
+        report, seconds = run_probes(folder, args.work / f"probes-{tag}-{label}.json", args.work / f"details-{tag}-{label}.jsonl", args)
+        result["probes"][label] = dict(seconds=seconds, **{t: dict(accuracy=r["accuracy"], tokens_per_forward=r["tokens_per_forward"])
+                                                            for t, r in report["model"].items()})
+        if args.no_open:
+            continue
+        report, seconds = run_probes(folder, args.work / f"open-{tag}-{label}.json", args.work / f"open-details-{tag}-{label}.jsonl", args,
+                                     OPEN_PROMPTS, 128)
+        result["open_prompts"][label] = dict(seconds=seconds, **{t: dict(tokens_per_forward=r["tokens_per_forward"])
+                                                                  for t, r in report["model"].items()})
+    result["identical_answers"] = same_texts(args.work / f"details-{tag}-bf16.jsonl", args.work / f"details-{tag}-fp8.jsonl")
+    if not args.no_open:
+        result["identical_open_answers"] = same_texts(args.work / f"open-details-{tag}-bf16.jsonl", args.work / f"open-details-{tag}-fp8.jsonl")
+    n = 7 * args.per_family
+    print(f"\nevaluate-probes --engine cpu, remasking {args.remasking}, {n} built-in probes ({args.max_tokens} tokens)"
+          + ("" if args.no_open else f", {len(prompts)} open prompts (128 tokens)") + ":\n")
+    print("| threshold | accuracy bf16 / fp8 | tokens/forward bf16 / fp8 | identical answers | open prompts: tokens/forward bf16 / fp8 | identical |")
+    print("|---|---|---|---|---|---|")
+    for t in args.thresholds.split(","):
+        key = str(float(t))
+        b, f = result["probes"]["bf16"][key], result["probes"]["fp8"][key]
+        open_cells = "- | -"
+        if not args.no_open:
             ob, of = result["open_prompts"]["bf16"][key], result["open_prompts"]["fp8"][key]
-            print(f"| {key} | {b['accuracy']:.4f} / {f['accuracy']:.4f} | {b['tokens_per_forward']:.3f} / {f['tokens_per_forward']:.3f} | "
-                  f"{result['identical_answers'][key]:.3f} | {ob['tokens_per_forward']:.3f} / {of['tokens_per_forward']:.3f} | "
-                  f"{result['identical_open_answers'][key]:.3f} |")
-    (args.work / "quality.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"\n{args.work / 'quality.json'} ({time.time() - started:.0f} s)")
+            open_cells = f"{ob['tokens_per_forward']:.3f} / {of['tokens_per_forward']:.3f} | {result['identical_open_answers'][key]:.3f}"
+        print(f"| {key} | {b['accuracy']:.4f} / {f['accuracy']:.4f} | {b['tokens_per_forward']:.3f} / {f['tokens_per_forward']:.3f} | "
+              f"{result['identical_answers'][key]:.3f} | {open_cells} |")
 
 
 if __name__ == "__main__":
