@@ -66,7 +66,7 @@ def tuning_label(tuning):
 
 class Shape(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int) for n in ("hidden intermediate layers heads kv_heads head_dim vocab max_context "
-                                            "mask_token_id tied qkv_bias o_bias qk_norm").split()] + \
+                                            "mask_token_id tied qkv_bias o_bias qk_norm fp8").split()] + \
                [("rms_eps", ctypes.c_double), ("rope_theta", ctypes.c_double)]
 
 
@@ -94,7 +94,7 @@ class Engine:
         self.lib, self.cfg = lib, cfg
         shape = Shape(cfg["hidden"], cfg["inter"], cfg["layers"], cfg["heads"], cfg["kv_heads"], cfg["head_dim"],
                       cfg["vocab"], cfg["max_context"], cfg["mask"], int(cfg["tied"]), int(cfg["qkv_bias"]),
-                      int(cfg["o_bias"]), int(cfg["qk_norm"]), cfg["eps"], cfg["theta"])
+                      int(cfg["o_bias"]), int(cfg["qk_norm"]), int(cfg.get("fp8", False)), cfg["eps"], cfg["theta"])
         error = ctypes.create_string_buffer(2048)
         self.handle = lib.lib.a2d_bench_create(ctypes.byref(shape), int(graphs), int(pdl), int(fuse_rope), error, 2048)
         if not self.handle:
@@ -103,8 +103,16 @@ class Engine:
         self.keep = []
 
     def upload(self, weights, dtypes=None, on_host=False):
+        """weights: (name, layer) -> tensor, or for an FP8 engine's projections and lm_head (e4m3 tensor, fp32
+        row scales)."""
         dtypes = dtypes or {}
         for (name, layer), tensor in weights.items():
+            if isinstance(tensor, tuple):
+                q, scale = (t.contiguous().cpu() if on_host else t.contiguous() for t in tensor)
+                self.keep += [q, scale]
+                self.lib.call("a2d_bench_upload_fp8", self.handle, WEIGHT_NAMES.index(name), layer,
+                              ctypes.c_void_p(q.data_ptr()), ctypes.c_void_p(scale.data_ptr()), int(not on_host))
+                continue
             t = tensor.to(dtypes.get(name, tensor.dtype)).contiguous()
             if on_host:
                 t = t.cpu()

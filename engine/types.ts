@@ -55,6 +55,8 @@ export interface ModelInfo {
   maxBatch: number;
   device: Device;
   trained: boolean;
+  /** The weight format (config.json's a2d.precision): "fp8-e4m3" streams e4m3 projections with per-row scales. */
+  precision: "bf16" | "fp8-e4m3";
   decoding: DecodingDefaults;
 }
 

@@ -25,6 +25,8 @@ export interface Manifest {
   format_version: 1;
   a2d_version: string;
   device: "cuda" | "cpu";
+  /** The model's weight format (config.json's a2d.precision). */
+  precision: "bf16" | "fp8-e4m3";
   node_version: string;
   /** The oldest machine the folder runs on (pack/floors.ts); absent in folders packed before floors were recorded. */
   floors?: Floors;

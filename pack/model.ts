@@ -25,7 +25,12 @@ export interface ModelPlan {
   skipped: string[];
   weightBytes: number;
   numLayers: number;
+  /** config.json's a2d.precision (docs/model-format.md): "bf16" or "fp8-e4m3". */
+  precision: Precision;
 }
+
+export const PRECISIONS = ["bf16", "fp8-e4m3"] as const;
+export type Precision = (typeof PRECISIONS)[number];
 
 async function exists(path: string): Promise<boolean> {
   try {
@@ -71,12 +76,16 @@ export async function planModel(modelDir: string): Promise<ModelPlan> {
     }
   }
   const config = await readJson(join(modelDir, "config.json"));
-  const a2d = config.a2d as { format_version?: unknown } | undefined;
+  const a2d = config.a2d as { format_version?: unknown; precision?: unknown } | undefined;
   if (!a2d || typeof a2d !== "object") {
     throw new ModelFolderError(`${join(modelDir, "config.json")} has no "a2d" section: it is a plain AR model; make an a2d model of it first (\`python -m a2d_convert init --base ${modelDir} --out DIR\`)`);
   }
   if (a2d.format_version !== 1) {
     throw new ModelFolderError(`${join(modelDir, "config.json")}: a2d.format_version is ${JSON.stringify(a2d.format_version)}, this packer reads 1; re-export the model with this a2d version`);
+  }
+  const precision = (a2d.precision ?? "bf16") as Precision;
+  if (!PRECISIONS.includes(precision)) {
+    throw new ModelFolderError(`${join(modelDir, "config.json")}: a2d.precision is ${JSON.stringify(a2d.precision)}; use "bf16" or "fp8-e4m3" (python -m a2d_convert quantize makes FP8 folders)`);
   }
   const numLayers = Number(config.num_hidden_layers);
   if (!Number.isInteger(numLayers) || numLayers <= 0) {
@@ -112,7 +121,7 @@ export async function planModel(modelDir: string): Promise<ModelPlan> {
     if (EVIDENCE.test(rel) || rel.startsWith("evidence/")) evidence.push(rel);
     else skipped.push(rel);
   }
-  return { serving: serving.sort(), weights, evidence, skipped, weightBytes, numLayers };
+  return { serving: serving.sort(), weights, evidence, skipped, weightBytes, numLayers, precision };
 }
 
 async function copyWithProgress(from: string, to: string, onBytes: (n: number) => void): Promise<void> {

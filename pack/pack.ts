@@ -396,6 +396,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
     const manifest = await buildManifest(tempDir, {
       a2d_version: version,
       device: addons.device,
+      precision: plan.precision,
       node_version: runtime.nodeVersion,
       floors,
     });

@@ -105,8 +105,11 @@ describe("golden parity through the addon", () => {
     expect(cases.length).toBeGreaterThanOrEqual(3);
     for (const caseName of cases) {
       const golden = readGolden(caseName);
-      const engine = await loadEngine({ modelDir: join(goldenDir, caseName, golden.model), device: "cpu", threads: 2 });
+      const modelDir = join(goldenDir, caseName, golden.model);
+      const engine = await loadEngine({ modelDir, device: "cpu", threads: 2 });
       try {
+        const config = JSON.parse(readFileSync(join(modelDir, "config.json"), "utf8")) as { a2d: { precision?: string } };
+        expect(engine.info.precision, `${caseName}: precision`).toBe(config.a2d.precision ?? "bf16");
         const tensors = readF32Tensors(join(goldenDir, caseName, "golden.safetensors"));
         for (const f of golden.forwards) {
           const want = tensors.get(`logits_${f.name}`);

@@ -66,6 +66,7 @@ describe("the packed folder", () => {
     expect(app.scripts).toBeUndefined();
     // Weights share the model folder's inode when on the same filesystem.
     expect(statSync(join(out, "model/model.safetensors")).ino).toBe(statSync(join(model, "model.safetensors")).ino);
+    expect(JSON.parse(readFileSync(join(out, "MANIFEST.json"), "utf8")).precision).toBe("bf16");
     expect(packOutput).toMatch(/runtime\/bin\/node\s+\d/);
     expect(packOutput).toMatch(/app\/node_modules\s+\d/);
     expect(packOutput).toMatch(/\ntotal\s+\d/);
@@ -169,6 +170,20 @@ console.log(JSON.stringify(result));
   });
 });
 
+describe("an FP8 model folder", () => {
+  it("packs like any other, and MANIFEST.json says its precision", () => {
+    const fp8 = join(work, "fp8");
+    execFileSync(join(ROOT, ".venv", "bin", "python"), ["-m", "a2d_convert", "quantize", "--model", model, "--out", fp8], { cwd: ROOT, stdio: "pipe" });
+    const packed = join(work, "fp8-out");
+    const result = pack(["--model", fp8, "--out", packed]);
+    expect(result.status, result.stdout + result.stderr).toBe(0);
+    expect(JSON.parse(readFileSync(join(packed, "MANIFEST.json"), "utf8")).precision).toBe("fp8-e4m3");
+    expect(JSON.parse(readFileSync(join(packed, "model", "config.json"), "utf8")).a2d.precision).toBe("fp8-e4m3");
+    const verified = spawnSync(process.execPath, [CLI, "verify", packed], { encoding: "utf8" });
+    expect(verified.status, verified.stdout + verified.stderr).toBe(0);
+  });
+});
+
 describe("packing is atomic and repeatable", () => {
   async function packUntilMidway(name: string): Promise<ChildProcess> {
     const child = spawn(process.execPath, [CLI, "pack", "--device", "cpu", "--model", model, "--out", join(work, name)], { cwd: ROOT, stdio: "ignore" });
@@ -264,6 +279,16 @@ describe("bad input is refused with the fix named", () => {
     expect(cuda.stderr).toMatch(/npm run build:cuda/);
     expect(existsSync(join(work, "x"))).toBe(false);
     expect(leftovers("x")).toEqual([]);
+  });
+
+  it("an a2d.precision that no engine reads", () => {
+    const odd = join(work, "odd-precision");
+    execFileSync("cp", ["-r", model, odd]);
+    const config = JSON.parse(readFileSync(join(odd, "config.json"), "utf8"));
+    config.a2d.precision = "int4";
+    writeFileSync(join(odd, "config.json"), JSON.stringify(config));
+    expect(refuse(["--model", odd, "--out", join(work, "z")])).toMatch(/a2d\.precision is "int4"; use "bf16" or "fp8-e4m3"/);
+    expect(existsSync(join(work, "z"))).toBe(false);
   });
 
   it("--force never deletes what is not a pack: the model's parent, a folder of other files", () => {

@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import data, export, generate, golden, import_base, init_model, probes, tiny, train, verify
+from . import data, export, generate, golden, import_base, init_model, probes, quantize, tiny, train, verify
 from .errors import A2DError
 
-COMMANDS = [tiny, init_model, generate, golden, import_base, data, train, export, verify, probes]
+COMMANDS = [tiny, init_model, generate, golden, import_base, data, train, export, quantize, verify, probes]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -200,6 +200,9 @@ DECODING_PARAMETERS = {p["name"]: p for p in DECODING_TABLE["parameters"] + DECO
 REMASKING = tuple(DECODING_PARAMETERS["remasking"]["choices"])
 ADVANCE = tuple(DECODING_PARAMETERS["advance"]["choices"])
 COMMIT = tuple(DECODING_PARAMETERS["commit"]["choices"])
+# a2d.precision (docs/model-format.md): "bf16", the projections as stored in a float dtype (bf16, or f16/f32);
+# "fp8-e4m3", every projection and the lm_head as e4m3 with one fp32 scale per output row (`quantize`).
+PRECISIONS = ("bf16", "fp8-e4m3")
 
 
 # What earlier a2d versions had and this one refuses with a reason: drafts confirmed by a causal reading of
@@ -258,6 +261,7 @@ class A2DSection:
     # hold the mask token only; every other row runs the base weights unchanged. rank 0: none.
     mask_rank: int = 0
     mask_targets: tuple[str, ...] = ()
+    precision: str = "bf16"  # one of PRECISIONS
 
     def to_dict(self) -> dict:
         out = {
@@ -281,6 +285,8 @@ class A2DSection:
         }
         if self.mask_rank:
             out["mask_adapter"] = {"rank": self.mask_rank, "targets": list(self.mask_targets)}
+        if self.precision != "bf16":  # written only where it applies: other models' files stay as they were
+            out["precision"] = self.precision
         return out
 
     @staticmethod
@@ -329,6 +335,9 @@ class A2DSection:
             f"{where}decoding"
         )
         mask_rank, mask_targets = parse_mask_adapter(raw.get("mask_adapter"), where)
+        precision = raw.get("precision", "bf16")
+        if precision not in PRECISIONS:
+            raise A2DError(f"{where}precision must be one of {list(PRECISIONS)}, got {precision!r}; fix config.json or quantize the model again")
         return A2DSection(
             mask_token_id=mask_token_id,
             mask_token=mask_token,
@@ -339,6 +348,7 @@ class A2DSection:
             decoding=decoding,
             mask_rank=mask_rank,
             mask_targets=mask_targets,
+            precision=precision,
         )
 
 

@@ -54,6 +54,7 @@ class Case:
     hidden: int = 64
     logit_scale: float = 8.0  # std of the random logits: high enough that thresholds are crossed
     mask_adapter_rank: int = 0  # > 0: a random mask adapter on every projection (tiny.add_random_mask_adapter)
+    precision: str = "bf16"  # "fp8-e4m3": the model quantized (quantize.py) after init
 
 
 CASES = {
@@ -63,6 +64,7 @@ CASES = {
     "qwen3_qknorm": Case("qwen3", heads=4, kv_heads=2, block_size=4, shift_logits=False, layers=3),
     "llama_appended_mask": Case("llama", heads=4, kv_heads=2, block_size=2, vocab_multiple=1),
     "llama_mask_adapter": Case("llama", heads=4, kv_heads=2, block_size=4, mask_adapter_rank=4),
+    "llama_fp8": Case("llama", heads=4, kv_heads=2, block_size=4, precision="fp8-e4m3"),
 }
 
 
@@ -191,6 +193,7 @@ def write_case(out: Path, name: str, case: Case, seed: int) -> None:
     from .init_model import init_model
     from .model import BlockForward, load_transformer
     from .prompts import load_prompt_codec
+    from .quantize import quantize_folder
     from .tiny import TinySpec, add_random_mask_adapter, make_tiny_base
 
     spec = TinySpec(
@@ -209,9 +212,12 @@ def write_case(out: Path, name: str, case: Case, seed: int) -> None:
     )
     with tempfile.TemporaryDirectory() as tmp:
         base = make_tiny_base(Path(tmp) / "base", spec)
-        model_dir = init_model(base, out / "model", block_size=case.block_size, shift_logits=case.shift_logits)
-    if case.mask_adapter_rank:
-        add_random_mask_adapter(model_dir, case.mask_adapter_rank, spec.seed)
+        float_dir = out / "model" if case.precision == "bf16" else Path(tmp) / "float"
+        model_dir = init_model(base, float_dir, block_size=case.block_size, shift_logits=case.shift_logits)
+        if case.mask_adapter_rank:
+            add_random_mask_adapter(model_dir, case.mask_adapter_rank, spec.seed)
+        if case.precision != "bf16":
+            model_dir = quantize_folder(model_dir, out / "model", case.precision, force=True)
     model, cfg, a2d = load_transformer(model_dir)
     codec = load_prompt_codec(model_dir)
     mask, B = a2d.mask_token_id, a2d.block_size

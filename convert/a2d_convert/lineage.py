@@ -264,19 +264,32 @@ def write_lineage(folder: str | os.PathLike, lineage: dict[str, Any], name: str 
 
 
 def chain_gaps(lineage: dict[str, Any]) -> list[str]:
-    """Stages whose inputs do not appear with the same sha256 among the previous stage's outputs.
+    """Stages whose inputs do not appear with the same sha256 among the outputs of the stage they name.
 
-    Only inputs marked ``"from_previous": true`` are checked: other inputs (data files, the base's own
-    files at the root) enter the chain there, with their hash recorded.
+    Inputs marked ``"from_previous": true`` must be among the previous stage's outputs; an input marked
+    ``"from_stage": i`` (a file an earlier stage wrote and the stages since left alone, such as the weights
+    under a `redecode`) must be stage i's output of the same name, and no stage after i may have written
+    that name. Other inputs (data files, the base's own files at the root) enter the chain there, with
+    their hash recorded.
     """
     gaps = []
     stages = lineage.get("stages", [])
-    for previous, stage in zip(stages, stages[1:]):
+    for index, (previous, stage) in enumerate(zip(stages, stages[1:]), start=1):
         produced = {rec["sha256"] for rec in previous.get("outputs", {}).values()}
         for name, rec in stage.get("inputs", {}).items():
             if rec.get("from_previous") and rec["sha256"] not in produced:
                 gaps.append(
                     f"stage {stage['stage']!r} read {name} (sha256 {rec['sha256'][:16]}…) which stage "
                     f"{previous['stage']!r} did not produce"
+                )
+            writer = rec.get("from_stage")
+            if writer is None:
+                continue
+            written = stages[writer].get("outputs", {}).get(name) if isinstance(writer, int) and 0 <= writer < index else None
+            rewritten = written is not None and any(name in s.get("outputs", {}) for s in stages[writer + 1 : index])
+            if written is None or written["sha256"] != rec["sha256"] or rewritten:
+                gaps.append(
+                    f"stage {stage['stage']!r} read {name} (sha256 {rec['sha256'][:16]}…) as stage {writer!r}'s output, "
+                    "which that stage did not produce or a later stage replaced"
                 )
     return gaps

@@ -9,7 +9,9 @@ The core `Transformer.forward(input_ids, position_ids, attn_mask, cache)` takes 
 attention mask, so the same code runs plain causal attention (parity with transformers), the
 block-causal mask of decoding (docs/decoding.md) and whatever layout training builds.
 `BlockForward` wraps it with a KV cache into the (commit, window) forward the decoder calls.
-Reference precision: weights upcast to fp32, all math in fp32.
+Reference precision: weights upcast to fp32, all math in fp32; an FP8 folder's e4m3 weights become exactly
+the fp32 matrices they stand for, value x row scale (weights.load_checked), so its goldens hold every
+backend to the same math.
 """
 
 from __future__ import annotations
@@ -368,7 +370,8 @@ class BatchBlockForward:
 
 
 def load_transformer(model_dir: Path | str, device: str = "cpu") -> tuple[Transformer, ModelConfig, A2DSection | None]:
-    """A model folder (a2d or plain AR base) as an fp32 Transformer in eval mode, checked against its config."""
+    """A model folder (a2d or plain AR base) as an fp32 Transformer in eval mode, checked against its config
+    (FP8 weights dequantized)."""
     model_dir = Path(model_dir)
     cfg, a2d, _ = load_config(model_dir)
     state = load_checked(model_dir, cfg, a2d)

@@ -4,6 +4,10 @@ Weights live in `model.safetensors` or in shards listed by `model.safetensors.in
 tensor the config implies must be present with its exact shape, and nothing else may be: a bias the
 config does not announce is as much an error as a missing layer. torch is imported lazily so that the
 torch-free commands (tiny-base) stay fast.
+
+An FP8 folder (`a2d.precision: "fp8-e4m3"`, written by `quantize`) stores every projection and the lm_head
+as F8_E4M3 `W` with an F32 `W_scale` [out] beside it (`...q_proj.weight_scale`); the reference reads
+them as `W.float() * W_scale[:, None]` in fp32, which is exactly the matrix every backend multiplies.
 """
 
 from __future__ import annotations
@@ -20,6 +24,23 @@ if TYPE_CHECKING:
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 ACCEPTED_DTYPES = ("BF16", "F16", "F32")
+FP8_DTYPE = "F8_E4M3"
+SCALE_SUFFIX = "_scale"
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def quantized_names(cfg: ModelConfig) -> list[str]:
+    """The weights an FP8 folder stores as e4m3: every projection of every layer, and an untied lm_head."""
+    names = [
+        f"model.layers.{i}.{'mlp' if p in ('gate_proj', 'up_proj', 'down_proj') else 'self_attn'}.{p}.weight"
+        for i in range(cfg.num_layers)
+        for p in PROJECTIONS
+    ]
+    return names + ([] if cfg.tie_word_embeddings else ["lm_head.weight"])
+
+
+def is_fp8(a2d: A2DSection | None) -> bool:
+    return a2d is not None and a2d.precision == "fp8-e4m3"
 
 
 def tensor_shapes(cfg: ModelConfig, a2d: A2DSection | None = None) -> dict[str, tuple[int, ...]]:
@@ -54,6 +75,9 @@ def tensor_shapes(cfg: ModelConfig, a2d: A2DSection | None = None) -> dict[str, 
                 out_features, in_features = shapes[stem + ".weight"]
                 shapes[stem + ".mask_a"] = (a2d.mask_rank, in_features)
                 shapes[stem + ".mask_b"] = (out_features, a2d.mask_rank)
+    if is_fp8(a2d):
+        for name in quantized_names(cfg):
+            shapes[name + SCALE_SUFFIX] = shapes[name][:1]
     return shapes
 
 
@@ -96,6 +120,7 @@ def check_tensors(tensors: dict[str, "torch.Tensor"], cfg: ModelConfig, model_di
     """Names, shapes and dtypes exactly as the config implies, or an A2DError naming the disagreement."""
     where = f"{model_dir} (config.json vs *.safetensors)"
     expected = tensor_shapes(cfg, a2d)
+    fp8 = set(quantized_names(cfg)) if is_fp8(a2d) else set()
     for name, shape in expected.items():
         if name not in tensors:
             raise A2DError(f"{where}: tensor '{name}' is missing; {_which_field(name)}")
@@ -103,7 +128,19 @@ def check_tensors(tensors: dict[str, "torch.Tensor"], cfg: ModelConfig, model_di
         if got != shape:
             raise A2DError(f"{where}: tensor '{name}' has shape {list(got)}, the config implies {list(shape)}; {_which_field(name)}")
         dtype = _dtype_name(tensors[name])
-        if dtype not in ACCEPTED_DTYPES:
+        if name in fp8 and dtype != FP8_DTYPE:
+            raise A2DError(f"{where}: tensor '{name}' is {dtype}, but a2d.precision 'fp8-e4m3' stores it as {FP8_DTYPE}; quantize the model again")
+        if name.endswith(SCALE_SUFFIX) and name.removesuffix(SCALE_SUFFIX) in fp8:
+            if dtype != "F32":
+                raise A2DError(f"{where}: tensor '{name}' is {dtype}; FP8 scales are F32 (quantize the model again)")
+            if not (tensors[name].isfinite() & (tensors[name] >= 0)).all():
+                raise A2DError(f"{where}: tensor '{name}' holds a negative or non-finite scale; quantize the model again")
+        elif name not in fp8 and dtype == FP8_DTYPE:
+            raise A2DError(
+                f"{where}: tensor '{name}' is {FP8_DTYPE}, which a2d reads only for the projections and lm_head of a model "
+                "whose config.json says a2d.precision 'fp8-e4m3'; make FP8 models with `python -m a2d_convert quantize`"
+            )
+        elif name not in fp8 and dtype not in ACCEPTED_DTYPES:
             raise A2DError(f"{where}: tensor '{name}' is {dtype}; store weights as bf16, f16 or f32")
     extra = sorted(set(tensors) - set(expected))
     if extra:
@@ -118,6 +155,8 @@ def _which_field(name: str) -> str:
         return "QK-norm exists only for Qwen3ForCausalLM; check 'architectures'"
     if name.endswith((".mask_a", ".mask_b")):
         return "check the a2d section's 'mask_adapter' (rank and targets)"
+    if name.endswith(SCALE_SUFFIX):
+        return "FP8 scales belong to a model whose config.json says a2d.precision 'fp8-e4m3'"
     if name.startswith("lm_head"):
         return "check 'tie_word_embeddings' and 'vocab_size'"
     if "embed_tokens" in name:
@@ -130,14 +169,25 @@ def _which_field(name: str) -> str:
 def _dtype_name(tensor: "torch.Tensor") -> str:
     import torch
 
-    names = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
+    names = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32", torch.float8_e4m3fn: FP8_DTYPE}
     return names.get(tensor.dtype, str(tensor.dtype).removeprefix("torch."))
 
 
+def dequantize(weight: "torch.Tensor", scale: "torch.Tensor") -> "torch.Tensor":
+    """An FP8 weight as the fp32 matrix it stands for: each e4m3 value times its row's scale, one fp32 product."""
+    import torch
+
+    return weight.to(torch.float32) * scale.to(torch.float32)[:, None]
+
+
 def load_checked(model_dir: Path, cfg: ModelConfig, a2d: A2DSection | None = None) -> dict[str, "torch.Tensor"]:
-    """The folder's tensors, checked against the config and upcast to fp32 (the reference precision)."""
+    """The folder's tensors, checked against the config and upcast to fp32 (the reference precision); an FP8
+    folder's weights dequantized (its scales consumed)."""
     import torch
 
     tensors = read_tensors(model_dir)
     check_tensors(tensors, cfg, model_dir, a2d)
+    if is_fp8(a2d):
+        for name in quantized_names(cfg):
+            tensors[name] = dequantize(tensors[name], tensors.pop(name + SCALE_SUFFIX))
     return {name: t.to(torch.float32) for name, t in tensors.items()}

@@ -14,8 +14,9 @@ from a2d_convert.golden import CASES, write_golden
 from a2d_convert.model import BlockForward, block_causal_mask, load_transformer
 from a2d_convert.prompts import load_prompt_codec
 
-# One case with shift_logits false and QK-norm, one whose mask row was appended (block size 2).
-SOME = ["qwen3_qknorm", "llama_appended_mask", "llama_mask_adapter"]
+# One case with shift_logits false and QK-norm, one whose mask row was appended (block size 2), the mask
+# adapter, and FP8 weights.
+SOME = ["qwen3_qknorm", "llama_appended_mask", "llama_mask_adapter", "llama_fp8"]
 PARAM_KEYS = {"max_tokens", "block_size", "threshold", "min_per_step", "steps", "temperature", "top_p", "remasking", "advance", "commit", "seed", "eos_token_ids"}
 
 
@@ -44,6 +45,9 @@ def test_layout_and_rng_vectors(golden):
         assert a2d.trained is False and cfg.model_type == CASES[name].arch
     _, cfg, a2d = load_transformer(golden / "llama_appended_mask" / "model")
     assert a2d.mask_token_id == cfg.vocab_size - 1  # no padding rows, so init appended the mask
+    fp8 = load_file(golden / "llama_fp8" / "model" / "model.safetensors")  # quantized: e4m3 projections and head
+    assert load_transformer(golden / "llama_fp8" / "model")[2].precision == "fp8-e4m3"
+    assert fp8["lm_head.weight"].dtype == torch.float8_e4m3fn and fp8["lm_head.weight_scale"].dtype == torch.float32
 
 
 def cache_free_logits(model, cached, commit, window):

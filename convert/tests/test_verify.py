@@ -105,6 +105,28 @@ def test_redecode_records_the_new_decoding_and_the_delta_still_rebuilds(full_fin
         k: v for k, v in before.items() if k != "decoder_config.json"}
 
 
+def test_a_quantized_export_verifies_its_chain_through_a_redecode(full_finetune, tmp_path):
+    from a2d_convert.export import redecode
+    from a2d_convert.quantize import quantize_folder
+
+    _, _, model = full_finetune
+    redecoded = tmp_path / "redecoded"
+    shutil.copytree(model, redecoded)
+    redecode(redecoded, {"threshold": 0.7})
+    fp8 = quantize_folder(redecoded, tmp_path / "fp8")
+    done = run_verify(fp8)
+    assert done.returncode == 0, done.stdout
+    assert "chain import -> init -> train -> export -> redecode -> quantize: every stage read" in done.stdout
+    inputs = json.loads((fp8 / "lineage.json").read_text())["stages"][-1]["inputs"]
+    assert inputs["config.json"]["from_previous"] and inputs["model.safetensors"]["from_stage"] == 3  # export's weights
+    # The weights the quantize stage says it read are export's: a different record is a gap.
+    lineage = json.loads((fp8 / "lineage.json").read_text())
+    lineage["stages"][-1]["inputs"]["model.safetensors"]["sha256"] = "0" * 64
+    (fp8 / "lineage.json").write_text(json.dumps(lineage))
+    done = run_verify(fp8)
+    assert done.returncode == 1 and "as stage 3's output" in done.stdout
+
+
 def test_lora_merge_is_exact_whatever_the_summation_order():
     g = torch.Generator().manual_seed(0)
     weight = torch.randn(48, 40, generator=g).to(torch.bfloat16)

@@ -86,6 +86,7 @@ extern "C" {
 struct BenchShape {
   int hidden, intermediate, layers, heads, kv_heads, head_dim, vocab, max_context, mask_token_id;
   int tied, qkv_bias, o_bias, qk_norm;
+  int fp8;  // ModelShape::fp8: the projections (and an untied lm_head) come through a2d_bench_upload_fp8
   double rms_eps, rope_theta;
 };
 
@@ -107,6 +108,7 @@ void* a2d_bench_create(const BenchShape* b, int graphs, int pdl, int fuse_rope, 
     s.qkv_bias = b->qkv_bias;
     s.o_bias = b->o_bias;
     s.qk_norm = b->qk_norm;
+    s.fp8 = b->fp8 != 0;
     s.rms_eps = static_cast<float>(b->rms_eps);
     s.rope_theta = b->rope_theta;
     ModelOptions options;
@@ -125,6 +127,15 @@ int a2d_bench_upload(void* handle, int name, int layer, const void* data, int ty
   return guarded(error, size, [&] {
     static_cast<DeviceModel*>(handle)->upload(static_cast<WeightName>(name), layer,
                                               WeightSource{data, static_cast<SourceType>(type), on_device != 0});
+  });
+}
+
+// An FP8 model's projection or lm_head: e4m3 bytes [rows][cols] and their fp32 row scales, in the same memory.
+int a2d_bench_upload_fp8(void* handle, int name, int layer, const void* data, const float* scale, int on_device,
+                         char* error, int size) {
+  return guarded(error, size, [&] {
+    static_cast<DeviceModel*>(handle)->upload(static_cast<WeightName>(name), layer,
+                                              WeightSource{data, SourceType::f8_e4m3, on_device != 0, scale});
   });
 }
 

@@ -250,6 +250,7 @@ Napi::Object info_object(Napi::Env env, const a2d::Model& model, const a2d::Back
   info.Set("maxContext", static_cast<double>(backend.max_context()));
   info.Set("device", device);
   info.Set("trained", c.trained);
+  info.Set("precision", a2d::precision_name(c.precision));
   info.Set("decoding", decoding);
   return info;
 }

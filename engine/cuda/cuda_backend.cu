@@ -23,6 +23,8 @@ cuda::SourceType source_type(DType dtype) {
     case DType::bf16: return cuda::SourceType::bf16;
     case DType::f16: return cuda::SourceType::f16;
     case DType::f32: return cuda::SourceType::f32;
+    case DType::f8_e4m3: return cuda::SourceType::f8_e4m3;
+    case DType::i32: break;  // rejected at load
   }
   throw std::runtime_error("unsupported weight dtype");
 }
@@ -45,6 +47,7 @@ cuda::ModelShape shape_of(const ModelConfig& config, int64_t max_context) {
   s.mask_token_id = config.mask_token_id;
   s.max_context = static_cast<int>(max_context);
   s.mask_adapter_rank = config.mask_adapter_rank;
+  s.fp8 = config.precision == WeightPrecision::fp8_e4m3;
   for (int i = 0; i < 7; ++i) {
     if (config.has_mask_adapter(kMaskAdapterTargets[i])) s.mask_adapter_targets |= 1u << i;
   }
@@ -55,7 +58,7 @@ void upload_model(cuda::DeviceModel& device, const Model& model) {
   using W = cuda::WeightName;
   auto put = [&](W name, int layer, const Tensor& tensor) {
     if (!tensor.present()) return;
-    device.upload(name, layer, cuda::WeightSource{tensor.data, source_type(tensor.dtype), false});
+    device.upload(name, layer, cuda::WeightSource{tensor.data, source_type(tensor.dtype), false, tensor.scale});
   };
   const ModelWeights& w = model.weights;
   put(W::embed, 0, w.embed);
@@ -108,7 +111,8 @@ class CudaBackend final : public Backend {
 
   int64_t cached_len() const override { return cached_; }
   int32_t max_window() const override { return cuda::kMaxRows; }
-  int32_t prefill_chunk() const override { return device_.prefill_rows(); }
+  // FP8 models have no prefill kernels (prefill_rows() 0): their prompts go through the graphs' largest forwards.
+  int32_t prefill_chunk() const override { return device_.prefill_rows() > 0 ? device_.prefill_rows() : cuda::kMaxRows; }
   void reset_cache() override { cached_ = 0; }
 
   StepResult step(const ForwardArgs& args, const RevealArgs* reveal) override {
@@ -165,7 +169,7 @@ class CudaBackend final : public Backend {
     }
     // And the prefill kernels once (their first launch loads them); the cache stays empty (cached_ is 0).
     const int prefill = static_cast<int>(std::min<int64_t>(device_.prefill_rows(), kPrefillFromRows));
-    device_.prefill(0, tokens.data(), std::min<int>(prefill, static_cast<int>(tokens.size())));
+    if (prefill > 0) device_.prefill(0, tokens.data(), std::min<int>(prefill, static_cast<int>(tokens.size())));
     device_.synchronize();
   }
 
@@ -199,7 +203,7 @@ class CudaBackend final : public Backend {
 
     // The commit rows before the first logits row, through the prefill kernels when they are many.
     const int first_logit = args.logit_rows.empty() ? C : std::min(C, args.logit_rows.front());
-    const int prefilled = first_logit >= kPrefillFromRows ? first_logit : 0;
+    const int prefilled = device_.prefill_rows() > 0 && first_logit >= kPrefillFromRows ? first_logit : 0;
     for (int start = 0; start < prefilled;) {
       const int rows = std::min(device_.prefill_rows(), prefilled - start);
       device_.prefill(static_cast<int>(cached_), tokens.data() + start, rows);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 
+#include "fp8.cuh"
+
 namespace a2d::cuda {
 namespace {
 
@@ -89,18 +91,45 @@ __device__ __forceinline__ TileInputs<kTiles> tile_inputs(const GemmParams& p, i
   return in;
 }
 
-// acc[j] += one chunk of the tile's weights (this lane's wa, wb: rows g and g + 8, 8 consecutive k from k)
-// times the input fragments of the token columns j * 8 + g at the same k, for the row tiles that hold rows;
-// a chunk that is not `valid` adds zero.
-template <int kTiles, GemmInput kInput>
+// A chunk of a tile is 1 KiB in either layout (weights.cuh): 32 bf16 columns of 16 rows, or 64 e4m3 ones.
+// Each lane loads 16 bytes of row g and 16 of row g + 8.
+constexpr int kChunkBytes = 1024;
+template <bool kFp8>
+__host__ __device__ constexpr int chunk_cols() {
+  return kFp8 ? 64 : 32;
+}
+template <bool kFp8>
+__device__ __forceinline__ const unsigned char* weight_bytes(const GemmParams& p) {
+  return kFp8 ? p.weight_fp8 : reinterpret_cast<const unsigned char*>(p.weight);
+}
+
+// The bf16 fragment of 8 consecutive k that 32-column step `half` of a lane's 16 loaded weight bytes holds:
+// the bytes themselves (bf16, one step per chunk), or e4m3 bytes 8 * half .. 8 * half + 7 turned into bf16.
+template <bool kFp8>
+__device__ __forceinline__ uint4 weight_fragment(const uint4& w, int half) {
+  if constexpr (kFp8) {
+    return half == 0 ? e4m3x8_to_bf16x8(w.x, w.y) : e4m3x8_to_bf16x8(w.z, w.w);
+  } else {
+    return w;
+  }
+}
+
+// acc[j] += one chunk of the tile's weights (this lane's wa, wb: rows g and g + 8, 8 consecutive k from k, and
+// for e4m3 8 more from k + 32) times the input fragments of the token columns j * 8 + g at the same k, for the
+// row tiles that hold rows; a chunk that is not `valid` adds zero.
+template <int kTiles, GemmInput kInput, bool kFp8>
 __device__ __forceinline__ void multiply_chunk(float (&acc)[kTiles][4], const uint4& wa, const uint4& wb, const GemmParams& p,
                                                int rows, int k, bool valid, const TileInputs<kTiles>& in) {
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    if (j > 0 && j * 8 >= rows) break;
-    const uint4 xv = load_input_row<kInput>(p, in.row[j], k, valid, in.scale[j]);
-    mma_bf16_16816(acc[j], wa.x, wb.x, wa.y, wb.y, xv.x, xv.y);
-    mma_bf16_16816(acc[j], wa.z, wb.z, wa.w, wb.w, xv.z, xv.w);
+  for (int half = 0; half < chunk_cols<kFp8>() / 32; ++half) {
+    const uint4 a = weight_fragment<kFp8>(wa, half), b = weight_fragment<kFp8>(wb, half);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      if (j > 0 && j * 8 >= rows) break;
+      const uint4 xv = load_input_row<kInput>(p, in.row[j], k + 32 * half, valid, in.scale[j]);
+      mma_bf16_16816(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
+      mma_bf16_16816(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+    }
   }
 }
 
@@ -120,12 +149,15 @@ template <GemmEpilogue kEpilogue, int kCols, typename Sync>
 __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepView& view, int tile,
                                               float (*tile_sum)[kCols + 1], float (*tile_scratch)[kCols + 1],
                                               int active_cols, int rank, int team, Sync sync) {
-  if (p.bias != nullptr) {
+  if (p.weight_scale != nullptr || p.bias != nullptr) {
     sync();
     for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
       const int r = e % kGemmTileRows;
       const int row = tile * kGemmTileRows + r;
-      if (row < p.n_rows) tile_sum[r][e / kGemmTileRows] += __bfloat162float(p.bias[row]);
+      if (row >= p.n_rows) continue;
+      float& v = tile_sum[r][e / kGemmTileRows];
+      if (p.weight_scale != nullptr) v *= p.weight_scale[row];
+      if (p.bias != nullptr) v += __bfloat162float(p.bias[row]);
     }
   }
   if (p.adapter_b != nullptr) {
@@ -288,7 +320,7 @@ template <int kTiles>
 __host__ __device__ constexpr int gemm_min_blocks(int loads) {
   return kTiles == 1 && loads == 4 ? 3 : (kTiles <= 2 ? 2 : 1);
 }
-template <int kTiles, GemmInput kInput, GemmEpilogue kEpilogue, int kLoads>
+template <int kTiles, GemmInput kInput, GemmEpilogue kEpilogue, int kLoads, bool kFp8>
 __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoads)) gemm_kernel(const GemmParams p) {
   constexpr int kCols = kTiles * 8;
   // A normalised input's row scale is constant over k, so it can multiply the dot products after the K
@@ -307,10 +339,10 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   const int g = lane / 4;
   const int c = lane % 4;
   const int tile = blockIdx.x;
-  const int chunks = (p.k + 31) / 32;
+  const int chunks = ceil_div(p.k, chunk_cols<kFp8>());
   const int chunk_begin = blockIdx.y * p.chunks_per_split;
   const int chunk_end = min(chunks, chunk_begin + p.chunks_per_split);
-  const bf16* tile_weights = p.weight + static_cast<size_t>(tile) * chunks * kChunkElements + lane * 8;
+  const unsigned char* tile_weights = weight_bytes<kFp8>(p) + static_cast<size_t>(tile) * chunks * kChunkBytes + lane * 16;
 
   uint4 wa[kLoads], wb[kLoads];
   auto load_weights = [&](int base) {
@@ -318,9 +350,9 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
     for (int u = 0; u < kLoads; ++u) {
       const int chunk = base + u * kGemmWarps + warp;
       if (chunk < chunk_end) {
-        const bf16* w = tile_weights + static_cast<size_t>(chunk) * kChunkElements;
+        const unsigned char* w = tile_weights + static_cast<size_t>(chunk) * kChunkBytes;
         wa[u] = load_stream16(w);
-        wb[u] = load_stream16(w + kChunkElements / 2);
+        wb[u] = load_stream16(w + kChunkBytes / 2);
       } else {
         wa[u] = wb[u] = make_uint4(0, 0, 0, 0);
       }
@@ -368,11 +400,12 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
       const int chunk = base + u * kGemmWarps + warp;
-      multiply_chunk<kTiles, kInput>(acc, wa[u], wb[u], p, rows, chunk * 32 + c * 8, chunk < chunk_end, in);
+      multiply_chunk<kTiles, kInput, kFp8>(acc, wa[u], wb[u], p, rows, chunk * chunk_cols<kFp8>() + c * 8,
+                                           chunk < chunk_end, in);
       const int next = chunk + kLoads * kGemmWarps;
-      const bf16* w = tile_weights + static_cast<size_t>(min(next, chunk_end - 1)) * kChunkElements;
+      const unsigned char* w = tile_weights + static_cast<size_t>(min(next, chunk_end - 1)) * kChunkBytes;
       load_stream16_if(wa[u], w, rolling && next < chunk_end);
-      load_stream16_if(wb[u], w + kChunkElements / 2, rolling && next < chunk_end);
+      load_stream16_if(wb[u], w + kChunkBytes / 2, rolling && next < chunk_end);
     }
     A2D_TRACE(if (t_data == 0) t_data = trace_clock_after(acc[0][0]));
   }
@@ -447,14 +480,17 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
 // registers. Then each warp runs its own tile's epilogue (split K merged by the tile's last warp to finish,
 // in split order, as the stream kernel's epilogue warps do).
 constexpr int kWideWarps = 4;
-constexpr int kWideStages = 8;
+constexpr int kWideStageCols = 256;  // input columns staged ahead: 8 bf16 chunks, 4 e4m3 ones
 constexpr int kWideLoads = 4;
-template <int kTiles, GemmEpilogue kEpilogue>
+template <int kTiles, GemmEpilogue kEpilogue, bool kFp8>
 __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __grid_constant__ GemmParams p) {
   constexpr int kCols = kTiles * 8;
-  // The input stages (one chunk, 32 k, of every input row each) during the K loop, then each warp's sums
-  // and scratch for its epilogue: the same bytes.
-  using Stages = bf16[kWideStages][kCols][32];
+  constexpr int kHalves = chunk_cols<kFp8>() / 32;
+  constexpr int kWideStages = kWideStageCols / chunk_cols<kFp8>();
+  // The input stages (one chunk, 32 or 64 k, of every input row each, as 32-column halves so that a warp's
+  // reads of one half hit every bank once) during the K loop, then each warp's sums and scratch for its
+  // epilogue: the same bytes.
+  using Stages = bf16[kWideStages][kHalves][kCols][32];
   using Partials = float[kWideWarps][2][kGemmTileRows][kCols + 1];
   __shared__ __align__(16) unsigned char shared_bytes[sizeof(Stages) > sizeof(Partials) ? sizeof(Stages) : sizeof(Partials)];
   Stages& stage = *reinterpret_cast<Stages*>(shared_bytes);
@@ -467,20 +503,20 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
   const int tiles = ceil_div(p.n_rows, kGemmTileRows);
   const int tile = blockIdx.x * kWideWarps + warp;
   const bool has_tile = tile < tiles;
-  const int chunks = (p.k + 31) / 32;
+  const int chunks = ceil_div(p.k, chunk_cols<kFp8>());
   const int chunk_begin = blockIdx.y * p.chunks_per_split;
   const int n = min(chunks, chunk_begin + p.chunks_per_split) - chunk_begin;  // >= 1 (gemm_plan)
-  const bf16* weights =
-      p.weight + (static_cast<size_t>(min(tile, tiles - 1)) * chunks + chunk_begin) * kChunkElements + lane * 8;
+  const unsigned char* weights =
+      weight_bytes<kFp8>(p) + (static_cast<size_t>(min(tile, tiles - 1)) * chunks + chunk_begin) * kChunkBytes + lane * 16;
 
   // The weights do not depend on earlier kernels: start streaming them before waiting.
   uint4 wa[kWideLoads], wb[kWideLoads];
 #pragma unroll
   for (int u = 0; u < kWideLoads; ++u) {
     wa[u] = wb[u] = make_uint4(0, 0, 0, 0);
-    const bf16* w = weights + static_cast<size_t>(min(u, n - 1)) * kChunkElements;
+    const unsigned char* w = weights + static_cast<size_t>(min(u, n - 1)) * kChunkBytes;
     load_stream16_if(wa[u], w, has_tile && u < n);
-    load_stream16_if(wb[u], w + kChunkElements / 2, has_tile && u < n);
+    load_stream16_if(wb[u], w + kChunkBytes / 2, has_tile && u < n);
   }
   const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
   const StepView view = step_view(p);
@@ -490,14 +526,14 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
   // Local chunk i of every input row into stage slot i % kWideStages, 16 bytes a thread; zeros for
   // columns without a token row and past K. One commit group per call, empty or not.
   auto stage_chunk = [&](int i) {
-    const int k0 = (chunk_begin + i) * 32;
-    for (int piece = threadIdx.x; piece < kCols * 4; piece += blockDim.x) {
-      const int t = piece / 4, quarter = piece % 4;
-      const int k = k0 + quarter * 8;
+    const int k0 = (chunk_begin + i) * chunk_cols<kFp8>();
+    for (int piece = threadIdx.x; piece < kHalves * kCols * 4; piece += blockDim.x) {
+      const int half = piece / (kCols * 4), t = piece / 4 % kCols, quarter = piece % 4;
+      const int k = k0 + half * 32 + quarter * 8;
       const bool valid = t < rows && i < n && k < p.k;
       const int row = valid ? (p.use_row_map ? p.state->logit_rows[t] : t) : 0;
-      cp_async16(&stage[i % kWideStages][t][quarter * 8], p.x + static_cast<size_t>(row) * p.x_stride + (valid ? k : 0),
-                 valid);
+      cp_async16(&stage[i % kWideStages][half][t][quarter * 8],
+                 p.x + static_cast<size_t>(row) * p.x_stride + (valid ? k : 0), valid);
     }
     cp_async_commit();
   };
@@ -515,18 +551,22 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
       cp_async_wait<kWideStages - 2>();  // chunk i's copies (this thread's), then everyone's:
       __syncthreads();                   // and every warp is done with chunk i - 1's slot, refilled here
       stage_chunk(i + kWideStages - 1);
-      const bf16 (*in)[32] = stage[i % kWideStages];
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        if (j > 0 && j * 8 >= rows) break;
-        const uint4 xv = *reinterpret_cast<const uint4*>(&in[j * 8 + g][c * 8]);
-        mma_bf16_16816(acc[j], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
-        mma_bf16_16816(acc[j], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
+      for (int half = 0; half < kHalves; ++half) {
+        const bf16 (*in)[32] = stage[i % kWideStages][half];
+        const uint4 a = weight_fragment<kFp8>(wa[u], half), b = weight_fragment<kFp8>(wb[u], half);
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+          if (j > 0 && j * 8 >= rows) break;
+          const uint4 xv = *reinterpret_cast<const uint4*>(&in[j * 8 + g][c * 8]);
+          mma_bf16_16816(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
+          mma_bf16_16816(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+        }
       }
       const int next = i + kWideLoads;
-      const bf16* w = weights + static_cast<size_t>(min(next, n - 1)) * kChunkElements;
+      const unsigned char* w = weights + static_cast<size_t>(min(next, n - 1)) * kChunkBytes;
       load_stream16_if(wa[u], w, has_tile && next < n);
-      load_stream16_if(wb[u], w + kChunkElements / 2, has_tile && next < n);
+      load_stream16_if(wb[u], w + kChunkBytes / 2, has_tile && next < n);
     }
   }
   cp_async_wait<0>();
@@ -552,31 +592,32 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
   tile_epilogue<kEpilogue, kCols>(p, view, tile, sums, partial[warp][1], active_cols, lane, 32, [] { __syncwarp(); });
 }
 
-template <int kTiles>
+template <int kTiles, bool kFp8>
 void launch_wide(const GemmParams& p, GemmEpilogue epilogue, dim3 grid, cudaStream_t stream, bool pdl) {
   using Ep = GemmEpilogue;
   const dim3 block(kWideWarps * 32);
   switch (epilogue) {
-    case Ep::store_bf16: return launch(gemm_wide_kernel<kTiles, Ep::store_bf16>, grid, block, 0, stream, pdl, p);
-    case Ep::silu_mul: return launch(gemm_wide_kernel<kTiles, Ep::silu_mul>, grid, block, 0, stream, pdl, p);
-    case Ep::residual_add: return launch(gemm_wide_kernel<kTiles, Ep::residual_add>, grid, block, 0, stream, pdl, p);
-    case Ep::logits: return launch(gemm_wide_kernel<kTiles, Ep::logits>, grid, block, 0, stream, pdl, p);
-    case Ep::rope_qkv: return launch(gemm_wide_kernel<kTiles, Ep::rope_qkv>, grid, block, 0, stream, pdl, p);
+    case Ep::store_bf16: return launch(gemm_wide_kernel<kTiles, Ep::store_bf16, kFp8>, grid, block, 0, stream, pdl, p);
+    case Ep::silu_mul: return launch(gemm_wide_kernel<kTiles, Ep::silu_mul, kFp8>, grid, block, 0, stream, pdl, p);
+    case Ep::residual_add: return launch(gemm_wide_kernel<kTiles, Ep::residual_add, kFp8>, grid, block, 0, stream, pdl, p);
+    case Ep::logits: return launch(gemm_wide_kernel<kTiles, Ep::logits, kFp8>, grid, block, 0, stream, pdl, p);
+    case Ep::rope_qkv: return launch(gemm_wide_kernel<kTiles, Ep::rope_qkv, kFp8>, grid, block, 0, stream, pdl, p);
   }
 }
 
+template <bool kFp8>
 void dispatch_wide(const GemmParams& p, const GemmPlan& plan, GemmInput input, GemmEpilogue epilogue, int max_rows,
                    cudaStream_t stream, bool pdl) {
   if (input != GemmInput::bf16_rows) throw std::logic_error("gemm: the wide kernel reads bf16 rows");
   const dim3 grid(plan.blocks, plan.splits);
   switch (ceil_div(max_rows, 8)) {
-    case 2: return launch_wide<2>(p, epilogue, grid, stream, pdl);
-    case 3: return launch_wide<3>(p, epilogue, grid, stream, pdl);
-    case 4: return launch_wide<4>(p, epilogue, grid, stream, pdl);
-    case 5: return launch_wide<5>(p, epilogue, grid, stream, pdl);
-    case 6: return launch_wide<6>(p, epilogue, grid, stream, pdl);
-    case 7: return launch_wide<7>(p, epilogue, grid, stream, pdl);
-    case 8: return launch_wide<8>(p, epilogue, grid, stream, pdl);
+    case 2: return launch_wide<2, kFp8>(p, epilogue, grid, stream, pdl);
+    case 3: return launch_wide<3, kFp8>(p, epilogue, grid, stream, pdl);
+    case 4: return launch_wide<4, kFp8>(p, epilogue, grid, stream, pdl);
+    case 5: return launch_wide<5, kFp8>(p, epilogue, grid, stream, pdl);
+    case 6: return launch_wide<6, kFp8>(p, epilogue, grid, stream, pdl);
+    case 7: return launch_wide<7, kFp8>(p, epilogue, grid, stream, pdl);
+    case 8: return launch_wide<8, kFp8>(p, epilogue, grid, stream, pdl);
     default: throw std::logic_error("gemm: the wide kernel runs more than 8 rows");
   }
 }
@@ -821,7 +862,7 @@ __global__ void __launch_bounds__(stream_threads<kTiles>(), 2) gemm_stream_kerne
         more = false;
         break;
       }
-      multiply_chunk<kTiles, kInput>(acc, wa[d], wb[d], p, rows, computing.k, true, in);
+      multiply_chunk<kTiles, kInput, false>(acc, wa[d], wb[d], p, rows, computing.k, true, in);
       step(computing);
       load(d);
     }
@@ -831,75 +872,81 @@ __global__ void __launch_bounds__(stream_threads<kTiles>(), 2) gemm_stream_kerne
   for (int u = max(unit, kSlots); u < unit + kSlots; ++u) named_barrier_sync(empty(u % kSlots));
 }
 
-template <bool kStream, int kTiles, int kLoads, GemmInput kInput, GemmEpilogue kEpilogue>
+// The stream schedule is bf16 only (an option measured slower, GemmTuning::stream).
+template <bool kStream, int kTiles, int kLoads, bool kFp8, GemmInput kInput, GemmEpilogue kEpilogue>
 void launch_kernel(const GemmParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
   if constexpr (kStream) {
+    static_assert(!kFp8, "the stream schedule takes bf16 weights");
     launch(gemm_stream_kernel<kTiles, kInput, kEpilogue, kLoads>, grid, dim3(stream_threads<kTiles>()), 0, stream, pdl, p);
   } else {
-    launch(gemm_kernel<kTiles, kInput, kEpilogue, kLoads>, grid, dim3(kGemmWarps * 32), 0, stream, pdl, p);
+    launch(gemm_kernel<kTiles, kInput, kEpilogue, kLoads, kFp8>, grid, dim3(kGemmWarps * 32), 0, stream, pdl, p);
   }
 }
 
-template <bool kStream, int kTiles, int kLoads>
+template <bool kStream, int kTiles, int kLoads, bool kFp8>
 void launch_gemm(const GemmParams& p, GemmInput input, GemmEpilogue epilogue, dim3 grid, cudaStream_t stream, bool pdl) {
   using In = GemmInput;
   using Ep = GemmEpilogue;
   if constexpr (!kStream && kTiles > 1) {  // forwards of more than 8 rows read pre-normalised rows (rmsnorm.cuh)
     if (input == In::bf16_rows && epilogue == Ep::silu_mul) {
-      return launch_kernel<kStream, kTiles, kLoads, In::bf16_rows, Ep::silu_mul>(p, grid, stream, pdl);
+      return launch_kernel<kStream, kTiles, kLoads, kFp8, In::bf16_rows, Ep::silu_mul>(p, grid, stream, pdl);
     }
     if (input == In::bf16_rows && epilogue == Ep::rope_qkv) {
-      return launch_kernel<kStream, kTiles, kLoads, In::bf16_rows, Ep::rope_qkv>(p, grid, stream, pdl);
+      return launch_kernel<kStream, kTiles, kLoads, kFp8, In::bf16_rows, Ep::rope_qkv>(p, grid, stream, pdl);
     }
     if (input == In::bf16_rows && epilogue == Ep::logits) {
-      return launch_kernel<kStream, kTiles, kLoads, In::bf16_rows, Ep::logits>(p, grid, stream, pdl);
+      return launch_kernel<kStream, kTiles, kLoads, kFp8, In::bf16_rows, Ep::logits>(p, grid, stream, pdl);
     }
   }
   if (input == In::rmsnorm_residual && epilogue == Ep::store_bf16) {
-    launch_kernel<kStream, kTiles, kLoads, In::rmsnorm_residual, Ep::store_bf16>(p, grid, stream, pdl);
+    launch_kernel<kStream, kTiles, kLoads, kFp8, In::rmsnorm_residual, Ep::store_bf16>(p, grid, stream, pdl);
   } else if (input == In::rmsnorm_residual && epilogue == Ep::silu_mul) {
-    launch_kernel<kStream, kTiles, kLoads, In::rmsnorm_residual, Ep::silu_mul>(p, grid, stream, pdl);
+    launch_kernel<kStream, kTiles, kLoads, kFp8, In::rmsnorm_residual, Ep::silu_mul>(p, grid, stream, pdl);
   } else if (input == In::rmsnorm_residual && epilogue == Ep::rope_qkv) {
-    launch_kernel<kStream, kTiles, kLoads, In::rmsnorm_residual, Ep::rope_qkv>(p, grid, stream, pdl);
+    launch_kernel<kStream, kTiles, kLoads, kFp8, In::rmsnorm_residual, Ep::rope_qkv>(p, grid, stream, pdl);
   } else if (input == In::rmsnorm_residual && epilogue == Ep::logits) {
-    launch_kernel<kStream, kTiles, kLoads, In::rmsnorm_residual, Ep::logits>(p, grid, stream, pdl);
+    launch_kernel<kStream, kTiles, kLoads, kFp8, In::rmsnorm_residual, Ep::logits>(p, grid, stream, pdl);
   } else if (input == In::bf16_rows && epilogue == Ep::residual_add) {
-    launch_kernel<kStream, kTiles, kLoads, In::bf16_rows, Ep::residual_add>(p, grid, stream, pdl);
+    launch_kernel<kStream, kTiles, kLoads, kFp8, In::bf16_rows, Ep::residual_add>(p, grid, stream, pdl);
   } else if (input == In::bf16_rows && epilogue == Ep::store_bf16) {
-    launch_kernel<kStream, kTiles, kLoads, In::bf16_rows, Ep::store_bf16>(p, grid, stream, pdl);
+    launch_kernel<kStream, kTiles, kLoads, kFp8, In::bf16_rows, Ep::store_bf16>(p, grid, stream, pdl);
   } else {
     throw std::runtime_error("gemm: unsupported input/epilogue combination");
   }
 }
 
-template <int kLoads>
+template <int kLoads, bool kFp8>
 void dispatch_rows(const GemmParams& p, const GemmPlan& plan, GemmInput input, GemmEpilogue epilogue, int max_rows,
                    cudaStream_t stream, bool pdl) {
   const dim3 grid(plan.blocks, plan.stream ? 1 : plan.splits);
   if (plan.stream) {
-    switch (ceil_div(max_rows, 8)) {
-      case 1: return launch_gemm<true, 1, kLoads>(p, input, epilogue, grid, stream, pdl);
-      case 2: return launch_gemm<true, 2, kLoads>(p, input, epilogue, grid, stream, pdl);
-      case 3: return launch_gemm<true, 3, kLoads>(p, input, epilogue, grid, stream, pdl);
-      default: return launch_gemm<true, 4, kLoads>(p, input, epilogue, grid, stream, pdl);
+    if constexpr (kFp8) {
+      throw std::runtime_error("gemm: the stream schedule (GemmTuning::stream) takes bf16 weights, not e4m3");
+    } else {
+      switch (ceil_div(max_rows, 8)) {
+        case 1: return launch_gemm<true, 1, kLoads, false>(p, input, epilogue, grid, stream, pdl);
+        case 2: return launch_gemm<true, 2, kLoads, false>(p, input, epilogue, grid, stream, pdl);
+        case 3: return launch_gemm<true, 3, kLoads, false>(p, input, epilogue, grid, stream, pdl);
+        default: return launch_gemm<true, 4, kLoads, false>(p, input, epilogue, grid, stream, pdl);
+      }
     }
   }
   switch (ceil_div(max_rows, 8)) {
-    case 1: return launch_gemm<false, 1, kLoads>(p, input, epilogue, grid, stream, pdl);
-    case 2: return launch_gemm<false, 2, kLoads>(p, input, epilogue, grid, stream, pdl);
-    case 3: return launch_gemm<false, 3, kLoads>(p, input, epilogue, grid, stream, pdl);
-    case 4: return launch_gemm<false, 4, kLoads>(p, input, epilogue, grid, stream, pdl);
-    case 5: return launch_gemm<false, 5, kLoads>(p, input, epilogue, grid, stream, pdl);
-    case 6: return launch_gemm<false, 6, kLoads>(p, input, epilogue, grid, stream, pdl);
-    case 7: return launch_gemm<false, 7, kLoads>(p, input, epilogue, grid, stream, pdl);
-    default: return launch_gemm<false, 8, kLoads>(p, input, epilogue, grid, stream, pdl);
+    case 1: return launch_gemm<false, 1, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    case 2: return launch_gemm<false, 2, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    case 3: return launch_gemm<false, 3, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    case 4: return launch_gemm<false, 4, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    case 5: return launch_gemm<false, 5, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    case 6: return launch_gemm<false, 6, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    case 7: return launch_gemm<false, 7, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    default: return launch_gemm<false, 8, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
   }
 }
 
 }  // namespace
 
-GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning) {
-  const int chunks = ceil_div(k, 32);
+GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bool fp8) {
+  const int chunks = ceil_div(k, fp8 ? chunk_cols<true>() : chunk_cols<false>());
   const int tiles = ceil_div(n_rows, kGemmTileRows);
   GemmPlan plan;
   if (!tuning.stream && tuning.wide_from_rows > 0 && max_rows > 8 && max_rows >= tuning.wide_from_rows &&
@@ -957,7 +1004,11 @@ void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int 
   if (params.k % 8 != 0) throw std::runtime_error("gemm: k must be a multiple of 8, got " + std::to_string(params.k));
   if (max_rows < 1 || max_rows > kMaxRows) throw std::runtime_error("gemm: max_rows out of range");
   GemmParams p = params;
-  const GemmPlan plan = gemm_plan(p.n_rows, p.k, max_rows, tuning);
+  const bool fp8 = p.weight_fp8 != nullptr;
+  if (fp8 == (p.weight != nullptr) || fp8 != (p.weight_scale != nullptr)) {
+    throw std::logic_error("gemm: give a bf16 weight, or an e4m3 weight with its scales");
+  }
+  const GemmPlan plan = gemm_plan(p.n_rows, p.k, max_rows, tuning, fp8);
   p.splits = plan.splits;
   p.chunks_per_split = plan.chunks_per_split;
   p.stage_ssq = tuning.stage_ssq;
@@ -966,12 +1017,18 @@ void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int 
     throw std::logic_error("gemm: split K without scratch");
   }
   if (plan.stream && p.unit_counter == nullptr) throw std::logic_error("gemm: stream schedule without a unit counter");
-  if (plan.wide) return dispatch_wide(p, plan, input, epilogue, max_rows, stream, pdl);
-  switch (plan.stream ? tuning.loads : plan.loads) {
-    case 4: return dispatch_rows<4>(p, plan, input, epilogue, max_rows, stream, pdl);
-    case 8: return dispatch_rows<8>(p, plan, input, epilogue, max_rows, stream, pdl);
-    default: throw std::runtime_error("gemm: loads must be 4 or 8");
+  if (plan.wide) {
+    return fp8 ? dispatch_wide<true>(p, plan, input, epilogue, max_rows, stream, pdl)
+               : dispatch_wide<false>(p, plan, input, epilogue, max_rows, stream, pdl);
   }
+  const int loads = plan.stream ? tuning.loads : plan.loads;
+  if (loads != 4 && loads != 8) throw std::runtime_error("gemm: loads must be 4 or 8");
+  if (fp8) {
+    return loads == 4 ? dispatch_rows<4, true>(p, plan, input, epilogue, max_rows, stream, pdl)
+                      : dispatch_rows<8, true>(p, plan, input, epilogue, max_rows, stream, pdl);
+  }
+  return loads == 4 ? dispatch_rows<4, false>(p, plan, input, epilogue, max_rows, stream, pdl)
+                    : dispatch_rows<8, false>(p, plan, input, epilogue, max_rows, stream, pdl);
 }
 
 }  // namespace a2d::cuda

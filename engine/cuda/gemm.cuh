@@ -1,5 +1,6 @@
 // Small-M GEMM: out[m, n] = sum_k x[m, k] * W[n, k] for m <= 64 rows against a bf16 weight streamed
-// once from memory. The work is bound by the weight bytes, so the kernel is shaped around one goal:
+// once from memory, or an e4m3 one with a scale per row (an FP8 model: half the bytes; fp8.cuh turns each
+// weight fragment into bf16 before its mma, the epilogue multiplies row n by its scale). The work is bound by the weight bytes, so the kernel is shaped around one goal:
 // every weight byte is read with a 16-byte load, with many loads in flight. Tensor cores (mma.sync
 // m16n8k16) do the arithmetic with the weight as the 16-row A operand and the activations as B
 // ("swap AB"), so 1..8 token rows cost the same instruction count as 8.
@@ -86,7 +87,8 @@ struct GemmPlan {
   bool wide = false;         // the wide kernel: blocks of 8 tiles (GemmTuning::wide_from_rows)
   size_t scratch_floats = 0;
 };
-GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning);
+// `fp8`: the weight is e4m3 (GemmParams::weight_fp8), whose chunks hold 64 columns instead of 32.
+GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bool fp8);
 
 // Per-tile partials of the logits epilogue: max logit, sum of exp(logit - max), argmax.
 struct ArgmaxPartial {
@@ -96,7 +98,11 @@ struct ArgmaxPartial {
 };
 
 struct GemmParams {
-  const bf16* weight;  // tiled (weights.cuh): tiled_elements(n_rows, k)
+  const bf16* weight;  // tiled (weights.cuh): tiled_elements(n_rows, k); null when weight_fp8 is set
+  // An FP8 model's weight instead: e4m3 in the FP8 tiled layout (weights.cuh, tiled_fp8_bytes(n_rows, k)), and
+  // [n_rows] fp32 scales by which the epilogue multiplies each output row (before the bias and the adapter).
+  const uint8_t* weight_fp8;
+  const float* weight_scale;
   int n_rows;          // rows of `weight` (the silu_mul layout: ceil(inter / 8) tiles of 8 gate + 8 up rows)
   int n_out;           // valid output columns: n_rows, or `inter` for silu_mul
   int k;               // multiple of 8

@@ -20,7 +20,7 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-size_t source_size(SourceType type) { return type == SourceType::f32 ? 4 : 2; }
+size_t source_size(SourceType type) { return type == SourceType::f32 ? 4 : type == SourceType::f8_e4m3 ? 1 : 2; }
 
 constexpr int64_t kAlignElements = 128;  // 256 bytes: every weight starts 16-byte aligned for the loads
 int64_t aligned(int64_t elements) { return (elements + kAlignElements - 1) / kAlignElements * kAlignElements; }
@@ -80,26 +80,42 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
 
   // Weights.
   const int64_t H = s.hidden;
-  // GEMM weights are tiled (weights.cuh); a tied lm_head gets its own tiled copy of the embedding.
-  int64_t total = aligned(int64_t(s.vocab) * H) + aligned(tiled_elements(s.vocab, H)) + aligned(H);
-  const int64_t per_layer = aligned(tiled_elements(qkv_rows_, H)) + aligned(qkv_rows_) +
-                            aligned(tiled_elements(H, s.heads * s.head_dim)) + aligned(H) +
-                            aligned(tiled_elements(gate_up_rows_, H)) + aligned(tiled_elements(H, s.intermediate)) +
+  // GEMM weights are tiled (weights.cuh); a tied lm_head gets its own tiled copy of the embedding. An FP8
+  // model's GEMM weights are e4m3 bytes and fp32 row scales, carved from the same arena.
+  const bool fp8_head = s.fp8 && !s.tied_embeddings;
+  auto gemm_elements = [&](bool fp8, int64_t rows, int64_t cols) {
+    return fp8 ? aligned((tiled_fp8_bytes(rows, cols) + 1) / 2) + aligned(2 * rows) : aligned(tiled_elements(rows, cols));
+  };
+  int64_t total = aligned(int64_t(s.vocab) * H) + gemm_elements(fp8_head, s.vocab, H) + aligned(H);
+  const int64_t per_layer = gemm_elements(s.fp8, qkv_rows_, H) + aligned(qkv_rows_) +
+                            gemm_elements(s.fp8, H, s.heads * s.head_dim) + aligned(H) +
+                            gemm_elements(s.fp8, gate_up_rows_, H) + gemm_elements(s.fp8, H, s.intermediate) +
                             2 * aligned(H) + 2 * aligned(s.head_dim);
   total += per_layer * s.layers;
   weight_arena_elements_ = total;
   weight_arena_ = device_alloc<bf16>(total, stream_);
   embed_ = allocate_weight(int64_t(s.vocab) * H);
-  lm_head_ = allocate_weight(tiled_elements(s.vocab, H));
+  if (fp8_head) {
+    lm_head_fp8_ = allocate_fp8(s.vocab, H);
+  } else {
+    lm_head_ = allocate_weight(tiled_elements(s.vocab, H));
+  }
   final_norm_ = allocate_weight(H);
   layers_.resize(s.layers);
   for (LayerWeights& L : layers_) {
-    L.qkv = allocate_weight(tiled_elements(qkv_rows_, H));
+    if (s.fp8) {
+      L.qkv_fp8 = allocate_fp8(qkv_rows_, H);
+      L.o_fp8 = allocate_fp8(H, s.heads * s.head_dim);
+      L.gate_up_fp8 = allocate_fp8(gate_up_rows_, H);
+      L.down_fp8 = allocate_fp8(H, s.intermediate);
+    } else {
+      L.qkv = allocate_weight(tiled_elements(qkv_rows_, H));
+      L.o = allocate_weight(tiled_elements(H, s.heads * s.head_dim));
+      L.gate_up = allocate_weight(tiled_elements(gate_up_rows_, H));
+      L.down = allocate_weight(tiled_elements(H, s.intermediate));
+    }
     L.qkv_bias = allocate_weight(qkv_rows_);
-    L.o = allocate_weight(tiled_elements(H, s.heads * s.head_dim));
     L.o_bias = allocate_weight(H);
-    L.gate_up = allocate_weight(tiled_elements(gate_up_rows_, H));
-    L.down = allocate_weight(tiled_elements(H, s.intermediate));
     L.input_norm = allocate_weight(H);
     L.post_norm = allocate_weight(H);
     L.q_norm = allocate_weight(s.head_dim);
@@ -203,19 +219,23 @@ bf16* DeviceModel::allocate_weight(int64_t elements) {
   return pointer;
 }
 
-void DeviceModel::place(const WeightSource& source, int64_t rows, int64_t cols, bf16* destination,
-                        RowPlacement placement, bool tiled) {
+DeviceModel::Fp8Weight DeviceModel::allocate_fp8(int64_t rows, int64_t cols) {
+  Fp8Weight w;
+  w.data = reinterpret_cast<uint8_t*>(allocate_weight((tiled_fp8_bytes(rows, cols) + 1) / 2));
+  w.scale = reinterpret_cast<float*>(allocate_weight(2 * rows));
+  return w;
+}
+
+// `convert(chunk, first_row, count)` places rows first_row.. of a source from device memory: the whole source at
+// once when it is on the device; from a host source, row chunks copied into pinned memory (the CPU copy of one
+// chunk overlaps the DMA and the conversion of the previous one).
+void DeviceModel::stage_rows(const void* source, bool on_device, size_t row_bytes, int64_t rows,
+                             const std::function<void(const void*, int64_t, int64_t)>& convert) {
   if (upload_started_ < 0) upload_started_ = now_s();
-  if (source.on_device) {
-    convert_rows(source.data, source.type, rows, cols, destination, placement, tiled, stream_);
-    return;
-  }
-  // Host source: copy row chunks into pinned memory (the CPU copy of one chunk overlaps the DMA and the
-  // conversion of the previous one), then convert on the device.
-  const size_t row_bytes = size_t(cols) * source_size(source.type);
+  if (on_device) return convert(source, 0, rows);
   const int64_t chunk_rows = std::max<int64_t>(1, int64_t(kStagingBytes / row_bytes));
   if (row_bytes > kStagingBytes) throw std::runtime_error("a weight row is larger than the staging buffer");
-  const char* bytes = static_cast<const char*>(source.data);
+  const char* bytes = static_cast<const char*>(source);
   for (int64_t row = 0; row < rows; row += chunk_rows) {
     const int64_t count = std::min(chunk_rows, rows - row);
     const int slot = staging_next_;
@@ -224,12 +244,42 @@ void DeviceModel::place(const WeightSource& source, int64_t rows, int64_t cols, 
     std::memcpy(staging_host_[slot], bytes + size_t(row) * row_bytes, size_t(count) * row_bytes);
     A2D_CUDA_CHECK(cudaMemcpyAsync(staging_device_[slot], staging_host_[slot], size_t(count) * row_bytes,
                                    cudaMemcpyHostToDevice, stream_));
-    RowPlacement chunk = placement;
-    chunk.source_row0 = row;
-    // The kernel indexes the chunk from its first row; source_row0 shifts the placement.
-    convert_rows(staging_device_[slot], source.type, count, cols, destination, chunk, tiled, stream_);
+    convert(staging_device_[slot], row, count);
     A2D_CUDA_CHECK(cudaEventRecord(staging_free_[slot], stream_));
   }
+}
+
+void DeviceModel::place(const WeightSource& source, int64_t rows, int64_t cols, bf16* destination,
+                        RowPlacement placement, bool tiled) {
+  if (source.type == SourceType::f8_e4m3) {
+    throw std::runtime_error("upload: e4m3 weights for a tensor this model holds in bf16 (only an FP8 model's "
+                             "projections and untied lm_head are e4m3)");
+  }
+  stage_rows(source.data, source.on_device, size_t(cols) * source_size(source.type), rows,
+             [&](const void* chunk, int64_t first_row, int64_t count) {
+               RowPlacement at = placement;  // the kernel indexes the chunk from its first row; source_row0 shifts it
+               at.source_row0 = first_row;
+               convert_rows(chunk, source.type, count, cols, destination, at, tiled, stream_);
+             });
+}
+
+void DeviceModel::place_fp8(const WeightSource& source, int64_t rows, int64_t cols, const Fp8Weight& destination,
+                            RowPlacement placement) {
+  if (source.type != SourceType::f8_e4m3 || source.scale == nullptr) {
+    throw std::runtime_error("upload: an FP8 model's projections and lm_head are e4m3 weights with their row scales "
+                             "(make the model with `python -m a2d_convert quantize`)");
+  }
+  auto at = [&](int64_t first_row) {
+    RowPlacement shifted = placement;
+    shifted.source_row0 = first_row;
+    return shifted;
+  };
+  stage_rows(source.data, source.on_device, size_t(cols), rows, [&](const void* chunk, int64_t first_row, int64_t count) {
+    place_fp8_rows(chunk, count, cols, destination.data, at(first_row), stream_);
+  });
+  stage_rows(source.scale, source.on_device, sizeof(float), rows, [&](const void* chunk, int64_t first_row, int64_t count) {
+    place_scales(chunk, count, destination.scale, at(first_row), stream_);
+  });
 }
 
 void DeviceModel::upload(WeightName name, int layer, const WeightSource& source) {
@@ -240,6 +290,11 @@ void DeviceModel::upload(WeightName name, int layer, const WeightSource& source)
   LayerWeights* L = per_layer ? &layers_[layer] : nullptr;
   // q and k rows (and biases) in rope-pair order when the QKV GEMM applies RoPE itself.
   auto qk_rows = [&](int64_t first_row) { return fused_rope_ ? rope_pair_rows(first_row, D / 2) : contiguous_rows(first_row); };
+  // A GEMM weight: bf16 tiled, or in an FP8 model e4m3 in the FP8 layout with its scales.
+  auto place_gemm = [&](int64_t rows, int64_t cols, bf16* bf16_weight, const Fp8Weight& fp8_weight, RowPlacement placement) {
+    if (fp8_weight.data != nullptr) return place_fp8(source, rows, cols, fp8_weight, placement);
+    place(source, rows, cols, bf16_weight, placement, true);
+  };
   switch (name) {
     case WeightName::embed:
       place(source, s.vocab, H, embed_, contiguous_rows(0), false);
@@ -247,24 +302,25 @@ void DeviceModel::upload(WeightName name, int layer, const WeightSource& source)
       return;
     case WeightName::lm_head:
       if (s.tied_embeddings) throw std::runtime_error("upload: lm_head of a model with tied embeddings");
-      return place(source, s.vocab, H, lm_head_, contiguous_rows(0), true);
+      return place_gemm(s.vocab, H, lm_head_, lm_head_fp8_, contiguous_rows(0));
     case WeightName::final_norm: return place(source, 1, H, final_norm_, contiguous_rows(0), false);
     case WeightName::input_norm: return place(source, 1, H, L->input_norm, contiguous_rows(0), false);
     case WeightName::post_norm: return place(source, 1, H, L->post_norm, contiguous_rows(0), false);
-    case WeightName::q: return place(source, s.heads * D, H, L->qkv, qk_rows(0), true);
-    case WeightName::k: return place(source, s.kv_heads * D, H, L->qkv, qk_rows(s.heads * D), true);
-    case WeightName::v: return place(source, s.kv_heads * D, H, L->qkv, contiguous_rows((s.heads + s.kv_heads) * D), true);
+    case WeightName::q: return place_gemm(s.heads * D, H, L->qkv, L->qkv_fp8, qk_rows(0));
+    case WeightName::k: return place_gemm(s.kv_heads * D, H, L->qkv, L->qkv_fp8, qk_rows(s.heads * D));
+    case WeightName::v:
+      return place_gemm(s.kv_heads * D, H, L->qkv, L->qkv_fp8, contiguous_rows((s.heads + s.kv_heads) * D));
     case WeightName::q_bias: return place(source, s.heads * D, 1, L->qkv_bias, qk_rows(0), false);
     case WeightName::k_bias: return place(source, s.kv_heads * D, 1, L->qkv_bias, qk_rows(s.heads * D), false);
     case WeightName::v_bias:
       return place(source, s.kv_heads * D, 1, L->qkv_bias, contiguous_rows((s.heads + s.kv_heads) * D), false);
-    case WeightName::o: return place(source, H, s.heads * D, L->o, contiguous_rows(0), true);
+    case WeightName::o: return place_gemm(H, s.heads * D, L->o, L->o_fp8, contiguous_rows(0));
     case WeightName::o_bias: return place(source, H, 1, L->o_bias, contiguous_rows(0), false);
     case WeightName::q_norm: return place(source, 1, D, L->q_norm, contiguous_rows(0), false);
     case WeightName::k_norm: return place(source, 1, D, L->k_norm, contiguous_rows(0), false);
-    case WeightName::gate: return place(source, s.intermediate, H, L->gate_up, RowPlacement{8, 16, 0, 0}, true);
-    case WeightName::up: return place(source, s.intermediate, H, L->gate_up, RowPlacement{8, 16, 8, 0}, true);
-    case WeightName::down: return place(source, H, s.intermediate, L->down, contiguous_rows(0), true);
+    case WeightName::gate: return place_gemm(s.intermediate, H, L->gate_up, L->gate_up_fp8, RowPlacement{8, 16, 0, 0});
+    case WeightName::up: return place_gemm(s.intermediate, H, L->gate_up, L->gate_up_fp8, RowPlacement{8, 16, 8, 0});
+    case WeightName::down: return place_gemm(H, s.intermediate, L->down, L->down_fp8, contiguous_rows(0));
   }
 }
 
@@ -399,12 +455,18 @@ void DeviceModel::reconfigure(const ModelOptions& options) {
 // Split-K partials for the largest of the forward's GEMMs under the current tuning.
 void DeviceModel::prepare_gemm_scratch() {
   const ModelShape& s = shape_;
-  const std::pair<int, int> shapes[] = {{qkv_rows_, s.hidden}, {s.hidden, s.heads * s.head_dim},
-                                        {gate_up_rows_, s.hidden}, {s.hidden, s.intermediate}, {s.vocab, s.hidden}};
+  const struct {
+    int rows, k;
+    bool fp8;
+  } shapes[] = {{qkv_rows_, s.hidden, s.fp8},
+                {s.hidden, s.heads * s.head_dim, s.fp8},
+                {gate_up_rows_, s.hidden, s.fp8},
+                {s.hidden, s.intermediate, s.fp8},
+                {s.vocab, s.hidden, s.fp8 && !s.tied_embeddings}};
   size_t needed = 0;
-  for (const auto& [rows, k] : shapes) {
+  for (const auto& shape : shapes) {
     for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
-      needed = std::max(needed, gemm_plan(rows, k, bucket * 8, options_.gemm).scratch_floats);
+      needed = std::max(needed, gemm_plan(shape.rows, shape.k, bucket * 8, options_.gemm, shape.fp8).scratch_floats);
     }
   }
   if (needed <= gemm_split_floats_) return;
@@ -440,12 +502,14 @@ void DeviceModel::enqueue_forward(int max_rows) {
 
   // A GEMM's shape with what every GEMM of the forward shares: the step state and the split-K scratch.
   // `site`: which GEMM of the forward (its own unit counter).
-  auto gemm_params = [&](const bf16* weight, int n_rows, int n_out, int k, int site) {
+  auto gemm_params = [&](const bf16* weight, const Fp8Weight& fp8, int n_rows, int n_out, int k, int site) {
     GemmParams g{};
     g.unit_counter = gemm_unit_counters_ + site;
     g.trace = options_.gemm_trace;
     g.site = site;
     g.weight = weight;
+    g.weight_fp8 = fp8.data;
+    g.weight_scale = fp8.scale;
     g.n_rows = n_rows;
     g.n_out = n_out;
     g.k = k;
@@ -475,7 +539,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
   for (int l = 0; l < s.layers; ++l) {
     const LayerWeights& L = layers_[l];
 
-    GemmParams qkv = gemm_params(L.qkv, qkv_rows_, qkv_rows_, s.hidden, 4 * l);
+    GemmParams qkv = gemm_params(L.qkv, L.qkv_fp8, qkv_rows_, qkv_rows_, s.hidden, 4 * l);
     qkv.bias = s.qkv_bias ? L.qkv_bias : nullptr;
     qkv.residual_in = residual_;
     qkv.x_stride = s.hidden;
@@ -557,7 +621,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
       attention_combine(ap, max_rows, st, pdl);
     }
 
-    GemmParams o = gemm_params(L.o, s.hidden, s.hidden, s.heads * s.head_dim, 4 * l + 1);
+    GemmParams o = gemm_params(L.o, L.o_fp8, s.hidden, s.hidden, s.heads * s.head_dim, 4 * l + 1);
     o.bias = s.o_bias ? L.o_bias : nullptr;
     o.x = attention_out_;
     o.x_stride = s.heads * s.head_dim;
@@ -567,7 +631,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     with_adapter(o, kOSite, attention_out_, nullptr, nullptr);
     if (run_gemms) gemm(o, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
 
-    GemmParams gate_up = gemm_params(L.gate_up, gate_up_rows_, s.intermediate, s.hidden, 4 * l + 2);
+    GemmParams gate_up = gemm_params(L.gate_up, L.gate_up_fp8, gate_up_rows_, s.intermediate, s.hidden, 4 * l + 2);
     gate_up.residual_in = residual_;
     gate_up.x_stride = s.hidden;
     gate_up.ssq_in = ssq_attention_;
@@ -580,7 +644,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     normalise_input(gate_up);
     if (run_gemms) gemm(gate_up, normalised, GemmEpilogue::silu_mul, max_rows, options_.gemm, st, pdl);
 
-    GemmParams down = gemm_params(L.down, s.hidden, s.hidden, s.intermediate, 4 * l + 3);
+    GemmParams down = gemm_params(L.down, L.down_fp8, s.hidden, s.hidden, s.intermediate, 4 * l + 3);
     down.x = mlp_act_;
     down.x_stride = s.intermediate;
     down.residual_out = residual_;
@@ -590,7 +654,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     if (run_gemms) gemm(down, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
   }
 
-  GemmParams head = gemm_params(lm_head_, s.vocab, s.vocab, s.hidden, 4 * s.layers);
+  GemmParams head = gemm_params(lm_head_, lm_head_fp8_, s.vocab, s.vocab, s.hidden, 4 * s.layers);
   head.residual_in = residual_;
   head.x_stride = s.hidden;
   head.ssq_in = ssq_layer_;

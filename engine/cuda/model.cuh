@@ -1,10 +1,11 @@
-// The model on the GPU: bf16 weights in the kernels' layout, the KV cache for the whole context, the
+// The model on the GPU: bf16 (or an FP8 model's e4m3 GEMM) weights in the kernels' layout, the KV cache for the whole context, the
 // activation buffers of one forward, and one CUDA graph per tensor-core row bucket (8, 16, ..., 64 rows)
 // replayed with the forward's inputs in device memory (StepState).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "attention.cuh"
@@ -36,6 +37,9 @@ struct ModelShape {
   // The mask adapter: its rank and which projections carry it (bit i: MaskAdapterTarget i). 0: none.
   int mask_adapter_rank = 0;
   unsigned mask_adapter_targets = 0;
+  // An FP8 model (a2d.precision "fp8-e4m3"): every projection, and the lm_head unless it is the embedding, is
+  // uploaded as e4m3 with its fp32 row scales (WeightSource::scale) and streamed as such.
+  bool fp8 = false;
 };
 
 // The projections a mask adapter may target, in the order of config.h's kMaskAdapterTargets.
@@ -50,6 +54,7 @@ struct WeightSource {
   const void* data;
   SourceType type;
   bool on_device;  // false: host memory (a mapped file), copied through pinned staging buffers
+  const float* scale = nullptr;  // f8_e4m3: [rows] fp32 scales, in the same memory as `data`
 };
 
 // Which kernels a forward runs. Anything but kAllKernels is for timing breakdowns in engine/bench:
@@ -137,6 +142,11 @@ class DeviceModel {
   const char* device_name() const { return device_name_; }
 
  private:
+  // A GEMM weight of an FP8 model: e4m3 in the FP8 tiled layout and one fp32 scale per row, both in GEMM row order.
+  struct Fp8Weight {
+    uint8_t* data = nullptr;
+    float* scale = nullptr;
+  };
   struct LayerWeights {
     bf16* qkv;  // [(heads + 2 kv_heads) * head_dim][hidden]
     bf16* qkv_bias;
@@ -144,6 +154,8 @@ class DeviceModel {
     bf16* o_bias;
     bf16* gate_up;  // [ceil(inter / 8) * 16][hidden]: 8 gate rows, then the 8 up rows of the same outputs
     bf16* down;
+    // An FP8 model's GEMM weights instead of the four above (which are then null).
+    Fp8Weight qkv_fp8, o_fp8, gate_up_fp8, down_fp8;
     bf16* input_norm;
     bf16* post_norm;
     bf16* q_norm;
@@ -167,6 +179,11 @@ class DeviceModel {
   void destroy_graphs();
   void place(const WeightSource& source, int64_t rows, int64_t cols, bf16* destination, RowPlacement placement,
              bool tiled);
+  void place_fp8(const WeightSource& source, int64_t rows, int64_t cols, const Fp8Weight& destination,
+                 RowPlacement placement);
+  void stage_rows(const void* source, bool on_device, size_t row_bytes, int64_t rows,
+                  const std::function<void(const void* chunk, int64_t first_row, int64_t count)>& convert);
+  Fp8Weight allocate_fp8(int64_t rows, int64_t cols);
   void prepare_gemm_scratch();
   bf16* allocate_weight(int64_t elements);
   void allocate_mask_adapter();
@@ -185,6 +202,7 @@ class DeviceModel {
   int64_t weight_arena_used_ = 0;
   bf16* embed_ = nullptr;
   bf16* lm_head_ = nullptr;
+  Fp8Weight lm_head_fp8_;  // an FP8 model's untied lm_head (lm_head_ is then null)
   bf16* final_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
   std::vector<std::array<AdapterSite, kSites>> adapters_;  // per layer, when the model has a mask adapter

@@ -31,6 +31,12 @@ T* zeroed(size_t count, cudaStream_t stream) {
 
 void DeviceModel::allocate_prefill() {
   const ModelShape& s = shape_;
+  // The many-row GEMM reads the bf16 tiled layout; an FP8 model's prompts go through the decode forwards
+  // (prefill_rows() 0).
+  if (s.fp8) {
+    prefill_capacity_ = 0;
+    return;
+  }
   prefill_capacity_ = std::min(kPrefillMaxRows, s.max_context);
   const size_t rows = prefill_capacity_;
   prefill_residual_ = zeroed<float>(rows * s.hidden, stream_);
@@ -48,6 +54,7 @@ void DeviceModel::allocate_prefill() {
 
 void DeviceModel::prefill(int cached, const int32_t* tokens, int rows) {
   const ModelShape& s = shape_;
+  if (prefill_capacity_ == 0) throw std::runtime_error("prefill: the prefill kernels read bf16 weights; this model's are FP8");
   if (rows < 1 || rows > prefill_capacity_) {
     throw std::runtime_error("prefill: rows must be 1.." + std::to_string(prefill_capacity_));
   }

@@ -273,12 +273,22 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
     }
     m.reject_unknown("a mask adapter has only 'rank' and 'targets'");
   }
+  const std::string precision = a2d.string_or("precision", precision_name(WeightPrecision::bf16));
+  if (precision == precision_name(WeightPrecision::fp8_e4m3)) {
+    config.precision = WeightPrecision::fp8_e4m3;
+  } else if (precision != precision_name(WeightPrecision::bf16)) {
+    a2d.fail("precision", "= '" + precision + "'; use 'bf16' or 'fp8-e4m3' (docs/model-format.md)");
+  }
   a2d.reject_unknown("see docs/model-format.md for the a2d section");
 }
 
 }  // namespace
 
 const char* const kMaskAdapterTargets[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+const char* precision_name(WeightPrecision precision) {
+  return precision == WeightPrecision::fp8_e4m3 ? "fp8-e4m3" : "bf16";
+}
 
 bool ModelConfig::has_mask_adapter(const std::string& target) const {
   return std::find(mask_adapter_targets.begin(), mask_adapter_targets.end(), target) != mask_adapter_targets.end();

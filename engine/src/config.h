@@ -11,6 +11,9 @@ namespace a2d {
 // The choices of engine/decoding-params.json, in the table's order (decode_params.h names and parses them).
 enum class Remasking { low_confidence, random, leftmost };
 enum class Advance { block, slide };
+// "a2d.precision" (docs/model-format.md): bf16, the projections in a float dtype (bf16, or f16/f32); fp8_e4m3,
+// every projection and the lm_head stored as e4m3 with one fp32 scale per output row.
+enum class WeightPrecision { bf16, fp8_e4m3 };
 enum class CommitPolicy { fused, separate };
 
 // Decoding parameters of docs/decoding.md (defined in engine/decoding-params.json; the defaults below are
@@ -62,7 +65,11 @@ struct ModelConfig {
   int mask_adapter_rank = 0;
   std::vector<std::string> mask_adapter_targets;  // in the order q, k, v, o, gate, up, down (a subset)
   bool has_mask_adapter(const std::string& target) const;
+  WeightPrecision precision = WeightPrecision::bf16;
 };
+
+// "bf16" or "fp8-e4m3", as config.json spells it.
+const char* precision_name(WeightPrecision precision);
 
 // The projections a mask adapter may target, in their fixed order.
 extern const char* const kMaskAdapterTargets[7];

@@ -60,6 +60,24 @@ const std::vector<float>& f16_table() {
   return table;
 }
 
+// e4m3 (OCP FP8 "fn": bias 7, 3 mantissa bits, no infinities, S.1111.111 is NaN) as fp32, every code exactly.
+float e4m3_to_float(uint8_t code) {
+  const int exponent = (code >> 3) & 0xf, mantissa = code & 0x7;
+  const float magnitude = (code & 0x7f) == 0x7f ? NAN
+                          : exponent == 0        ? std::ldexp(static_cast<float>(mantissa), -9)
+                                                 : std::ldexp(1.0f + mantissa / 8.0f, exponent - 7);
+  return code & 0x80 ? -magnitude : magnitude;
+}
+
+const float* e4m3_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(256);
+    for (int i = 0; i < 256; ++i) t[i] = e4m3_to_float(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table.data();
+}
+
 A2D_HOT void bf16_row_to_float(const uint16_t* src, int64_t n, float* dst) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
@@ -83,6 +101,13 @@ void row_to_float(const Tensor& t, int64_t row, float* dst) {
     case DType::f32:
       std::memcpy(dst, static_cast<const float*>(t.data) + row * n, n * sizeof(float));
       break;
+    case DType::f8_e4m3: {  // value x its row's scale, one fp32 product as the reference computes it
+      const uint8_t* src = static_cast<const uint8_t*>(t.data) + row * n;
+      const float* table = e4m3_table();
+      const float scale = t.scale[row];
+      for (int64_t i = 0; i < n; ++i) dst[i] = table[src[i]] * scale;
+      break;
+    }
     case DType::i32:  // rejected at load
       break;
   }
@@ -205,6 +230,8 @@ float load_element(const Tensor& t, int64_t i) {
       return f16_to_float(static_cast<const uint16_t*>(t.data)[i]);
     case DType::f32:
       return static_cast<const float*>(t.data)[i];
+    case DType::f8_e4m3:
+      return e4m3_table()[static_cast<const uint8_t*>(t.data)[i]] * t.scale[i / t.cols()];
     case DType::i32:  // rejected at load
       break;
   }

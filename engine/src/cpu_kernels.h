@@ -1,5 +1,5 @@
-// The CPU backend's ops: fp32 arithmetic on weights as stored (bf16/f16/f32), converted to fp32 inside
-// the inner loops so no fp32 copy of a weight matrix is ever kept.
+// The CPU backend's ops: fp32 arithmetic on weights as stored (bf16/f16/f32, or e4m3 times its row's
+// scale), converted to fp32 inside the inner loops so no fp32 copy of a weight matrix is ever kept.
 #pragma once
 
 #include <cstdint>

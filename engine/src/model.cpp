@@ -1,5 +1,6 @@
 #include "model.h"
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -17,7 +18,7 @@ struct Located {
 // be reported as unexpected.
 class Binder {
  public:
-  Binder(const Model& model) : config_path_(model.dir + "/config.json") {
+  Binder(const Model& model) : config_path_(model.dir + "/config.json"), fp8_(model.config.precision == WeightPrecision::fp8_e4m3) {
     for (const auto& file : model.files) {
       for (const auto& [name, info] : file->tensors()) {
         auto [it, inserted] = index_.emplace(name, Located{&info, file.get()});
@@ -30,6 +31,17 @@ class Binder {
   }
 
   Tensor take(const std::string& name, std::vector<int64_t> shape, const std::string& field) {
+    Tensor t = take_any(name, shape, field);
+    if (t.dtype == DType::i32 || t.dtype == DType::f8_e4m3) {
+      throw std::runtime_error(index_.at(name).file->path() + ": tensor '" + name + "' has dtype " +
+                               dtype_name(t.dtype) + "; weights must be BF16, F16 or F32" +
+                               (t.dtype == DType::f8_e4m3 ? fp8_hint() : std::string()));
+    }
+    return t;
+  }
+
+  // The tensor `name` with exactly `shape`, in whatever dtype it is stored.
+  Tensor take_any(const std::string& name, std::vector<int64_t> shape, const std::string& field) {
     auto it = index_.find(name);
     if (it == index_.end()) {
       throw std::runtime_error("missing tensor '" + name + "' in the weights of " + config_path_ +
@@ -42,15 +54,42 @@ class Binder {
                                shape_text(info.shape) + " but " + config_path_ + " (" + field +
                                ") implies " + shape_text(shape) + "; the weights do not match the config");
     }
-    if (info.dtype == DType::i32) {
-      throw std::runtime_error(it->second.file->path() + ": tensor '" + name + "' has dtype " +
-                               dtype_name(info.dtype) + "; weights must be BF16, F16 or F32");
-    }
     Tensor t;
     t.dtype = info.dtype;
     t.shape = info.shape;
     t.data = it->second.file->data(info);
     t.name = name;
+    return t;
+  }
+
+  // A projection or the lm_head: in an FP8 model (a2d.precision "fp8-e4m3") an F8_E4M3 matrix with its F32
+  // per-row scale `<name>_scale`, otherwise a float tensor as take() binds it.
+  Tensor take_weight(const std::string& name, std::vector<int64_t> shape, const std::string& field) {
+    if (!fp8_) return take(name, shape, field);
+    const auto it = index_.find(name);
+    if (it != index_.end() && it->second.info->dtype != DType::f8_e4m3) {
+      throw std::runtime_error(it->second.file->path() + ": tensor '" + name + "' has dtype " +
+                               dtype_name(it->second.info->dtype) + " but " + config_path_ +
+                               " says a2d.precision 'fp8-e4m3', which stores it as F8_E4M3; quantize the model again");
+    }
+    Tensor t = take_any(name, shape, field);
+    const std::string scale_name = name + "_scale";
+    const auto scale = index_.find(scale_name);
+    if (scale == index_.end() || scale->second.info->dtype != DType::f32 ||
+        scale->second.info->shape != std::vector<int64_t>{shape[0]}) {
+      throw std::runtime_error("the FP8 weight '" + name + "' of " + config_path_ + "'s model needs its scale '" +
+                               scale_name + "' as F32 [" + std::to_string(shape[0]) +
+                               "] (one per output row); quantize the model again");
+    }
+    taken_.insert(scale_name);
+    t.scale = static_cast<const float*>(scale->second.file->data(*scale->second.info));
+    for (int64_t r = 0; r < shape[0]; ++r) {
+      if (!std::isfinite(t.scale[r]) || t.scale[r] < 0.0f) {
+        throw std::runtime_error(scale->second.file->path() + ": '" + scale_name + "' row " + std::to_string(r) +
+                                 " is " + std::to_string(t.scale[r]) +
+                                 ", not a finite non-negative scale; quantize the model again");
+      }
+    }
     return t;
   }
 
@@ -70,6 +109,12 @@ class Binder {
     }
   }
 
+  std::string fp8_hint() const {
+    return fp8_ ? " (an FP8 model stores only its projections and lm_head as F8_E4M3)"
+                : " (F8_E4M3 weights need a2d.precision 'fp8-e4m3' in " + config_path_ +
+                      "; make FP8 models with `python -m a2d_convert quantize`)";
+  }
+
   static std::string shape_text(const std::vector<int64_t>& shape) {
     std::string s = "[";
     for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -78,6 +123,7 @@ class Binder {
 
  private:
   std::string config_path_;
+  bool fp8_;
   std::map<std::string, Located> index_;
   std::set<std::string> taken_;
 };
@@ -108,10 +154,10 @@ std::unique_ptr<Model> load_model(const std::string& dir) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights L;
     L.input_norm = bind.take(p + "input_layernorm.weight", {hidden}, "hidden_size");
-    L.q = bind.take(p + "self_attn.q_proj.weight", {q_dim, hidden}, "num_attention_heads, head_dim");
-    L.k = bind.take(p + "self_attn.k_proj.weight", {kv_dim, hidden}, "num_key_value_heads, head_dim");
-    L.v = bind.take(p + "self_attn.v_proj.weight", {kv_dim, hidden}, "num_key_value_heads, head_dim");
-    L.o = bind.take(p + "self_attn.o_proj.weight", {hidden, q_dim}, "num_attention_heads, head_dim");
+    L.q = bind.take_weight(p + "self_attn.q_proj.weight", {q_dim, hidden}, "num_attention_heads, head_dim");
+    L.k = bind.take_weight(p + "self_attn.k_proj.weight", {kv_dim, hidden}, "num_key_value_heads, head_dim");
+    L.v = bind.take_weight(p + "self_attn.v_proj.weight", {kv_dim, hidden}, "num_key_value_heads, head_dim");
+    L.o = bind.take_weight(p + "self_attn.o_proj.weight", {hidden, q_dim}, "num_attention_heads, head_dim");
     if (c.qkv_bias) {
       L.q_bias = bind.take(p + "self_attn.q_proj.bias", {q_dim}, "attention_bias");
       L.k_bias = bind.take(p + "self_attn.k_proj.bias", {kv_dim}, "attention_bias");
@@ -123,9 +169,9 @@ std::unique_ptr<Model> load_model(const std::string& dir) {
       L.k_norm = bind.take(p + "self_attn.k_norm.weight", {hd}, "architecture (QK-norm)");
     }
     L.post_norm = bind.take(p + "post_attention_layernorm.weight", {hidden}, "hidden_size");
-    L.gate = bind.take(p + "mlp.gate_proj.weight", {inter, hidden}, "intermediate_size");
-    L.up = bind.take(p + "mlp.up_proj.weight", {inter, hidden}, "intermediate_size");
-    L.down = bind.take(p + "mlp.down_proj.weight", {hidden, inter}, "intermediate_size");
+    L.gate = bind.take_weight(p + "mlp.gate_proj.weight", {inter, hidden}, "intermediate_size");
+    L.up = bind.take_weight(p + "mlp.up_proj.weight", {inter, hidden}, "intermediate_size");
+    L.down = bind.take_weight(p + "mlp.down_proj.weight", {hidden, inter}, "intermediate_size");
     const int64_t r = c.mask_adapter_rank;
     auto adapter = [&](const std::string& module, const std::string& target, int64_t out, int64_t in) {
       LowRank ad;
@@ -146,7 +192,7 @@ std::unique_ptr<Model> load_model(const std::string& dir) {
   }
   w.final_norm = bind.take("model.norm.weight", {hidden}, "hidden_size");
   w.lm_head = c.tie_word_embeddings ? w.embed
-                                    : bind.take("lm_head.weight", {c.vocab_size, hidden},
+                                    : bind.take_weight("lm_head.weight", {c.vocab_size, hidden},
                                                 "tie_word_embeddings = false, vocab_size");
   bind.reject_untaken();
 

@@ -13,12 +13,14 @@
 namespace a2d {
 
 // One weight matrix or vector as stored on disk. `data == nullptr` means the tensor is absent
-// (an optional bias, the q/k norms of a model without QK-norm).
+// (an optional bias, the q/k norms of a model without QK-norm). An e4m3 matrix (an FP8 model's
+// projections and lm_head) stands for e4m3 value x scale[row], both in fp32.
 struct Tensor {
   DType dtype = DType::bf16;
   std::vector<int64_t> shape;
   const void* data = nullptr;
   std::string name;
+  const float* scale = nullptr;  // f8_e4m3: [rows], the `<name>_scale` tensor of the file
 
   bool present() const { return data != nullptr; }
   int64_t rows() const { return shape.empty() ? 0 : shape[0]; }

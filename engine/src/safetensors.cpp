@@ -34,15 +34,18 @@ DType parse_dtype(const std::string& path, const std::string& tensor, const std:
   if (name == "F16") return DType::f16;
   if (name == "F32") return DType::f32;
   if (name == "I32") return DType::i32;
+  if (name == "F8_E4M3") return DType::f8_e4m3;
   fail(path, "tensor '" + tensor + "' has dtype " + name +
-                 "; a2d reads BF16, F16 and F32 weights only (convert the weights, e.g. with the "
-                 "a2d_convert package)");
+                 "; a2d reads BF16, F16 and F32 weights, and F8_E4M3 for an FP8 model's projections (convert "
+                 "the weights, e.g. with the a2d_convert package)");
 }
 
 }  // namespace
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
+    case DType::f8_e4m3:
+      return 1;
     case DType::bf16:
     case DType::f16:
       return 2;
@@ -63,6 +66,8 @@ const char* dtype_name(DType dtype) {
       return "F32";
     case DType::i32:
       return "I32";
+    case DType::f8_e4m3:
+      return "F8_E4M3";
   }
   return "?";
 }

@@ -10,8 +10,10 @@
 
 namespace a2d {
 
-// Weights are bf16/f16/f32; i32 is read for integer side tensors (token ids in golden files).
-enum class DType { bf16, f16, f32, i32 };
+// Weights are bf16/f16/f32, or e4m3 (FP8, the OCP "fn" variant: no infinities, 0x7F/0xFF NaN) for the
+// projections of an FP8 model (docs/model-format.md); i32 is read for integer side tensors (token ids in
+// golden files).
+enum class DType { bf16, f16, f32, i32, f8_e4m3 };
 
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);

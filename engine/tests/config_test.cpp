@@ -2,6 +2,8 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
+#include <vector>
 
 #include "config.h"
 #include "decode_params.h"
@@ -256,4 +258,68 @@ TEST_CASE("config: the decoding table's shared cases, its defaults and its choic
   CHECK(std::string(remasking_name(Remasking::leftmost)) == "leftmost");
   CHECK(std::string(advance_name(Advance::slide)) == "slide");
   CHECK(std::string(commit_name(CommitPolicy::separate)) == "separate");
+}
+
+namespace {
+
+// The tiny model of `shape` as an FP8 folder (a2d.precision "fp8-e4m3"): every projection and the lm_head
+// replaced by e4m3 codes with an F32 scale per row (`drop` names one scale to leave out; `scale` is every row's).
+std::string write_fp8_model(const std::string& name, const TinyShape& shape, const std::string& drop = "",
+                            float scale = 0.01f) {
+  const std::string dir = write_tiny_model(name, shape, 5);
+  std::map<std::string, RawTensor> tensors;
+  {
+    SafetensorsFile bf16(dir + "/model.safetensors");
+    for (const auto& [tensor, info] : bf16.tensors()) {
+      const bool projection = tensor.find("_proj.weight") != std::string::npos || tensor == "lm_head.weight";
+      if (!projection) {
+        tensors[tensor] = {dtype_name(info.dtype), info.shape, std::string(static_cast<const char*>(bf16.data(info)), info.nbytes)};
+        continue;
+      }
+      std::string codes(info.shape[0] * info.shape[1], '\0');
+      for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<char>((i * 37) % 0x7f);
+      tensors[tensor] = {"F8_E4M3", info.shape, codes};
+      std::vector<float> scales(info.shape[0], scale);
+      if (tensor + "_scale" != drop) {
+        tensors[tensor + "_scale"] = {"F32", {info.shape[0]}, std::string(reinterpret_cast<const char*>(scales.data()), scales.size() * 4)};
+      }
+    }
+  }
+  write_file(dir + "/model.safetensors", safetensors_bytes(tensors));
+  nlohmann::json config = tiny_config(shape);
+  config["a2d"]["precision"] = "fp8-e4m3";
+  write_file(dir + "/config.json", config.dump());
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("config: an FP8 model binds its e4m3 projections with their per-row scales; mismatches are named") {
+  TinyShape shape;
+  auto model = load_model(write_fp8_model("cfg-fp8", shape));
+  CHECK(model->config.precision == WeightPrecision::fp8_e4m3);
+  for (const Tensor* t : {&model->weights.layers[1].q, &model->weights.layers[1].down, &model->weights.lm_head}) {
+    CAPTURE(t->name);
+    CHECK(t->dtype == DType::f8_e4m3);
+    REQUIRE(t->scale != nullptr);
+    CHECK(t->scale[t->rows() - 1] == 0.01f);
+  }
+  CHECK(model->weights.embed.dtype == DType::bf16);
+  CHECK(model->weights.embed.scale == nullptr);
+
+  // The same files under a config that does not say fp8-e4m3, and bf16 files under one that does.
+  const std::string fp8_dir = write_fp8_model("cfg-fp8-unannounced", shape);
+  write_file(fp8_dir + "/config.json", tiny_config(shape).dump());
+  CHECK_THROWS_WITH(load_model(fp8_dir), doctest::Contains("F8_E4M3 weights need a2d.precision 'fp8-e4m3'"));
+  nlohmann::json announced = tiny_config(shape);
+  announced["a2d"]["precision"] = "fp8-e4m3";
+  CHECK_THROWS_WITH(load_with("cfg-fp8-bf16-files", shape, announced),
+                    doctest::Contains("says a2d.precision 'fp8-e4m3', which stores it as F8_E4M3"));
+  CHECK_THROWS_WITH(load_model(write_fp8_model("cfg-fp8-noscale", shape, "model.layers.1.mlp.up_proj.weight_scale")),
+                    doctest::Contains("needs its scale 'model.layers.1.mlp.up_proj.weight_scale' as F32 [24]"));
+  CHECK_THROWS_WITH(load_model(write_fp8_model("cfg-fp8-negative", shape, "", -0.5f)),
+                    doctest::Contains("row 0 is -0.500000, not a finite non-negative scale"));
+  nlohmann::json int4 = tiny_config(shape);
+  int4["a2d"]["precision"] = "int4";
+  CHECK_THROWS_WITH(load_with("cfg-precision", shape, int4), doctest::Contains("a2d.precision' = 'int4'; use 'bf16' or 'fp8-e4m3'"));
 }
