@@ -105,10 +105,11 @@ def section_backend(lib, workdir, summary):
                                  generator=gen).tolist() for _ in range(12)]
         r = cc.compare_backends(lib, path, commit, window, prompts, cfg["vocab"], 48, name + " fp8")
         results[name] = r
-        same, total = (int(x) for x in r["identical_generations"].split("/"))
-        ok &= r["logits_rel_err"] <= cc.REL_TOL and same >= total - 1  # a near-tie may flip one of 12
+        # The generations are reported, not judged: these random tiny models' logits are near-tied, so their greedy
+        # streams part after a few dozen tokens on bf16 folders too (bench/NOTES.md: identical 1/12, 11/12, 4/12).
+        ok &= r["logits_rel_err"] <= cc.REL_TOL
     summary["backend"] = results
-    log(f"  backend fp8 folders: {'PASS' if ok else 'FAIL'} (logits <= {cc.REL_TOL}, at most one generation differs)")
+    log(f"  backend fp8 folders: {'PASS' if ok else 'FAIL'} (logits <= {cc.REL_TOL})")
     return ok
 
 

@@ -94,10 +94,11 @@ void upload_model(cuda::DeviceModel& device, const Model& model) {
   device.finish_upload();
 }
 
-// Commit rows from which a forward's leading rows take the prefill kernels: their 128-token blocks are
-// then full; below, the decode kernels' few-row path is what the graphs were tuned for (bench/NOTES.md,
-// "CUDA prefill", times both at 64 to 512 rows).
-constexpr int kPrefillFromRows = 128;
+// Commit rows from which a forward's leading rows take the prefill kernels. Measured on the H200, 2B shape,
+// after 1024 cached (bench/NOTES.md, "CUDA prefill, first run"): a prefill call costs about 15 ms plus 24 us a
+// row (its weight blocks of 128 rows leave most SMs idle when the tokens are few), the 64-row decode forwards
+// about 98 us a row; the prefill call wins from 256 rows (21 against 25 ms) and loses at 128 (18 against 13).
+constexpr int kPrefillFromRows = 256;
 
 class CudaBackend final : public Backend {
  public:
