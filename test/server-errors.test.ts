@@ -1,6 +1,7 @@
 // Bad input: every case is answered with a 4xx in OpenAI's error shape over a real socket, and the
 // server still serves afterwards. Routing details (health body, models, 404s, auth header forms) go
 // through inject() on the same app built in-process around the real engine.
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -233,6 +234,31 @@ describe("token budgets past the context", () => {
     }
     expect(finish).toBe("length");
     expect(usage).toEqual(whole.usage);
+  });
+
+  it("serves the official Python client's default call (no max_tokens), stream and non-stream", () => {
+    const script = `
+import json, sys
+from openai import OpenAI
+client = OpenAI(base_url=sys.argv[1] + "/v1", api_key="none", max_retries=0, timeout=120)
+request = dict(model="tiny", messages=[{"role": "user", "content": "Hello"}], extra_body={"ignore_eos": True})
+whole = client.chat.completions.create(**request)
+finish, usage = None, None
+for chunk in client.chat.completions.create(**request, stream=True, stream_options={"include_usage": True}):
+    usage = chunk.usage or usage
+    if chunk.choices and chunk.choices[0].finish_reason:
+        finish = chunk.choices[0].finish_reason
+print(json.dumps({"finish": whole.choices[0].finish_reason, "usage": whole.usage.model_dump(exclude_none=True),
+                  "stream_finish": finish, "stream_usage": usage.model_dump(exclude_none=True)}))
+`;
+    const python = join(process.cwd(), ".venv", "bin", "python");
+    const out = JSON.parse(execFileSync(python, ["-c", script, url], { encoding: "utf8", timeout: 240_000 }).trim().split("\n").at(-1)!) as {
+      finish: string; usage: { total_tokens: number }; stream_finish: string; stream_usage: unknown;
+    };
+    expect(out.finish).toBe("length");
+    expect(out.usage.total_tokens).toBe(512 - 3);
+    expect(out.stream_finish).toBe("length");
+    expect(out.stream_usage).toEqual(out.usage);
   });
 });
 
