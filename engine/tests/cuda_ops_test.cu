@@ -217,7 +217,7 @@ class Table {
     const bool ok = error.empty() && check.ok();
     ++cases_;
     failures_ += ok ? 0 : 1;
-    std::printf("%-18s %-26s %-34s %10.3e %10.3e  %-28s %s\n", op.c_str(), variant.c_str(), shape.c_str(),
+    std::printf("%-18s %-40s %-32s %10.3e %10.3e  %-28s %s\n", op.c_str(), variant.c_str(), shape.c_str(),
                 check.max_abs(), check.max_rel(), check.tolerance().c_str(), ok ? "PASS" : "FAIL");
     if (!error.empty()) std::printf("    error: %s\n", error.c_str());
     if (error.empty() && !ok) std::printf("    first failure: %s\n", check.first_bad().c_str());
@@ -398,16 +398,25 @@ std::unique_ptr<DeviceArray<uint16_t>> place_rows(const std::vector<uint16_t>& b
 
 // ------------------------------------------------------------------------------------------- references
 
-// The residual rows normalised as the GEMMs' normalising load and rmsnorm_rows compute them, from the
-// producer's per-16-column sums of squares: bf16(h * scale * w), scale = 1 / sqrt(sum / k + eps).
-std::vector<float> normalised_rows(const std::vector<float>& residual, int rows, int k, const std::vector<float>& norm,
-                                   float eps) {
-  std::vector<float> x(size_t(rows) * k);
+// Each residual row's RMSNorm scale 1 / sqrt(sum / k + eps).
+std::vector<float> rms_scales(const std::vector<float>& residual, int rows, int k, float eps) {
+  std::vector<float> scale(rows);
   for (int t = 0; t < rows; ++t) {
     double sum = 0;
     for (int i = 0; i < k; ++i) sum += double(residual[size_t(t) * k + i]) * residual[size_t(t) * k + i];
-    const float scale = static_cast<float>(1.0 / std::sqrt(sum / k + eps));
-    for (int i = 0; i < k; ++i) x[size_t(t) * k + i] = round_bf16(residual[size_t(t) * k + i] * scale * norm[i]);
+    scale[t] = static_cast<float>(1.0 / std::sqrt(sum / k + eps));
+  }
+  return scale;
+}
+
+// The residual rows as the GEMMs' normalising load and mask_adapter_down compute them: bf16(h * scale * w). With
+// the sums of squares staged (GemmTuning::stage_ssq) the GEMM loads bf16(h * 1 * w) and multiplies the dot
+// products by the scale after the K loop: `scale` all ones here, the caller scales the products.
+std::vector<float> normalised_rows(const std::vector<float>& residual, int rows, int k, const std::vector<float>& norm,
+                                   const std::vector<float>& scale) {
+  std::vector<float> x(size_t(rows) * k);
+  for (int t = 0; t < rows; ++t) {
+    for (int i = 0; i < k; ++i) x[size_t(t) * k + i] = round_bf16(residual[size_t(t) * k + i] * scale[t] * norm[i]);
   }
   return x;
 }
@@ -488,11 +497,17 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
   // The logits epilogue at 13 rows leaves only the argmax partials (StepState::write_logits 0), as a forward
   // that needs no logits row on the host runs it.
   auto argmax_only = [&](int rows) { return s.epilogue == GemmEpilogue::logits && rows == 13; };
+  // The tile kernel stages the producer's sums of squares (and scales after the K loop) up to two row tiles, for
+  // unmapped rows and at most 128 parts (gemm.cu, kStageSsq); up to 8 rows, here, as the forward normalises them.
+  auto staged_ssq = [&](int rows) {
+    return tuning.stage_ssq && bucket_rows(rows) <= 16 && s.epilogue != GemmEpilogue::logits && ceil_div(s.k, 16) <= 128;
+  };
   auto variant_of = [&](int rows, bool& normalised) {
     const int max_rows = bucket_rows(rows);
     normalised = s.epilogue != GemmEpilogue::residual_add && max_rows <= 8;
     const GemmPlan plan = gemm_plan(layout.n_rows, s.k, max_rows, tuning, fp8);
-    return std::string(fp8 ? "e4m3 " : "bf16 ") + (normalised ? "norm-in " : "bf16-in ") + plan_name(plan) +
+    return std::string(fp8 ? "e4m3 " : "bf16 ") +
+           (normalised ? (staged_ssq(rows) ? "norm-in staged " : "norm-in ") : "bf16-in ") + plan_name(plan) +
            (s.bias ? " +bias" : "") + (s.adapter_rank > 0 ? " +adapter" : "") + (argmax_only(rows) ? " argmax-only" : "");
   };
   bool any = false;
@@ -559,7 +574,12 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
       // Inputs and the reference's view of them.
       const std::vector<float> residual = random_floats(rng, size_t(rows) * s.k, -2.f, 2.f);
       const Bf16Values x_bf16 = random_bf16(rng, size_t(rows) * s.k, -1.f, 1.f);
-      const std::vector<float> x = normalised ? normalised_rows(residual, rows, s.k, norm.values, 1e-6f) : x_bf16.values;
+      // x: the input as the adapter and a scale-first load see it; x_gemm times row_scale: what the GEMM multiplies.
+      const std::vector<float> scales = rms_scales(residual, rows, s.k, 1e-6f);
+      const std::vector<float> x = normalised ? normalised_rows(residual, rows, s.k, norm.values, scales) : x_bf16.values;
+      const bool scale_after = normalised && staged_ssq(rows);
+      const std::vector<float> x_gemm =
+          scale_after ? normalised_rows(residual, rows, s.k, norm.values, std::vector<float>(rows, 1.f)) : x;
       DeviceArray<float> residual_device(residual);
       const std::vector<float> ssq = sums_of_squares(residual, rows, s.k, true);
       DeviceArray<float> ssq_device(ssq);
@@ -660,10 +680,17 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
       std::vector<float> x_rows(size_t(y_rows) * s.k);
       for (int t = 0; t < y_rows; ++t) {
         const int from = s.epilogue == GemmEpilogue::logits ? logit_rows[t] : t;
-        std::copy_n(x.begin() + size_t(from) * s.k, s.k, x_rows.begin() + size_t(t) * s.k);
+        std::copy_n(x_gemm.begin() + size_t(from) * s.k, s.k, x_rows.begin() + size_t(t) * s.k);
       }
       std::vector<float> y(size_t(y_rows) * logical_rows);
-      a2d::cpu::matmul(pool, x_rows.data(), y_rows, wt, s.bias ? bias.values.data() : nullptr, y.data());
+      a2d::cpu::matmul(pool, x_rows.data(), y_rows, wt, nullptr, y.data());
+      for (int t = 0; t < y_rows; ++t) {
+        for (int64_t n = 0; n < logical_rows; ++n) {
+          float& v = y[size_t(t) * logical_rows + n];
+          if (scale_after) v *= scales[t];
+          if (s.bias) v += bias.values[n];
+        }
+      }
       if (R > 0) {
         std::vector<int64_t> masked;
         for (int t = commit; t < rows; ++t) {
@@ -1519,7 +1546,7 @@ int main(int argc, char** argv) {
   gemm_prefill_prepare();
   ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   std::printf("device: %s, %d SMs%s\n", properties.name, g_sm_count, filter.empty() ? "" : (", filter: " + filter).c_str());
-  std::printf("%-18s %-26s %-34s %10s %10s  %-28s %s\n", "op", "variant", "shape", "max_abs_err", "max_rel_err",
+  std::printf("%-18s %-40s %-32s %10s %10s  %-28s %s\n", "op", "variant", "shape", "max_abs_err", "max_rel_err",
               "tolerance", "result");
 
   Table table(filter);
