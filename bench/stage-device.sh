@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CUDA harness here (no GPU needed) and stages what a GPU run needs into build/device/, the
 # ignored folder the device tool carries: the harness library, the prefill check (bench/device-prefill.sh), the
-# FP8 GEMM harness (bench/device-fp8.sh) and the PyTorch peer scripts.
+# CUDA op table (bench/device-ops.sh), the FP8 GEMM harness (bench/device-fp8.sh) and the PyTorch peer scripts.
 # Then, on the GPU machine: python3 bench/cuda_check.py --lib build/device/liba2d_cuda_bench.so --out $OUT --peers build/device
 # TRACE=1 also builds the trace build (per-block GEMM records, engine/cuda/trace.cuh) into build/device/trace/
 # for bench/gemm_trace.py; TRACE=only builds that alone.
@@ -21,8 +21,9 @@ if [ -n "${TRACE:-}" ] && [ "${TRACE}" != 0 ]; then
 fi
 cmake -S "$root/engine" -B "$root/build/cuda-bench" -DCMAKE_BUILD_TYPE=Release -DA2D_CUDA=ON -DA2D_TESTS=OFF \
   "$gencode" >/dev/null
-cmake --build "$root/build/cuda-bench" -j "${A2D_BUILD_JOBS:-2}" --target a2d_cuda_bench a2d_prefill_check
-cp "$root/build/cuda-bench/liba2d_cuda_bench.so" "$root/build/cuda-bench/a2d_prefill_check" "$root/build/device/"
+cmake --build "$root/build/cuda-bench" -j "${A2D_BUILD_JOBS:-2}" --target a2d_cuda_bench a2d_prefill_check a2d_cuda_ops_test
+cp "$root/build/cuda-bench/liba2d_cuda_bench.so" "$root/build/cuda-bench/a2d_prefill_check" \
+  "$root/build/cuda-bench/a2d_cuda_ops_test" "$root/build/device/"
 # The FP8 GEMM harness (engine/bench/fp8_gemm_bench.cu), with the engine's e4m3 conversion and with the other
 # one (fp8.cuh), for bench/device-fp8.sh.
 for convert in cvt shift; do
@@ -44,7 +45,8 @@ if [ -n "${BASE_REF:-}" ]; then
   mkdir -p "$root/build/device/base"
   cp "$root/build/cuda-bench-base/liba2d_cuda_bench.so" "$root/build/device/base/"
 fi
-# For a build on the GPU machine when the staged binaries do not load there (device-cuda.sh, device-prefill.sh):
+# For a build on the GPU machine when the staged binaries do not load there (device-cuda.sh, device-prefill.sh,
+# device-ops.sh):
 # nlohmann/json and the generated headers (the decoding table, the supported-config list).
 mkdir -p "$root/build/device/include" && cp -r /usr/include/nlohmann "$root/build/device/include/"
 cp "$root/build/cuda-bench/generated/"*.inc "$root/build/device/include/"
