@@ -1,15 +1,17 @@
 // Which npm packages the packed folder's own commands import: the compiled CLI's import graph from
 // dist/cli/main.js, static imports everywhere and `import("…")` calls too, except those of commands the
 // folder never runs. Every command module is imported by main.js, so their static imports count; what a
-// command loads lazily in its action (pack's arborist and pacote, simulate's strace reader, selfcheck) is
-// only reached when that command runs. The packages of node_modules the folder keeps are these and
+// command loads lazily in its action (pack's arborist and pacote) is only reached when that command runs. The packages of node_modules the folder keeps are these and
 // everything they depend on (pack/node-modules.ts).
 import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { basename, dirname, join, relative, resolve } from "node:path";
 
-/** The commands a packed folder runs: serve.sh starts `serve`, and it and docs/packing.md name `verify`. */
-export const FOLDER_COMMANDS = ["serve", "verify"];
+/**
+ * The commands a packed folder runs: serve.sh starts `serve`, and it and docs/packing.md name `verify`;
+ * `simulate-startup` and `selfcheck` prove the folder's start and answers on the machine it was copied to.
+ */
+export const FOLDER_COMMANDS = ["serve", "verify", "simulate-startup", "selfcheck"];
 
 /** `import … from "x"`, `export … from "x"`, `import "x"` and `import("x")` with a literal specifier. */
 const STATIC = /(?:^|[;\s])(?:import|export)\s+(?:[^;'"`]*?\s+from\s+)?["']([^"']+)["']/g;

@@ -19,13 +19,14 @@ afterAll(() => rmSync(work, { recursive: true, force: true }));
 describe("the import graph of the compiled CLI", () => {
   beforeAll(() => ensureDistFresh());
 
-  it("reaches the server's packages for serve and verify, and the packer's only when pack runs", async () => {
-    expect(FOLDER_COMMANDS).toEqual(["serve", "verify"]);
+  it("reaches the server's and the start checks' packages, and the packer's only when pack runs", async () => {
+    expect(FOLDER_COMMANDS).toEqual(["serve", "verify", "simulate-startup", "selfcheck"]);
     const folder = await importGraph(join(ROOT, "dist"));
     for (const name of ["fastify", "pino", "@huggingface/tokenizers", "@huggingface/jinja", "@fastify/type-provider-typebox", "commander", "cli-progress"]) {
       expect(folder.packages, name).toContain(name);
     }
-    for (const name of ["@npmcli/arborist", "pacote", "tar", "execa"]) expect(folder.packages, name).not.toContain(name);
+    for (const name of ["execa", "undici"]) expect(folder.packages, name).toContain(name); // simulate-startup, selfcheck
+    for (const name of ["@npmcli/arborist", "pacote", "tar"]) expect(folder.packages, name).not.toContain(name);
     expect(folder.files).toContain("server/server.js");
     expect(folder.files).toContain("pack/manifest.js"); // verify
     expect(folder.files).not.toContain("pack/pack.js");
