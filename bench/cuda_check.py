@@ -409,8 +409,8 @@ def backend_logits_error(lib, path, commit, window, vocab):
     out = {}
     for device in ("cpu", "cuda"):
         logits = torch.empty(n + w, vocab, dtype=torch.float32)
-        lib.call("a2d_bench_backend_logits_layout", path.encode(), device.encode(), (ctypes.c_int * n)(*commit), n,
-                 (ctypes.c_int * w)(*window), w, None, None, ctypes.c_void_p(logits.data_ptr()))
+        lib.call("a2d_bench_backend_logits", path.encode(), device.encode(), (ctypes.c_int * n)(*commit), n,
+                 (ctypes.c_int * w)(*window), w, ctypes.c_void_p(logits.data_ptr()))
         out[device] = logits
     return max(rel_errors(out["cuda"], out["cpu"]))
 

@@ -349,21 +349,15 @@ std::unique_ptr<a2d::Backend> make_backend(const a2d::Model& model, const char* 
 }  // namespace
 
 // Parity of the two backends through the Backend interface (the chunking of long commits included):
-// one forward from an empty cache, logits of every row, row-major [n_commit + n_window][vocab]; with a
-// window layout (remasking "tree"), one offset and one visibility bit set per window row (both null: none).
-int a2d_bench_backend_logits_layout(const char* dir, const char* device, const int* commit, int n_commit,
-                                    const int* window, int n_window, const int* offsets,
-                                    const unsigned long long* visible, float* logits, char* error, int size) {
+// one forward from an empty cache, logits of every row, row-major [n_commit + n_window][vocab].
+int a2d_bench_backend_logits(const char* dir, const char* device, const int* commit, int n_commit, const int* window,
+                             int n_window, float* logits, char* error, int size) {
   return guarded(error, size, [&] {
     std::unique_ptr<a2d::Model> model = a2d::load_model(dir);
     std::unique_ptr<a2d::Backend> backend = make_backend(*model, device);
     a2d::ForwardArgs args;
     args.commit.assign(commit, commit + n_commit);
     args.window.assign(window, window + n_window);
-    if (offsets != nullptr && visible != nullptr) {
-      args.window_offsets.assign(offsets, offsets + n_window);
-      args.window_visible.assign(visible, visible + n_window);
-    }
     for (int r = 0; r < n_commit + n_window; ++r) args.logit_rows.push_back(r);
     backend->forward(args, logits);
   });

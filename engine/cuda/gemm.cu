@@ -223,7 +223,7 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
       for (int e = rank; e < 8 * active_cols; e += team) {
         const int r = e % 8, t = e / 8;
         const int i = 8 * j + r;
-        const int position = p.state->positions[t];  // RoPE position; the k slot stays cached + t
+        const int position = cached + t;  // RoPE position and k slot
         const float x1 = tile_sum[r][t], x2 = tile_sum[r + 8][t];
         const float2 cs = p.rope_table[static_cast<size_t>(position) * half + i];
         bf16* out = head < p.num_heads

@@ -707,13 +707,6 @@ void DeviceModel::forward(const ForwardInputs& in) {
   st.logit_count = in.logit_count;
   st.write_logits = in.write_logits ? 1 : 0;
   std::memcpy(st.tokens, in.tokens, sizeof(int32_t) * in.rows);
-  st.layout = in.window_visible != nullptr ? 1 : 0;
-  for (int r = 0; r < in.rows; ++r) {
-    const bool laid_out = st.layout && r >= in.commit;
-    st.positions[r] = in.cached + (laid_out ? in.commit + in.window_offsets[r - in.commit] : r);
-    if (st.positions[r] < 0 || st.positions[r] >= shape_.max_context) throw std::runtime_error("forward: row position out of range");
-    st.visible[r] = laid_out ? in.window_visible[r - in.commit] : 0;
-  }
   for (int i = 0; i < in.logit_count; ++i) {
     if (in.logit_rows[i] < 0 || in.logit_rows[i] >= in.rows) throw std::runtime_error("forward: logit row out of range");
     st.logit_rows[i] = in.logit_rows[i];

@@ -85,9 +85,6 @@ struct ForwardInputs {
   const int32_t* logit_rows = nullptr;
   int logit_count = 0;
   bool write_logits = false;
-  // A window layout (ForwardArgs::window_offsets / window_visible), one entry per window row, or null.
-  const int32_t* window_offsets = nullptr;
-  const uint64_t* window_visible = nullptr;
 };
 
 // Most rows of one prefill forward (DeviceModel::prefill); the model's buffers for them are allocated at
