@@ -217,11 +217,12 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
     const int j = first_row % p.head_dim / kGemmTileRows;
     const int cached = view.cached;
     if (head < p.num_heads + p.num_kv_heads) {
-      // Tile rows r and r + 8 are the dims i = 8j + r and i + half of one q or k head.
+      // Tile rows r and r + 8 are the dims i = 8j + r and i + half of one q or k head (the rope-pair order of
+      // row_placement.h, in which the upload placed them).
       const int half = p.head_dim / 2;
       for (int e = rank; e < 8 * active_cols; e += team) {
         const int r = e % 8, t = e / 8;
-        const int i = 8 * j + r;
+        const int i = rope_pair_dim(first_row % p.head_dim + r, half);
         const int position = cached + t;  // RoPE position and k slot
         const float x1 = tile_sum[r][t], x2 = tile_sum[r + 8][t];
         const float2 cs = p.rope_table[static_cast<size_t>(position) * half + i];

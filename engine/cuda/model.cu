@@ -288,8 +288,8 @@ void DeviceModel::upload(WeightName name, int layer, const WeightSource& source)
   const bool per_layer = name != WeightName::embed && name != WeightName::lm_head && name != WeightName::final_norm;
   if (per_layer && (layer < 0 || layer >= s.layers)) throw std::runtime_error("upload: layer out of range");
   LayerWeights* L = per_layer ? &layers_[layer] : nullptr;
-  // q and k rows (and biases) in rope-pair order when the QKV GEMM applies RoPE itself.
-  auto qk_rows = [&](int64_t first_row) { return fused_rope_ ? rope_pair_rows(first_row, D / 2) : contiguous_rows(first_row); };
+  // q, k and v rows (and biases) in the fused QKV matrix (row_placement.h).
+  auto qkv = [&](QkvPart part) { return qkv_rows(part, s.heads, s.kv_heads, D, fused_rope_); };
   // A GEMM weight: bf16 tiled, or in an FP8 model e4m3 in the FP8 layout with its scales.
   auto place_gemm = [&](int64_t rows, int64_t cols, bf16* bf16_weight, const Fp8Weight& fp8_weight, RowPlacement placement) {
     if (fp8_weight.data != nullptr) return place_fp8(source, rows, cols, fp8_weight, placement);
@@ -306,20 +306,18 @@ void DeviceModel::upload(WeightName name, int layer, const WeightSource& source)
     case WeightName::final_norm: return place(source, 1, H, final_norm_, contiguous_rows(0), false);
     case WeightName::input_norm: return place(source, 1, H, L->input_norm, contiguous_rows(0), false);
     case WeightName::post_norm: return place(source, 1, H, L->post_norm, contiguous_rows(0), false);
-    case WeightName::q: return place_gemm(s.heads * D, H, L->qkv, L->qkv_fp8, qk_rows(0));
-    case WeightName::k: return place_gemm(s.kv_heads * D, H, L->qkv, L->qkv_fp8, qk_rows(s.heads * D));
-    case WeightName::v:
-      return place_gemm(s.kv_heads * D, H, L->qkv, L->qkv_fp8, contiguous_rows((s.heads + s.kv_heads) * D));
-    case WeightName::q_bias: return place(source, s.heads * D, 1, L->qkv_bias, qk_rows(0), false);
-    case WeightName::k_bias: return place(source, s.kv_heads * D, 1, L->qkv_bias, qk_rows(s.heads * D), false);
-    case WeightName::v_bias:
-      return place(source, s.kv_heads * D, 1, L->qkv_bias, contiguous_rows((s.heads + s.kv_heads) * D), false);
+    case WeightName::q: return place_gemm(s.heads * D, H, L->qkv, L->qkv_fp8, qkv(QkvPart::q));
+    case WeightName::k: return place_gemm(s.kv_heads * D, H, L->qkv, L->qkv_fp8, qkv(QkvPart::k));
+    case WeightName::v: return place_gemm(s.kv_heads * D, H, L->qkv, L->qkv_fp8, qkv(QkvPart::v));
+    case WeightName::q_bias: return place(source, s.heads * D, 1, L->qkv_bias, qkv(QkvPart::q), false);
+    case WeightName::k_bias: return place(source, s.kv_heads * D, 1, L->qkv_bias, qkv(QkvPart::k), false);
+    case WeightName::v_bias: return place(source, s.kv_heads * D, 1, L->qkv_bias, qkv(QkvPart::v), false);
     case WeightName::o: return place_gemm(H, s.heads * D, L->o, L->o_fp8, contiguous_rows(0));
     case WeightName::o_bias: return place(source, H, 1, L->o_bias, contiguous_rows(0), false);
     case WeightName::q_norm: return place(source, 1, D, L->q_norm, contiguous_rows(0), false);
     case WeightName::k_norm: return place(source, 1, D, L->k_norm, contiguous_rows(0), false);
-    case WeightName::gate: return place_gemm(s.intermediate, H, L->gate_up, L->gate_up_fp8, RowPlacement{8, 16, 0, 0});
-    case WeightName::up: return place_gemm(s.intermediate, H, L->gate_up, L->gate_up_fp8, RowPlacement{8, 16, 8, 0});
+    case WeightName::gate: return place_gemm(s.intermediate, H, L->gate_up, L->gate_up_fp8, gate_up_rows(false));
+    case WeightName::up: return place_gemm(s.intermediate, H, L->gate_up, L->gate_up_fp8, gate_up_rows(true));
     case WeightName::down: return place_gemm(H, s.intermediate, L->down, L->down_fp8, contiguous_rows(0));
   }
 }
@@ -404,24 +402,24 @@ void DeviceModel::upload_mask_adapter(MaskAdapterTarget target, int layer, const
   for (int t = 0; t < static_cast<int>(target); ++t) {
     if (site_of(static_cast<MaskAdapterTarget>(t)) == site_of(target) && ((s.mask_adapter_targets >> t) & 1u)) offset += R;
   }
+  // b's rows in its GEMM's row order, as upload places the GEMM's own rows.
   const int64_t D = s.head_dim;
-  auto qk_row = [&](int64_t r) { return fused_rope_ ? rope_pair_row(r, D / 2) : r; };
   int64_t out_rows = 0;
-  std::function<int64_t(int64_t)> gemm_row;
+  RowPlacement placement = contiguous_rows(0);
   switch (target) {
-    case MaskAdapterTarget::q: out_rows = s.heads * D; gemm_row = [&](int64_t r) { return qk_row(r); }; break;
-    case MaskAdapterTarget::k: out_rows = s.kv_heads * D; gemm_row = [&](int64_t r) { return s.heads * D + qk_row(r); }; break;
-    case MaskAdapterTarget::v: out_rows = s.kv_heads * D; gemm_row = [&](int64_t r) { return (s.heads + s.kv_heads) * D + r; }; break;
+    case MaskAdapterTarget::q: out_rows = s.heads * D; placement = qkv_rows(QkvPart::q, s.heads, s.kv_heads, D, fused_rope_); break;
+    case MaskAdapterTarget::k: out_rows = s.kv_heads * D; placement = qkv_rows(QkvPart::k, s.heads, s.kv_heads, D, fused_rope_); break;
+    case MaskAdapterTarget::v: out_rows = s.kv_heads * D; placement = qkv_rows(QkvPart::v, s.heads, s.kv_heads, D, fused_rope_); break;
     case MaskAdapterTarget::o:
-    case MaskAdapterTarget::down: out_rows = s.hidden; gemm_row = [](int64_t r) { return r; }; break;
-    case MaskAdapterTarget::gate: out_rows = s.intermediate; gemm_row = [](int64_t r) { return r / 8 * 16 + r % 8; }; break;
-    case MaskAdapterTarget::up: out_rows = s.intermediate; gemm_row = [](int64_t r) { return r / 8 * 16 + 8 + r % 8; }; break;
+    case MaskAdapterTarget::down: out_rows = s.hidden; break;
+    case MaskAdapterTarget::gate: out_rows = s.intermediate; placement = gate_up_rows(false); break;
+    case MaskAdapterTarget::up: out_rows = s.intermediate; placement = gate_up_rows(true); break;
   }
   const std::vector<uint16_t> a_bits = host_bf16(a, size_t(R) * site.k);
   A2D_CUDA_CHECK(cudaMemcpy(site.a + size_t(offset) * site.k, a_bits.data(), a_bits.size() * 2, cudaMemcpyHostToDevice));
   const std::vector<uint16_t> b_bits = host_bf16(b, size_t(out_rows) * R);
   for (int64_t r = 0; r < out_rows; ++r) {
-    std::memcpy(&site.host_b[size_t(gemm_row(r)) * site.rank + offset], &b_bits[size_t(r) * R], size_t(R) * 2);
+    std::memcpy(&site.host_b[size_t(placed_row(placement, r)) * site.rank + offset], &b_bits[size_t(r) * R], size_t(R) * 2);
   }
 }
 
