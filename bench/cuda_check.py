@@ -36,32 +36,57 @@ REL_TOL = 1e-2
 # CPU (checking the reference itself against transformers, no GPU needed).
 DEV = os.environ.get("A2D_CHECK_DEVICE", "cuda")
 STARTED = time.time()
-# The stream GEMM schedule's tuning that the tiny checks run (stream, loads, blocks per SM; gemm.cuh).
-STREAM_TUNING = (1, 4, 2)
-# Rolling weight loads in every GEMM, no early trigger after attention, no attention key split: the option
-# paths off the default.
-OPTIONS_TUNING = (0, 4, 2, -1, -1, 1000, 0, 0)
-# The tiny checks' configurations: the default, the stream GEMM schedule, the optional paths.
+# A tuning is a dict of BenchOptions fields (below) to values, the engine's default for every field it leaves
+# out; each field has a short label (tuning_label, parse_tuning).
+TUNING_LABELS = {
+    "loads": "s",                     # GemmTuning: 16-byte load pairs in flight per lane (4 or 8)
+    "blocks_per_sm": "b",             # the K-split target
+    "small_loads": "x",               # the one-round depth of small GEMMs (0: off)
+    "stage_ssq": "ssq",               # the row scale after the K loop (0/1)
+    "attention_trigger": "tr",        # ModelOptions::attention_early_trigger: 0 never, 1 at short KV, 2 always
+    "attention_split_keys": "ks",     # ModelOptions::attention_split_keys (0/1)
+    "wide_from_rows": "wf",           # GemmTuning's wide kernel: its first row count (0: never),
+    "wide_min_tiles_per_sm": "wt",    # its least tiles per SM,
+    "wide_split_blocks_per_sm": "wsb",  # its K split: blocks per SM,
+    "wide_split_chunks": "wsc",       # and least chunks per split
+}
+# No early trigger after attention, no attention key split: the option paths off the default.
+OPTIONS_TUNING = {"attention_trigger": 0, "attention_split_keys": 0}
 # The tile-per-block kernel above 8 rows too (no wide kernel); the wide kernel for every GEMM above 8 rows.
-NARROW_TUNING = (0, 4, 2, -1, -1, -1, -1, -1, 0)
-WIDE_TUNING = (0, 4, 2, -1, -1, -1, -1, -1, 9, 0)
-SCHEDULES = (("tile", (-1, -1, -1)), ("stream", STREAM_TUNING), ("options", OPTIONS_TUNING), ("narrow", NARROW_TUNING),
-             ("wide", WIDE_TUNING))
-
-
-# The optional fields after (stream, loads, blocks per SM), in a2d_bench_reconfigure's order, with their labels:
-# GemmTuning's small loads, stage ssq and rolling blocks per SM, then ModelOptions' attention early trigger and
-# attention key split, then GemmTuning's wide kernel: its first row count, its least tiles per SM, and its K
-# split (blocks per SM, least chunks per split).
-TUNING_EXTRA = ("x", "ssq", "roll", "tr", "ks", "wf", "wt", "wsb", "wsc")
+NARROW_TUNING = {"wide_from_rows": 0}
+WIDE_TUNING = {"wide_from_rows": 9, "wide_min_tiles_per_sm": 0}
+# The tiny checks' configurations: the default, the optional paths, both GEMM kernels above 8 rows.
+SCHEDULES = (("default", {}), ("options", OPTIONS_TUNING), ("narrow", NARROW_TUNING), ("wide", WIDE_TUNING))
+# Which kernels the captured forwards run (Engine.run_only; 7: all).
+GEMM_KERNELS, ATTENTION_KERNELS, ALL_KERNELS = 1, 2, 7
 
 
 def tuning_label(tuning):
-    """(stream, loads, blocks per SM[, TUNING_EXTRA...]): gemm.cuh's GemmTuning and the attention options;
-    -1 keeps the default."""
-    stream, loads, blocks_per_sm, *more = tuning
-    label = f"{'stream' if stream else 'tile'} s{loads} b{blocks_per_sm}"
-    return label + "".join(f" {name}{value}" for name, value in zip(TUNING_EXTRA, more) if value >= 0)
+    """A tuning's fields by their labels, "s8 b2" ("default": none)."""
+    return " ".join(f"{TUNING_LABELS[name]}{value}" for name, value in tuning.items()) or "default"
+
+
+def parse_tuning(text):
+    """tuning_label's text back into a tuning: "s8 b2 wf0", or "default"."""
+    by_label = {label: name for name, label in TUNING_LABELS.items()}
+    tuning = {}
+    for word in text.split():
+        if word == "default":
+            continue
+        label = word.rstrip("-0123456789")
+        if label not in by_label or label == word:
+            raise SystemExit(f"tuning {text!r}: {word!r} is not a label followed by a number "
+                             f"({', '.join(f'{l}: {n}' for n, l in TUNING_LABELS.items())})")
+        tuning[by_label[label]] = int(word[len(label):])
+    return tuning
+
+
+class BenchOptions(ctypes.Structure):
+    """engine/bench/forward_bench.cu's BenchOptions, field for field; -1 keeps the engine's default."""
+    _fields_ = [("struct_size", ctypes.c_int), ("graphs", ctypes.c_int), ("pdl", ctypes.c_int)] + \
+               [(name, ctypes.c_int) for name in ("loads blocks_per_sm small_loads stage_ssq attention_trigger "
+                                                  "attention_split_keys wide_from_rows wide_min_tiles_per_sm "
+                                                  "wide_split_blocks_per_sm wide_split_chunks").split()]
 
 
 class Shape(ctypes.Structure):
@@ -146,12 +171,20 @@ class Engine:
                       ctypes.byref(device), ctypes.byref(step))
         return device.value, step.value
 
-    def reconfigure(self, graphs, pdl, kernels=7, tuning=(-1, -1, -1)):
-        """tuning: see tuning_label; -1 keeps the default."""
-        stream, loads, blocks_per_sm, *more = tuning
-        more = list(more) + [-1] * (len(TUNING_EXTRA) - len(more))
-        self.lib.call("a2d_bench_reconfigure", self.handle, int(graphs), int(pdl), kernels, stream, loads,
-                      blocks_per_sm, *more)
+    def reconfigure(self, tuning=None, graphs=True, pdl=True):
+        """Recaptures the forwards under a tuning (TUNING_LABELS; None or {}: the defaults), every kernel on."""
+        options = BenchOptions(ctypes.sizeof(BenchOptions), int(graphs), int(pdl),
+                               *[-1] * (len(BenchOptions._fields_) - 3))
+        for name, value in (tuning or {}).items():
+            if name not in TUNING_LABELS:
+                raise ValueError(f"tuning field {name!r}: not one of {', '.join(TUNING_LABELS)}")
+            setattr(options, name, int(value))
+        self.lib.call("a2d_bench_reconfigure", self.handle, ctypes.byref(options))
+
+    def run_only(self, kernels):
+        """Disables every other kernel of the captured forwards (GEMM_KERNELS, ATTENTION_KERNELS, bits of
+        ALL_KERNELS) until the next reconfigure: timing breakdowns, whose outputs are meaningless."""
+        self.lib.call("a2d_bench_kernels", self.handle, ctypes.c_uint(kernels))
 
     def fill_kv(self, seed=1):
         self.lib.call("a2d_bench_fill_kv", self.handle, ctypes.c_ulonglong(seed))
@@ -302,9 +335,9 @@ def section_tiny(lib, out):
              for key, t in W.items()}  # the reference sees the values the engine receives
         engine = Engine(lib, cfg)
         engine.upload(W, dtypes, on_host)
-        # Both GEMM schedules (gemm.cuh): tile per block (the default) and stream.
+        # The default, the optional paths, and both GEMM kernels above 8 rows (gemm.cuh).
         for schedule, tuning in SCHEDULES:
-            engine.reconfigure(True, True, 7, tuning)
+            engine.reconfigure(tuning)
             gen = torch.Generator().manual_seed(7 + i)
             rows = []
             for prefix, commit, window in cases:
@@ -409,8 +442,8 @@ def backend_logits_error(lib, path, commit, window, vocab):
     out = {}
     for device in ("cpu", "cuda"):
         logits = torch.empty(n + w, vocab, dtype=torch.float32)
-        lib.call("a2d_bench_backend_logits_layout", path.encode(), device.encode(), (ctypes.c_int * n)(*commit), n,
-                 (ctypes.c_int * w)(*window), w, None, None, ctypes.c_void_p(logits.data_ptr()))
+        lib.call("a2d_bench_backend_logits", path.encode(), device.encode(), (ctypes.c_int * n)(*commit), n,
+                 (ctypes.c_int * w)(*window), w, ctypes.c_void_p(logits.data_ptr()))
         out[device] = logits
     return max(rel_errors(out["cuda"], out["cpu"]))
 
@@ -501,11 +534,12 @@ def copy_bandwidth():
     return 2 * 2 * n / (times[len(times) // 2] * 1e-3) / 1e12
 
 
-def profile_forward(engine, rows, kv, out, summary, tuning=(-1, -1, -1)):
+def profile_forward(engine, rows, kv, out, summary, tuning=None):
     """Kernel by kernel (CUPTI through torch.profiler; eager launches without PDL, so no kernel's time
     includes waiting for its predecessor): where a forward's time goes."""
     from torch.profiler import ProfilerActivity, profile
-    engine.reconfigure(False, False, 7, tuning)
+    tuning = tuning or {}
+    engine.reconfigure(tuning, graphs=False, pdl=False)
     engine.time(kv, 0, rows, rows, iterations=2)
     forwards = 5
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -525,7 +559,7 @@ def profile_forward(engine, rows, kv, out, summary, tuning=(-1, -1, -1)):
     summary.setdefault("profile", {})[f"rows{rows}_kv{kv}_{tuning_label(tuning)}"] = [
         dict(us=t, launches=n, kernel=name) for t, n, name in table]
     log("  " + "\n  ".join(lines))
-    engine.reconfigure(True, True, 7)
+    engine.reconfigure()
 
 
 def section_2b(lib, out, summary):
@@ -544,23 +578,22 @@ def section_2b(lib, out, summary):
     summary["startup_2b_from_host_memory"] = startup
     log(f"  2B upload from host: {startup}")
 
-    # Tunings (tuning_label), each checked, then timed GEMM-only and whole: the default; the stream schedule;
-    # rolling loads for gate/up and down; attention's early trigger never, and always; K split towards one
-    # block per SM (down in two splits instead of three).
-    tunings = [(0, 4, 2), STREAM_TUNING, (0, 4, 2, -1, -1, 8), (0, 4, 2, -1, -1, -1, 0), (0, 4, 2, -1, -1, -1, 2),
-               (0, 4, 1)]
+    # Tunings (tuning_label), each checked, then timed GEMM-only and whole: the default; attention's early
+    # trigger never, and always; K split towards one block per SM (down in two splits instead of three).
+    tunings = [{}, {"attention_trigger": 0}, {"attention_trigger": 2}, {"blocks_per_sm": 1}]
     # ROWS_SWEEP=1: only the default tuning's check, then ms/forward against the window's row count (what
     # wider windows or several sequences in one forward cost).
     sweep = os.environ.get("ROWS_SWEEP") == "1"
     if sweep:
         # The default (the wide kernel from 32 rows), the tile-per-block kernel at every row count, and the
         # wide kernel for every GEMM above 8 rows.
+        split = [{"wide_split_blocks_per_sm": blocks, "wide_split_chunks": chunks} for blocks, chunks in ((4, 4), (5, 2))]
         tunings = [tunings[0], NARROW_TUNING, WIDE_TUNING] + [
-            (0, 4, 2, -1, -1, -1, -1, -1, 9, 0, blocks, chunks) for blocks, chunks in ((4, 4), (5, 2), (8, 2))] + [
-            (0, 4, 2, -1, -1, -1, -1, -1, -1, -1, blocks, chunks) for blocks, chunks in ((4, 4), (5, 2))]
+            {**WIDE_TUNING, "wide_split_blocks_per_sm": blocks, "wide_split_chunks": chunks}
+            for blocks, chunks in ((4, 4), (5, 2), (8, 2))] + split
     checks = {}
     for tuning in tunings:
-        engine.reconfigure(True, True, 7, tuning)
+        engine.reconfigure(tuning)
         gen = torch.Generator().manual_seed(5)
         yard = []
         err, agree, conf_diff, self_agree, self_conf = check_case(engine, W, cfg, 1000, 4, 4, gen, yard)
@@ -595,7 +628,7 @@ def section_2b(lib, out, summary):
 
     if sweep:
         for tuning in tunings:
-            engine.reconfigure(True, True, 7, tuning)
+            engine.reconfigure(tuning)
             for kv in (1024, 8192) if tuning == tunings[0] else (1024,):
                 for rows in (1, 4, 8, 12, 16, 19, 24, 32, 34, 40, 48, 49, 56, 64):
                     if rows > 8 or tuning == tunings[0]:
@@ -605,7 +638,6 @@ def section_2b(lib, out, summary):
         return W
     for rows, kv in ((4, 1024), (4, 32768), (32, 1024)):
         profile_forward(engine, rows, kv, out, summary)
-    profile_forward(engine, 4, 1024, out, summary, STREAM_TUNING)
     for pdl in (1, 0):
         per_kernel = ctypes.c_double()
         lib.call("a2d_bench_launch_overhead", 300, pdl, ctypes.byref(per_kernel))
@@ -613,23 +645,24 @@ def section_2b(lib, out, summary):
         log(f"  300 empty dependent kernels in one graph, pdl {pdl}: {per_kernel.value:.2f} us per kernel")
     best = None
     for tuning in tunings:
-        engine.reconfigure(True, True, 1, tuning)
+        engine.reconfigure(tuning)
+        engine.run_only(GEMM_KERNELS)
         label = f"gemm-only {tuning_label(tuning)}"
         t4 = timed(label, 4, 1024)
         for rows in (8, 32):
             timed(label, rows, 1024)
-        engine.reconfigure(True, True, 7, tuning)
+        engine.reconfigure(tuning)
         whole4 = timed(f"graph+pdl {tuning_label(tuning)}", 4, 1024)
         for rows, kv in ((16, 1024), (4, 32768)):
             timed(f"graph+pdl {tuning_label(tuning)}", rows, kv)
         if best is None or whole4 < best[0]:
             best = (whole4, tuning)
-    # The tile tunings again, whole forward, taking turns for several rounds (this machine drifts by up to
+    # The tunings again, whole forward, taking turns for several rounds (this machine drifts by up to
     # 0.05 ms between single timings): the median of each.
     turns = {}
     for round_ in range(5):
-        for t in [t for t in tunings if t[0] == 0]:
-            engine.reconfigure(True, True, 7, t)
+        for t in tunings:
+            engine.reconfigure(t)
             for rows, kv in ((1, 1024), (4, 1024), (8, 1024), (4, 8192), (4, 32768)):
                 device_ms, _ = engine.time(kv, 0, rows, rows, iterations=20)
                 turns.setdefault((tuning_label(t), rows, kv), []).append(device_ms)
@@ -640,9 +673,9 @@ def section_2b(lib, out, summary):
             + " ".join(f"{x:.3f}" for x in v))
     tuning = best[1]
     name = tuning_label(tuning)
-    summary["tuning_best"] = dict(label=name, tuning=list(tuning))
+    summary["tuning_best"] = dict(label=name, tuning=dict(tuning))
     log(f"  best tuning by the whole forward at rows 4: {name}")
-    engine.reconfigure(True, True, 7, tuning)
+    engine.reconfigure(tuning)
     for rows in (1, 4, 8, 16, 32):
         for kv in (1024, 8192, 32768):
             timed(f"graph+pdl {name}", rows, kv)
@@ -651,7 +684,7 @@ def section_2b(lib, out, summary):
     # alternating between the two so that clock drift hits both alike.
     plain = Engine(lib, cfg, fuse_rope=False)
     plain.upload(W)
-    plain.reconfigure(True, True, 7, tuning)
+    plain.reconfigure(tuning)
     err, agree, _, _, _ = check_case(plain, W, cfg, 1000, 4, 4, torch.Generator().manual_seed(5))
     summary["check_2b_rope_kernel"] = dict(rel_err=err, argmax_agree=agree)
     log(f"  2B P=1000 C=4 W=4 with the rope kernel: rel_err {err:.2e} argmax agree {agree:.2f}")
@@ -663,14 +696,15 @@ def section_2b(lib, out, summary):
                 timed(f"{label} r{round_}", rows, kv, on=e)
     plain.close()
     for label, graphs, pdl in (("graph", True, False), ("eager+pdl", False, True)):
-        engine.reconfigure(graphs, pdl, 7, tuning)
+        engine.reconfigure(tuning, graphs=graphs, pdl=pdl)
         for rows in (4, 32):
             timed(f"{label} {name}", rows, 1024, 20 if graphs else 8)
-    engine.reconfigure(True, True, 2, tuning)
+    engine.reconfigure(tuning)
+    engine.run_only(ATTENTION_KERNELS)
     for rows in (4, 8, 32):
         for kv in (1024, 8192, 32768):
             timed("attention-only", rows, kv)
-    engine.reconfigure(True, True, 7, tuning)
+    engine.reconfigure(tuning)
     summary["timings_2b"] = timings
     engine.close()
     return W

@@ -69,7 +69,7 @@ def main():
         engine.upload(host if source == "host" else W, on_host=source == "host")
         print(f"{label}: uploaded; weights {same(checksum(W))}", flush=True)
         if reconfigure:
-            engine.reconfigure(True, True, 7, cc.STREAM_TUNING)
+            engine.reconfigure(cc.OPTIONS_TUNING)
         run(engine, label)
         engines.append(engine)
     run(engines[0], "first again, all five alive")

@@ -3,8 +3,8 @@
     python3 bench/fp8_check.py --lib build/device/liba2d_cuda_bench.so --out $OUT
 
 1. tiny random models of every switch with FP8 weights (quantize.py's per-row scales, computed there on the
-   GPU) against the fp32 reference forward of the dequantized weights, under the tile-per-block, narrow and
-   wide GEMM schedules (the stream schedule takes bf16 only), rel err <= 1e-2 as for bf16;
+   GPU) against the fp32 reference forward of the dequantized weights, under cuda_check.py's SCHEDULES (the
+   default, the optional paths, the narrow and wide GEMM kernels), rel err <= 1e-2 as for bf16;
 2. CUDA vs CPU backend on FP8 model folders written by `python -m a2d_convert quantize` (untied; tied, which
    quantize unties; a mask adapter): logits of one forward and greedy generations token for token;
 3. the MiniCPM5-2B shape: random bf16 weights and their FP8 quantization, one engine each. The FP8 engine
@@ -35,7 +35,6 @@ import cuda_check as cc  # noqa: E402
 from a2d_convert.quantize import quantize_folder, quantize_rows  # noqa: E402
 
 QUANTIZED = ("q", "k", "v", "o", "gate", "up", "down")  # and lm_head when untied (quantize.py)
-TINY_SCHEDULES = [(name, tuning) for name, tuning in cc.SCHEDULES if name != "stream"]
 log = cc.log
 
 
@@ -62,8 +61,8 @@ def section_tiny(lib, summary):
         engine_w, reference_w = quantize_weights(W, cfg)
         engine = cc.Engine(lib, cfg)
         engine.upload(engine_w, on_host=name == "llama_gqa4_d32")  # the host staging path too
-        for schedule, tuning in TINY_SCHEDULES:
-            engine.reconfigure(True, True, 7, tuning)
+        for schedule, tuning in cc.SCHEDULES:
+            engine.reconfigure(tuning)
             gen = torch.Generator().manual_seed(7 + i)
             for prefix, commit, window in cases:
                 err, agree, conf_diff, self_agree, _ = cc.check_case(engine, reference_w, cfg, prefix, commit, window, gen)
@@ -164,10 +163,10 @@ def section_2b(lib, summary):
                 device_ms, _ = engine.time(kv, 0, rows_, rows_, iterations=20)
                 times.setdefault((label, rows_, kv), []).append(device_ms)
     for label, engine in engines.items():
-        engine.reconfigure(True, True, 1)
+        engine.run_only(cc.GEMM_KERNELS)
         device_ms, _ = engine.time(1024, 0, 4, 4, iterations=20)
         times[(label + " gemm-only", 4, 1024)] = [device_ms]
-        engine.reconfigure(True, True, 7)
+        engine.reconfigure()
     summary["timings_2b"] = [dict(variant=k[0], rows=k[1], kv=k[2], ms=v, median_ms=sorted(v)[len(v) // 2])
                              for k, v in times.items()]
     for k, v in times.items():

@@ -3,11 +3,10 @@
 Needs the trace build of the GPU harness (`TRACE=1 bash bench/stage-device.sh` puts it in
 build/device/trace/): its tile-per-block GEMM kernel writes one record per block (engine/cuda/trace.cuh:
 start, end of the wait for the previous kernel, first weights multiplied, main loop done, warps reduced,
-end, on one nanosecond clock for all SMs), the stream schedule one per unit. For each traced forward this
-prints, per GEMM of a layer (median over the 42 layers) and for the lm_head: the kernel's span from its
-first block's start to its last block's end, its bytes over that span, and for the tile kernel the gap to
-the previous GEMM and the median block's phases, for the stream schedule each block's streaming interval
-between units and the epilogue warp's time per unit; and saves every record (records-*.npz).
+end, on one nanosecond clock for all SMs). For each traced forward this prints, per GEMM of a layer (median
+over the 42 layers) and for the lm_head: the kernel's span from its first block's start to its last block's
+end, its bytes over that span, the gap to the previous GEMM and the median block's phases; and saves every
+record (records-*.npz).
 
     python3 bench/gemm_trace.py --lib build/device/trace/liba2d_cuda_bench.so --out $OUT
 """
@@ -21,7 +20,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cuda_check import MINICPM, Engine, Lib, log, make_weights, tuning_label  # noqa: E402
+from cuda_check import ALL_KERNELS, GEMM_KERNELS, MINICPM, Engine, Lib, log, make_weights, parse_tuning, tuning_label  # noqa: E402
 
 RECORD = np.dtype([("start", "<u8"), ("waited", "<u8"), ("first_data", "<u8"), ("loop_done", "<u8"),
                    ("reduced", "<u8"), ("end", "<u8"), ("sm", "<i4"), ("site", "<i4"), ("tile", "<i4"),
@@ -40,11 +39,11 @@ def sites_of(kind_index, layers):
     return [4 * layers] if kind_index == len(KINDS) else [4 * l + kind_index for l in range(layers)]
 
 
-def trace(engine, cached, rows, capacity=400_000):
+def trace(engine, kernels, cached, rows, capacity=400_000):
     buf = np.zeros(capacity, dtype=RECORD)
     count = ctypes.c_int()
-    engine.lib.call("a2d_bench_trace", engine.handle, cached, rows, capacity, ctypes.c_void_p(buf.ctypes.data),
-                    ctypes.byref(count))
+    engine.lib.call("a2d_bench_trace", engine.handle, ctypes.c_uint(kernels), cached, rows, capacity,
+                    ctypes.c_void_p(buf.ctypes.data), ctypes.byref(count))
     if count.value > capacity:
         log(f"  {count.value} records, {capacity} kept")
     return buf[:min(count.value, capacity)]
@@ -97,55 +96,10 @@ def analyse(rec, cfg):
     return rows, total
 
 
-def analyse_stream(rec, cfg):
-    """The stream schedule's records are one per unit: per GEMM kind (median over layers) the span, the
-    units, the median time between a block's consecutive units (its streaming interval) and what that
-    rate gives over all blocks, the first unit's time after the wait, and the epilogue warp's time per
-    unit (us; GB/s per block)."""
-    layers = cfg["layers"]
-    nbytes = site_bytes(cfg)
-    rows = {}
-    for kind_index, kind in enumerate(list(KINDS) + ["lm_head"]):
-        site_list = sites_of(kind_index, layers)
-        stats = []
-        for s in site_list:
-            r = rec[rec["site"] == s]
-            if len(r) == 0:
-                continue
-            start = r["start"].astype(np.int64)
-            blocks = len(np.unique(np.stack([r["sm"].astype(np.int64), start]), axis=1)[0])
-            interval = (r["loop_done"].astype(np.int64) - r["first_data"].astype(np.int64)) / 1e3
-            first = interval[r["first_data"] == r["waited"]]
-            later = interval[r["first_data"] != r["waited"]]
-            epilogue = (r["end"].astype(np.int64) - r["loop_done"].astype(np.int64)) / 1e3
-            unit_bytes = nbytes[kind] / len(r)
-            span = (int(r["end"].max()) - int(r["start"].min())) / 1e3
-            med_later = float(np.median(later)) if len(later) else float("nan")
-            stats.append(dict(
-                units=len(r), blocks=blocks, span=span, unit_KB=unit_bytes / 1024,
-                first_unit=float(np.median(first)) if len(first) else float("nan"),
-                interval=med_later, interval_p90=float(np.percentile(later, 90)) if len(later) else float("nan"),
-                GBps_per_block=unit_bytes / (med_later * 1e-6) / 1e9 if len(later) else float("nan"),
-                epilogue=float(np.median(epilogue)), epilogue_p90=float(np.percentile(epilogue, 90)),
-            ))
-        if not stats:
-            continue
-        med = {k: float(np.nanmedian([x[k] for x in stats])) for k in stats[0]}
-        med["TBps_over_span"] = nbytes[kind] / (med["span"] * 1e-6) / 1e12
-        med["TBps_all_blocks"] = med["GBps_per_block"] * med["blocks"] / 1e3
-        rows[kind] = med
-    total = (int(rec["end"].max()) - int(rec["start"].min())) / 1e3
-    return rows, total
-
-
-STREAM_COLS = ["units", "blocks", "unit_KB", "span", "TBps_over_span", "first_unit", "interval", "interval_p90",
-               "GBps_per_block", "TBps_all_blocks", "epilogue", "epilogue_p90"]
-
-
-def print_table(label, rows, total, lines, cols=None):
+def print_table(label, rows, total, lines):
     head = (f"{label}: first GEMM block start to last GEMM block end {total:.1f} us; per GEMM (median over layers), us:")
     lines.append(head)
-    cols = cols or ["blocks", "span", "TBps_over_span", "gap", "first_data_after_prev", "tail90", "sm_end_spread",
+    cols = ["blocks", "span", "TBps_over_span", "gap", "first_data_after_prev", "tail90", "sm_end_spread",
                     "block", "wait", "to_data", "loop", "reduce", "finish", "blocks_per_sm_max"]
     lines.append("  kind     " + " ".join(f"{c[:12]:>12s}" for c in cols))
     for kind, med in rows.items():
@@ -158,8 +112,8 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--rows", type=int, default=4)
     parser.add_argument("--kv", type=int, default=1024)
-    parser.add_argument("--tunings", default="0,4,2;1,4,2;1,8,2",
-                        help="(stream, loads, blocks per SM[, small loads[, stage ssq]]);... (gemm.cuh GemmTuning)")
+    parser.add_argument("--tunings", default="default;s8",
+                        help="tunings as cuda_check.py labels them (tuning_label: 's8 b2 wf0'), ';' between them")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     cfg = dict(MINICPM)
@@ -172,20 +126,20 @@ def main():
     engine.fill_kv()
     lines, summary = [], {}
     for text in args.tunings.split(";"):
-        tuning = tuple(int(v) for v in text.split(","))
-        for kernels, what in ((1, "gemm-only"), (7, "whole forward")):
-            engine.reconfigure(True, True, kernels, tuning)
+        tuning = parse_tuning(text)
+        for kernels, what in ((GEMM_KERNELS, "gemm-only"), (ALL_KERNELS, "whole forward")):
+            engine.reconfigure(tuning)
+            engine.run_only(kernels)
             ms, _ = engine.time(args.kv, 0, args.rows, args.rows, iterations=20)
-            rec = trace(engine, args.kv, args.rows)
+            rec = trace(engine, kernels, args.kv, args.rows)
             ms_after, _ = engine.time(args.kv, 0, args.rows, args.rows, iterations=20)
             name = f"{what} {tuning_label(tuning)} rows {args.rows} kv {args.kv}"
             tag = f"{what}-{tuning_label(tuning)}".replace(" ", "-")
             np.savez_compressed(os.path.join(args.out, f"records-{tag}.npz"), records=rec)
-            stream = tuning[0] == 1
-            rows, total = analyse_stream(rec, cfg) if stream else analyse(rec, cfg)
+            rows, total = analyse(rec, cfg)
             lines.append(f"{name}: {ms:.3f} ms per forward (the trace build, trace off), {ms_after:.3f} after "
                          f"tracing; {len(rec)} block records")
-            print_table(name, rows, total, lines, STREAM_COLS if stream else None)
+            print_table(name, rows, total, lines)
             summary[name] = dict(ms=ms, records=len(rec), span_us=total, per_kind=rows)
             log("\n".join(lines[-(len(rows) + 3):]))
     engine.close()

@@ -13,7 +13,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cuda_check import MINICPM, Engine, Lib, make_weights  # noqa: E402
+from cuda_check import MINICPM, Engine, Lib, make_weights, parse_tuning  # noqa: E402
 
 
 def main():
@@ -23,14 +23,14 @@ def main():
     parser.add_argument("--rows", type=int, default=4)
     parser.add_argument("--kv", type=int, default=1024)
     parser.add_argument("--forwards", type=int, default=2, help="timed forwards after the 3 warm-up ones")
-    parser.add_argument("--tuning", default="-1,-1,-1", help="a GEMM tuning as in cuda_check.py (stream, loads, "
-                        "blocks per SM, ...); the default keeps the engine's")
+    parser.add_argument("--tuning", default="default", help="a tuning as cuda_check.py labels them (tuning_label: "
+                        "'s8 b2 wf0'); the default keeps the engine's")
     args = parser.parse_args()
     cfg = dict(MINICPM, layers=args.layers)
     engine = Engine(Lib(args.lib), cfg, graphs=False, pdl=False)
     engine.upload(make_weights(cfg, seed=2026))
     engine.fill_kv()
-    engine.reconfigure(False, False, 7, tuple(int(v) for v in args.tuning.split(",")))
+    engine.reconfigure(parse_tuning(args.tuning), graphs=False, pdl=False)
     device_ms, _ = engine.time(args.kv, 0, args.rows, args.rows, iterations=args.forwards)
     print(f"{args.layers} layers, rows {args.rows}, kv {args.kv}: {device_ms:.3f} ms per eager forward")
     engine.close()

@@ -79,6 +79,41 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// Which kernels the captured forwards run, for the timing breakdowns: bit 0 the GEMMs (with the mask adapter's
+// down projections), bit 1 attention (rope, attention, combine), bit 2 the rest (embed, rmsnorm rows, reveal);
+// 7 all. The other kernels' graph nodes are disabled (a partial forward's outputs are meaningless) until the
+// model recaptures its graphs (DeviceModel::reconfigure). The production forward knows nothing of this: the
+// nodes are told apart here, by their kernels' names.
+void run_only(DeviceModel* model, unsigned kernels) {
+  if (!model->options().graphs) throw std::runtime_error("a kernel breakdown needs graphs (graphs=1)");
+  model->synchronize();
+  for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
+    const DeviceModel::CapturedForward& captured = model->captured(bucket);
+    size_t count = 0;
+    A2D_CUDA_CHECK(cudaGraphGetNodes(captured.graph, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count);
+    A2D_CUDA_CHECK(cudaGraphGetNodes(captured.graph, nodes.data(), &count));
+    for (cudaGraphNode_t node : nodes) {
+      cudaGraphNodeType type;
+      A2D_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+      if (type != cudaGraphNodeTypeKernel) continue;
+      cudaKernelNodeParams params{};
+      A2D_CUDA_CHECK(cudaGraphKernelNodeGetParams(node, &params));
+      const char* name = nullptr;
+      A2D_CUDA_CHECK(cudaFuncGetName(&name, params.func));
+      const std::string kernel = name != nullptr ? name : "";
+      auto named = [&](const char* part) { return kernel.find(part) != std::string::npos; };
+      unsigned group = 4;  // embed, rmsnorm rows, reveal
+      if (named("gemm_") || named("mask_adapter")) {
+        group = 1;
+      } else if (named("rope_kernel") || named("attention_kernel") || named("combine_kernel")) {
+        group = 2;
+      }
+      A2D_CUDA_CHECK(cudaGraphNodeSetEnabled(captured.exec, node, (kernels & group) != 0 ? 1 : 0));
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -152,35 +187,47 @@ int a2d_bench_finish(void* handle, double* times, char* error, int size) {
   });
 }
 
-// gemm_stream / gemm_loads / gemm_blocks_per_sm / gemm_small_loads / gemm_stage_ssq / gemm_rolling (blocks per SM):
-// the GEMM tuning (gemm.cuh); attention_trigger / attention_split_keys: ModelOptions::attention_early_trigger /
-// attention_split_keys; negative keeps the default.
-int a2d_bench_reconfigure(void* handle, int graphs, int pdl, int kernels, int gemm_stream, int gemm_loads,
-                          int gemm_blocks_per_sm, int gemm_small_loads, int gemm_stage_ssq, int gemm_rolling,
-                          int attention_trigger, int attention_split_keys, int gemm_wide_from_rows,
-                          int gemm_wide_min_tiles_per_sm, int gemm_wide_split_blocks_per_sm,
-                          int gemm_wide_split_chunks, char* error,
-                          int size) {
+// The options a run is timed under: ModelOptions and its GemmTuning (gemm.cuh), field for field; -1 keeps the
+// engine's default. Mirrored by bench/cuda_check.py's BenchOptions, which sets struct_size to its own size.
+struct BenchOptions {
+  int struct_size;  // sizeof(BenchOptions): a caller built against another layout is refused
+  int graphs, pdl;  // 0 or 1, not defaulted
+  int loads, blocks_per_sm, small_loads, stage_ssq;
+  int attention_trigger;  // ModelOptions::attention_early_trigger: 0 never, 1 at short KV, 2 always
+  int attention_split_keys;
+  int wide_from_rows, wide_min_tiles_per_sm, wide_split_blocks_per_sm, wide_split_chunks;
+};
+
+// Recaptures the model's graphs under `b` (every kernel enabled again, see a2d_bench_kernels).
+int a2d_bench_reconfigure(void* handle, const BenchOptions* b, char* error, int size) {
   return guarded(error, size, [&] {
+    if (b->struct_size != static_cast<int>(sizeof(BenchOptions))) {
+      throw std::runtime_error("BenchOptions of " + std::to_string(b->struct_size) + " bytes, the harness's are " +
+                               std::to_string(sizeof(BenchOptions)) +
+                               ": update bench/cuda_check.py's BenchOptions to engine/bench/forward_bench.cu's");
+    }
+    if (b->attention_trigger > 2) throw std::runtime_error("attention_trigger: 0 never, 1 at short KV, 2 always");
     ModelOptions options;
-    options.graphs = graphs;
-    options.pdl = pdl;
-    options.kernels = static_cast<unsigned>(kernels);
-    if (gemm_stream >= 0) options.gemm.stream = gemm_stream != 0;
-    if (gemm_loads >= 0) options.gemm.loads = gemm_loads;
-    if (gemm_blocks_per_sm >= 0) options.gemm.blocks_per_sm = gemm_blocks_per_sm;
-    if (gemm_small_loads >= 0) options.gemm.small_loads = gemm_small_loads;
-    if (gemm_stage_ssq >= 0) options.gemm.stage_ssq = gemm_stage_ssq != 0;
-    if (gemm_rolling >= 0) options.gemm.rolling_blocks_per_sm = gemm_rolling;
-    if (attention_trigger > 2) throw std::runtime_error("attention_trigger: 0 never, 1 at short KV, 2 always");
-    if (attention_trigger >= 0) options.attention_early_trigger = static_cast<AttentionTrigger>(attention_trigger);
-    if (attention_split_keys >= 0) options.attention_split_keys = attention_split_keys != 0;
-    if (gemm_wide_from_rows >= 0) options.gemm.wide_from_rows = gemm_wide_from_rows;
-    if (gemm_wide_min_tiles_per_sm >= 0) options.gemm.wide_min_tiles_per_sm = gemm_wide_min_tiles_per_sm;
-    if (gemm_wide_split_blocks_per_sm >= 0) options.gemm.wide_split_blocks_per_sm = gemm_wide_split_blocks_per_sm;
-    if (gemm_wide_split_chunks >= 0) options.gemm.wide_split_chunks = gemm_wide_split_chunks;
+    options.graphs = b->graphs != 0;
+    options.pdl = b->pdl != 0;
+    GemmTuning& g = options.gemm;
+    if (b->loads >= 0) g.loads = b->loads;
+    if (b->blocks_per_sm >= 0) g.blocks_per_sm = b->blocks_per_sm;
+    if (b->small_loads >= 0) g.small_loads = b->small_loads;
+    if (b->stage_ssq >= 0) g.stage_ssq = b->stage_ssq != 0;
+    if (b->attention_trigger >= 0) options.attention_early_trigger = static_cast<AttentionTrigger>(b->attention_trigger);
+    if (b->attention_split_keys >= 0) options.attention_split_keys = b->attention_split_keys != 0;
+    if (b->wide_from_rows >= 0) g.wide_from_rows = b->wide_from_rows;
+    if (b->wide_min_tiles_per_sm >= 0) g.wide_min_tiles_per_sm = b->wide_min_tiles_per_sm;
+    if (b->wide_split_blocks_per_sm >= 0) g.wide_split_blocks_per_sm = b->wide_split_blocks_per_sm;
+    if (b->wide_split_chunks >= 0) g.wide_split_chunks = b->wide_split_chunks;
     static_cast<DeviceModel*>(handle)->reconfigure(options);
   });
+}
+
+// Which kernels the captured forwards run (a2d_bench_kernels); 7 all.
+int a2d_bench_kernels(void* handle, unsigned kernels, char* error, int size) {
+  return guarded(error, size, [&] { run_only(static_cast<DeviceModel*>(handle), kernels); });
 }
 
 int a2d_bench_forward(void* handle, int cached, int commit, const int* tokens, int rows, const int* logit_rows,
@@ -286,13 +333,14 @@ int a2d_bench_time(void* handle, int cached, int commit, int rows, int logit_cou
 }
 
 // The trace build's per-block GEMM records (engine/cuda/trace.cuh) of one forward, run as a2d_bench_time
-// runs it (three forwards before it warm up): records[] gets min(count, capacity) of them; count is what the
-// forward wrote. The model is recaptured with the trace on, and again without it afterwards.
-int a2d_bench_trace(void* handle, int cached, int rows, int capacity, void* records, int* count, char* error,
-                    int size) {
+// runs it (three forwards before it warm up) with the kernels of a2d_bench_kernels' `kernels`: records[] gets
+// min(count, capacity) of them; count is what the forward wrote. The model is recaptured with the trace on,
+// and again without it afterwards (both running only those kernels).
+int a2d_bench_trace(void* handle, unsigned kernels, int cached, int rows, int capacity, void* records, int* count,
+                    char* error, int size) {
   return guarded(error, size, [&] {
 #if !defined(A2D_GEMM_TRACE)
-    (void)handle, (void)cached, (void)rows, (void)capacity, (void)records, (void)count;
+    (void)handle, (void)kernels, (void)cached, (void)rows, (void)capacity, (void)records, (void)count;
     throw std::runtime_error("this harness was built without A2D_GEMM_TRACE: stage it with TRACE=1 bash bench/stage-device.sh");
 #else
     DeviceModel* model = static_cast<DeviceModel*>(handle);
@@ -305,6 +353,7 @@ int a2d_bench_trace(void* handle, int cached, int rows, int capacity, void* reco
     ModelOptions options = model->options();
     options.gemm_trace = trace;
     model->reconfigure(options);
+    run_only(model, kernels);
     for (int it = 0; it < 3; ++it) model->forward(in);
     model->synchronize();
     A2D_CUDA_CHECK(cudaMemset(trace.count, 0, sizeof(unsigned)));
@@ -317,6 +366,7 @@ int a2d_bench_trace(void* handle, int cached, int rows, int capacity, void* reco
     *count = static_cast<int>(written);
     options.gemm_trace = GemmTrace{};
     model->reconfigure(options);
+    run_only(model, kernels);
     A2D_CUDA_CHECK(cudaFree(trace.records));
     A2D_CUDA_CHECK(cudaFree(trace.count));
 #endif
@@ -349,21 +399,15 @@ std::unique_ptr<a2d::Backend> make_backend(const a2d::Model& model, const char* 
 }  // namespace
 
 // Parity of the two backends through the Backend interface (the chunking of long commits included):
-// one forward from an empty cache, logits of every row, row-major [n_commit + n_window][vocab]; with a
-// window layout (remasking "tree"), one offset and one visibility bit set per window row (both null: none).
-int a2d_bench_backend_logits_layout(const char* dir, const char* device, const int* commit, int n_commit,
-                                    const int* window, int n_window, const int* offsets,
-                                    const unsigned long long* visible, float* logits, char* error, int size) {
+// one forward from an empty cache, logits of every row, row-major [n_commit + n_window][vocab].
+int a2d_bench_backend_logits(const char* dir, const char* device, const int* commit, int n_commit, const int* window,
+                             int n_window, float* logits, char* error, int size) {
   return guarded(error, size, [&] {
     std::unique_ptr<a2d::Model> model = a2d::load_model(dir);
     std::unique_ptr<a2d::Backend> backend = make_backend(*model, device);
     a2d::ForwardArgs args;
     args.commit.assign(commit, commit + n_commit);
     args.window.assign(window, window + n_window);
-    if (offsets != nullptr && visible != nullptr) {
-      args.window_offsets.assign(offsets, offsets + n_window);
-      args.window_visible.assign(visible, visible + n_window);
-    }
     for (int r = 0; r < n_commit + n_window; ++r) args.logit_rows.push_back(r);
     backend->forward(args, logits);
   });

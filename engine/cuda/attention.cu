@@ -61,17 +61,13 @@ __device__ void attention_rows(const AttentionParams& p, bf16* smem, int kv_head
   // The two query rows of this lane and the last key position each may see.
   int limit[2];
   bool skip_masked[2];  // the mask adapter's revealed row: also skips window keys that hold the mask token
-  bool laid_out[2];     // a window row of a tree layout: sees the window keys its bits name
-  unsigned long long seen[2];
   const bf16* q_row[2];
   const int window_key0 = st.cached + st.commit;
   for (int h = 0; h < 2; ++h) {
     const int r = row0 + g + 8 * h;
     const bool valid = r < rows_valid;
     const int t = valid ? r / group : 0;
-    laid_out[h] = valid && st.layout != 0 && t >= st.commit;
-    seen[h] = laid_out[h] ? st.visible[t] : 0ull;
-    skip_masked[h] = valid && !laid_out[h] && p.revealed_rule_mask_token >= 0 && t >= st.commit &&
+    skip_masked[h] = valid && p.revealed_rule_mask_token >= 0 && t >= st.commit &&
                      st.tokens[t] != p.revealed_rule_mask_token;
     limit[h] = !valid ? -1 : (t < st.commit || skip_masked[h] ? st.cached + t : kv_total - 1);
     q_row[h] = p.q + (static_cast<size_t>(t) * p.num_heads + kv_head * group + (valid ? r % group : 0)) * kDim;
@@ -150,7 +146,6 @@ __device__ void attention_rows(const AttentionParams& p, bf16* smem, int kv_head
         const int key = key0 + n * 8 + 2 * c + (e % 2);
         bool visible = key <= limit[h] && key < key_end;
         if (skip_masked[h] && visible && key >= window_key0) visible = st.tokens[key - st.cached] != p.revealed_rule_mask_token;
-        if (laid_out[h] && visible && key >= window_key0) visible = (seen[h] >> (key - window_key0)) & 1ull;
         const float v = visible ? s[n][e] * scale : -INFINITY;
         s[n][e] = v;
         tile_max[h] = fmaxf(tile_max[h], v);

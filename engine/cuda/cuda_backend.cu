@@ -233,10 +233,6 @@ class CudaBackend final : public Backend {
       in.logit_rows = local.data();
       in.logit_count = static_cast<int>(local.size());
       in.write_logits = logits != nullptr || anchor_index >= 0;
-      if (last && args.has_layout()) {  // the window rides the last chunk
-        in.window_offsets = args.window_offsets.data();
-        in.window_visible = args.window_visible.data();
-      }
       device_.forward(in);
       if (anchor_index >= 0) device_.keep_anchor(anchor_index);
       if (!local.empty()) {

@@ -47,7 +47,6 @@ __device__ __forceinline__ uint4 load_input_row(const GemmParams& p, int input_r
   }
 }
 
-constexpr int kChunkElements = kGemmTileRows * 32;  // one 32-column chunk of a tile: 1 KiB
 constexpr int kStagedParts = 128;  // sums-of-squares parts the tile kernel stages (hidden up to 2048)
 
 // The RMSNorm scale of each input row t < rows, one warp per row (the block's `warps` warps take turns):
@@ -142,7 +141,7 @@ struct StepView {
 __device__ __forceinline__ StepView step_view(const GemmParams& p) { return {p.state->cached, p.state->write_logits != 0}; }
 
 // The epilogue of one finished 16-row tile, run by a team of `team` threads (a whole block, or one warp of
-// the stream kernel), `rank` being this thread's index in it and `sync` the team's barrier: the bias, then
+// the wide kernel), `rank` being this thread's index in it and `sync` the team's barrier: the bias, then
 // the epilogue's own work. tile_sum[r][t] holds row r of the tile for token column t; tile_scratch is a
 // second buffer of the same shape the epilogue may overwrite.
 template <GemmEpilogue kEpilogue, int kCols, typename Sync>
@@ -218,12 +217,13 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
     const int j = first_row % p.head_dim / kGemmTileRows;
     const int cached = view.cached;
     if (head < p.num_heads + p.num_kv_heads) {
-      // Tile rows r and r + 8 are the dims i = 8j + r and i + half of one q or k head.
+      // Tile rows r and r + 8 are the dims i = 8j + r and i + half of one q or k head (the rope-pair order of
+      // row_placement.h, in which the upload placed them).
       const int half = p.head_dim / 2;
       for (int e = rank; e < 8 * active_cols; e += team) {
         const int r = e % 8, t = e / 8;
-        const int i = 8 * j + r;
-        const int position = p.state->positions[t];  // RoPE position; the k slot stays cached + t
+        const int i = rope_pair_dim(first_row % p.head_dim + r, half);
+        const int position = cached + t;  // RoPE position and k slot
         const float x1 = tile_sum[r][t], x2 = tile_sum[r + 8][t];
         const float2 cs = p.rope_table[static_cast<size_t>(position) * half + i];
         bf16* out = head < p.num_heads
@@ -313,8 +313,7 @@ __device__ __forceinline__ unsigned warp_from_lane0(unsigned value) { return __s
 // flight (every warp load instruction reads 512 contiguous bytes), then multiplies them with the
 // matching input fragments. (A cp.async shared-memory ring measured slower: bench/NOTES.md.)
 // One row tile at 4 loads: at least three blocks per SM (85 registers at most). Four (64 registers) measured
-// 0.05-0.09 ms slower per forward (bench/NOTES.md, run 48): gate/up's 768 tiles then run in 1.45 waves of
-// 528 slots, in 1.94 of 396 with three. Up to two row tiles, the rest to 128 registers, two blocks per SM
+// slower: gate/up's 768 tiles then run in 1.45 waves of 528 slots, in 1.94 of 396 with three. Up to two row tiles, the rest to 128 registers, two blocks per SM
 // (with every chunk's input loads issued ahead of the multiplies, ptxas would take up to 220 at 8 loads).
 template <int kTiles>
 __host__ __device__ constexpr int gemm_min_blocks(int loads) {
@@ -326,8 +325,8 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   // A normalised input's row scale is constant over k, so it can multiply the dot products after the K
   // loop: the producer's partial sums of squares are then copied to shared memory while the weights and
   // input rows stream, instead of being read and reduced (an L2 round trip) before the first input load.
-  // Up to 16 token rows (at 32 it measured slower: bench/NOTES.md, runs 27-28) and kStagedParts parts, and
-  // not for mapped rows (the logits' row map).
+  // Up to 16 token rows (at 32 it measured slower) and kStagedParts parts, and not for mapped rows (the
+  // logits' row map).
   constexpr bool kStageSsq = kInput == GemmInput::rmsnorm_residual && kTiles <= 2;
   __shared__ float partial[kGemmWarps][kGemmTileRows][kCols + 1];
   __shared__ float row_scale[kCols];
@@ -388,24 +387,17 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
-  // Rounds of kLoads chunks per lane. Rolling (GemmTuning::rolling_blocks_per_sm): a slot's next chunk is
-  // requested as soon as the slot is multiplied, so the lane keeps kLoads loads in flight across round
-  // boundaries; otherwise the next round is requested when the whole round is multiplied.
-  const bool rolling = p.rolling;
-  // The round's body has no branch (chunks past the split multiply zeros, refills are predicated): one
-  // basic block, so every chunk's input loads can be issued ahead of the first multiply.
+  // Rounds of kLoads chunks per lane, the next round requested once the whole round is multiplied. The
+  // round's body has no branch (chunks past the split multiply zeros): one basic block, so every chunk's
+  // input loads can be issued ahead of the first multiply.
   const TileInputs<kTiles> in = tile_inputs<kTiles, kInput>(p, rows, g, staged ? nullptr : row_scale);
   for (int base = chunk_begin; base < chunk_end; base += kLoads * kGemmWarps) {
-    if (base > chunk_begin && !rolling) load_weights(base);
+    if (base > chunk_begin) load_weights(base);
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
       const int chunk = base + u * kGemmWarps + warp;
       multiply_chunk<kTiles, kInput, kFp8>(acc, wa[u], wb[u], p, rows, chunk * chunk_cols<kFp8>() + c * 8,
                                            chunk < chunk_end, in);
-      const int next = chunk + kLoads * kGemmWarps;
-      const unsigned char* w = tile_weights + static_cast<size_t>(min(next, chunk_end - 1)) * kChunkBytes;
-      load_stream16_if(wa[u], w, rolling && next < chunk_end);
-      load_stream16_if(wb[u], w + kChunkBytes / 2, rolling && next < chunk_end);
     }
     A2D_TRACE(if (t_data == 0) t_data = trace_clock_after(acc[0][0]));
   }
@@ -474,11 +466,11 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
 // Wide forwards (GemmTuning::wide_from_rows): one 16-row tile per warp, kWideWarps consecutive tiles per
 // block, all over the block's K split. The tile-per-block kernel's 8 warps each load their own chunk's input
 // rows, so above 8 token rows the input bytes outgrow the weight bytes (64 rows: 4 KiB of inputs per 1 KiB
-// chunk, mostly from L2) and its warps stall on them (bench/NOTES.md, run 70). Here the block copies each
+// chunk, mostly from L2) and its warps stall on them. Here the block copies each
 // chunk of its input rows once into shared memory (kWideStages - 1 chunks ahead, cp.async), and every warp
 // multiplies it with its own tile's chunk, which it streams from memory kWideLoads chunks ahead in
 // registers. Then each warp runs its own tile's epilogue (split K merged by the tile's last warp to finish,
-// in split order, as the stream kernel's epilogue warps do).
+// in split order).
 constexpr int kWideWarps = 4;
 constexpr int kWideStageCols = 256;  // input columns staged ahead: 8 bf16 chunks, 4 e4m3 ones
 constexpr int kWideLoads = 4;
@@ -622,324 +614,62 @@ void dispatch_wide(const GemmParams& p, const GemmPlan& plan, GemmInput input, G
   }
 }
 
-// Persistent schedule (GemmTuning::stream): a grid of as many blocks as stay resident. The work is cut into
-// units, one K split of one tile (splits chosen on the host so that units are at least 32 chunks and a few
-// per block). Block b starts with unit b and then takes the next unit from an atomic counter of its own
-// GEMM launch, so SMs that stream faster take more units. Within a block, warp w < 8 takes chunks w, w + 8,
-// ... of each of its units in turn and keeps kDepth chunks (kDepth KiB) in flight in registers without a
-// break between units: a chunk's loads are issued as soon as the one kDepth before it is multiplied,
-// whichever unit either belongs to. At the end of a unit a warp leaves its partial sums in a shared slot
-// (handed over with named barriers) and streams on. kSlots more warps do nothing but the epilogues, unit i
-// by warp 8 + i % kSlots (so one epilogue's round trips to global memory overlap the next one's): each
-// waits for the 8 partials of its unit, sums them in warp order, merges the splits of a tile as the
-// tile-per-block kernel does (the last split to finish adds all of them in split order, so results are
-// deterministic) and runs the tile's epilogue; a streaming warp waits only when the epilogue of the unit
-// kSlots before is not done. With one epilogue warp this measured slower than the tile-per-block kernel,
-// its epilogue warp busy for 50-95 % of the time (bench/NOTES.md, runs 17-24 and 32).
-template <int kTiles>
-__host__ __device__ constexpr int stream_slots() {
-  return kTiles <= 2 ? 4 : 2;  // what fits in 48 KiB of static shared memory
-}
-template <int kTiles>
-__host__ __device__ constexpr int stream_threads() {
-  return (kGemmWarps + stream_slots<kTiles>()) * 32;
-}
-// A slot's barriers join the 8 streaming warps and the slot's epilogue warp.
-constexpr int kStreamBarrierThreads = (kGemmWarps + 1) * 32;
-constexpr int kQueue = 16;             // > 2 * the most slots + 1: no entry is overwritten while still read
-constexpr int kQueueTag = 1 << 20;     // units per GEMM stay below this
-
-__device__ __forceinline__ void named_barrier_sync(int id) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kStreamBarrierThreads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(kStreamBarrierThreads) : "memory");
-}
-
-template <int kTiles, GemmInput kInput, GemmEpilogue kEpilogue, int kDepth>
-__global__ void __launch_bounds__(stream_threads<kTiles>(), 2) gemm_stream_kernel(const __grid_constant__ GemmParams p) {
-  constexpr int kCols = kTiles * 8;
-  constexpr int kSlots = stream_slots<kTiles>();
-  __shared__ float partial[kSlots][kGemmWarps][kGemmTileRows][kCols + 1];
-  __shared__ float row_scale[kCols];
-  // Units past a block's first, as the fetching lane published them: entry i % kQueue = i * kQueueTag + unit
-  // (one store, so a reader that sees the tag sees the unit).
-  __shared__ int queue[kQueue];
-  // Slot i is full once barrier 1 + i completes (8 streaming warps arrive, the epilogue warp waits) and
-  // empty again once barrier 1 + kSlots + i completes (the epilogue warp arrives, the streaming warps wait).
-  auto full = [](int slot) { return 1 + slot; };
-  auto empty = [](int slot) { return 1 + kSlots + slot; };
-
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int g = lane / 4;
-  const int c = lane % 4;
-  const int chunks = (p.k + 31) / 32;
-  const int units = ceil_div(p.n_rows, kGemmTileRows) * p.splits;  // the host makes gridDim.x <= units
-  const bool streaming = warp < kGemmWarps;
-  const bool fetcher = warp == 0 && lane == 0;
-  if (threadIdx.x < kQueue) queue[threadIdx.x] = -1;
-
-  // The i-th unit of this block: its own first (blockIdx.x), then what the fetcher took from the launch's
-  // counter (units >= gridDim.x go to whichever block asks first: SMs that stream faster take more). The
-  // fetcher publishes entry i when its load cursor reaches it and asks for entry i + 1 at once, so the
-  // atomic's round trip overlaps a unit of streaming; `units` marks the end.
-  unsigned pending = 0;  // the fetcher's request for the next entry
-  auto request = [&] { pending = atomicAdd(p.unit_counter, 1u); };
-  auto publish = [&](int i) {
-    const int unit = min(static_cast<int>(gridDim.x + pending), units);
-    // Every block asks until it gets an end, so the launch asks `units` times: the last one resets the counter.
-    if (pending == static_cast<unsigned>(units - 1)) *p.unit_counter = 0;
-    *static_cast<volatile int*>(&queue[i % kQueue]) = i * kQueueTag + unit;
-    // The end, for every epilogue warp: each asks for the entries of its own units.
-    if (unit == units) {
-      for (int j = 1; j < kSlots; ++j) *static_cast<volatile int*>(&queue[(i + j) % kQueue]) = (i + j) * kQueueTag + units;
-    }
-    return unit;
-  };
-  auto unit_of = [&](int i) {
-    if (i == 0) return static_cast<int>(blockIdx.x);
-    int entry;
-    while ((entry = *static_cast<volatile int*>(&queue[i % kQueue])) / kQueueTag != i) __nanosleep(32);
-    return entry % kQueueTag;
-  };
-
-  // This warp's chunks of its i-th unit: the first chunk's weights and k, and how many (every 8th).
-  struct Cursor {
-    int unit;  // i
-    int left;  // chunks left in the unit
-    bool end;  // no unit i
-    const bf16* weight;
-    int k;
-  };
-  auto enter_unit = [&](Cursor& at, int i, int u) {
-    at.unit = i;
-    at.end = u >= units;
-    if (at.end) {
-      at.left = 0;
-      return;
-    }
-    const int first = u % p.splits * p.chunks_per_split + warp;
-    at.left = max(0, ceil_div(min(u % p.splits * p.chunks_per_split + p.chunks_per_split, chunks) - first, kGemmWarps));
-    at.weight = p.weight + (static_cast<size_t>(u / p.splits) * chunks + first) * kChunkElements + lane * 8;
-    at.k = first * 32 + c * 8;
-  };
-  auto enter = [&](Cursor& at, int i) { enter_unit(at, i, unit_of(i)); };
-  // The cursor moves by one chunk per step, the per-unit work only where a unit ends.
-  auto step = [&](Cursor& at) {
-    at.weight += kGemmWarps * kChunkElements;
-    at.k += kGemmWarps * 32;
-    --at.left;
-  };
-  Cursor loading;
-  uint4 wa[kDepth], wb[kDepth];
-  // Warp 0's load cursor is the first to reach each entry: there the fetcher publishes it.
-  auto enter_loading = [&](int i) {
-    if (warp != 0 || i == 0) return enter(loading, i);
-    int unit = 0;
-    if (fetcher) {
-      unit = publish(i);
-      if (unit < units) request();
-    }
-    enter_unit(loading, i, __shfl_sync(0xffffffffu, unit, 0));
-  };
-  auto load = [&](int d) {
-    while (loading.left == 0 && !loading.end) enter_loading(loading.unit + 1);
-    if (loading.end) return;
-    wa[d] = load_stream16(loading.weight);
-    wb[d] = load_stream16(loading.weight + kChunkElements / 2);
-    step(loading);
-  };
-
-  const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
-  const StepView view = step_view(p);
-  if (rows <= 0) {
-    wait_for_previous_grid();
-    return;
-  }
-  A2D_TRACE(const uint64_t t_start = trace_clock());
-  // Before the wait: the weights of the first unit (they do not depend on the previous kernel), and the
-  // first request (this launch's counter is its own).
-  if (fetcher) request();
-  enter(loading, 0);
-  int preloaded = 0;
-  if (streaming) {
-#pragma unroll
-    for (int d = 0; d < kDepth; ++d) {
-      if (loading.left > 0) {
-        load(d);
-        ++preloaded;
-      }
-    }
-  }
-  wait_for_previous_grid();
-  A2D_TRACE(const uint64_t t_waited = trace_clock());
-  if constexpr (kInput == GemmInput::rmsnorm_residual) rmsnorm_row_scales(p, p.ssq_in, kMaxRows, min(rows, kCols), min(rows, kCols), row_scale, kGemmWarps + kSlots);
-  __syncthreads();  // the scales, and the queue's initial entries
-  // The rest of the register slots, from later units (now that entries can be published).
-  if (streaming) {
-#pragma unroll
-    for (int d = 0; d < kDepth; ++d) {
-      if (d >= preloaded) load(d);
-    }
-  }
-  const int active_cols = min(rows, kCols);
-  if (!streaming) {
-    // An epilogue warp. It loads no weights, so the next kernel may be scheduled as far as it is concerned.
-    allow_next_grid();
-    // Trace records, one per unit (trace.cuh's fields read per unit: first_data is when the previous unit's
-    // partials were complete, loop_done when this one's were, reduced when the 8 were summed).
-    A2D_TRACE(uint64_t t_previous = t_waited);
-    const int epilogue_warp = warp - kGemmWarps;  // its units: i = epilogue_warp, + kSlots, ...
-    for (int i = epilogue_warp;; i += kSlots) {
-      const int unit = unit_of(i);
-      if (unit >= units) break;
-      const int slot = i % kSlots;
-      const int tile = unit / p.splits;
-      named_barrier_sync(full(slot));
-      A2D_TRACE(const uint64_t t_full = trace_clock());
-      float (*sums)[kCols + 1] = partial[slot][0];
-      for (int e = lane; e < kGemmTileRows * active_cols; e += 32) {
-        const int r = e % kGemmTileRows, t = e / kGemmTileRows;
-        float sum = 0.f;
-#pragma unroll
-        for (int w = 0; w < kGemmWarps; ++w) sum += partial[slot][w][r][t];
-        sums[r][t] = sum;
-      }
-      __syncwarp();
-      A2D_TRACE(const uint64_t t_reduced = trace_clock());
-      const bool finish = p.splits == 1 || merge_split_k<kCols>(p, tile, unit % p.splits, sums, active_cols, lane, 32,
-                                                                [] { __syncwarp(); }, warp_from_lane0);
-      if (finish) {
-        tile_epilogue<kEpilogue, kCols>(p, view, tile, sums, partial[slot][1], active_cols, lane, 32, [] { __syncwarp(); });
-      }
-      __syncwarp();
-#if defined(A2D_GEMM_TRACE)
-      if (lane == 0) {
-        trace_write(p.trace, GemmBlockRecord{t_start, t_waited, t_previous, t_full, t_reduced, trace_clock(), trace_sm(),
-                                             p.site, tile, unit % p.splits + (finish ? 1000 : 0)});
-      }
-      t_previous = t_full;
-#endif
-      named_barrier_arrive(empty(slot));
-    }
-    return;
-  }
-
-  float acc[kTiles][4];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  const TileInputs<kTiles> in = tile_inputs<kTiles, kInput>(p, rows, g, row_scale);
-  int unit = 0;  // the unit acc belongs to
-  // Leaves acc (this warp's part of the unit) in the unit's slot for the epilogue warp.
-  auto finish_unit = [&] {
-    const int slot = unit % kSlots;
-    if (unit >= kSlots) named_barrier_sync(empty(slot));
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      partial[slot][warp][g][j * 8 + 2 * c] = acc[j][0];
-      partial[slot][warp][g][j * 8 + 2 * c + 1] = acc[j][1];
-      partial[slot][warp][g + 8][j * 8 + 2 * c] = acc[j][2];
-      partial[slot][warp][g + 8][j * 8 + 2 * c + 1] = acc[j][3];
-      acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    }
-    named_barrier_arrive(full(slot));
-    ++unit;
-  };
-
-  // The compute side walks the same chunks as the loads, kDepth behind.
-  Cursor computing;
-  enter(computing, 0);
-  bool more = true;
-  while (more) {
-#pragma unroll
-    for (int d = 0; d < kDepth; ++d) {
-      while (computing.left == 0 && !computing.end) {
-        finish_unit();
-        enter(computing, computing.unit + 1);
-      }
-      if (computing.end) {
-        more = false;
-        break;
-      }
-      multiply_chunk<kTiles, kInput, false>(acc, wa[d], wb[d], p, rows, computing.k, true, in);
-      step(computing);
-      load(d);
-    }
-  }
-  allow_next_grid();
-  // Every epilogue's arrival on its slot's empty barrier gets its wait: the last kSlots are waited for here.
-  for (int u = max(unit, kSlots); u < unit + kSlots; ++u) named_barrier_sync(empty(u % kSlots));
-}
-
-// The stream schedule is bf16 only (an option measured slower, GemmTuning::stream).
-template <bool kStream, int kTiles, int kLoads, bool kFp8, GemmInput kInput, GemmEpilogue kEpilogue>
+template <int kTiles, int kLoads, bool kFp8, GemmInput kInput, GemmEpilogue kEpilogue>
 void launch_kernel(const GemmParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  if constexpr (kStream) {
-    static_assert(!kFp8, "the stream schedule takes bf16 weights");
-    launch(gemm_stream_kernel<kTiles, kInput, kEpilogue, kLoads>, grid, dim3(stream_threads<kTiles>()), 0, stream, pdl, p);
-  } else {
-    launch(gemm_kernel<kTiles, kInput, kEpilogue, kLoads, kFp8>, grid, dim3(kGemmWarps * 32), 0, stream, pdl, p);
-  }
+  launch(gemm_kernel<kTiles, kInput, kEpilogue, kLoads, kFp8>, grid, dim3(kGemmWarps * 32), 0, stream, pdl, p);
 }
 
-template <bool kStream, int kTiles, int kLoads, bool kFp8>
+// The input/epilogue pairs the forward runs. Up to 8 rows the normalised GEMMs (qkv, gate/up, the lm_head) read
+// the fp32 residual and normalise it at the load; above, they read rows normalised once by rmsnorm_rows
+// (rmsnorm.cuh), so every GEMM of more than 8 rows takes bf16 rows.
+template <int kTiles, int kLoads, bool kFp8>
 void launch_gemm(const GemmParams& p, GemmInput input, GemmEpilogue epilogue, dim3 grid, cudaStream_t stream, bool pdl) {
   using In = GemmInput;
   using Ep = GemmEpilogue;
-  if constexpr (!kStream && kTiles > 1) {  // forwards of more than 8 rows read pre-normalised rows (rmsnorm.cuh)
-    if (input == In::bf16_rows && epilogue == Ep::silu_mul) {
-      return launch_kernel<kStream, kTiles, kLoads, kFp8, In::bf16_rows, Ep::silu_mul>(p, grid, stream, pdl);
+  if constexpr (kTiles == 1) {
+    if (input == In::rmsnorm_residual) {
+      switch (epilogue) {
+        case Ep::store_bf16: return launch_kernel<1, kLoads, kFp8, In::rmsnorm_residual, Ep::store_bf16>(p, grid, stream, pdl);
+        case Ep::silu_mul: return launch_kernel<1, kLoads, kFp8, In::rmsnorm_residual, Ep::silu_mul>(p, grid, stream, pdl);
+        case Ep::rope_qkv: return launch_kernel<1, kLoads, kFp8, In::rmsnorm_residual, Ep::rope_qkv>(p, grid, stream, pdl);
+        case Ep::logits: return launch_kernel<1, kLoads, kFp8, In::rmsnorm_residual, Ep::logits>(p, grid, stream, pdl);
+        case Ep::residual_add: break;
+      }
+    } else if (epilogue == Ep::store_bf16) {
+      return launch_kernel<1, kLoads, kFp8, In::bf16_rows, Ep::store_bf16>(p, grid, stream, pdl);
+    } else if (epilogue == Ep::residual_add) {
+      return launch_kernel<1, kLoads, kFp8, In::bf16_rows, Ep::residual_add>(p, grid, stream, pdl);
     }
-    if (input == In::bf16_rows && epilogue == Ep::rope_qkv) {
-      return launch_kernel<kStream, kTiles, kLoads, kFp8, In::bf16_rows, Ep::rope_qkv>(p, grid, stream, pdl);
-    }
-    if (input == In::bf16_rows && epilogue == Ep::logits) {
-      return launch_kernel<kStream, kTiles, kLoads, kFp8, In::bf16_rows, Ep::logits>(p, grid, stream, pdl);
-    }
-  }
-  if (input == In::rmsnorm_residual && epilogue == Ep::store_bf16) {
-    launch_kernel<kStream, kTiles, kLoads, kFp8, In::rmsnorm_residual, Ep::store_bf16>(p, grid, stream, pdl);
-  } else if (input == In::rmsnorm_residual && epilogue == Ep::silu_mul) {
-    launch_kernel<kStream, kTiles, kLoads, kFp8, In::rmsnorm_residual, Ep::silu_mul>(p, grid, stream, pdl);
-  } else if (input == In::rmsnorm_residual && epilogue == Ep::rope_qkv) {
-    launch_kernel<kStream, kTiles, kLoads, kFp8, In::rmsnorm_residual, Ep::rope_qkv>(p, grid, stream, pdl);
-  } else if (input == In::rmsnorm_residual && epilogue == Ep::logits) {
-    launch_kernel<kStream, kTiles, kLoads, kFp8, In::rmsnorm_residual, Ep::logits>(p, grid, stream, pdl);
-  } else if (input == In::bf16_rows && epilogue == Ep::residual_add) {
-    launch_kernel<kStream, kTiles, kLoads, kFp8, In::bf16_rows, Ep::residual_add>(p, grid, stream, pdl);
-  } else if (input == In::bf16_rows && epilogue == Ep::store_bf16) {
-    launch_kernel<kStream, kTiles, kLoads, kFp8, In::bf16_rows, Ep::store_bf16>(p, grid, stream, pdl);
+    throw std::runtime_error("gemm: up to 8 rows a GEMM takes bf16 rows with the store_bf16 or residual_add "
+                             "epilogue, or the normalised residual (rmsnorm_residual) with any other");
   } else {
-    throw std::runtime_error("gemm: unsupported input/epilogue combination");
+    if (input == In::bf16_rows) {
+      switch (epilogue) {
+        case Ep::store_bf16: return launch_kernel<kTiles, kLoads, kFp8, In::bf16_rows, Ep::store_bf16>(p, grid, stream, pdl);
+        case Ep::silu_mul: return launch_kernel<kTiles, kLoads, kFp8, In::bf16_rows, Ep::silu_mul>(p, grid, stream, pdl);
+        case Ep::residual_add:
+          return launch_kernel<kTiles, kLoads, kFp8, In::bf16_rows, Ep::residual_add>(p, grid, stream, pdl);
+        case Ep::logits: return launch_kernel<kTiles, kLoads, kFp8, In::bf16_rows, Ep::logits>(p, grid, stream, pdl);
+        case Ep::rope_qkv: return launch_kernel<kTiles, kLoads, kFp8, In::bf16_rows, Ep::rope_qkv>(p, grid, stream, pdl);
+      }
+    }
+    throw std::runtime_error("gemm: above 8 rows a GEMM reads bf16 rows: normalise the residual first (rmsnorm_rows)");
   }
 }
 
 template <int kLoads, bool kFp8>
 void dispatch_rows(const GemmParams& p, const GemmPlan& plan, GemmInput input, GemmEpilogue epilogue, int max_rows,
                    cudaStream_t stream, bool pdl) {
-  const dim3 grid(plan.blocks, plan.stream ? 1 : plan.splits);
-  if (plan.stream) {
-    if constexpr (kFp8) {
-      throw std::runtime_error("gemm: the stream schedule (GemmTuning::stream) takes bf16 weights, not e4m3");
-    } else {
-      switch (ceil_div(max_rows, 8)) {
-        case 1: return launch_gemm<true, 1, kLoads, false>(p, input, epilogue, grid, stream, pdl);
-        case 2: return launch_gemm<true, 2, kLoads, false>(p, input, epilogue, grid, stream, pdl);
-        case 3: return launch_gemm<true, 3, kLoads, false>(p, input, epilogue, grid, stream, pdl);
-        default: return launch_gemm<true, 4, kLoads, false>(p, input, epilogue, grid, stream, pdl);
-      }
-    }
-  }
+  const dim3 grid(plan.blocks, plan.splits);
   switch (ceil_div(max_rows, 8)) {
-    case 1: return launch_gemm<false, 1, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
-    case 2: return launch_gemm<false, 2, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
-    case 3: return launch_gemm<false, 3, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
-    case 4: return launch_gemm<false, 4, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
-    case 5: return launch_gemm<false, 5, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
-    case 6: return launch_gemm<false, 6, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
-    case 7: return launch_gemm<false, 7, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
-    default: return launch_gemm<false, 8, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    case 1: return launch_gemm<1, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    case 2: return launch_gemm<2, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    case 3: return launch_gemm<3, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    case 4: return launch_gemm<4, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    case 5: return launch_gemm<5, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    case 6: return launch_gemm<6, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    case 7: return launch_gemm<7, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
+    default: return launch_gemm<8, kLoads, kFp8>(p, input, epilogue, grid, stream, pdl);
   }
 }
 
@@ -949,7 +679,7 @@ GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bo
   const int chunks = ceil_div(k, fp8 ? chunk_cols<true>() : chunk_cols<false>());
   const int tiles = ceil_div(n_rows, kGemmTileRows);
   GemmPlan plan;
-  if (!tuning.stream && tuning.wide_from_rows > 0 && max_rows > 8 && max_rows >= tuning.wide_from_rows &&
+  if (tuning.wide_from_rows > 0 && max_rows > 8 && max_rows >= tuning.wide_from_rows &&
       tiles >= tuning.wide_min_tiles_per_sm * tuning.sm_count) {
     // kWideWarps tiles per block; K split towards wide_split_blocks_per_sm blocks per SM, each split at
     // least wide_split_chunks chunks.
@@ -962,17 +692,6 @@ GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bo
     if (plan.splits > 1) plan.scratch_floats = static_cast<size_t>(tiles) * plan.splits * kMaxRows * kGemmTileRows;
     return plan;
   }
-  if (tuning.stream && ceil_div(max_rows, 8) <= kGemmStreamMaxTiles) {
-    // Units of at least 32 chunks (so the epilogue warp keeps up), about four per block where K allows.
-    const int blocks = std::max(1, tuning.blocks_per_sm) * tuning.sm_count;
-    const int splits = std::max(1, std::min(ceil_div(4 * blocks, tiles), chunks / 32));
-    plan.stream = true;
-    plan.chunks_per_split = ceil_div(chunks, splits);
-    plan.splits = ceil_div(chunks, plan.chunks_per_split);
-    plan.blocks = std::min(blocks, tiles * plan.splits);
-    if (plan.splits > 1) plan.scratch_floats = static_cast<size_t>(tiles) * plan.splits * kMaxRows * kGemmTileRows;
-    return plan;
-  }
   plan.blocks = tiles;
   if (tuning.small_loads > 0 && max_rows <= 16 && chunks <= tuning.small_loads * kGemmWarps &&
       tiles <= std::max(1, tuning.blocks_per_sm) * tuning.sm_count) {
@@ -982,8 +701,6 @@ GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bo
   }
   plan.loads = tuning.loads;
   const int round = tuning.loads * kGemmWarps;  // chunks one block streams per round of loads
-  // Whether the blocks roll their loads, from the grid's size (K splits only shorten its blocks' runs).
-  plan.rolling = tiles <= tuning.rolling_blocks_per_sm * tuning.sm_count;
   const int rounds = ceil_div(chunks, round);
   const int target = max_rows > 16 ? std::min(tuning.blocks_per_sm, tuning.wide_blocks_per_sm) : tuning.blocks_per_sm;
   const int splits = target <= 0 ? 1 : std::min(rounds, ceil_div(target * tuning.sm_count, tiles));
@@ -1012,23 +729,20 @@ void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int 
   p.splits = plan.splits;
   p.chunks_per_split = plan.chunks_per_split;
   p.stage_ssq = tuning.stage_ssq;
-  p.rolling = plan.rolling;
   if (plan.scratch_floats > 0 && (p.split_partials == nullptr || p.split_counters == nullptr)) {
     throw std::logic_error("gemm: split K without scratch");
   }
-  if (plan.stream && p.unit_counter == nullptr) throw std::logic_error("gemm: stream schedule without a unit counter");
   if (plan.wide) {
     return fp8 ? dispatch_wide<true>(p, plan, input, epilogue, max_rows, stream, pdl)
                : dispatch_wide<false>(p, plan, input, epilogue, max_rows, stream, pdl);
   }
-  const int loads = plan.stream ? tuning.loads : plan.loads;
-  if (loads != 4 && loads != 8) throw std::runtime_error("gemm: loads must be 4 or 8");
+  if (plan.loads != 4 && plan.loads != 8) throw std::runtime_error("gemm: loads must be 4 or 8");
   if (fp8) {
-    return loads == 4 ? dispatch_rows<4, true>(p, plan, input, epilogue, max_rows, stream, pdl)
-                      : dispatch_rows<8, true>(p, plan, input, epilogue, max_rows, stream, pdl);
+    return plan.loads == 4 ? dispatch_rows<4, true>(p, plan, input, epilogue, max_rows, stream, pdl)
+                           : dispatch_rows<8, true>(p, plan, input, epilogue, max_rows, stream, pdl);
   }
-  return loads == 4 ? dispatch_rows<4, false>(p, plan, input, epilogue, max_rows, stream, pdl)
-                    : dispatch_rows<8, false>(p, plan, input, epilogue, max_rows, stream, pdl);
+  return plan.loads == 4 ? dispatch_rows<4, false>(p, plan, input, epilogue, max_rows, stream, pdl)
+                         : dispatch_rows<8, false>(p, plan, input, epilogue, max_rows, stream, pdl);
 }
 
 }  // namespace a2d::cuda

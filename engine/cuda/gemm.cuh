@@ -5,7 +5,7 @@
 // m16n8k16) do the arithmetic with the weight as the 16-row A operand and the activations as B
 // ("swap AB"), so 1..8 token rows cost the same instruction count as 8.
 //
-// Fusions (template flags): the input may be the fp32 residual stream normalised on the fly (RMSNorm:
+// Fusions (template flags): the input may be (up to 8 rows) the fp32 residual stream normalised on the fly (RMSNorm:
 // the producer left per-tile partial sums of squares, so no separate norm kernel runs), and the
 // epilogue may store bf16, apply SiLU(gate) * up, add into the residual (writing the next norm's
 // partial sums of squares), write logits with per-tile argmax / softmax partials, or apply RoPE to the
@@ -31,59 +31,43 @@ constexpr int kGemmTileRows = 16;
 constexpr int kGemmWarps = 8;
 
 struct GemmTuning {
-  // Tile per block (false): a grid of one block per 16-row tile (and per K split); each lane keeps
-  // `loads` pairs of 16-byte weight loads in flight, and K is split until a GEMM has about
-  // `blocks_per_sm` blocks per SM (0: never split).
-  // Stream (true): a persistent grid of `blocks_per_sm` blocks per SM, each streaming its units (K splits
-  // of tiles) with `loads` chunks (KiB) per warp in flight across unit boundaries and more warps for the
-  // epilogues (gemm.cu); up to kGemmStreamMaxTiles * 8 rows, more rows take the tile-per-block kernel.
-  // Measured slower than tile per block on the H200, bound by its epilogue warps (bench/NOTES.md, runs
-  // 17-24 and 32-34): an option, not the default.
-  bool stream = false;
+  // Tile per block: a grid of one block per 16-row tile (and per K split); each lane keeps `loads` pairs of
+  // 16-byte weight loads in flight, and K is split until a GEMM has about `blocks_per_sm` blocks per SM
+  // (0: never split).
   int loads = 4;  // 4 or 8
   int blocks_per_sm = 2;
   int sm_count = 132;
   // Tile per block, up to 16 rows: a GEMM whose tiles number at most blocks_per_sm per SM and whose K fits
   // one round of `small_loads` loads per lane (qkv and o of the 2B shape) runs one round at that depth
-  // and does not split K: a split's publish-and-merge costs more there than the deeper round (bench/NOTES.md,
-  // runs 26-28; at 32 rows the deeper round measured slower). 0: off (every GEMM takes `loads` and the
-  // split rule).
+  // and does not split K: a split's publish-and-merge costs more there than the deeper round (at 32 rows
+  // the deeper round measured slower). 0: off (every GEMM takes `loads` and the split rule).
   int small_loads = 8;
   // Tile per block, up to 16 rows, normalised input: the row scale multiplies the dot products after the K
   // loop, with the producer's sums of squares copied to shared memory meanwhile (gemm.cu); false: scale first.
   bool stage_ssq = true;
   // Tile per block, more than 16 rows: the K-split target in blocks per SM (their blocks hold 96-122
-  // registers, two per SM, and split K measured slower there: bench/NOTES.md, run 30).
+  // registers, two per SM, and split K measured slower there).
   int wide_blocks_per_sm = 1;
-  // Tile per block, GEMMs of at most rolling_blocks_per_sm blocks per SM: each lane requests a load slot's
-  // next chunk as soon as it has multiplied the slot, instead of the whole next round once the round is
-  // multiplied, so the memory system does not drain between the rounds of blocks that run in step. It took
-  // 0.07 ms off block 4 with four blocks per SM (runs 36-37); with three (run 48) it measured the same or
-  // 0.01 ms slower at every block size and KV length (run 49), so it is off. 0: off.
-  int rolling_blocks_per_sm = 0;
   // Tile per block, forwards of at least this many rows (and more than 8): the wide kernel (gemm.cu), one
   // tile per warp and each chunk of the input rows staged once per block in shared memory, for GEMMs of
   // at least wide_min_tiles_per_sm tiles per SM. On the 2B shape that is gate/up and the lm_head; with
-  // fewer tiles (qkv, o, down) it measured slower than tile per block, its grid then holding too few warps
-  // (bench/NOTES.md, runs 72-75), and below 32 rows it measured 0.1 ms slower per forward (run 76). 0: never.
+  // fewer tiles (qkv, o, down) it measured slower than tile per block, its grid then holding too few warps,
+  // and so did it below 32 rows. 0: never.
   int wide_from_rows = 32;
   int wide_min_tiles_per_sm = 4;
   // The wide kernel's K split: towards this many blocks per SM, each split at least this many chunks. More
   // splits (4 or 5 blocks per SM, splits of 2-4 chunks) did not make it win on GEMMs of few tiles, and made
-  // 64-row forwards slower (run 79).
+  // 64-row forwards slower.
   int wide_split_blocks_per_sm = 2;
   int wide_split_chunks = 8;
 };
-constexpr int kGemmStreamMaxTiles = 4;
 
 // How one GEMM launches under a tuning, and the split scratch it needs.
 struct GemmPlan {
-  bool stream = false;
-  int blocks = 0;            // grid.x: tiles, or the stream kernel's resident blocks
+  int blocks = 0;            // grid.x: tiles, or the wide kernel's blocks of kWideWarps tiles
   int loads = 4;             // tile per block: 16-byte load pairs in flight per lane (4 or 8)
-  int splits = 1;            // tile per block: blocks per tile along K
+  int splits = 1;            // blocks per tile along K
   int chunks_per_split = 0;  // 32-column chunks each split covers
-  bool rolling = false;      // tile per block: GemmTuning::rolling_blocks_per_sm
   bool wide = false;         // the wide kernel: blocks of 8 tiles (GemmTuning::wide_from_rows)
   size_t scratch_floats = 0;
 };
@@ -151,13 +135,9 @@ struct GemmParams {
   // arrival counter per tile, zero between launches (the last block resets it).
   float* split_partials;
   unsigned* split_counters;
-  // Stream schedule: this launch's unit counter, zero between launches (the launch's last request resets it).
-  // Its own per GEMM of the forward, so a launch may take its first unit before the previous kernel is done.
-  unsigned* unit_counter;
   int splits;
   int chunks_per_split;
   bool stage_ssq;  // GemmTuning::stage_ssq
-  bool rolling;    // GemmPlan::rolling
 
   // Per-block timing records (trace.cuh; written only by builds with A2D_GEMM_TRACE) and which GEMM of
   // the forward this is.

@@ -138,9 +138,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_prefill_kernel(const __grid_
           const int pair_tile = first_row % p.head_dim / 16;
           const int slot = p.cached + t;
           if (head < p.num_heads + p.num_kv_heads) {
-            // Rows g and g + 8 are dims i = 8 pair_tile + g and i + half of one q or k head.
+            // Rows g and g + 8 are dims i = 8 pair_tile + g and i + half of one q or k head (the rope-pair
+            // order of row_placement.h, in which the upload placed them).
             const int half = p.head_dim / 2;
-            const int dim = 8 * pair_tile + g;
+            const int dim = rope_pair_dim(first_row % p.head_dim + g, half);
             const float2 cs = p.rope_table[static_cast<size_t>(slot) * half + dim];
             bf16* out = head < p.num_heads
                             ? p.q_out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim

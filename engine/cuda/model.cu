@@ -160,7 +160,6 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   gemm_split_counters_ = device_alloc<unsigned>(size_t(std::max({vocab_tiles_, hidden_tiles_, ceil_div(qkv_rows_, kGemmTileRows),
                                                                  ceil_div(gate_up_rows_, kGemmTileRows)})),
                                                   stream_);
-  gemm_unit_counters_ = device_alloc<unsigned>(size_t(4) * s.layers + 1, stream_);
   prepare_gemm_scratch();
   allocate_prefill();
 
@@ -176,8 +175,9 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
 DeviceModel::~DeviceModel() {
   // Errors are ignored here: a destructor must not throw, and the process may be tearing down the context.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  for (cudaGraphExec_t graph : graphs_) {
-    if (graph != nullptr) cudaGraphExecDestroy(graph);
+  for (CapturedForward& captured : graphs_) {
+    if (captured.exec != nullptr) cudaGraphExecDestroy(captured.exec);
+    if (captured.graph != nullptr) cudaGraphDestroy(captured.graph);
   }
   for (int i = 0; i < 2; ++i) {
     if (staging_host_[i] != nullptr) cudaFreeHost(staging_host_[i]);
@@ -193,7 +193,7 @@ DeviceModel::~DeviceModel() {
                         static_cast<void*>(logits_), static_cast<void*>(anchor_logits_),
                         static_cast<void*>(argmax_partials_), static_cast<void*>(choices_),
                         static_cast<void*>(gemm_split_partials_), static_cast<void*>(gemm_split_counters_),
-                        static_cast<void*>(gemm_unit_counters_), static_cast<void*>(adapter_t_),
+                        static_cast<void*>(adapter_t_),
                         static_cast<void*>(prefill_residual_), static_cast<void*>(prefill_normed_),
                         static_cast<void*>(prefill_qkv_), static_cast<void*>(prefill_q_),
                         static_cast<void*>(prefill_attention_), static_cast<void*>(prefill_act_),
@@ -288,8 +288,8 @@ void DeviceModel::upload(WeightName name, int layer, const WeightSource& source)
   const bool per_layer = name != WeightName::embed && name != WeightName::lm_head && name != WeightName::final_norm;
   if (per_layer && (layer < 0 || layer >= s.layers)) throw std::runtime_error("upload: layer out of range");
   LayerWeights* L = per_layer ? &layers_[layer] : nullptr;
-  // q and k rows (and biases) in rope-pair order when the QKV GEMM applies RoPE itself.
-  auto qk_rows = [&](int64_t first_row) { return fused_rope_ ? rope_pair_rows(first_row, D / 2) : contiguous_rows(first_row); };
+  // q, k and v rows (and biases) in the fused QKV matrix (row_placement.h).
+  auto qkv = [&](QkvPart part) { return qkv_rows(part, s.heads, s.kv_heads, D, fused_rope_); };
   // A GEMM weight: bf16 tiled, or in an FP8 model e4m3 in the FP8 layout with its scales.
   auto place_gemm = [&](int64_t rows, int64_t cols, bf16* bf16_weight, const Fp8Weight& fp8_weight, RowPlacement placement) {
     if (fp8_weight.data != nullptr) return place_fp8(source, rows, cols, fp8_weight, placement);
@@ -306,20 +306,18 @@ void DeviceModel::upload(WeightName name, int layer, const WeightSource& source)
     case WeightName::final_norm: return place(source, 1, H, final_norm_, contiguous_rows(0), false);
     case WeightName::input_norm: return place(source, 1, H, L->input_norm, contiguous_rows(0), false);
     case WeightName::post_norm: return place(source, 1, H, L->post_norm, contiguous_rows(0), false);
-    case WeightName::q: return place_gemm(s.heads * D, H, L->qkv, L->qkv_fp8, qk_rows(0));
-    case WeightName::k: return place_gemm(s.kv_heads * D, H, L->qkv, L->qkv_fp8, qk_rows(s.heads * D));
-    case WeightName::v:
-      return place_gemm(s.kv_heads * D, H, L->qkv, L->qkv_fp8, contiguous_rows((s.heads + s.kv_heads) * D));
-    case WeightName::q_bias: return place(source, s.heads * D, 1, L->qkv_bias, qk_rows(0), false);
-    case WeightName::k_bias: return place(source, s.kv_heads * D, 1, L->qkv_bias, qk_rows(s.heads * D), false);
-    case WeightName::v_bias:
-      return place(source, s.kv_heads * D, 1, L->qkv_bias, contiguous_rows((s.heads + s.kv_heads) * D), false);
+    case WeightName::q: return place_gemm(s.heads * D, H, L->qkv, L->qkv_fp8, qkv(QkvPart::q));
+    case WeightName::k: return place_gemm(s.kv_heads * D, H, L->qkv, L->qkv_fp8, qkv(QkvPart::k));
+    case WeightName::v: return place_gemm(s.kv_heads * D, H, L->qkv, L->qkv_fp8, qkv(QkvPart::v));
+    case WeightName::q_bias: return place(source, s.heads * D, 1, L->qkv_bias, qkv(QkvPart::q), false);
+    case WeightName::k_bias: return place(source, s.kv_heads * D, 1, L->qkv_bias, qkv(QkvPart::k), false);
+    case WeightName::v_bias: return place(source, s.kv_heads * D, 1, L->qkv_bias, qkv(QkvPart::v), false);
     case WeightName::o: return place_gemm(H, s.heads * D, L->o, L->o_fp8, contiguous_rows(0));
     case WeightName::o_bias: return place(source, H, 1, L->o_bias, contiguous_rows(0), false);
     case WeightName::q_norm: return place(source, 1, D, L->q_norm, contiguous_rows(0), false);
     case WeightName::k_norm: return place(source, 1, D, L->k_norm, contiguous_rows(0), false);
-    case WeightName::gate: return place_gemm(s.intermediate, H, L->gate_up, L->gate_up_fp8, RowPlacement{8, 16, 0, 0});
-    case WeightName::up: return place_gemm(s.intermediate, H, L->gate_up, L->gate_up_fp8, RowPlacement{8, 16, 8, 0});
+    case WeightName::gate: return place_gemm(s.intermediate, H, L->gate_up, L->gate_up_fp8, gate_up_rows(false));
+    case WeightName::up: return place_gemm(s.intermediate, H, L->gate_up, L->gate_up_fp8, gate_up_rows(true));
     case WeightName::down: return place_gemm(H, s.intermediate, L->down, L->down_fp8, contiguous_rows(0));
   }
 }
@@ -404,24 +402,24 @@ void DeviceModel::upload_mask_adapter(MaskAdapterTarget target, int layer, const
   for (int t = 0; t < static_cast<int>(target); ++t) {
     if (site_of(static_cast<MaskAdapterTarget>(t)) == site_of(target) && ((s.mask_adapter_targets >> t) & 1u)) offset += R;
   }
+  // b's rows in its GEMM's row order, as upload places the GEMM's own rows.
   const int64_t D = s.head_dim;
-  auto qk_row = [&](int64_t r) { return fused_rope_ ? rope_pair_row(r, D / 2) : r; };
   int64_t out_rows = 0;
-  std::function<int64_t(int64_t)> gemm_row;
+  RowPlacement placement = contiguous_rows(0);
   switch (target) {
-    case MaskAdapterTarget::q: out_rows = s.heads * D; gemm_row = [&](int64_t r) { return qk_row(r); }; break;
-    case MaskAdapterTarget::k: out_rows = s.kv_heads * D; gemm_row = [&](int64_t r) { return s.heads * D + qk_row(r); }; break;
-    case MaskAdapterTarget::v: out_rows = s.kv_heads * D; gemm_row = [&](int64_t r) { return (s.heads + s.kv_heads) * D + r; }; break;
+    case MaskAdapterTarget::q: out_rows = s.heads * D; placement = qkv_rows(QkvPart::q, s.heads, s.kv_heads, D, fused_rope_); break;
+    case MaskAdapterTarget::k: out_rows = s.kv_heads * D; placement = qkv_rows(QkvPart::k, s.heads, s.kv_heads, D, fused_rope_); break;
+    case MaskAdapterTarget::v: out_rows = s.kv_heads * D; placement = qkv_rows(QkvPart::v, s.heads, s.kv_heads, D, fused_rope_); break;
     case MaskAdapterTarget::o:
-    case MaskAdapterTarget::down: out_rows = s.hidden; gemm_row = [](int64_t r) { return r; }; break;
-    case MaskAdapterTarget::gate: out_rows = s.intermediate; gemm_row = [](int64_t r) { return r / 8 * 16 + r % 8; }; break;
-    case MaskAdapterTarget::up: out_rows = s.intermediate; gemm_row = [](int64_t r) { return r / 8 * 16 + 8 + r % 8; }; break;
+    case MaskAdapterTarget::down: out_rows = s.hidden; break;
+    case MaskAdapterTarget::gate: out_rows = s.intermediate; placement = gate_up_rows(false); break;
+    case MaskAdapterTarget::up: out_rows = s.intermediate; placement = gate_up_rows(true); break;
   }
   const std::vector<uint16_t> a_bits = host_bf16(a, size_t(R) * site.k);
   A2D_CUDA_CHECK(cudaMemcpy(site.a + size_t(offset) * site.k, a_bits.data(), a_bits.size() * 2, cudaMemcpyHostToDevice));
   const std::vector<uint16_t> b_bits = host_bf16(b, size_t(out_rows) * R);
   for (int64_t r = 0; r < out_rows; ++r) {
-    std::memcpy(&site.host_b[size_t(gemm_row(r)) * site.rank + offset], &b_bits[size_t(r) * R], size_t(R) * 2);
+    std::memcpy(&site.host_b[size_t(placed_row(placement, r)) * site.rank + offset], &b_bits[size_t(r) * R], size_t(R) * 2);
   }
 }
 
@@ -483,9 +481,10 @@ void DeviceModel::capture_graphs() {
 }
 
 void DeviceModel::destroy_graphs() {
-  for (cudaGraphExec_t& graph : graphs_) {
-    if (graph != nullptr) A2D_CUDA_CHECK(cudaGraphExecDestroy(graph));
-    graph = nullptr;
+  for (CapturedForward& captured : graphs_) {
+    if (captured.exec != nullptr) A2D_CUDA_CHECK(cudaGraphExecDestroy(captured.exec));
+    if (captured.graph != nullptr) A2D_CUDA_CHECK(cudaGraphDestroy(captured.graph));
+    captured = CapturedForward{};
   }
 }
 
@@ -501,10 +500,9 @@ void DeviceModel::enqueue_forward(int max_rows) {
   bf16* v_cache = kv_cache_ + kv_layer * s.layers;
 
   // A GEMM's shape with what every GEMM of the forward shares: the step state and the split-K scratch.
-  // `site`: which GEMM of the forward (its own unit counter).
+  // `site`: which GEMM of the forward (the trace records name it).
   auto gemm_params = [&](const bf16* weight, const Fp8Weight& fp8, int n_rows, int n_out, int k, int site) {
     GemmParams g{};
-    g.unit_counter = gemm_unit_counters_ + site;
     g.trace = options_.gemm_trace;
     g.site = site;
     g.weight = weight;
@@ -518,21 +516,14 @@ void DeviceModel::enqueue_forward(int max_rows) {
     g.split_counters = gemm_split_counters_;
     return g;
   };
-  const bool run_gemms = options_.kernels & kGemmKernels;
-  const bool run_attention = options_.kernels & kAttentionKernels;
-  const bool run_other = options_.kernels & kOtherKernels;
-
-  if (run_other) embed(EmbedParams{embed_, s.hidden, state_, residual_, ssq_layer_}, max_rows, st, false);
+  embed(EmbedParams{embed_, s.hidden, state_, residual_, ssq_layer_}, max_rows, st, false);
   // More than 8 rows (tile-per-block GEMMs): the normalised inputs are written once as bf16 rows and the
   // GEMMs read those, instead of each re-normalising the fp32 residual rows at every weight chunk.
-  const bool prenormalise = max_rows > 8 && !options_.gemm.stream;
+  const bool prenormalise = max_rows > 8;
   auto normalise_input = [&](GemmParams& g) {
     if (!prenormalise) return;
-    if (run_other) {
-      rmsnorm_rows(RmsNormParams{g.residual_in, s.hidden, g.ssq_in, g.ssq_in_parts, g.norm_weight, g.norm_eps, state_,
-                                 normed_},
-                   max_rows, st, pdl);
-    }
+    rmsnorm_rows(RmsNormParams{g.residual_in, s.hidden, g.ssq_in, g.ssq_in_parts, g.norm_weight, g.norm_eps, state_, normed_},
+                 max_rows, st, pdl);
     g.x = normed_;
   };
   const GemmInput normalised = prenormalise ? GemmInput::bf16_rows : GemmInput::rmsnorm_residual;
@@ -564,21 +555,17 @@ void DeviceModel::enqueue_forward(int max_rows) {
     auto with_adapter = [&](GemmParams& g, int site_index, const bf16* x, const float* residual, const bf16* norm) {
       if (sites == nullptr || sites[site_index].rank == 0) return;
       const AdapterSite& site = sites[site_index];
-      if (run_gemms) {
-        mask_adapter_down(MaskAdapterParams{site.a, site.rank, site.k, state_, s.mask_token_id, x, residual, g.x_stride,
-                                            norm, s.rms_eps, adapter_t_},
-                          max_rows, st, pdl);
-      }
+      mask_adapter_down(MaskAdapterParams{site.a, site.rank, site.k, state_, s.mask_token_id, x, residual, g.x_stride,
+                                          norm, s.rms_eps, adapter_t_},
+                        max_rows, st, pdl);
       g.adapter_b = site.b;
       g.adapter_t = adapter_t_;
       g.adapter_rank = site.rank;
     };
     with_adapter(qkv, kQkvSite, nullptr, residual_, L.input_norm);
     normalise_input(qkv);
-    if (run_gemms) {
-      gemm(qkv, normalised, fused_rope_ ? GemmEpilogue::rope_qkv : GemmEpilogue::store_bf16, max_rows, options_.gemm,
-           st, pdl);
-    }
+    gemm(qkv, normalised, fused_rope_ ? GemmEpilogue::rope_qkv : GemmEpilogue::store_bf16, max_rows, options_.gemm, st,
+         pdl);
 
     RopeParams rp{};
     rp.qkv = qkv_out_;
@@ -595,7 +582,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     rp.k_cache = k_cache + kv_layer * l;
     rp.v_cache = v_cache + kv_layer * l;
     rp.max_context = s.max_context;
-    if (run_attention && !fused_rope_) rope(rp, max_rows, st, pdl);
+    if (!fused_rope_) rope(rp, max_rows, st, pdl);
 
     AttentionParams ap{};
     ap.q = q_roped_;
@@ -616,10 +603,8 @@ void DeviceModel::enqueue_forward(int max_rows) {
     ap.early_trigger = options_.attention_early_trigger;
     ap.split_keys = options_.attention_split_keys;
     ap.revealed_rule_mask_token = s.mask_adapter_rank > 0 ? s.mask_token_id : -1;
-    if (run_attention) {
-      attention(ap, max_rows, st, pdl);
-      attention_combine(ap, max_rows, st, pdl);
-    }
+    attention(ap, max_rows, st, pdl);
+    attention_combine(ap, max_rows, st, pdl);
 
     GemmParams o = gemm_params(L.o, L.o_fp8, s.hidden, s.hidden, s.heads * s.head_dim, 4 * l + 1);
     o.bias = s.o_bias ? L.o_bias : nullptr;
@@ -629,7 +614,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     o.out_stride = s.hidden;
     o.ssq_out = ssq_attention_;
     with_adapter(o, kOSite, attention_out_, nullptr, nullptr);
-    if (run_gemms) gemm(o, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
+    gemm(o, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
 
     GemmParams gate_up = gemm_params(L.gate_up, L.gate_up_fp8, gate_up_rows_, s.intermediate, s.hidden, 4 * l + 2);
     gate_up.residual_in = residual_;
@@ -642,7 +627,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     gate_up.out_stride = s.intermediate;
     with_adapter(gate_up, kGateUpSite, nullptr, residual_, L.post_norm);
     normalise_input(gate_up);
-    if (run_gemms) gemm(gate_up, normalised, GemmEpilogue::silu_mul, max_rows, options_.gemm, st, pdl);
+    gemm(gate_up, normalised, GemmEpilogue::silu_mul, max_rows, options_.gemm, st, pdl);
 
     GemmParams down = gemm_params(L.down, L.down_fp8, s.hidden, s.hidden, s.intermediate, 4 * l + 3);
     down.x = mlp_act_;
@@ -651,7 +636,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     down.out_stride = s.hidden;
     down.ssq_out = ssq_layer_;
     with_adapter(down, kDownSite, mlp_act_, nullptr, nullptr);
-    if (run_gemms) gemm(down, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
+    gemm(down, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
   }
 
   GemmParams head = gemm_params(lm_head_, lm_head_fp8_, s.vocab, s.vocab, s.hidden, 4 * s.layers);
@@ -667,8 +652,8 @@ void DeviceModel::enqueue_forward(int max_rows) {
   head.argmax_out = argmax_partials_;
   head.mask_token_id = s.mask_token_id;
   normalise_input(head);
-  if (run_gemms) gemm(head, normalised, GemmEpilogue::logits, max_rows, options_.gemm, st, pdl);
-  if (run_other) reveal_argmax(RevealParams{argmax_partials_, vocab_tiles_, state_, choices_}, max_rows, st, pdl);
+  gemm(head, normalised, GemmEpilogue::logits, max_rows, options_.gemm, st, pdl);
+  reveal_argmax(RevealParams{argmax_partials_, vocab_tiles_, state_, choices_}, max_rows, st, pdl);
 }
 
 void DeviceModel::capture_graph(int bucket) {
@@ -682,9 +667,8 @@ void DeviceModel::capture_graph(int bucket) {
     throw;
   }
   A2D_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  const cudaError_t instantiated = cudaGraphInstantiate(&graphs_[bucket], graph, 0);
-  cudaGraphDestroy(graph);
-  A2D_CUDA_CHECK(instantiated);
+  graphs_[bucket].graph = graph;  // kept for captured(): the instance's nodes are named by the graph's
+  A2D_CUDA_CHECK(cudaGraphInstantiate(&graphs_[bucket].exec, graph, 0));
 }
 
 void DeviceModel::forward(const ForwardInputs& in) {
@@ -707,21 +691,14 @@ void DeviceModel::forward(const ForwardInputs& in) {
   st.logit_count = in.logit_count;
   st.write_logits = in.write_logits ? 1 : 0;
   std::memcpy(st.tokens, in.tokens, sizeof(int32_t) * in.rows);
-  st.layout = in.window_visible != nullptr ? 1 : 0;
-  for (int r = 0; r < in.rows; ++r) {
-    const bool laid_out = st.layout && r >= in.commit;
-    st.positions[r] = in.cached + (laid_out ? in.commit + in.window_offsets[r - in.commit] : r);
-    if (st.positions[r] < 0 || st.positions[r] >= shape_.max_context) throw std::runtime_error("forward: row position out of range");
-    st.visible[r] = laid_out ? in.window_visible[r - in.commit] : 0;
-  }
   for (int i = 0; i < in.logit_count; ++i) {
     if (in.logit_rows[i] < 0 || in.logit_rows[i] >= in.rows) throw std::runtime_error("forward: logit row out of range");
     st.logit_rows[i] = in.logit_rows[i];
   }
   A2D_CUDA_CHECK(cudaMemcpyAsync(state_, state_host_, sizeof(StepState), cudaMemcpyHostToDevice, stream_));
   const int bucket = ceil_div(in.rows, 8);
-  if (options_.graphs && graphs_[bucket] != nullptr) {
-    A2D_CUDA_CHECK(cudaGraphLaunch(graphs_[bucket], stream_));
+  if (options_.graphs && graphs_[bucket].exec != nullptr) {
+    A2D_CUDA_CHECK(cudaGraphLaunch(graphs_[bucket].exec, stream_));
   } else {
     enqueue_forward(bucket * 8);
   }

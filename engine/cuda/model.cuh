@@ -57,17 +57,12 @@ struct WeightSource {
   const float* scale = nullptr;  // f8_e4m3: [rows] fp32 scales, in the same memory as `data`
 };
 
-// Which kernels a forward runs. Anything but kAllKernels is for timing breakdowns in engine/bench:
-// the outputs of a partial forward are meaningless.
-enum KernelSet : unsigned { kGemmKernels = 1, kAttentionKernels = 2, kOtherKernels = 4, kAllKernels = 7 };
-
 struct ModelOptions {
   bool graphs = true;  // replay captured graphs; false launches every kernel (debugging, comparisons)
   bool pdl = true;     // programmatic dependent launch between consecutive kernels
   // RoPE in the QKV GEMM's epilogue (no rope kernel) where the shape allows: no QK-norm, head_dim a
   // multiple of 16 that needs no padding. Fixed at construction (it decides the weight layout).
   bool fuse_rope = true;
-  unsigned kernels = kAllKernels;
   GemmTuning gemm;     // sm_count is filled in from the device
   // AttentionParams::early_trigger (bench/NOTES.md, runs 36-37 and 49).
   AttentionTrigger attention_early_trigger = AttentionTrigger::short_kv;
@@ -85,9 +80,6 @@ struct ForwardInputs {
   const int32_t* logit_rows = nullptr;
   int logit_count = 0;
   bool write_logits = false;
-  // A window layout (ForwardArgs::window_offsets / window_visible), one entry per window row, or null.
-  const int32_t* window_offsets = nullptr;
-  const uint64_t* window_visible = nullptr;
 };
 
 // Most rows of one prefill forward (DeviceModel::prefill); the model's buffers for them are allocated at
@@ -115,7 +107,7 @@ class DeviceModel {
   void upload_mask_adapter(MaskAdapterTarget target, int layer, const WeightSource& a, const WeightSource& b);
   // Waits for the uploads, releases the staging buffers and captures the graphs.
   void finish_upload();
-  // Switches graphs / PDL / kernel set (benchmarks compare them on one set of weights).
+  // Switches graphs / PDL / tuning (benchmarks compare them on one set of weights) and recaptures the graphs.
   void reconfigure(const ModelOptions& options);
   const ModelOptions& options() const { return options_; }
 
@@ -140,6 +132,13 @@ class DeviceModel {
   bf16* kv_storage() const { return kv_cache_; }
   int64_t kv_storage_elements() const { return kv_elements_; }
   const char* device_name() const { return device_name_; }
+  // The captured forward of a row bucket (up to 8 * bucket rows): the graph and its instance, both null
+  // without graphs. engine/bench disables nodes of an instance for its per-kernel timing breakdowns.
+  struct CapturedForward {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+  };
+  const CapturedForward& captured(int bucket) const { return graphs_[bucket]; }
 
  private:
   // A GEMM weight of an FP8 model: e4m3 in the FP8 tiled layout and one fp32 scale per row, both in GEMM row order.
@@ -240,7 +239,6 @@ class DeviceModel {
   float* gemm_split_partials_ = nullptr;  // split-K scratch, sized for the current tuning
   size_t gemm_split_floats_ = 0;
   unsigned* gemm_split_counters_ = nullptr;  // one per tile of the largest GEMM
-  unsigned* gemm_unit_counters_ = nullptr;   // one per GEMM of the forward (stream schedule)
 
   // Prefill forwards (prefill.cu): their own activations, sized for prefill_capacity_ rows.
   int prefill_capacity_ = 0;
@@ -263,7 +261,7 @@ class DeviceModel {
   int staging_next_ = 0;
   double upload_started_ = -1;
 
-  std::array<cudaGraphExec_t, kMaxRows / 8 + 1> graphs_ = {};
+  std::array<CapturedForward, kMaxRows / 8 + 1> graphs_ = {};
 };
 
 }  // namespace a2d::cuda

@@ -74,8 +74,6 @@ void DeviceModel::prefill(int cached, const int32_t* tokens, int rows) {
   state.cached = cached;
   state.commit = rows;
   state.rows = rows;
-  state.layout = 0;
-  for (int t = 0; t < kMaxRows; ++t) state.positions[t] = cached + t;
   A2D_CUDA_CHECK(cudaMemcpyAsync(prefill_state_, prefill_state_host_, sizeof(StepState), cudaMemcpyHostToDevice, stream_));
 
   cudaStream_t st = stream_;

@@ -17,8 +17,7 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kernel(const RopeParams p) {
   const int t = item / heads;
   const int head = item % heads;
   const int rows = p.state->rows;  // from the host, not from the previous kernel
-  const int slot = p.state->cached + t;  // where its k and v go in the cache
-  const int position = t < kMaxRows ? p.state->positions[t] : slot;  // its RoPE position
+  const int position = p.state->cached + t;  // its RoPE position and its k and v slot in the cache
   wait_for_previous_grid();
   if (t >= rows) return;
   const int half = p.head_dim / 2;
@@ -32,7 +31,7 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kernel(const RopeParams p) {
   } else {
     const int kv_head = is_v ? head - p.num_heads - p.num_kv_heads : head - p.num_heads;
     bf16* cache = is_v ? p.v_cache : p.k_cache;
-    out = cache + (static_cast<size_t>(kv_head) * p.max_context + slot) * p.head_dim_padded;
+    out = cache + (static_cast<size_t>(kv_head) * p.max_context + position) * p.head_dim_padded;
   }
 
   // Lane l owns the pairs (i, i + half) for i = l, l + 32, ...

@@ -9,18 +9,13 @@ namespace a2d::cuda {
 constexpr int kMaxRows = 64;
 
 struct StepState {
-  int cached;        // n: tokens in the KV cache before this forward; row r takes cache slot n + r
+  int cached;        // n: tokens in the KV cache before this forward; row r takes position and cache slot n + r
   int commit;        // C: rows 0..C-1 are committed (causal); rows C..rows-1 are the window
   int rows;          // C + W
   int logit_count;   // how many rows get logits
   int write_logits;  // 0: compute only the per-row argmax and confidence, not the fp32 logits
   int tokens[kMaxRows];
   int logit_rows[kMaxRows];  // which rows, ascending
-  // RoPE position of each row: n + r, or with a window layout (remasking "tree") n + C + its offset for a
-  // window row. Its K/V slot in the cache stays n + r.
-  int positions[kMaxRows];
-  int layout;  // 1: window row w sees the window rows whose bits are set in visible[w] (and every earlier key)
-  unsigned long long visible[kMaxRows];
 };
 
 }  // namespace a2d::cuda

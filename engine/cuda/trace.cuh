@@ -1,4 +1,4 @@
-// Per-block timing records of the GEMM kernels (one per unit for the stream schedule), for finding where
+// Per-block timing records of the GEMM kernels, for finding where
 // a forward's time goes between the weight-stream floor and the measured forward (bench/gemm_trace.py).
 // The records are compiled in only with A2D_GEMM_TRACE, which the GPU harness's trace build sets
 // (bench/stage-device.sh TRACE=1); every other build carries the (null) pointers in its parameters and
@@ -13,10 +13,6 @@ namespace a2d::cuda {
 // the previous kernel, the first multiply of weights (their first loads have landed), the end of its main
 // loop, the end of the warps' reduction, and the block's end (after the epilogue, or after publishing its
 // split when another block of the tile runs the epilogue).
-// The stream schedule writes one record per unit instead (its epilogue warp, when the unit is done):
-// start and waited are its block's, first_data the time the block's previous unit was complete (or
-// waited), loop_done the time this unit's 8 partials were complete, reduced after summing them, end after
-// its split merge and epilogue; split is the unit's K split (+ 1000 if it ran the tile's epilogue).
 struct GemmBlockRecord {
   uint64_t start, waited, first_data, loop_done, reduced, end;
   int sm;

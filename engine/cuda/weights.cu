@@ -32,9 +32,7 @@ __global__ void convert_rows_kernel(const T* source, int64_t rows, int64_t cols,
   const int64_t count = rows * cols;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t r = placement.source_row0 + i / cols;
-    if (placement.rope_half > 0) r = rope_pair_row(r, placement.rope_half);
-    const int64_t row = (r / placement.group) * placement.group_stride + placement.group_offset + r % placement.group;
+    const int64_t row = placed_row(placement, placement.source_row0 + i / cols);
     const int64_t col = i % cols;
     const int64_t at = layout == Layout::tiled       ? tiled_index(row, col, cols)
                        : layout == Layout::tiled_fp8 ? tiled_fp8_index(row, col, cols)

@@ -6,33 +6,13 @@
 #pragma once
 
 #include "common.cuh"
+#include "row_placement.h"
 
 namespace a2d::cuda {
 
 enum class SourceType { bf16, f16, f32, f8_e4m3 };
 
-// Source row r (counted from the whole tensor's first row, so a tensor can arrive in chunks of rows
-// starting at source_row0) goes to destination row (r / group) * group_stride + group_offset + r % group.
-//
-// rope_half > 0 first reorders the rows within each block of 2 * rope_half (one q or k head) so that every
-// 16-row GEMM tile holds 8 rows of the first half and the 8 rows half a head further on: dims 8j..8j+7
-// then rope_half+8j..rope_half+8j+7 in tile j. The rotate-half RoPE pairs (i, i + half) then meet in one
-// tile, and the GEMM's epilogue applies RoPE (GemmEpilogue::rope_qkv). rope_half must be a multiple of 8.
-struct RowPlacement {
-  int64_t group;
-  int64_t group_stride;
-  int64_t group_offset;
-  int64_t source_row0;
-  int64_t rope_half = 0;
-};
-
-__host__ __device__ inline int64_t rope_pair_row(int64_t r, int64_t half) {
-  const int64_t head = r / (2 * half), d = r % (2 * half), dd = d % half;
-  return head * 2 * half + dd / 8 * 16 + (d >= half ? 8 : 0) + dd % 8;
-}
-
-inline RowPlacement contiguous_rows(int64_t first_row) { return {int64_t(1) << 40, 0, first_row, 0}; }
-inline RowPlacement rope_pair_rows(int64_t first_row, int64_t half) { return {int64_t(1) << 40, 0, first_row, 0, half}; }
+// The row placements (RowPlacement, the rope-pair order the fused RoPE reads) are in row_placement.h.
 
 // The GEMM layout: tiles of 16 rows, each a run of 32-column chunks; a chunk (16 x 32 bf16 = 1 KiB) holds
 // rows 0-7 then rows 8-15, and within each half lane g * 4 + c of a warp owns the 8 columns 8c..8c+7 of

@@ -24,12 +24,6 @@ struct ForwardArgs {
   // A row (one of logit_rows) whose logits the backend keeps as the *anchor* of the next block
   // (shift_logits: block position 0 is predicted from the last committed token). -1: keep the old one.
   int32_t anchor_row = -1;
-  // A window layout (remasking "tree", docs/decoding.md): both empty, or one entry per window row. Window
-  // row i then sits at position cached_len() + C + window_offsets[i] (its cache slot stays C + i) and
-  // attends to the cache, the commit rows and the window rows j whose bit j is set in window_visible[i].
-  std::vector<int32_t> window_offsets;
-  std::vector<uint64_t> window_visible;
-  bool has_layout() const { return !window_visible.empty(); }
 };
 
 

@@ -92,11 +92,6 @@ class CpuBackend final : public Backend {
                                    std::to_string(T) + " rows");
         }
       }
-      const int64_t W = static_cast<int64_t>(args.window.size());
-      if (args.has_layout() && (static_cast<int64_t>(args.window_visible.size()) != W ||
-                                static_cast<int64_t>(args.window_offsets.size()) != W || W > 64)) {
-        throw std::runtime_error("a window layout needs one offset and one bit set per window row, at most 64 rows");
-      }
       rows_[e] = T;
       first_[e + 1] = first_[e] + T;
       logit_counts_[e] = static_cast<int64_t>(args.logit_rows.size());
@@ -109,10 +104,8 @@ class CpuBackend final : public Backend {
       const ForwardArgs& args = *batch[e].args;
       ids_.insert(ids_.end(), args.commit.begin(), args.commit.end());
       ids_.insert(ids_.end(), args.window.begin(), args.window.end());
-      const int64_t n = slots_[batch[e].slot].cached, C = static_cast<int64_t>(args.commit.size());
-      for (int64_t r = 0; r < rows_[e]; ++r) {
-        positions_[first_[e] + r] = args.has_layout() && r >= C ? n + C + args.window_offsets[r - C] : n + r;
-      }
+      const int64_t n = slots_[batch[e].slot].cached;
+      for (int64_t r = 0; r < rows_[e]; ++r) positions_[first_[e] + r] = n + r;
     }
     for (int32_t id : ids_) {
       if (id < 0 || id >= c.vocab_size) {
@@ -186,8 +179,7 @@ class CpuBackend final : public Backend {
         std::copy_n(k_.data() + first_[e] * kv_dim, T * kv_dim, k_cache.data() + n * kv_dim);
         std::copy_n(v_.data() + first_[e] * kv_dim, T * kv_dim, v_cache.data() + n * kv_dim);
         cpu::attention(pool_, q_.data() + first_[e] * q_dim, k_cache.data(), v_cache.data(), n, C, T, c.num_heads,
-                       c.num_kv_heads, c.head_dim, attn_.data() + first_[e] * q_dim, adapter ? &revealed_[e] : nullptr,
-                       args.has_layout() ? &args.window_visible : nullptr);
+                       c.num_kv_heads, c.head_dim, attn_.data() + first_[e] * q_dim, adapter ? &revealed_[e] : nullptr);
       }
       cpu::matmuls_ranges(pool_, attn_.data(), rows_, {{&W.o, data_or_null(V.o_bias), h_.data()}});
       low_rank_add(attn_.data(), q_dim, W.o_ad, h_.data(), hidden);
