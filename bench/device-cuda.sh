@@ -25,7 +25,8 @@ if ! python3 -c 'import ctypes, sys; ctypes.CDLL(sys.argv[1])' "$lib"; then
 fi
 timeout "${SMALL_S:-200}" python3 bench/cuda_check.py --lib "$lib" --out "$out/small" --skip 2b,peers,load \
   ${TRAINED:+--trained "$TRAINED"} > "$out/small.log" 2>&1
-echo "small sections: exit $?"
+small=$?
+echo "small sections: exit $small"
 tail -n 25 "$out/small.log"
 if [ "${SANITIZE:-1}" = 1 ] && ! grep -q "failures: none" "$out/small.log"; then
   timeout 150 compute-sanitizer --tool memcheck --print-limit 20 python3 bench/cuda_check.py --lib "$lib" \
@@ -38,6 +39,8 @@ if [ "${ISOLATION:-1}" = 1 ]; then
 fi
 timeout "${BIG_S:-330}" python3 bench/cuda_check.py --lib "$lib" --out "$out/big" --peers build/device \
   --skip "tiny,backend${BIG_SKIP:+,$BIG_SKIP}" --deadline "${DEADLINE_S:-240}" > "$out/big.log" 2>&1
-echo "2B sections: exit $?"
+big=$?
+echo "2B sections: exit $big"
 sed -n '/==== summary ====/,$p' "$out/big.log" | head -n 60
 grep -n -m 20 -E "Error|error|Traceback" "$out/big.log"
+[ "$small" = 0 ] && [ "$big" = 0 ]

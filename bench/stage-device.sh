@@ -27,7 +27,7 @@ cp "$root/build/cuda-bench/liba2d_cuda_bench.so" "$root/build/cuda-bench/a2d_pre
 # The FP8 GEMM harness (engine/bench/fp8_gemm_bench.cu), with the engine's e4m3 conversion and with the other
 # one (fp8.cuh), for bench/device-fp8.sh.
 for convert in cvt shift; do
-  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -static-libstdc++,-static-libgcc \
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xfatbin -compress-all -Xcompiler -static-libstdc++,-static-libgcc \
     -DA2D_FP8_CONVERT=$convert -I"$root/engine/cuda" -o "$root/build/device/fp8_gemm_bench_$convert" \
     "$root/engine/bench/fp8_gemm_bench.cu" "$root/engine/cuda/gemm.cu" &
 done

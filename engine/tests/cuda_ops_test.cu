@@ -269,7 +269,6 @@ StepState make_state(int cached, int commit, int rows) {
   s.cached = cached;
   s.commit = commit;
   s.rows = rows;
-  for (int t = 0; t < kMaxRows; ++t) s.positions[t] = cached + t;
   return s;
 }
 
@@ -487,6 +486,37 @@ std::string plan_name(const GemmPlan& plan) {
 // One decode GEMM shape: its weights made and placed once, then one case per row count. The input is what
 // enqueue_forward gives each GEMM: up to 8 rows the qkv, gate/up and lm_head GEMMs normalise the fp32 residual at
 // the load; above, they read bf16 rows (rmsnorm_rows wrote them); o and down read bf16 rows always.
+// The rope_qkv epilogue's outputs against the CPU op: RoPE on the reference projections' q and k heads at
+// positions cached + t, then q (rows x H x D) and each row's k and v in cache slot cached + t of its KV head;
+// the cache slots before the forward's must keep their poison.
+void check_rope_qkv(Check& check, std::vector<float>& y, int rows, int logical_rows, int cached, int H, int KV, int D,
+                    int max_context, const DeviceArray<uint16_t>& out, const DeviceArray<uint16_t>& k_cache,
+                    const DeviceArray<uint16_t>& v_cache) {
+  std::vector<int64_t> positions(rows);
+  for (int t = 0; t < rows; ++t) positions[t] = cached + t;
+  a2d::cpu::rope(y.data(), rows, logical_rows, H + KV, D, positions.data(), 1e6);
+  const std::vector<uint16_t> q_got = out.download(), k_got = k_cache.download(), v_got = v_cache.download();
+  std::vector<double> got, want;
+  for (int t = 0; t < rows; ++t) {
+    for (int i = 0; i < H * D; ++i) {
+      got.push_back(bf16_value(q_got[size_t(t) * H * D + i]));
+      want.push_back(y[size_t(t) * logical_rows + i]);
+    }
+    for (int h = 0; h < KV; ++h) {
+      for (int d = 0; d < D; ++d) {
+        const size_t slot = (size_t(h) * max_context + cached + t) * D + d;
+        got.push_back(bf16_value(k_got[slot]));
+        want.push_back(y[size_t(t) * logical_rows + (H + h) * D + d]);
+        got.push_back(bf16_value(v_got[slot]));
+        want.push_back(y[size_t(t) * logical_rows + (H + KV + h) * D + d]);
+      }
+    }
+  }
+  check.add(got, want, kBf16Out);
+  check.require(untouched(k_got, 0, size_t(cached) * D) && untouched(v_got, 0, size_t(cached) * D),
+                "cache slots before the forward's were written");
+}
+
 void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, const std::vector<int>& row_counts,
                 uint64_t seed) {
   const GemmLayout layout = layout_of(s);
@@ -752,30 +782,7 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
         check.add(sg, sw, kSumOfSquares);
       } else if (s.epilogue == GemmEpilogue::rope_qkv) {
         // RoPE (the CPU op) on the q and k heads at positions cached + t, then q for attention and k, v in the cache.
-        const int H = s.heads, KV = s.kv_heads, D = s.head_dim;
-        std::vector<int64_t> positions(rows);
-        for (int t = 0; t < rows; ++t) positions[t] = cached + t;
-        a2d::cpu::rope(y.data(), rows, logical_rows, H + KV, D, positions.data(), 1e6);
-        const std::vector<uint16_t> q_got = out.download(), k_got = k_cache.download(), v_got = v_cache.download();
-        std::vector<double> got, want;
-        for (int t = 0; t < rows; ++t) {
-          for (int i = 0; i < H * D; ++i) {
-            got.push_back(bf16_value(q_got[size_t(t) * H * D + i]));
-            want.push_back(y[size_t(t) * logical_rows + i]);
-          }
-          for (int h = 0; h < KV; ++h) {
-            for (int d = 0; d < D; ++d) {
-              const size_t slot = (size_t(h) * max_context + cached + t) * D + d;
-              got.push_back(bf16_value(k_got[slot]));
-              want.push_back(y[size_t(t) * logical_rows + H * D + h * D + d]);
-              got.push_back(bf16_value(v_got[slot]));
-              want.push_back(y[size_t(t) * logical_rows + H * D + kv_rows + h * D + d]);
-            }
-          }
-        }
-        check.add(got, want, kBf16Out);
-        check.require(untouched(k_got, 0, size_t(cached) * D) && untouched(v_got, 0, size_t(cached) * D),
-                      "cache slots before the forward's were written");
+        check_rope_qkv(check, y, rows, logical_rows, cached, s.heads, s.kv_heads, s.head_dim, max_context, out, k_cache, v_cache);
       } else {
         // logits[t][n] for the mapped rows, then reveal_argmax over the GEMM's partials: the token must be one
         // whose reference logit is the top one (within the logits' tolerance), never the mask token, and its
@@ -944,29 +951,7 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillShape& s, c
         for (size_t i = 0; i < want.size(); ++i) want[i] = double(residual_before[i]) + y[i];
         check.add(to_double(got), want, kFp32Gemm);
       } else {
-        const int H = s.heads, KV = s.kv_heads, D = s.head_dim;
-        std::vector<int64_t> positions(rows);
-        for (int t = 0; t < rows; ++t) positions[t] = cached + t;
-        a2d::cpu::rope(y.data(), rows, logical_rows, H + KV, D, positions.data(), 1e6);
-        const std::vector<uint16_t> q_got = out.download(), k_got = k_cache.download(), v_got = v_cache.download();
-        std::vector<double> got, want;
-        for (int t = 0; t < rows; ++t) {
-          for (int i = 0; i < H * D; ++i) {
-            got.push_back(bf16_value(q_got[size_t(t) * H * D + i]));
-            want.push_back(y[size_t(t) * logical_rows + i]);
-          }
-          for (int h = 0; h < KV; ++h) {
-            for (int d = 0; d < D; ++d) {
-              const size_t slot = (size_t(h) * max_context + cached + t) * D + d;
-              got.push_back(bf16_value(k_got[slot]));
-              want.push_back(y[size_t(t) * logical_rows + (H + h) * D + d]);
-              got.push_back(bf16_value(v_got[slot]));
-              want.push_back(y[size_t(t) * logical_rows + (H + KV + h) * D + d]);
-            }
-          }
-        }
-        check.add(got, want, kBf16Out);
-        check.require(untouched(k_got, 0, size_t(cached) * D), "cache slots before the chunk's were written");
+        check_rope_qkv(check, y, rows, logical_rows, cached, s.heads, s.kv_heads, s.head_dim, max_context, out, k_cache, v_cache);
       }
     });
   }
