@@ -366,7 +366,7 @@ export async function pack(options: PackOptions): Promise<PackResult> {
     const { packages } = await importGraph(join(tempDir, "app", "dist"));
     const nodeModules = await reifyProductionModules(join(tempDir, "app"), lockfile, options.npm ?? defaultNpmSource(), packages);
     log(
-      `node_modules: the ${nodeModules.packagesKept} of ${nodeModules.packagesBefore} production packages that \`${FOLDER_COMMANDS.join("` and `")}\` load, ` +
+      `node_modules: the ${nodeModules.packagesKept} of ${nodeModules.packagesBefore} production packages that ${commandList(FOLDER_COMMANDS)} load, ` +
         `${formatBytes(nodeModules.before.bytes)} in ${nodeModules.before.files} files -> ${formatBytes(nodeModules.after.bytes)} in ${nodeModules.after.files}`,
     );
 
@@ -436,4 +436,10 @@ export async function pack(options: PackOptions): Promise<PackResult> {
   } finally {
     stopInterruptHandling();
   }
+}
+
+/** `a`, `b` and `c`: command names as the pack log lists them. */
+function commandList(commands: string[]): string {
+  const quoted = commands.map((c) => `\`${c}\``);
+  return quoted.length < 2 ? quoted.join("") : `${quoted.slice(0, -1).join(", ")} and ${quoted.at(-1)}`;
 }

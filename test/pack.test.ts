@@ -51,16 +51,17 @@ describe("the packed folder", () => {
     expect(existsSync(join(out, "app/node_modules/fastify/package.json"))).toBe(true);
     // Dev tools stay out: the lockfile's dev packages are omitted, not copied from the checkout.
     for (const dev of ["vitest", "typescript", "openai", "node-addon-api"]) expect(existsSync(join(out, "app/node_modules", dev)), dev).toBe(false);
-    // So do the production packages only the packer and the simulator load, and what Node never reads.
-    for (const unused of ["@npmcli/arborist", "pacote", "tar", "node-gyp", "@sigstore/sign", "execa", "@npmcli"]) {
+    // So do the production packages only the packer loads, and what Node never reads.
+    for (const unused of ["@npmcli/arborist", "pacote", "tar", "node-gyp", "@sigstore/sign", "@npmcli"]) {
       expect(existsSync(join(out, "app/node_modules", unused)), unused).toBe(false);
     }
-    for (const used of ["fastify", "pino", "@huggingface/tokenizers", "@huggingface/jinja", "@fastify/type-provider-typebox", "cli-progress"]) {
+    // The start checks run from the folder too (simulate-startup: execa; selfcheck: undici).
+    for (const used of ["fastify", "pino", "@huggingface/tokenizers", "@huggingface/jinja", "@fastify/type-provider-typebox", "cli-progress", "execa", "undici"]) {
       expect(existsSync(join(out, "app/node_modules", used, "package.json")), used).toBe(true);
     }
     const modules = readdirSync(join(out, "app/node_modules"), { recursive: true, encoding: "utf8" });
     expect(modules.filter((f) => /\.map$|(^|\/)(README|CHANGELOG)\.md$|(^|\/)(test|tests|docs|\.github)$/i.test(f))).toEqual([]);
-    expect(packOutput).toMatch(/node_modules: the \d+ of \d+ production packages that `serve` and `verify` load, [\d.]+ MiB in \d+ files -> [\d.]+ MiB in \d+/);
+    expect(packOutput).toMatch(/node_modules: the \d+ of \d+ production packages that `serve`, `verify`, `simulate-startup` and `selfcheck` load, [\d.]+ MiB in \d+ files -> [\d.]+ MiB in \d+/);
     const app = JSON.parse(readFileSync(join(out, "app/package.json"), "utf8"));
     expect(app.devDependencies).toBeUndefined();
     expect(app.scripts).toBeUndefined();
