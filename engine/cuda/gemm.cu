@@ -695,7 +695,9 @@ GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bo
   plan.blocks = tiles;
   if (tuning.small_loads > 0 && max_rows <= 16 && chunks <= tuning.small_loads * kGemmWarps &&
       tiles <= std::max(1, tuning.blocks_per_sm) * tuning.sm_count) {
-    plan.loads = tuning.small_loads;
+    // 4 loads where one round of 4 holds every chunk: the slots past the last chunk would multiply zeros
+    // (e4m3 qkv and o of the 2B shape: 32 chunks).
+    plan.loads = chunks <= 4 * kGemmWarps ? std::min(4, tuning.small_loads) : tuning.small_loads;
     plan.chunks_per_split = chunks;
     return plan;
   }

@@ -38,7 +38,8 @@ struct GemmTuning {
   int blocks_per_sm = 2;
   int sm_count = 132;
   // Tile per block, up to 16 rows: a GEMM whose tiles number at most blocks_per_sm per SM and whose K fits
-  // one round of `small_loads` loads per lane (qkv and o of the 2B shape) runs one round at that depth
+  // one round of `small_loads` loads per lane (qkv and o of the 2B shape) runs one round at that depth (at 4
+  // where a round of 4 holds K: e4m3 qkv and o)
   // and does not split K: a split's publish-and-merge costs more there than the deeper round (at 32 rows
   // the deeper round measured slower). 0: off (every GEMM takes `loads` and the split rule).
   int small_loads = 8;
