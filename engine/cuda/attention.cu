@@ -1,13 +1,10 @@
 #include "attention.cuh"
+#include "attention_tile.cuh"
 
 namespace a2d::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kTileKeys = 64;
-constexpr int kRowsPerBlock = 16 * kWarps;
-constexpr int kSmemPad = 8;  // bf16 per smem row: breaks the 8-way bank conflict of ldmatrix on 2^k rows
-constexpr float kLog2e = 1.4426950408889634f;
+using namespace attention_tile;
 
 // Keys per split and the number of splits that hold keys; the combine kernel recomputes the same.
 struct SplitPlan {
@@ -24,25 +21,6 @@ __device__ __forceinline__ SplitPlan plan_splits(int kv_total, int max_splits) {
 __device__ __forceinline__ bool early_trigger(const AttentionParams& p, const SplitPlan& plan) {
   return p.early_trigger == AttentionTrigger::always ||
          (p.early_trigger == AttentionTrigger::short_kv && 4 * plan.active <= p.max_splits);
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
-template <int kDim>
-constexpr int smem_bytes() {
-  return 2 /*stages*/ * 2 /*K, V*/ * kTileKeys * (kDim + kSmemPad) * 2;
 }
 
 // One warp's share of the block: query rows [row0, row0 + 16) against `kKeys` keys of each tile
@@ -136,8 +114,7 @@ __device__ void attention_rows(const AttentionParams& p, bf16* smem, int kv_head
         mma_bf16_16816(s[n], qa[2 * d + 1][0], qa[2 * d + 1][1], qa[2 * d + 1][2], qa[2 * d + 1][3], b[2], b[3]);
       }
     }
-    // Online softmax in log2 units.
-    float tile_max[2] = {-INFINITY, -INFINITY};
+    // Scores in log2 units, -inf where the key is not visible; then the online-softmax step (attention_tile.cuh).
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n) {
 #pragma unroll
@@ -148,55 +125,12 @@ __device__ void attention_rows(const AttentionParams& p, bf16* smem, int kv_head
         if (skip_masked[h] && visible && key >= window_key0) visible = st.tokens[key - st.cached] != p.revealed_rule_mask_token;
         const float v = visible ? s[n][e] * scale : -INFINITY;
         s[n][e] = v;
-        tile_max[h] = fmaxf(tile_max[h], v);
       }
     }
-    float alpha[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-      const float m_new = fmaxf(m[h], tile_max[h]);
-      // A row with no visible key so far keeps m = -inf; use 0 as the reference so exp2 gives 0, not NaN.
-      const float reference = m_new == -INFINITY ? 0.f : m_new;
-      alpha[h] = exp2f(m[h] - reference);
-      m[h] = m_new;
-      l[h] *= alpha[h];
-#pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n) {
-        s[n][2 * h] = exp2f(s[n][2 * h] - reference);
-        s[n][2 * h + 1] = exp2f(s[n][2 * h + 1] - reference);
-        l[h] += s[n][2 * h] + s[n][2 * h + 1];
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < kDim / 8; ++n) {
-      o[n][0] *= alpha[0];
-      o[n][1] *= alpha[0];
-      o[n][2] *= alpha[1];
-      o[n][3] *= alpha[1];
-    }
-    // O += P V: the S accumulators of two key n-tiles are exactly the A fragment of one k-step.
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      const uint32_t a0 = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-      const uint32_t a1 = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-      const uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      const uint32_t a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-      for (int dn = 0; dn < kDim / 16; ++dn) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vs + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * kStride + 16 * dn + 8 * (lane / 16));
-        mma_bf16_16816(o[2 * dn], a0, a1, a2, a3, b[0], b[1]);
-        mma_bf16_16816(o[2 * dn + 1], a0, a1, a2, a3, b[2], b[3]);
-      }
-    }
+    softmax_accumulate<kKeys, kDim, kStride>(s, m, l, o, vs, lane);
     __syncthreads();
   }
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-  }
+  reduce_row_sums(l);
 
   // Merge the key parts of this row tile through shared memory (the tile buffers are free now).
   if constexpr (kParts > 1) {

@@ -490,6 +490,27 @@ void DeviceModel::destroy_graphs() {
 
 // The whole forward, top to bottom. Kernels read the row count and positions from state_, so one
 // enqueue (or one captured graph) serves every forward of up to max_rows rows.
+RopeParams DeviceModel::rope_params(const LayerWeights& L, const bf16* qkv, const StepState* state, bf16* q_out,
+                                    bf16* k_cache, bf16* v_cache) const {
+  const ModelShape& s = shape_;
+  RopeParams rp{};
+  rp.qkv = qkv;
+  rp.num_heads = s.heads;
+  rp.num_kv_heads = s.kv_heads;
+  rp.head_dim = s.head_dim;
+  rp.head_dim_padded = head_dim_padded_;
+  rp.rope_table = rope_table_;
+  rp.q_norm = s.qk_norm ? L.q_norm : nullptr;
+  rp.k_norm = s.qk_norm ? L.k_norm : nullptr;
+  rp.norm_eps = s.rms_eps;
+  rp.state = state;
+  rp.q_out = q_out;
+  rp.k_cache = k_cache;
+  rp.v_cache = v_cache;
+  rp.max_context = s.max_context;
+  return rp;
+}
+
 void DeviceModel::enqueue_forward(int max_rows) {
   const ModelShape& s = shape_;
   const int bucket = ceil_div(max_rows, 8);
@@ -567,21 +588,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     gemm(qkv, normalised, fused_rope_ ? GemmEpilogue::rope_qkv : GemmEpilogue::store_bf16, max_rows, options_.gemm, st,
          pdl);
 
-    RopeParams rp{};
-    rp.qkv = qkv_out_;
-    rp.num_heads = s.heads;
-    rp.num_kv_heads = s.kv_heads;
-    rp.head_dim = s.head_dim;
-    rp.head_dim_padded = head_dim_padded_;
-    rp.rope_table = rope_table_;
-    rp.q_norm = s.qk_norm ? L.q_norm : nullptr;
-    rp.k_norm = s.qk_norm ? L.k_norm : nullptr;
-    rp.norm_eps = s.rms_eps;
-    rp.state = state_;
-    rp.q_out = q_roped_;
-    rp.k_cache = k_cache + kv_layer * l;
-    rp.v_cache = v_cache + kv_layer * l;
-    rp.max_context = s.max_context;
+    const RopeParams rp = rope_params(L, qkv_out_, state_, q_roped_, k_cache + kv_layer * l, v_cache + kv_layer * l);
     if (!fused_rope_) rope(rp, max_rows, st, pdl);
 
     AttentionParams ap{};

@@ -13,6 +13,7 @@
 #include "gemm.cuh"
 #include "mask_adapter.cuh"
 #include "reveal.cuh"
+#include "rope.cuh"
 #include "step_state.cuh"
 #include "weights.cuh"
 
@@ -173,6 +174,10 @@ class DeviceModel {
   enum Site { kQkvSite, kOSite, kGateUpSite, kDownSite, kSites };
 
   void enqueue_forward(int max_rows);
+  // The rope kernel's parameters for layer L: RoPE (and QK-norm) on the q and k heads of `qkv`, q to q_out, k and
+  // v into the layer's cache rows; positions from `state` (enqueue_forward and prefill).
+  RopeParams rope_params(const LayerWeights& L, const bf16* qkv, const StepState* state, bf16* q_out, bf16* k_cache,
+                         bf16* v_cache) const;
   void capture_graphs();
   void capture_graph(int bucket);
   void destroy_graphs();

@@ -117,21 +117,7 @@ void DeviceModel::prefill(int cached, const int32_t* tokens, int rows) {
       qkv.out = prefill_qkv_;
       qkv.out_stride = qkv_rows_;
       gemm_prefill(qkv, PrefillEpilogue::store_bf16, st);
-      RopeParams rp{};
-      rp.qkv = prefill_qkv_;
-      rp.num_heads = s.heads;
-      rp.num_kv_heads = s.kv_heads;
-      rp.head_dim = s.head_dim;
-      rp.head_dim_padded = head_dim_padded_;
-      rp.rope_table = rope_table_;
-      rp.q_norm = s.qk_norm ? L.q_norm : nullptr;
-      rp.k_norm = s.qk_norm ? L.k_norm : nullptr;
-      rp.norm_eps = s.rms_eps;
-      rp.state = prefill_state_;
-      rp.q_out = prefill_q_;
-      rp.k_cache = layer_k;
-      rp.v_cache = layer_v;
-      rp.max_context = s.max_context;
+      const RopeParams rp = rope_params(L, prefill_qkv_, prefill_state_, prefill_q_, layer_k, layer_v);
       rope(rp, rows, st, false);
     }
 
