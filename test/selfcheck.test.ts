@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { ModelTokenizer } from "../server/tokenizer.js";
 import { ensureDistFresh } from "./pack-build.js";
-import { CLI, makeTinyModel, ROOT, type ServerProcess, startServer } from "./server-harness.js";
+import { CLI, makeTinyModel, ROOT, SELFCHECK_CHECKS, type ServerProcess, startServer } from "./server-harness.js";
 
 const work = mkdtempSync(join(tmpdir(), "a2d-selfcheck-"));
 let model: string;
@@ -27,17 +27,6 @@ interface Report {
   tokens_per_s: number | null;
 }
 
-const ALL_CHECKS = [
-  "ready",
-  "listens on all addresses",
-  "/health reports iterative denoising",
-  "/v1/models",
-  "chat (non-stream)",
-  "chat (stream)",
-  "chat with reasoning",
-  "single-stream tokens/s",
-  "answers are text",
-];
 
 function selfcheck(args: string[]): { status: number | null; report: Report } {
   const run = spawnSync(process.execPath, [CLI, "selfcheck", "--json", ...args], { cwd: ROOT, encoding: "utf8", timeout: 120_000 });
@@ -83,7 +72,7 @@ afterAll(async () => {
 describe("selfcheck --url against a real a2d server", () => {
   it("passes every check but the text of a random-weights model's answers, which it names", () => {
     const { status, report } = selfcheck(["--url", url, model, "--max-tokens", "64"]);
-    expect(report.rows.map((r) => r.check)).toEqual(ALL_CHECKS);
+    expect(report.rows.map((r) => r.check)).toEqual(SELFCHECK_CHECKS);
     // The tiny model's weights are random: its answers are byte soup, and selfcheck says so.
     expect(Object.keys(failures(report))).toEqual(["answers are text"]);
     expect(failures(report)["answers are text"]).toMatch(/characters are U\+FFFD/);
@@ -198,7 +187,7 @@ describe("selfcheck --url against servers that misbehave in one way each", () =>
   it("passes a well-behaved server (so each failure below is its misbehaviour's)", async () => {
     const { status, report } = await checkFake({});
     expect(report.rows.filter((r) => !r.ok)).toEqual([]);
-    expect(report.rows.map((r) => r.check)).toEqual(ALL_CHECKS);
+    expect(report.rows.map((r) => r.check)).toEqual(SELFCHECK_CHECKS);
     expect(status).toBe(0);
   });
 
@@ -242,7 +231,7 @@ describe("selfcheck --url against servers that misbehave in one way each", () =>
     const { status, report, seconds } = await checkFake({ hang: true }, ["--timeout", "2"]);
     expect(status).toBe(1);
     expect(seconds).toBeLessThan(30);
-    expect(report.rows.map((r) => r.check)).toEqual(ALL_CHECKS);
+    expect(report.rows.map((r) => r.check)).toEqual(SELFCHECK_CHECKS);
     const failed = failures(report);
     expect(failed["chat (non-stream)"]).toBe("no complete answer within 2 s");
     expect(failed["chat (stream)"]).toBe("no complete answer within 2 s");

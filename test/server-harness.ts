@@ -116,3 +116,16 @@ export async function readSse(response: Response): Promise<string[]> {
     .filter((event) => event.startsWith("data: "))
     .map((event) => event.slice("data: ".length));
 }
+
+/** The checks `a2d selfcheck` reports, in its order (test/selfcheck.test.ts, test/simulate.test.ts). */
+export const SELFCHECK_CHECKS = [
+  "ready",
+  "listens on all addresses",
+  "/health reports iterative denoising",
+  "/v1/models",
+  "chat (non-stream)",
+  "chat (stream)",
+  "chat with reasoning",
+  "single-stream tokens/s",
+  "answers are text",
+];
