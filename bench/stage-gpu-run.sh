@@ -46,21 +46,8 @@ weights() {
   mkdir -p "$model"
   ln "$stage/a2d-bench-$shape/model.safetensors" "$model/"
   cp "$stage/a2d-bench-$shape/config.json" "$stage/tokenizer-base/tokenizer.json" "$stage/tokenizer-base/tokenizer_config.json" "$model/"
-  # The tiny tokenizer gets the random model's mask token at the config's id, as `a2d_convert init` adds it
-  # (pack refuses a folder whose tokenizer does not give config.json's mask_token_id), and a text for every
-  # other id of the vocabulary ("w<id>", never produced by encoding: no merges lead there), so that random
-  # ids decode to text and the start checks can judge the streamed answers.
-  node -e '
-    const fs = require("fs");
-    const [configPath, tokenizerPath] = process.argv.slice(1);
-    const config = JSON.parse(fs.readFileSync(configPath, "utf8"));
-    const { mask_token: content, mask_token_id: id } = config.a2d;
-    const tokenizer = JSON.parse(fs.readFileSync(tokenizerPath, "utf8"));
-    tokenizer.added_tokens = tokenizer.added_tokens.filter((t) => t.content !== content && t.id !== id);
-    tokenizer.added_tokens.push({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
-    const taken = new Set([...Object.values(tokenizer.model.vocab), ...tokenizer.added_tokens.map((t) => t.id)]);
-    for (let i = 0; i < config.vocab_size; i++) if (!taken.has(i)) tokenizer.model.vocab[`w${i}`] = i;
-    fs.writeFileSync(tokenizerPath, JSON.stringify(tokenizer));' "$model/config.json" "$model/tokenizer.json"
+  # The tiny tokenizer fitted to the random model: its mask token, and a whole UTF-8 text for every id.
+  node "$root/bench/kit-tokenizer.mjs" "$model/config.json" "$model/tokenizer.json"
 }
 
 pack() {

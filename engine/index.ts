@@ -66,9 +66,11 @@ const ADDON_FILES: Record<Device, { file: string; buildDir: string; build: strin
 };
 
 /**
- * Where the addon for `device` is: `$A2D_ADDON_DIR/<file>` when that variable is set (the packed folder
- * keeps addons apart), else `build/<engine|engine-cuda>/<file>` of the repository this module sits in
- * (compiled: dist/engine/index.js; run from source by vitest: engine/index.ts).
+ * Where the addon for `device` is: `$A2D_ADDON_DIR/<file>` when that variable is set; else, in a packed
+ * folder (this module at <folder>/app/dist/engine/index.js, MANIFEST.json at <folder>), `<folder>/engine/<file>`,
+ * so that every command of the folder finds its engine whether serve.sh started it or not; else
+ * `build/<engine|engine-cuda>/<file>` of the repository this module sits in (compiled: dist/engine/index.js;
+ * run from source by vitest: engine/index.ts).
  */
 export function addonPath(device: Device): string {
   const { file, buildDir } = ADDON_FILES[device];
@@ -76,6 +78,8 @@ export function addonPath(device: Device): string {
   if (override !== undefined && override !== "") return resolve(override, file);
   const here = dirname(fileURLToPath(import.meta.url));
   const root = basename(dirname(here)) === "dist" ? resolve(here, "..", "..") : resolve(here, "..");
+  const folder = dirname(root);
+  if (basename(root) === "app" && existsSync(join(folder, "MANIFEST.json"))) return join(folder, "engine", file);
   return join(root, "build", buildDir, file);
 }
 

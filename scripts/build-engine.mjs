@@ -69,6 +69,12 @@ async function cudaToolkit() {
   }
 }
 
+/** The CUDA compiler a CMakeCache.txt records, whatever type CMake gave the entry (STRING when set on the
+ * command line, FILEPATH when found), or null. */
+function configuredCudaCompiler(cacheText) {
+  return /^CMAKE_CUDA_COMPILER:[A-Z]+=(.*)$/m.exec(cacheText)?.[1] ?? null;
+}
+
 const configure = [
   "-S", join(root, "engine"),
   "-B", buildDir,
@@ -81,7 +87,7 @@ if (cuda) {
   toolkit = await cudaToolkit();
   // CMake keeps the first CUDA compiler it found: a build folder configured with another toolkit starts over.
   const cache = join(buildDir, "CMakeCache.txt");
-  if (existsSync(cache) && !readFileSync(cache, "utf8").includes(`CMAKE_CUDA_COMPILER:FILEPATH=${toolkit.nvcc}\n`)) {
+  if (existsSync(cache) && configuredCudaCompiler(readFileSync(cache, "utf8")) !== toolkit.nvcc) {
     console.log(`build-engine: ${buildDir} was configured with another CUDA toolkit; configuring it again`);
     rmSync(buildDir, { recursive: true, force: true });
   }

@@ -15,6 +15,20 @@ const gpuPresent = existsSync("/dev/nvidia0");
 const work = mkdtempSync(join(tmpdir(), "a2d-cuda-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
+describe.runIf(built)("CUDA addon build", () => {
+  it("builds again without compiling anything when nothing changed", () => {
+    // The build folder records its CUDA compiler; reading that record wrong used to configure the folder
+    // from scratch on every call, recompiling every kernel (minutes) before each test run and demo.
+    const output = execFileSync(process.execPath, [join(root, "scripts", "build-engine.mjs"), "--cuda"], {
+      cwd: root,
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    expect(output).not.toMatch(/configured with another CUDA toolkit/);
+    expect(output).not.toMatch(/Building (CUDA|CXX) object|Linking/);
+  }, 600_000);
+});
+
 describe.runIf(built && !gpuPresent)("CUDA addon without a GPU", () => {
   it("depends on nothing beyond glibc and libstdc++ (cudart is static, libcuda is opened at run time)", () => {
     const deps = execFileSync("ldd", [addonPath("cuda")], { encoding: "utf8" });

@@ -116,6 +116,17 @@ console.log(JSON.stringify(result));
     expect(result.log).toContain("serve.sh: starting a2d on 0.0.0.0:8000 (device cpu)");
   });
 
+  it("its own CLI finds the folder's engine without serve.sh (no A2D_ADDON_DIR)", () => {
+    const run = spawnSync(
+      "/usr/bin/env",
+      ["-i", "HOME=/nonexistent", "PATH=/nonexistent", join(out, "runtime/bin/node"), join(out, "app/dist/cli/main.js"), "generate",
+        "--model", join(out, "model"), "--prompt", "Hello", "--max-tokens", "4", "--json"],
+      { encoding: "utf8", timeout: 60_000 },
+    );
+    expect(run.status, run.stdout + run.stderr).toBe(0);
+    expect(JSON.parse(run.stdout.trim().split("\n").pop()!).forward_passes).toBeGreaterThan(0);
+  });
+
   it("serve.sh fails fast, naming the file, when one is missing", () => {
     const weights = join(out, "model/model.safetensors");
     const saved = join(work, "weights.bak");

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .decoding import DECODING_PARAMETERS, RETIRED_DECODING_FIELDS, RETIRED_RULES_NOTE, DecodeParams, DecodingDefaults
 from .errors import A2DError
 
 FORMAT_VERSION = 1
@@ -191,58 +192,9 @@ class ModelConfig:
         )
 
 
-# The decoding parameters, defined once for every part of a2d (engine/decoding-params.json): names, ranges,
-# choices and defaults come from the table; DecodingDefaults mirrors its parameters with a default (a test
-# holds the two together), and decode.DecodeParams.validate checks them by the table.
-DECODING_TABLE_PATH = Path(__file__).with_name("decoding_params.json")  # a link to engine/decoding-params.json
-DECODING_TABLE = json.loads(DECODING_TABLE_PATH.read_text(encoding="utf-8"))
-DECODING_PARAMETERS = {p["name"]: p for p in DECODING_TABLE["parameters"] + DECODING_TABLE["request_parameters"]}
-REMASKING = tuple(DECODING_PARAMETERS["remasking"]["choices"])
-ADVANCE = tuple(DECODING_PARAMETERS["advance"]["choices"])
-COMMIT = tuple(DECODING_PARAMETERS["commit"]["choices"])
 # a2d.precision (docs/model-format.md): "bf16", the projections as stored in a float dtype (bf16, or f16/f32);
 # "fp8-e4m3", every projection and the lm_head as e4m3 with one fp32 scale per output row (`quantize`).
 PRECISIONS = ("bf16", "fp8-e4m3")
-
-
-# What earlier a2d versions had and this one refuses with a reason: drafts confirmed by a causal reading of
-# the tokens before them are speculative (left-to-right) decoding, not denoising.
-RETIRED_REMASKING = ("verify", "tree")
-RETIRED_DECODING_FIELDS = ("tree_width", "lookup_ngram")
-RETIRED_RULES_NOTE = ("remasking 'verify' and 'tree' and their lookup drafts are gone: they kept a token only when a causal "
-                      "reading of the tokens before it chose it too, which is left-to-right decoding with a drafter; "
-                      "decode by the denoiser's own confidence instead (remasking low_confidence, random or leftmost; "
-                      "`python -m a2d_convert redecode` changes a model's default)")
-
-
-@dataclass(frozen=True)
-class DecodingDefaults:
-    """A model's default decoding (config.json a2d.decoding): every table parameter that has a default."""
-
-    threshold: float = DECODING_PARAMETERS["threshold"]["default"]
-    min_per_step: int = DECODING_PARAMETERS["min_per_step"]["default"]
-    steps: int = DECODING_PARAMETERS["steps"]["default"]
-    temperature: float = DECODING_PARAMETERS["temperature"]["default"]
-    top_p: float = DECODING_PARAMETERS["top_p"]["default"]
-    remasking: str = DECODING_PARAMETERS["remasking"]["default"]
-    advance: str = DECODING_PARAMETERS["advance"]["default"]
-    commit: str = DECODING_PARAMETERS["commit"]["default"]
-
-
-def add_decoding_flags(parser) -> None:
-    """One flag per DecodingDefaults field, for the commands that override a model's defaults."""
-    for name in DecodingDefaults.__dataclass_fields__:
-        spec = DECODING_PARAMETERS[name]
-        flag = "--" + name.replace("_", "-")
-        if spec["type"] == "choice":
-            parser.add_argument(flag, choices=spec["choices"], help=spec["doc"])
-        else:
-            parser.add_argument(flag, type=int if spec["type"] == "integer" else float, help=spec["doc"])
-
-
-def decoding_flags(args) -> dict:
-    """The add_decoding_flags values by field name; None where the flag was left out (the default holds)."""
-    return {name: getattr(args, name) for name in DecodingDefaults.__dataclass_fields__}
 
 
 @dataclass(frozen=True)
@@ -329,8 +281,6 @@ class A2DSection:
             raise A2DError(f"{where}decoding has unknown fields {unknown}{hint}; allowed: {sorted(known)}")
         decoding = DecodingDefaults(**decoding_raw)
         # The ranges are the decoder's; check them here so a bad default fails at load, not at the first request.
-        from .decode import DecodeParams
-
         DecodeParams.from_defaults(decoding, block_size=block_size, max_tokens=0, eos_token_ids=eos).validate(
             f"{where}decoding"
         )

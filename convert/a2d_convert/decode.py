@@ -27,84 +27,15 @@ from typing import Any, Callable, Generator, Sequence
 
 import numpy as np
 
-from .config import DECODING_PARAMETERS, DECODING_TABLE, RETIRED_REMASKING, RETIRED_RULES_NOTE, DecodingDefaults
+from .decoding import DecodeParams
 from .errors import A2DError
-from .rng import MASK64, SplitMix64
+from .rng import SplitMix64
 
 # (commit_ids, window_ids, rows) -> fp32 logits [len(rows), vocab]; rows index commit ++ window. The
 # function owns the KV cache: after the call it holds the commit tokens too (the window is scratch). The
 # window rows sit at consecutive positions after the commit rows and attend by the block rule
 # (model.block_causal_mask).
 ForwardFn = Callable[..., Any]
-
-
-@dataclass(frozen=True, kw_only=True)
-class DecodeParams(DecodingDefaults):
-    """Every parameter of docs/decoding.md "Parameters": the ones a model sets defaults for (inherited)
-    and the per-request ones; nothing is left to model defaults here."""
-
-    max_tokens: int
-    block_size: int = 4
-    seed: int = 0
-    eos_token_ids: tuple[int, ...] = ()
-
-    @staticmethod
-    def from_defaults(defaults: DecodingDefaults, *, block_size: int, max_tokens: int, eos_token_ids: Sequence[int], **overrides) -> "DecodeParams":
-        """The model's `a2d` defaults, with request overrides (None means: keep the default)."""
-        fields = {name: getattr(defaults, name) for name in DecodingDefaults.__dataclass_fields__}
-        fields.update(block_size=block_size, max_tokens=max_tokens, eos_token_ids=tuple(eos_token_ids))
-        fields.update({k: (tuple(v) if k == "eos_token_ids" else v) for k, v in overrides.items() if v is not None})
-        return DecodeParams(**fields)
-
-    def validate(self, where: str = "decode parameters") -> "DecodeParams":
-        """The ranges and choices of engine/decoding-params.json, then its cross-field rules; raises
-        A2DError naming `where`, the field (or rule) and what it must be."""
-        for spec in DECODING_PARAMETERS.values():
-            problem = table_problem(spec, getattr(self, spec["name"]), self.block_size)
-            if problem:
-                raise A2DError(f"{where}: {spec['name']} is {getattr(self, spec['name'])!r}, it must be {problem}")
-        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.eos_token_ids):
-            raise A2DError(f"{where}: eos_token_ids is {self.eos_token_ids!r}, it must be a list of token ids")
-        broken = broken_rule(self)
-        if broken:
-            raise A2DError(f"{where}: {broken}: {RULES[broken]}")
-        return self
-
-
-RULES = {rule["id"]: rule["message"] for rule in DECODING_TABLE["rules"]}
-
-
-def table_problem(spec: dict, value, block_size) -> str | None:
-    """What `value` must be by its table entry (engine/decoding-params.json), or None when it is fine."""
-    if spec["type"] == "choice":
-        if value in spec["choices"]:
-            return None
-        retired = f" ({RETIRED_RULES_NOTE})" if spec["name"] == "remasking" and value in RETIRED_REMASKING else ""
-        return f"one of {', '.join(spec['choices'])}{retired}"
-    integer = isinstance(value, int) and not isinstance(value, bool)
-    if spec["type"] == "integer" and not integer:
-        return "an integer"
-    if spec["type"] == "number" and not ((integer or isinstance(value, float)) and math.isfinite(value)):
-        return "a finite number"
-    low = spec["min"]
-    high = {"block_size": block_size, "2^64-1": MASK64, None: math.inf}.get(spec.get("max"), spec.get("max"))
-    above_low = value > low if spec.get("min_exclusive") else value >= low
-    if above_low and value <= high:
-        return None
-    if high == math.inf:
-        return f">= {low}"
-    bound = {"block_size": f"block_size ({block_size})"}.get(spec.get("max"), spec.get("max"))
-    return f"in {'(' if spec.get('min_exclusive') else '['}{low}, {bound}]"
-
-
-def broken_rule(p: "DecodeParams") -> str | None:
-    """The id of the first cross-field rule of the table these (in-range) parameters break, or None."""
-    one_by_one = p.min_per_step == 1 and (p.steps == 0 or p.steps >= p.block_size)
-    if p.remasking == "leftmost" and p.threshold >= 1 and one_by_one:
-        return "left_to_right"
-    if p.advance == "slide" and p.steps > 0:
-        return "schedule_needs_blocks"
-    return None
 
 
 @dataclass

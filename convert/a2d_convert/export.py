@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from . import lineage as lin
-from .config import add_decoding_flags, decoding_flags, read_json, write_json
+from .config import read_json, write_json
+from .decoding import add_decoding_flags, decoding_flags
 from .errors import A2DError
 from .tiny import staged_out_dir
 
@@ -78,7 +79,7 @@ def probes_decoding(probes_file: Path, block_size: int) -> tuple[dict[str, Any],
     """The whole decoding an evaluate-probes report measured at its recommended threshold, and where the
     rest of it was read: the report's own `decoding` record when it has one, else the a2d.decoding of the
     folder it probed (`model_dir`, which evaluate-probes decodes with, greedily, at each threshold)."""
-    from .config import DecodingDefaults
+    from .decoding import DecodingDefaults
 
     probes = read_json(probes_file)
     if probes.get("diagnostic"):
@@ -111,7 +112,7 @@ def probes_decoding(probes_file: Path, block_size: int) -> tuple[dict[str, Any],
 def decoder_choice(init_config: dict, args_decoding: dict[str, Any], probes_file: Path | None) -> tuple[dict, dict]:
     """(decoding defaults for config.json, decoder_config.json). A probes report, when given, chooses the
     whole decoding (the one it measured); a flag may only restate it, since the probes measured nothing else."""
-    from .config import DecodingDefaults
+    from .decoding import DecodingDefaults
 
     decoding = dict(init_config["a2d"]["decoding"])
     chosen_by: dict[str, Any] = {"method": "defaults"}
@@ -235,8 +236,8 @@ def redecode(folder: Path, decoding_flags: dict[str, Any] | None = None, probes_
     stage: config.json and decoder_config.json are rewritten (the old choice kept under `previous`), the
     lineage's shipped records (and a delta's delta_files.json) follow. The weights are untouched. Returns
     the new decoding."""
-    from .config import RETIRED_DECODING_FIELDS, DecodingDefaults, load_config
-    from .decode import DecodeParams
+    from .config import load_config
+    from .decoding import RETIRED_DECODING_FIELDS, DecodeParams, DecodingDefaults
 
     folder = Path(folder)
     for name in ("config.json", DECODER_CONFIG, lin.LINEAGE_FILE):

@@ -14,7 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from .config import add_decoding_flags, decoding_flags, load_config
+from .config import load_config
+from .decoding import add_decoding_flags, decoding_flags
 from .errors import A2DError
 
 DEFAULT_MAX_TOKENS = 128
@@ -38,7 +39,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .decode import DecodeParams
+    from .decoding import DecodeParams
 
     cfg, a2d, _ = load_config(args.model)
     if a2d is None:

@@ -132,7 +132,8 @@ def decisions(result) -> tuple:
 
 
 def run_decode(model, a2d, prompt_ids: list[int], params: dict, perturb_seed: int | None = None):
-    from .decode import DecodeParams, decode
+    from .decode import decode
+    from .decoding import DecodeParams
     from .model import BlockForward
 
     forward = BlockForward(model)

@@ -15,7 +15,8 @@ import json
 import shutil
 from pathlib import Path
 
-from .config import A2DSection, DecodingDefaults, load_config, read_json, write_json
+from .config import A2DSection, load_config, read_json, write_json
+from .decoding import DecodingDefaults
 from .errors import A2DError
 from .tiny import check_out_dir, staged_out_dir
 

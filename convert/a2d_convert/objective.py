@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import lora as lora_mod
-from .train import TrainConfig
+from .train_config import TrainConfig
 
 
 # --------------------------------------------------------------------------------------------- batches

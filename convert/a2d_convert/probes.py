@@ -42,7 +42,8 @@ from typing import Any
 from tqdm import tqdm
 
 from . import lineage as lin
-from .config import ADVANCE, REMASKING, read_json, write_json
+from .config import read_json, write_json
+from .decoding import ADVANCE, REMASKING
 from .errors import A2DError
 
 CHECKS = ("number", "choice", "contains", "exact", "math")
@@ -385,7 +386,7 @@ def evaluate_probes(
     """The report of `evaluate-probes` (module docstring). `overrides`: decoding parameters (by DecodeParams
     field name) that replace the model's defaults in every threshold's run."""
     from .config import load_config
-    from .decode import DecodeParams
+    from .decoding import DecodeParams
     from .model import load_transformer
     from .prompts import load_prompt_codec
 
@@ -444,7 +445,7 @@ def evaluate_probes(
         answers = [record(f"model@{threshold}", probe, answer) for probe, answer in zip(probes, rows)]
         report["model"][str(threshold)] = summarise(probes, answers, base_answers)
     report["block_size"] = block_size
-    from .config import DecodingDefaults
+    from .decoding import DecodingDefaults
 
     decoding = {k: getattr(per_threshold[0], k) for k in DecodingDefaults.__dataclass_fields__ if k != "threshold"}
     report["decoding"] = decoding  # what every threshold's run shared: export --probes ships exactly this

@@ -38,56 +38,7 @@ load) plus consolidated safetensors weights for `export`.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
-
-from .errors import A2DError
-
-
-@dataclass
-class TrainConfig:
-    """Every knob of a run (the flags of `train`); stored in checkpoint.json and the lineage."""
-
-    base: str = field(default="", metadata={"help": "AR base folder (init runs first) or an a2d folder made by `init`"})
-    data: str = field(default="", metadata={"help": "folder written by `data`"})
-    out: str = field(default="", metadata={"help": "run folder: init/, checkpoints/, train_log.jsonl"})
-    block_size: int = field(default=4, metadata={"help": "must equal the data's; used for `init` when the base is plain AR"})
-    shift_logits: bool = field(default=True, metadata={"help": "for `init`: predict position i from hidden state i-1 (an a2d base keeps its own)"})
-    max_steps: int = field(default=1000, metadata={"help": "optimizer steps"})
-    batch_rows: int = field(default=8, metadata={"help": "packed rows per optimizer step, over all processes"})
-    micro_batch_rows: int = field(default=1, metadata={"help": "rows per process per forward; batch_rows / (processes x this) is the accumulation"})
-    lr: float = field(default=5e-5, metadata={"help": "peak learning rate"})
-    min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine decay down to lr x this"})
-    warmup_steps: int = field(default=20, metadata={"help": "linear warmup steps"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay of matrices"})
-    beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
-    beta2: float = field(default=0.95, metadata={"help": "AdamW beta2"})
-    grad_clip: float = field(default=1.0, metadata={"help": "gradient norm clip; 0: off"})
-    t_min: float = field(default=0.2, metadata={"help": "lowest per-block mask rate (clipped schedule)"})
-    t_max: float = field(default=0.8, metadata={"help": "highest per-block mask rate"})
-    loss_weighting: str = field(default="elbo", metadata={"help": "elbo (1/t weights of the NELBO) or none (plain masked-token CE)"})
-    complementary: bool = field(default=True, metadata={"help": "second noisy copy with the complementary mask"})
-    mask_pattern: str = field(default="random", metadata={"help": "random (each token of a block masked with rate t) or full (every block wholly masked: the state of a window's first step; needs --loss-weighting none --no-complementary)"})
-    kl_weight: float = field(default=0.0, metadata={"help": "weight of KL(AR base || model) on masked targets"})
-    ar_weight: float = field(default=0.0, metadata={"help": "weight of the next-token loss on the clean stream"})
-    clean_kl_weight: float = field(default=0.0, metadata={"help": "weight of KL(AR base || model) on every clean-stream row, prompts included (holds the model's plain AR reading to its base)"})
-    confidence_weight: float = field(default=0.0, metadata={"help": "weight of the entropy of masked-target predictions whose argmax is already right (certainty forcing: more tokens per step)"})
-    lora_rank: int = field(default=0, metadata={"help": "LoRA rank on every projection; 0: full fine-tune"})
-    lora_alpha: float = field(default=0.0, metadata={"help": "LoRA alpha (scale alpha / rank); 0: 2 x rank"})
-    lora_train_norms: bool = field(default=True, metadata={"help": "with LoRA, also train the RMSNorm weights (never with --mask-adapter: rows of real tokens keep the base's)"})
-    lora_targets: str = field(default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", metadata={"help": "comma-separated projections that get LoRA factors"})
-    mask_adapter: bool = field(default=False, metadata={"help": "the LoRA factors only on rows holding the mask token, unmasked rows causal over the unmasked ones, shipped unmerged: every real token runs the exact base (docs/decoding.md, Mask adapter)"})
-    lora_train_mask_embedding: bool = field(default=True, metadata={"help": "with LoRA, also train the mask token's embedding row"})
-    precision: str = field(default="auto", metadata={"help": "auto (bf16 autocast on CUDA, fp32 on CPU), bf16 or fp32"})
-    activation_checkpointing: bool = field(default=True, metadata={"help": "recompute each layer in backward"})
-    logits_chunk: int = field(default=4096, metadata={"help": "target rows per lm_head chunk (bounds the [rows, vocab] logits)"})
-    seed: int = field(default=0, metadata={"help": "masks, row order and LoRA init"})
-    log_every: int = field(default=10, metadata={"help": "steps between log lines (the only host syncs)"})
-    eval_every: int = field(default=0, metadata={"help": "steps between held-out evaluations; 0: only at the end (needs heldout.safetensors)"})
-    save_every: int = field(default=0, metadata={"help": "steps between checkpoints; 0: only at the end"})
-    keep_checkpoints: int = field(default=3, metadata={"help": "newest checkpoints kept; 0: all"})
-    time_limit_min: float = field(default=0.0, metadata={"help": "stop and save once this many minutes have passed (checked at log steps); 0: none"})
-    threads: int = field(default=0, metadata={"help": "CPU torch threads; 0: torch's default"})
-    peak_tflops: float = field(default=989.0, metadata={"help": "the device's dense bf16 peak, TFLOP/s, for the logged model FLOPs utilisation (H100/H200 SXM: 989)"})
+from .train_config import TrainConfig, check_config
 
 
 # --------------------------------------------------------------------------------------------- command
@@ -127,34 +78,3 @@ def run(args) -> int:
     finally:
         close_runtime(finished)
     return 0
-
-
-def check_config(config: TrainConfig) -> None:
-    if not 0.0 < config.t_min <= config.t_max < 1.0 and not (config.loss_weighting == "none" and 0 <= config.t_min <= config.t_max <= 1):
-        raise A2DError(f"--t-min {config.t_min} / --t-max {config.t_max}: need 0 < t_min <= t_max < 1 for the 1/t weights")
-    for name in ("kl_weight", "ar_weight", "confidence_weight", "clean_kl_weight"):
-        if getattr(config, name) < 0:
-            raise A2DError(f"--{name.replace('_', '-')} {getattr(config, name)}: must be 0 or more")
-    if config.loss_weighting not in ("elbo", "none"):
-        raise A2DError(f"--loss-weighting {config.loss_weighting!r}: use elbo or none")
-    if config.mask_pattern not in ("random", "full"):
-        raise A2DError(f"--mask-pattern {config.mask_pattern!r}: use random or full")
-    if config.mask_pattern == "full" and (config.loss_weighting != "none" or config.complementary):
-        raise A2DError("--mask-pattern full has no mask rate for the 1/t weights and nothing left for a complementary copy; "
-                       "add --loss-weighting none --no-complementary")
-    from .config import ADAPTER_TARGETS
-
-    targets = config.lora_targets.split(",")
-    if not targets or len(set(targets)) != len(targets) or not all(t in ADAPTER_TARGETS for t in targets):
-        raise A2DError(f"--lora-targets {config.lora_targets!r}: a comma-separated list of distinct names from {','.join(ADAPTER_TARGETS)}")
-    if config.mask_adapter:
-        if config.lora_rank < 1:
-            raise A2DError("--mask-adapter needs --lora-rank 1 or more (the adapter is LoRA factors)")
-        for name in ("ar_weight", "clean_kl_weight"):
-            if getattr(config, name) > 0:
-                raise A2DError(f"--{name.replace('_', '-')} acts on the clean stream, which a mask adapter never changes; drop it or --mask-adapter")
-    if config.precision not in ("auto", "bf16", "fp32"):
-        raise A2DError(f"--precision {config.precision!r}: use auto, bf16 or fp32")
-    for name in ("max_steps", "batch_rows", "micro_batch_rows", "log_every", "block_size", "logits_chunk"):
-        if getattr(config, name) < 1:
-            raise A2DError(f"--{name.replace('_', '-')} must be at least 1")

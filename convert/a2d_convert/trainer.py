@@ -24,7 +24,7 @@ from .config import load_config, read_json, write_json
 from .data import HELDOUT_FILE, MANIFEST_FILE, TRAIN_FILE, load_rows
 from .errors import A2DError
 from .objective import Batch, Objective, RowSchedule
-from .train import TrainConfig
+from .train_config import TrainConfig
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest.json"
@@ -142,14 +142,51 @@ def checkpoint_layers(model: nn.Module) -> None:
         layer.forward = forward
 
 
+def unrooted_chain(folder: Path) -> str | None:
+    """Why `folder`'s lineage cannot root an export that `verify` passes (it must start at an import of the
+    base; format 1 chains predate the rule), or None; a folder without lineage.json is a plain checkpoint."""
+    chain = lin.read_lineage_or_root(folder)
+    stages = chain["stages"]
+    if not stages or chain.get("format_version") == 1 or stages[0].get("stage") == "import":
+        return None
+    return f"its lineage starts at stage {stages[0].get('stage')!r}, not at an import of the base"
+
+
 def prepare_init(config: TrainConfig, rt: Runtime) -> Path:
-    """The a2d starting point: the base itself when it has an `a2d` section, else `init` of it in OUT/init."""
+    """The a2d starting point: the base itself when it has an `a2d` section, else `init` of it in OUT/init.
+    A plain checkpoint (no lineage.json) is imported into OUT/base first, so that the chain of everything
+    trained from it starts at an import of its files, as `verify` requires; a folder whose chain starts
+    anywhere else is refused before any work."""
+    from .import_base import import_base
     from .init_model import init_model
 
     base = Path(config.base)
     _, a2d, _ = load_config(base)
+    problem = unrooted_chain(base)
+    if problem is None and a2d is not None and not (base / lin.LINEAGE_FILE).is_file():
+        problem = "it has an a2d section but no lineage.json"
+    if problem:
+        raise A2DError(
+            f"--base {base}: {problem}, so `verify` would fail every export trained from it; import the original "
+            "checkpoint (`python -m a2d_convert import --source CHECKPOINT --out DIR`) and train with --base DIR "
+            "(or pass the checkpoint itself: train imports a plain checkpoint into OUT/base)"
+        )
     if a2d is not None:
         return base
+    if not (base / lin.LINEAGE_FILE).is_file():
+        imported = Path(config.out) / "base"
+
+        def make_import() -> None:
+            if (imported / lin.LINEAGE_FILE).is_file():
+                recorded = lin.read_lineage(imported)["stages"][0]
+                if recorded.get("inputs") != {f.name: lin.file_record(f) for f in sorted(base.iterdir()) if f.is_file()}:
+                    raise A2DError(f"{imported} was imported from another checkpoint than {base}; use a new --out")
+                return
+            import_base(base, imported, force=True)
+
+        on_main(rt, make_import)
+        barrier(rt)
+        base = imported
     init_dir = Path(config.out) / "init"
 
     def make_init() -> None:
@@ -409,7 +446,7 @@ def evaluate(objective, arrays: dict[str, np.ndarray], config: TrainConfig, rt: 
 
 def train(config: TrainConfig, resume: bool = False) -> Path:
     """Runs the training; returns the folder of the last checkpoint."""
-    from .train import check_config
+    from .train_config import check_config
 
     check_config(config)
     rt = setup_runtime(config)

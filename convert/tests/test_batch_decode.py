@@ -10,7 +10,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from a2d_convert.decode import DecodeParams, decode, decode_batch
+from a2d_convert.decode import decode, decode_batch
+from a2d_convert.decoding import DecodeParams
 from a2d_convert.model import BatchBlockForward, BlockForward, load_transformer
 from a2d_convert.probes import ar_answer, ar_answers, evaluate_probes, generated_probes
 from a2d_convert.tiny import TinySpec

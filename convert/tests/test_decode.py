@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from a2d_convert.decode import DecodeParams, choose_token, decode
+from a2d_convert.decode import choose_token, decode
+from a2d_convert.decoding import DecodeParams
 from a2d_convert.errors import A2DError
 from a2d_convert.model import BlockForward, load_transformer
 from a2d_convert.rng import SplitMix64

@@ -7,8 +7,7 @@ import dataclasses
 
 import pytest
 
-from a2d_convert.config import DECODING_TABLE, DecodingDefaults
-from a2d_convert.decode import DecodeParams
+from a2d_convert.decoding import DECODING_TABLE, DecodeParams, DecodingDefaults
 from a2d_convert.errors import A2DError
 
 

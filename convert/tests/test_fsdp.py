@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from a2d_convert.data import DataConfig, Source, build_data
 from a2d_convert.tiny import TinySpec, make_tiny_base
-from a2d_convert.train import TrainConfig
+from a2d_convert.train_config import TrainConfig
 from a2d_convert.trainer import LOG_FILE, train
 
 from test_train import arithmetic_rows

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from a2d_convert.__main__ import main
-from a2d_convert.decode import DecodeParams, decode
+from a2d_convert.decode import decode
+from a2d_convert.decoding import DecodeParams
 from a2d_convert.model import BlockForward, load_transformer
 from a2d_convert.prompts import load_prompt_codec
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from a2d_convert.decode import DecodeParams, decode
+from a2d_convert.decode import decode
+from a2d_convert.decoding import DecodeParams
 from a2d_convert.errors import A2DError
 from a2d_convert.golden import CASES, write_golden
 from a2d_convert.model import BlockForward, block_causal_mask, load_transformer

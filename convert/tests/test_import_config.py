@@ -180,7 +180,8 @@ def test_minicpm_without_explicit_scales_is_refused(tmp_path):
 
 
 def test_the_engine_loads_a_folded_minicpm_and_decodes_as_the_reference(tmp_path):
-    from a2d_convert.decode import DecodeParams, decode
+    from a2d_convert.decode import decode
+    from a2d_convert.decoding import DecodeParams
     from a2d_convert.model import BlockForward
     from a2d_convert.prompts import load_prompt_codec
 

@@ -17,7 +17,7 @@ from a2d_convert.export import export
 from a2d_convert.import_base import import_base
 from a2d_convert.lineage import read_lineage, sha256_file
 from a2d_convert.tiny import TinySpec, make_tiny_base
-from a2d_convert.train import TrainConfig
+from a2d_convert.train_config import TrainConfig
 from a2d_convert.trainer import train
 from a2d_convert.verify import verify_folder
 

@@ -10,7 +10,8 @@ import pytest
 
 from a2d_convert.config import load_config
 from a2d_convert.data import DataConfig, Source, build_data
-from a2d_convert.decode import DecodeParams, decode
+from a2d_convert.decode import decode
+from a2d_convert.decoding import DecodeParams
 from a2d_convert.errors import A2DError
 from a2d_convert.export import export, rebuild
 from a2d_convert.import_base import import_base
@@ -19,7 +20,7 @@ from a2d_convert.model import BlockForward, load_transformer
 from a2d_convert.probes import Probe, evaluate_probes, generated_probes, is_correct
 from a2d_convert.prompts import load_prompt_codec
 from a2d_convert.tiny import TinySpec, make_tiny_base
-from a2d_convert.train import TrainConfig
+from a2d_convert.train_config import TrainConfig
 from a2d_convert.trainer import train
 from a2d_convert.verify import verify_folder
 
@@ -212,3 +213,40 @@ def test_export_ships_exactly_the_decoding_the_probes_measured_or_refuses(conver
     stated.write_text(json.dumps({**report, "decoding": {**measured, "remasking": "random"}}))
     got = export(root / "run", tmp_path / "stated", probes_file=stated)
     assert json.loads((got / "decoder_config.json").read_text())["decoding"]["remasking"] == "random"
+
+
+def test_training_a_plain_checkpoint_exports_a_model_that_verifies(tmp_path):
+    """`train --base` on an HF folder that was never imported imports it into OUT/base first, so the export's
+    chain starts at an import of the checkpoint's own files and `verify` passes it."""
+    hf = make_tiny_base(tmp_path / "hf", TinySpec(layers=1, hidden=32, heads=2, kv_heads=1))
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in arithmetic_rows(16)))
+    data = build_data([Source(path=rows, name="arith")], hf, tmp_path / "data", DataConfig(block_size=4, seq_len=96))
+    config = TrainConfig(base=str(hf), data=str(data), out=str(tmp_path / "run"), block_size=4, max_steps=2, batch_rows=2,
+                         micro_batch_rows=2, warmup_steps=1, log_every=1, threads=1, activation_checkpointing=False)
+    train(config)
+    model = export(tmp_path / "run", tmp_path / "model", {})
+    lineage = read_lineage(model)
+    assert [s["stage"] for s in lineage["stages"]] == ["import", "init", "train", "export"]
+    assert lineage["stages"][0]["inputs"]["model.safetensors"]["sha256"] == sha256_file(hf / "model.safetensors")
+    report = verify_folder(model)
+    assert report.ok, report.failures
+    # Training again into the same run folder (a resume) reuses the import made from the same checkpoint.
+    train(config, resume=True)
+
+
+def test_training_refuses_a_base_whose_chain_does_not_start_at_an_import(tmp_path):
+    """A folder made by `init` from a plain checkpoint (chain: init) would train into an export that `verify`
+    fails: refused before the first step, naming the import command."""
+    from a2d_convert.init_model import init_model
+
+    hf = make_tiny_base(tmp_path / "hf", TinySpec(layers=1, hidden=32, heads=2, kv_heads=1))
+    init_dir = init_model(hf, tmp_path / "init")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in arithmetic_rows(8)))
+    data = build_data([Source(path=rows, name="arith")], hf, tmp_path / "data", DataConfig(block_size=4, seq_len=96))
+    config = TrainConfig(base=str(init_dir), data=str(data), out=str(tmp_path / "run"), block_size=4, max_steps=1, batch_rows=2,
+                         micro_batch_rows=2, threads=1, activation_checkpointing=False)
+    with pytest.raises(A2DError, match=r"a2d_convert import --source"):
+        train(config)
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -34,7 +34,7 @@ def test_cpu_engine_names_the_build_when_the_cli_is_missing(llama_model, tmp_pat
 
 
 def test_cpu_engine_names_the_build_when_the_addon_is_missing(llama_model, tmp_path, monkeypatch):
-    from a2d_convert.decode import DecodeParams
+    from a2d_convert.decoding import DecodeParams
 
     monkeypatch.setenv("A2D_ADDON_DIR", str(tmp_path))  # where the engine looks for a2d_cpu.node: nothing there
     with pytest.raises(A2DError, match=r"addon for device 'cpu' is missing.*`npm run build`"):

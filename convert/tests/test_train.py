@@ -17,7 +17,7 @@ from a2d_convert import lora as lora_mod
 from a2d_convert.objective import RowSchedule, objective_mask, training_attention_mask
 from a2d_convert.tiny import TinySpec, make_tiny_base
 from a2d_convert.errors import A2DError
-from a2d_convert.train import TrainConfig, check_config
+from a2d_convert.train_config import TrainConfig, check_config
 from a2d_convert.trainer import LOG_FILE, train
 
 
@@ -181,7 +181,7 @@ def test_tiny_base_trains_40_steps_and_its_loss_falls(workspace):
     assert set(weights) == set(init_weights)
     assert not torch.equal(weights["model.layers.0.mlp.up_proj.weight"], init_weights["model.layers.0.mlp.up_proj.weight"])
     lineage = json.loads((folder / "lineage.json").read_text())
-    assert [s["stage"] for s in lineage["stages"]] == ["init", "train"]
+    assert [s["stage"] for s in lineage["stages"]] == ["import", "init", "train"]
     assert lineage["stages"][-1]["outputs"]["model.safetensors"]["bytes"] == (folder / "model.safetensors").stat().st_size
 
 

@@ -14,7 +14,7 @@ from a2d_convert.import_base import import_base
 from a2d_convert.lineage import sha256_file
 from a2d_convert.lora import merge_lora, quantize_factor, round_to_bf16
 from a2d_convert.tiny import TinySpec, make_tiny_base
-from a2d_convert.train import TrainConfig
+from a2d_convert.train_config import TrainConfig
 from a2d_convert.trainer import train
 
 from test_train import arithmetic_rows
