@@ -209,11 +209,16 @@ class A2DSection:
     trained: bool
     decoding: DecodingDefaults = field(default_factory=DecodingDefaults)
     format_version: int = FORMAT_VERSION
-    # The mask adapter (docs/model-format.md): low-rank factors added to these projections on rows that
-    # hold the mask token only; every other row runs the base weights unchanged. rank 0: none.
-    mask_rank: int = 0
-    mask_targets: tuple[str, ...] = ()
+    # A row adapter (docs/model-format.md): low-rank factors added to some projections on the rows its rule
+    # names, every other row running the base weights unchanged; None: none.
+    adapter: "AdapterSpec | None" = None
     precision: str = "bf16"  # one of PRECISIONS
+
+    @property
+    def anchor_in_window(self) -> bool:
+        """The window starts at the anchor, the last finished token, which enters the cache one move later
+        (docs/decoding.md, "Window adapter"): the window adapter's layout."""
+        return self.adapter is not None and self.adapter.rule == "window"
 
     def to_dict(self) -> dict:
         out = {
@@ -235,8 +240,8 @@ class A2DSection:
                 "commit": self.decoding.commit,
             },
         }
-        if self.mask_rank:
-            out["mask_adapter"] = {"rank": self.mask_rank, "targets": list(self.mask_targets)}
+        if self.adapter is not None:
+            out[self.adapter.section] = {"rank": self.adapter.rank, "targets": list(self.adapter.targets)}
         if self.precision != "bf16":  # written only where it applies: other models' files stay as they were
             out["precision"] = self.precision
         return out
@@ -284,7 +289,10 @@ class A2DSection:
         DecodeParams.from_defaults(decoding, block_size=block_size, max_tokens=0, eos_token_ids=eos).validate(
             f"{where}decoding"
         )
-        mask_rank, mask_targets = parse_mask_adapter(raw.get("mask_adapter"), where)
+        adapter = parse_adapter(raw, where)
+        if adapter is not None and adapter.rule == "window" and not raw["shift_logits"]:
+            raise A2DError(f"{where}window_adapter needs shift_logits true (its anchor row predicts the window's first "
+                           "position); fix config.json or re-export the model")
         precision = raw.get("precision", "bf16")
         if precision not in PRECISIONS:
             raise A2DError(f"{where}precision must be one of {list(PRECISIONS)}, got {precision!r}; fix config.json or quantize the model again")
@@ -296,8 +304,7 @@ class A2DSection:
             eos_token_ids=tuple(eos),
             trained=raw["trained"],
             decoding=decoding,
-            mask_rank=mask_rank,
-            mask_targets=mask_targets,
+            adapter=adapter,
             precision=precision,
         )
 
@@ -305,20 +312,48 @@ class A2DSection:
 ADAPTER_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def parse_mask_adapter(raw, where: str) -> tuple[int, tuple[str, ...]]:
-    """a2d.mask_adapter {"rank": r, "targets": [...]} -> (rank, targets); absent -> (0, ())."""
-    if raw is None:
-        return 0, ()
+@dataclass(frozen=True)
+class AdapterSpec:
+    """a2d.mask_adapter or a2d.window_adapter (docs/model-format.md): low-rank factors P.<rule>_a [rank, in]
+    and P.<rule>_b [out, rank] on the `targets` projections of every layer, added as B (A x) on the rows the
+    rule names: "mask", the rows holding the mask token; "window", every row of the window."""
+
+    rule: str  # one of ADAPTER_RULES
+    rank: int
+    targets: tuple[str, ...]
+
+    @property
+    def section(self) -> str:
+        return f"{self.rule}_adapter"
+
+    @property
+    def factor_names(self) -> tuple[str, str]:
+        """The factors' tensor suffixes after the projection's name (and the module attributes that hold them)."""
+        return f"{self.rule}_a", f"{self.rule}_b"
+
+
+ADAPTER_RULES = ("mask", "window")
+
+
+def parse_adapter(a2d_raw: dict, where: str) -> AdapterSpec | None:
+    """a2d.mask_adapter or a2d.window_adapter {"rank": r, "targets": [...]} -> AdapterSpec; neither -> None."""
+    present = [rule for rule in ADAPTER_RULES if f"{rule}_adapter" in a2d_raw]
+    if not present:
+        return None
     fix = "fix config.json or re-export the model"
+    if len(present) > 1:
+        raise A2DError(f"{where}mask_adapter and window_adapter are both given; a model has one adapter; {fix}")
+    rule = present[0]
+    name, raw = f"{rule}_adapter", a2d_raw[f"{rule}_adapter"]
     if not isinstance(raw, dict) or set(raw) != {"rank", "targets"}:
-        raise A2DError(f"{where}mask_adapter must be an object with exactly 'rank' and 'targets', got {raw!r}; {fix}")
+        raise A2DError(f"{where}{name} must be an object with exactly 'rank' and 'targets', got {raw!r}; {fix}")
     rank, targets = raw["rank"], raw["targets"]
     if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= 256:
-        raise A2DError(f"{where}mask_adapter.rank must be an integer in [1, 256], got {rank!r}; {fix}")
+        raise A2DError(f"{where}{name}.rank must be an integer in [1, 256], got {rank!r}; {fix}")
     if (not isinstance(targets, list) or not targets or len(set(targets)) != len(targets)
             or not all(t in ADAPTER_TARGETS for t in targets)):
-        raise A2DError(f"{where}mask_adapter.targets must be a non-empty list of distinct names from {list(ADAPTER_TARGETS)}, got {targets!r}; {fix}")
-    return rank, tuple(t for t in ADAPTER_TARGETS if t in targets)
+        raise A2DError(f"{where}{name}.targets must be a non-empty list of distinct names from {list(ADAPTER_TARGETS)}, got {targets!r}; {fix}")
+    return AdapterSpec(rule, rank, tuple(t for t in ADAPTER_TARGETS if t in targets))
 
 
 def load_config(model_dir: Path) -> tuple[ModelConfig, A2DSection | None, dict]:

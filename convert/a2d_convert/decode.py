@@ -107,12 +107,19 @@ def decode_steps(
     *,
     mask_token_id: int,
     shift_logits: bool,
+    anchor_in_window: bool = False,
     trace: bool = False,
 ) -> Generator[tuple[list[int], list[int], list[int]], Any, DecodeResult]:
     """The decode loop of one sequence as a generator: it yields each forward it needs as (commit_ids,
     window_ids, rows), is sent that forward's logits rows back, and returns the DecodeResult (ms 0: the
     driver times it). `decode` drives one with a ForwardFn; `decode_batch` drives many in lockstep through
-    one batched forward, so both run exactly this code."""
+    one batched forward, so both run exactly this code.
+
+    `anchor_in_window` (a window adapter's layout, docs/decoding.md): the window is the anchor, the last
+    finished token, followed by the block's positions; the anchor enters the cache with the next move, and
+    window position j is predicted from window row j (the anchor predicts position 0)."""
+    if anchor_in_window and not shift_logits:
+        raise A2DError("the anchor-in-window layout predicts each position from the row before it: it needs shift_logits")
     params.validate()
     if not prompt_ids:
         raise A2DError("the prompt is empty; it must hold at least one token")
@@ -124,6 +131,7 @@ def decode_steps(
     finish = "length"
     pending = list(prompt_ids)  # tokens to commit with the next forward
     anchor: np.ndarray | None = None  # logits row of the last committed token (shift_logits)
+    anchor_token = pending.pop() if anchor_in_window else None  # the window's first row (anchor_in_window)
     window = [mask_token_id] * B
     revealed = [False] * B
     step = 0  # denoising steps since the window last moved
@@ -136,15 +144,23 @@ def decode_steps(
         candidates = [j for j in range(relevant) if not revealed[j]]
         if candidates:
             if params.commit == "separate" and pending:
-                anchor = _to_numpy((yield (list(pending), [], [len(pending) - 1])))[0]
+                answer = yield (list(pending), [], [] if anchor_in_window else [len(pending) - 1])
+                if not anchor_in_window:
+                    anchor = _to_numpy(answer)[0]
                 forwards += 1
                 pending = []
             C = len(pending)
-            window_rows = {j: C + j - 1 if shift_logits else C + j for j in candidates if not (shift_logits and j == 0)}
-            rows = ([C - 1] if shift_logits and C else []) + sorted(set(window_rows.values()))
-            logits = _to_numpy((yield (list(pending), list(window), rows)))
+            if anchor_in_window:
+                window_rows = {j: C + j for j in candidates}
+                rows = [C + j for j in candidates]
+                window_ids = [anchor_token] + list(window)
+            else:
+                window_rows = {j: C + j - 1 if shift_logits else C + j for j in candidates if not (shift_logits and j == 0)}
+                rows = ([C - 1] if shift_logits and C else []) + sorted(set(window_rows.values()))
+                window_ids = list(window)
+            logits = _to_numpy((yield (list(pending), window_ids, rows)))
             row_of = {r: logits[i] for i, r in enumerate(rows)}
-            if shift_logits and C:
+            if shift_logits and C and not anchor_in_window:
                 anchor = row_of[C - 1]
             pending = []
             forwards += 1
@@ -188,10 +204,15 @@ def decode_steps(
             if limit_eos < limit_len:
                 finish = "stop"
                 break
-            pending, window, revealed, step = window[:relevant], [mask_token_id] * B, [False] * B, 0
+            pending = window[:relevant]
+            if anchor_in_window:  # the last finished token opens the next window; the old anchor is committed
+                pending, anchor_token = [anchor_token] + pending[:-1], pending[-1]
+            window, revealed, step = [mask_token_id] * B, [False] * B, 0
         elif slide and done > 0:
             completion += window[:done]
             pending = window[:done]
+            if anchor_in_window:
+                pending, anchor_token = [anchor_token] + pending[:-1], pending[-1]
             window, revealed, step = window[done:] + [mask_token_id] * done, revealed[done:] + [False] * done, 0
     return DecodeResult(token_ids=completion, finish_reason=finish, prompt_tokens=len(prompt_ids), forward_passes=forwards,
                         ms=0.0, trace=steps_log, **counts)
@@ -213,11 +234,14 @@ def decode(
     *,
     mask_token_id: int,
     shift_logits: bool,
+    anchor_in_window: bool = False,
     trace: bool = False,
 ) -> DecodeResult:
     """Generate a completion for `prompt_ids` (docs/decoding.md); `forward` starts with an empty cache."""
     started = time.perf_counter()
-    result = _drive(decode_steps(prompt_ids, params, mask_token_id=mask_token_id, shift_logits=shift_logits, trace=trace), forward)
+    steps = decode_steps(prompt_ids, params, mask_token_id=mask_token_id, shift_logits=shift_logits,
+                         anchor_in_window=anchor_in_window, trace=trace)
+    result = _drive(steps, forward)
     result.ms = (time.perf_counter() - started) * 1000.0
     return result
 
@@ -269,6 +293,7 @@ def decode_batch(
     *,
     mask_token_id: int,
     shift_logits: bool,
+    anchor_in_window: bool = False,
     trace: bool = False,
     threads: int = 1,
 ) -> list[DecodeResult]:
@@ -279,7 +304,8 @@ def decode_batch(
         raise A2DError(f"decode_batch: {len(prompts)} prompts but {len(params)} parameter sets")
     started = time.perf_counter()
     machines = [
-        decode_steps(ids, p, mask_token_id=mask_token_id, shift_logits=shift_logits, trace=trace) for ids, p in zip(prompts, params)
+        decode_steps(ids, p, mask_token_id=mask_token_id, shift_logits=shift_logits, anchor_in_window=anchor_in_window, trace=trace)
+        for ids, p in zip(prompts, params)
     ]
     results = run_batch(forward, machines, threads)
     ms = (time.perf_counter() - started) * 1000.0

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from . import lineage as lin
-from .config import read_json, write_json
+from .config import ADAPTER_RULES, read_json, write_json
 from .decoding import add_decoding_flags, decoding_flags
 from .errors import A2DError
 from .tiny import staged_out_dir
@@ -189,8 +189,9 @@ def export(
         decoding, chosen_by = decoder_choice(init_config, decoding_flags or {}, probes_file)
         config = json.loads(json.dumps(init_config))
         config["a2d"].update(trained=True, decoding=decoding)
-        if "mask_targets" in record.get("lora", {}):
-            config["a2d"]["mask_adapter"] = {"rank": record["lora"]["rank"], "targets": record["lora"]["mask_targets"]}
+        for rule in ADAPTER_RULES:  # a row adapter ships unmerged: its rule and factors stay in the model
+            if f"{rule}_targets" in record.get("lora", {}):
+                config["a2d"][f"{rule}_adapter"] = {"rank": record["lora"]["rank"], "targets": record["lora"][f"{rule}_targets"]}
         write_json(work / "config.json", config)
         for name in CARRIED[1:]:
             if (init_dir / name).is_file():

@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         params,
         mask_token_id=a2d.mask_token_id,
         shift_logits=a2d.shift_logits,
+        anchor_in_window=a2d.anchor_in_window,
         trace=args.trace,
     )
     text = codec.decode(result.token_ids)

@@ -53,7 +53,8 @@ class Case:
     layers: int = 2
     hidden: int = 64
     logit_scale: float = 8.0  # std of the random logits: high enough that thresholds are crossed
-    mask_adapter_rank: int = 0  # > 0: a random mask adapter on every projection (tiny.add_random_mask_adapter)
+    adapter: str = ""  # "mask" or "window": a random row adapter of that rule on every projection (tiny.add_random_adapter)
+    adapter_rank: int = 4
     precision: str = "bf16"  # "fp8-e4m3": the model quantized (quantize.py) after init
 
 
@@ -63,8 +64,9 @@ CASES = {
     "qwen2_gqa2": Case("qwen2", heads=4, kv_heads=2, block_size=8),
     "qwen3_qknorm": Case("qwen3", heads=4, kv_heads=2, block_size=4, shift_logits=False, layers=3),
     "llama_appended_mask": Case("llama", heads=4, kv_heads=2, block_size=2, vocab_multiple=1),
-    "llama_mask_adapter": Case("llama", heads=4, kv_heads=2, block_size=4, mask_adapter_rank=4),
+    "llama_mask_adapter": Case("llama", heads=4, kv_heads=2, block_size=4, adapter="mask"),
     "llama_fp8": Case("llama", heads=4, kv_heads=2, block_size=4, precision="fp8-e4m3"),
+    "llama_window_adapter": Case("llama", heads=4, kv_heads=2, block_size=4, adapter="window"),
 }
 
 
@@ -140,7 +142,8 @@ def run_decode(model, a2d, prompt_ids: list[int], params: dict, perturb_seed: in
     if perturb_seed is not None:
         forward = Perturbed(forward, perturb_seed)
     p = DecodeParams(**{**params, "eos_token_ids": tuple(params["eos_token_ids"])})
-    return decode(forward, prompt_ids, p, mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits, trace=True)
+    return decode(forward, prompt_ids, p, mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits,
+                  anchor_in_window=a2d.anchor_in_window, trace=True)
 
 
 def robust_run(model, a2d, prompts: list[list[int]], params: dict, name: str, case: str):
@@ -195,7 +198,7 @@ def write_case(out: Path, name: str, case: Case, seed: int) -> None:
     from .model import BlockForward, load_transformer
     from .prompts import load_prompt_codec
     from .quantize import quantize_folder
-    from .tiny import TinySpec, add_random_mask_adapter, make_tiny_base
+    from .tiny import TinySpec, add_random_adapter, make_tiny_base
 
     spec = TinySpec(
         arch=case.arch,
@@ -215,8 +218,8 @@ def write_case(out: Path, name: str, case: Case, seed: int) -> None:
         base = make_tiny_base(Path(tmp) / "base", spec)
         float_dir = out / "model" if case.precision == "bf16" else Path(tmp) / "float"
         model_dir = init_model(base, float_dir, block_size=case.block_size, shift_logits=case.shift_logits)
-        if case.mask_adapter_rank:
-            add_random_mask_adapter(model_dir, case.mask_adapter_rank, spec.seed)
+        if case.adapter:
+            add_random_adapter(model_dir, case.adapter, case.adapter_rank, spec.seed)
         if case.precision != "bf16":
             model_dir = quantize_folder(model_dir, out / "model", case.precision, force=True)
     model, cfg, a2d = load_transformer(model_dir)
@@ -232,6 +235,9 @@ def write_case(out: Path, name: str, case: Case, seed: int) -> None:
         {"name": "prefill", "cached_ids": [], "commit_ids": prompt, "window_ids": [mask] * B},
         {"name": "cached", "cached_ids": prompt, "commit_ids": commit, "window_ids": window},
     ]
+    if a2d.anchor_in_window:  # the window opens with its anchor, the last token before it (docs/decoding.md)
+        for f in forwards:
+            f["commit_ids"], f["window_ids"] = f["commit_ids"][:-1], f["commit_ids"][-1:] + f["window_ids"]
     tensors = {"prompt_ids": torch.tensor(prompt, dtype=torch.int32)}
     for f in forwards:
         step = BlockForward(model)

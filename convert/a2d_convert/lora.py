@@ -7,14 +7,19 @@ the adapters together with their layer. Optionally the RMSNorm weights and the m
 embedding row train too (a few kilobytes): the mask row starts at the mean embedding `init` wrote and
 is the one embedding the base never learned.
 
-A *mask adapter* (`attach(..., mask_rows=True)`) has the same factors, named `mask_a` / `mask_b`, but
-adds them only on the rows of a forward that hold the mask token (`Transformer.row_gate`), and
-decoding pairs it with a rule for the other window rows: a revealed position attends causally, to the
-committed tokens and the revealed positions of its block at or before it, never to a masked one
-(docs/decoding.md, "Mask adapter"). Every row that holds a real token then runs the AR base exactly:
-the KV cache is the base's, and a masked position whose left neighbours are all known is predicted
-exactly as the base predicts its next token. Only the rows of masked positions, which guess further
-ahead, learn. It ships unmerged (docs/model-format.md): `mask_a` and `scale x mask_b` rounded to bf16.
+A *row adapter* has the same factors but adds them only on some rows of a forward (`Transformer.row_gate`),
+and ships unmerged (docs/model-format.md): `P.<rule>_a` and `scale x P.<rule>_b` rounded to bf16. Its rule
+says which rows, and decoding pairs it with an attention rule (docs/decoding.md):
+- a *mask adapter* (`attach(..., rows="mask")`, factors `mask_a` / `mask_b`): the rows holding the mask token;
+  a revealed window position attends causally, to the committed tokens and the revealed positions of its
+  block at or before it, never to a masked one. Every row of a real token runs the AR base exactly, and a
+  masked position whose left neighbours are all known is predicted exactly as the base predicts it.
+- a *window adapter* (`attach(..., rows="window")`, factors `window_a` / `window_b`): every window row, the
+  window starting at the anchor (the last finished token, which enters the cache one move later); a window
+  row of a real token attends to the cache and every real token of the window, on both sides, a masked row
+  to the cache and the whole window. The cache is still the base's exactly, and every masked position is
+  predicted from a row that sees every revealed token of the window: out-of-order reveals inform the
+  positions left of them.
 
 `merge_lora` is what `export` and `rebuild` both call, so the shipped weights are a pure function of
 (base bf16 weight, shipped factors, scale) that every IEEE-754 machine computes bit for bit. The
@@ -59,33 +64,37 @@ def _lora_hook(module: nn.Linear, inputs, output):
 
 
 class RowGate:
-    """The rows of a forward that take the mask adapter ([b, T, 1] fp32 of 0 and 1, or None: no row);
-    shared by every hook of a model."""
+    """The rows of a forward that take a row adapter, shared by every hook of a model: a [b, T, 1] fp32 tensor
+    of 0 and 1, True for every row (a forward of window rows only), or None for none."""
 
     def __init__(self) -> None:
-        self.rows: torch.Tensor | None = None
+        self.rows: torch.Tensor | bool | None = None
 
 
-def _mask_rows_hook(module: nn.Linear, inputs, output):
+def _row_factors_hook(module: nn.Linear, inputs, output):
     rows = module.row_gate.rows
     if not module.lora_enabled or rows is None:
         return output
-    delta = F.linear(F.linear(inputs[0], module.mask_a), module.mask_b)
+    a, b = (getattr(module, name) for name in module.row_factors)
+    delta = F.linear(F.linear(inputs[0], a), b)
     if module.lora_scale != 1.0:
         delta = delta * module.lora_scale
-    return output + (delta * rows).to(output.dtype)
+    return output + (delta if rows is True else delta * rows).to(output.dtype)
 
 
-def add_mask_factors(module: nn.Linear, rank: int, gate: RowGate, scale: float) -> None:
-    """Zero factors on one projection (filled by training or by loading a model folder) and the hook."""
+def add_row_factors(module: nn.Linear, names: tuple[str, str], rank: int, gate: RowGate, scale: float) -> None:
+    """Zero factors `names` (A [rank, in], B [out, rank]) on one projection, filled by training or by loading a
+    model folder, and the hook that adds them on the gate's rows."""
     out_features, in_features = module.weight.shape
     device = module.weight.device
-    module.mask_a = nn.Parameter(torch.zeros(rank, in_features, device=device), requires_grad=False)
-    module.mask_b = nn.Parameter(torch.zeros(out_features, rank, device=device), requires_grad=False)
+    a_name, b_name = names
+    setattr(module, a_name, nn.Parameter(torch.zeros(rank, in_features, device=device), requires_grad=False))
+    setattr(module, b_name, nn.Parameter(torch.zeros(out_features, rank, device=device), requires_grad=False))
+    module.row_factors = names
     module.row_gate = gate
     module.lora_scale = scale
     module.lora_enabled = True
-    module.register_forward_hook(_mask_rows_hook)
+    module.register_forward_hook(_row_factors_hook)
 
 
 def target_modules(model: nn.Module, targets: tuple[str, ...]):
@@ -103,10 +112,12 @@ def _mask_embedding_hook(module: nn.Embedding, inputs, output):
 
 
 def attach(model: nn.Module, config: LoraConfig, mask_token_id: int, generator: torch.Generator | None = None,
-           mask_rows: bool = False) -> None:
-    """Freeze the model and add trainable adapters (and norms / the mask row when configured). With
-    `mask_rows`, a mask adapter (module docstring): the norms stay the base's, whatever the config says,
-    since rows of real tokens must run the base exactly."""
+           rows: str | None = None) -> None:
+    """Freeze the model and add trainable adapters (and norms / the mask row when configured). With `rows`
+    "mask" or "window", a row adapter of that rule (module docstring): the norms stay the base's, whatever the
+    config says, since the rows the adapter leaves alone must run the base exactly."""
+    if rows not in (None, "mask", "window"):
+        raise ValueError(f"attach: rows must be None, 'mask' or 'window', not {rows!r}")
     for p in model.parameters():
         p.requires_grad_(False)
     for name, module in target_modules(model, config.targets):
@@ -115,19 +126,20 @@ def attach(model: nn.Module, config: LoraConfig, mask_token_id: int, generator: 
         # kaiming-uniform like nn.Linear's own init, so A x has unit scale; B = 0 keeps W unchanged.
         bound = 1.0 / math.sqrt(in_features)
         a.uniform_(-bound, bound, generator=generator)
-        if mask_rows:
-            add_mask_factors(module, config.rank, model.row_gate, config.scale)
-            module.mask_a = nn.Parameter(a)
-            module.mask_b.requires_grad_(True)
+        if rows is not None:
+            names = (f"{rows}_a", f"{rows}_b")
+            add_row_factors(module, names, config.rank, model.row_gate, config.scale)
+            setattr(module, names[0], nn.Parameter(a))
+            getattr(module, names[1]).requires_grad_(True)
             continue
         module.lora_A = nn.Parameter(a)
         module.lora_B = nn.Parameter(torch.zeros(out_features, config.rank, device=module.weight.device))
         module.lora_scale = config.scale
         module.lora_enabled = True
         module.register_forward_hook(_lora_hook)
-    if mask_rows:
-        model.mask_rows_token = mask_token_id
-    if config.train_norms and not mask_rows:
+    if rows is not None:
+        model.adapter_rule = rows
+    if config.train_norms and rows is None:
         for name, module in model.named_modules():
             if name.endswith(("layernorm", "norm")) and hasattr(module, "weight"):
                 module.weight.requires_grad_(True)
@@ -188,9 +200,9 @@ def merged_state(base: dict[str, torch.Tensor], shipped: dict, scale: float, mas
     """The shipped bf16 weights: base tensors with adapters merged, trained norms and the mask row set."""
     out = dict(base)
     for name, value in shipped.items():
-        if name.endswith(".mask_a"):
+        if name.endswith((".mask_a", ".window_a")):
             out[name] = round_to_bf16(value.to(torch.float64))
-        elif name.endswith(".mask_b"):
+        elif name.endswith((".mask_b", ".window_b")):
             out[name] = round_to_bf16(value.to(torch.float64) * scale)  # the scale folds into B: the engines add B (A x)
         elif name.endswith(".lora_A"):
             stem = name[: -len(".lora_A")]

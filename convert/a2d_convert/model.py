@@ -23,10 +23,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from .config import A2DSection, ModelConfig, load_config
 from .errors import A2DError
-from .lora import RowGate, add_mask_factors, target_modules
+from .lora import RowGate, add_row_factors, target_modules
 from .weights import load_checked
 
 
@@ -82,8 +83,25 @@ class Attention(nn.Module):
             k_all, v_all = past.extend(k, v)
         else:
             k_all, v_all = (k, v) if past is None else (torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2))
-        out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=attn_mask[:, None], enable_gqa=self.heads != self.kv_heads)
+        if isinstance(attn_mask, BlockMask):  # training's block-sparse masks (objective.py): the same attention
+            out = block_sparse_attention(q.to(k_all.dtype), k_all, v_all, attn_mask, self.heads != self.kv_heads)
+        else:
+            out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=attn_mask[:, None], enable_gqa=self.heads != self.kv_heads)
         return self.o_proj(out.transpose(1, 2).reshape(b, T, -1)), (k, v)
+
+
+_compiled_flex = None
+
+
+def block_sparse_attention(q, k, v, block_mask: BlockMask, gqa: bool) -> torch.Tensor:
+    """FlexAttention over the tiles `block_mask` keeps: compiled into one fused kernel on a GPU (the only place
+    it is fast and has a backward), the unfused reference elsewhere."""
+    global _compiled_flex
+    if q.device.type != "cuda":
+        return flex_attention(q, k, v, block_mask=block_mask, enable_gqa=gqa)
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+    return _compiled_flex(q, k, v, block_mask=block_mask, enable_gqa=gqa)
 
 
 class MLP(nn.Module):
@@ -175,8 +193,9 @@ class Transformer(nn.Module):
         self.config = cfg
         self.model = Backbone(cfg)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        self.row_gate = RowGate()  # read by the mask adapter's hooks (lora.py), when it has one
-        self.mask_rows_token: int | None = None  # the mask token, when a mask adapter is attached
+        self.row_gate = RowGate()  # read by a row adapter's hooks (lora.py), when it has one
+        self.adapter_rule: str | None = None  # the row adapter's rule ("mask" or "window"), when one is attached
+        self.mask_token_id: int | None = None  # the mask token (the mask adapter's rows, the window rule's masked rows)
 
     def forward(
         self,
@@ -185,17 +204,25 @@ class Transformer(nn.Module):
         attn_mask: torch.Tensor,
         cache: KVCache | None = None,
         hidden_states_out: list[torch.Tensor] | None = None,
+        window_rows: torch.Tensor | bool | None = None,
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-        """input_ids/position_ids [b, T]; attn_mask bool [b, T, S] (True = may attend), S = cached + T.
+        """input_ids/position_ids [b, T]; attn_mask bool [b, T, S] (True = may attend), S = cached + T, or a
+        FlexAttention BlockMask of the same shape.
 
         Returns the final-normed hidden states [b, T, hidden] and each layer's (k, v) for the T tokens.
         `hidden_states_out`, when given, receives the residual stream entering each layer and leaving the
-        last one (num_layers + 1 tensors), for golden files and debugging. With a mask adapter, the rows
-        holding the mask token take it (the gate keeps them until the next forward, so a checkpointed
-        layer recomputes the same rows in backward).
+        last one (num_layers + 1 tensors), for golden files and debugging. With a row adapter, its rows take
+        it: the rows holding the mask token (mask adapter), or `window_rows` (window adapter: a bool [b, T],
+        True for every row, or None for none). The gate keeps them until the next forward, so a checkpointed
+        layer recomputes the same rows in backward.
         """
         cfg = self.config
-        self.row_gate.rows = None if self.mask_rows_token is None else (input_ids == self.mask_rows_token)[..., None].float()
+        if self.adapter_rule == "mask":
+            self.row_gate.rows = (input_ids == self.mask_token_id)[..., None].float()
+        elif self.adapter_rule == "window":
+            self.row_gate.rows = window_rows[..., None].float() if isinstance(window_rows, torch.Tensor) else (window_rows or None)
+        else:
+            self.row_gate.rows = None
         x = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(position_ids, cfg.head_dim, cfg.rope_theta)
         new_kv = []
@@ -219,21 +246,23 @@ def causal_mask(length: int, cached: int = 0, device=None) -> torch.Tensor:
     return cols[None, :] <= cached + torch.arange(length, device=device)[:, None]
 
 
-def block_causal_mask(cached: int, commit: int, window: int, device=None, revealed: Sequence[bool] | None = None) -> torch.Tensor:
+def block_causal_mask(cached: int, commit: int, window: int, device=None, revealed: Sequence[bool] | None = None,
+                      rule: str = "mask") -> torch.Tensor:
     """[commit + window, cached + commit + window] for one decoding forward (docs/decoding.md).
 
     Commit rows are plain causal; window rows see every cached and committed position and the whole
-    window (bidirectional inside the current block). With `revealed` (a mask adapter's rule, one flag per
-    window position), a revealed window row sees instead the cached and committed positions and the
-    revealed window positions at or before it.
+    window (bidirectional inside the current block). A row adapter's `rule`, given `revealed` (one flag per
+    window position: it holds a real token), changes what the window rows holding a real token see:
+    "mask", the cached and committed positions and the revealed window positions at or before it;
+    "window", the cached and committed positions and every revealed window position, on both sides.
     """
     mask = causal_mask(commit + window, cached, device)
     mask[commit:, :] = True
     if revealed is not None:
         rev = torch.tensor(list(revealed), dtype=torch.bool, device=device)
         j = torch.arange(window, device=device)
-        causal_revealed = rev[None, :] & (j[None, :] <= j[:, None])
-        mask[commit:, cached + commit :] = torch.where(rev[:, None], causal_revealed, True)
+        seen = rev[None, :] & (j[None, :] <= j[:, None]) if rule == "mask" else rev[None, :].expand(window, window)
+        mask[commit:, cached + commit :] = torch.where(rev[:, None], seen | torch.eye(window, dtype=torch.bool, device=device), True)
     return mask
 
 
@@ -250,10 +279,11 @@ class BlockForward:
         n, C, W = self.cache.length, len(commit_ids), len(window_ids)
         ids = torch.tensor([list(commit_ids) + list(window_ids)], dtype=torch.long, device=self.device)
         positions = torch.arange(n, n + C + W, device=self.device)[None]
-        token = self.model.mask_rows_token
-        revealed = None if token is None else [t != token for t in window_ids]
-        mask = block_causal_mask(n, C, W, self.device, revealed)[None]
-        hidden, new_kv = self.model(ids, positions, mask, self.cache)
+        rule = self.model.adapter_rule
+        revealed = None if rule is None else [t != self.model.mask_token_id for t in window_ids]
+        mask = block_causal_mask(n, C, W, self.device, revealed, rule or "mask")[None]
+        window_rows = torch.arange(C + W, device=self.device)[None] >= C
+        hidden, new_kv = self.model(ids, positions, mask, self.cache, window_rows=window_rows)
         self.cache.append(new_kv, C)
         return self.model.logits(hidden[0, list(rows)]).float()
 
@@ -331,20 +361,22 @@ class BatchBlockForward:
         causal = q[None, :] <= q[:, None]  # [T(query), T(key)]
         new = mask[:, :, S:]
         new |= commit_q[:, :, None] & commit_q[:, None, :] & causal[None]  # commit rows: plain causal
-        token = self.model.mask_rows_token
-        if token is None:
+        rule = self.model.adapter_rule
+        if rule is None:
             new |= window_q[:, :, None] & real[:, None, :]  # window rows: every commit token and the whole window
-        else:  # the mask adapter's rule: masked rows as above, revealed rows causal over the revealed ones
-            masked_q = window_q & (ids == token)
+        else:  # a row adapter's rule: masked rows as above; revealed rows over the revealed ones (mask: causally)
+            masked_q = window_q & (ids == self.model.mask_token_id)
             revealed_q = window_q & ~masked_q
             new |= masked_q[:, :, None] & real[:, None, :]
-            new |= revealed_q[:, :, None] & (commit_q[:, None, :] | (revealed_q[:, None, :] & causal[None]))
+            seen = revealed_q[:, None, :] & causal[None] if rule == "mask" else revealed_q[:, None, :]
+            new |= revealed_q[:, :, None] & (commit_q[:, None, :] | seen)
         new |= ~real[:, :, None] & np.eye(T, dtype=bool)[None]  # pads: themselves only
         hidden, new_kv = self.model(
             torch.from_numpy(ids).to(self.device),
             torch.from_numpy(positions).to(self.device),
             torch.from_numpy(mask).to(self.device),
             self.cache,
+            window_rows=torch.from_numpy(window_q).to(self.device),
         )
         self.cache.append(new_kv, Cm)
         self.valid = np.concatenate([self.valid, commit_q[:, :Cm]], axis=1)
@@ -377,9 +409,11 @@ def load_transformer(model_dir: Path | str, device: str = "cpu") -> tuple[Transf
     state = load_checked(model_dir, cfg, a2d)
     with torch.device("meta"):
         model = Transformer(cfg)
-        if a2d is not None and a2d.mask_rank:
-            for _, module in target_modules(model, a2d.mask_targets):
-                add_mask_factors(module, a2d.mask_rank, model.row_gate, 1.0)
-            model.mask_rows_token = a2d.mask_token_id
+        if a2d is not None and a2d.adapter is not None:
+            for _, module in target_modules(model, a2d.adapter.targets):
+                add_row_factors(module, a2d.adapter.factor_names, a2d.adapter.rank, model.row_gate, 1.0)
+            model.adapter_rule = a2d.adapter.rule
+        if a2d is not None:
+            model.mask_token_id = a2d.mask_token_id
     model.load_state_dict(state, strict=True, assign=True)
     return model.to(device).eval(), cfg, a2d

@@ -1,9 +1,16 @@
-"""The block-diffusion training objective: batches in the [clean | noisy | noisy] layout, their
-attention mask, and the loss module. The design and the equation are in train.py's docstring."""
+"""The block-diffusion training objective: batches in the [clean | noisy ...] layout, their attention mask,
+and the loss module. The design and the equation are in train.py's docstring.
+
+The attention mask is one function of per-row facts (`layout_mask`): each row's segment, its noisy block
+(or none: a clean row) and how many clean rows it may see. It is evaluated densely (a boolean tensor, the
+reference path every test compares with) or handed to FlexAttention as a block-sparse `BlockMask`, which
+skips the tiles no row sees: the same mask either way (a test holds the two to each other).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -14,25 +21,101 @@ from . import lora as lora_mod
 from .train_config import TrainConfig
 
 
-# --------------------------------------------------------------------------------------------- batches
+# --------------------------------------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where every row of one packed row's forward sits: the clean stream's L rows, then each noisy copy's
+    blocks. A noisy block is the block's B positions, preceded by its anchor (the position before it) when
+    `anchor_rows` (the window adapter's window, docs/decoding.md). Rows of a block are in position order."""
+
+    L: int
+    B: int
+    noisy_copies: int
+    anchor_rows: bool
+
+    @property
+    def block_rows(self) -> int:
+        return self.B + (1 if self.anchor_rows else 0)
+
+    @property
+    def copy_rows(self) -> int:
+        return self.L // self.B * self.block_rows
+
+    @property
+    def rows(self) -> int:
+        return self.L + self.noisy_copies * self.copy_rows
+
+    def noisy_row(self, copy: int, position: np.ndarray) -> np.ndarray:
+        """The row (of the R rows) of `position`'s slot in noisy copy `copy` (1-based)."""
+        block, j = np.divmod(position, self.B)
+        return self.L + (copy - 1) * self.copy_rows + block * self.block_rows + j + (1 if self.anchor_rows else 0)
+
+    def predictor_row(self, copy: int, position: np.ndarray, shift: bool) -> np.ndarray:
+        """The row whose hidden state predicts `position` in copy `copy`: without the shift its own slot; with
+        it the row before: the anchor row (`anchor_rows`), the clean row p-1 for a block's first position, or
+        the previous slot."""
+        if not shift:
+            return self.noisy_row(copy, position)
+        if self.anchor_rows:
+            return self.noisy_row(copy, position) - 1
+        first = position % self.B == 0
+        return np.where(first, position - 1, self.noisy_row(copy, position) - 1)
+
+    def static_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row: the position it holds, its block id (-1 for clean rows; one id per copy and block) and the
+        clean rows it may see (rows below that index): clean row i sees up to itself, a noisy block the clean
+        rows before its first position, or before its anchor (whose clean row decoding has not committed yet)."""
+        L, B, n = self.L, self.B, self.block_rows
+        position = np.arange(L)
+        block_id = np.full(L, -1)
+        limit = np.arange(1, L + 1)
+        for copy in range(self.noisy_copies):
+            blocks = np.repeat(np.arange(L // B), n)
+            slot = np.tile(np.arange(n), L // B) - (1 if self.anchor_rows else 0)
+            position = np.concatenate([position, blocks * B + slot])
+            block_id = np.concatenate([block_id, copy * (L // B) + blocks])
+            limit = np.concatenate([limit, blocks * B - (1 if self.anchor_rows else 0)])
+        return position, block_id, limit
+
+
+def layout_mask(row_seg, row_block, row_limit, real, rule, b, q, k):
+    """May row q attend to row k (both indices into the layout's rows, broadcastable tensors), in packed row
+    b? Rows of one segment only (segment 0 and -1, an unused slot or an anchor the block has not got, see only
+    themselves). A clean row: the clean rows of its segment up to itself. A noisy row: the clean rows before
+    its limit and the rows of its own block, all of them, or under a row adapter's `rule` (docs/decoding.md)
+    for a row holding a real token: "mask", the real rows at or before it; "window", every real row."""
+    seg_q, seg_k = row_seg[b, q], row_seg[b, k]
+    same = (seg_q == seg_k) & (seg_q > 0)
+    key_clean = row_block[k] < 0
+    clean = key_clean & same & (k < row_limit[q])
+    block = ~key_clean & (row_block[k] == row_block[q]) & same
+    if rule == "mask":
+        block = block & (~real[b, q] | (real[b, k] & (k <= q)))
+    elif rule == "window":
+        block = block & (~real[b, q] | real[b, k])
+    return clean | block | (q == k)
 
 
 @dataclass
 class Batch:
     """One micro-batch, host side (numpy); trainer.to_device moves it to the GPU."""
 
-    input_ids: np.ndarray  # [b, copies*L] int64
-    position_ids: np.ndarray  # [b, copies*L] int64
+    input_ids: np.ndarray  # [b, R] int64, R = layout rows
+    position_ids: np.ndarray  # [b, R] int64
     segment_ids: np.ndarray  # [b, L] int64
-    pred_index: np.ndarray  # [N] rows of the flattened [b*copies*L] hidden states that predict targets
+    row_seg: np.ndarray  # [b, R] int64: each row's segment (layout_mask)
+    pred_index: np.ndarray  # [N] rows of the flattened [b*R] hidden states that predict targets
     targets: np.ndarray  # [N]
     weights: np.ndarray  # [N] float32
     teacher_index: np.ndarray  # [N] rows of the flattened clean [b*L] stream (the AR base's predictor)
     ar_index: np.ndarray  # [M] clean-stream predictor rows for the optional AR loss
     ar_targets: np.ndarray  # [M]
-    clean_index: np.ndarray  # [C] every in-sample row of the clean stream, flattened [b*copies*L] (clean KL)
+    clean_index: np.ndarray  # [C] every in-sample row of the clean stream, flattened [b*R] (clean KL)
     clean_teacher_index: np.ndarray  # [C] the same rows in the flattened clean [b*L] stream
     eligible: int  # target positions in this micro-batch (the normaliser's share)
+    attended: tuple[int, int]  # (query, key) pairs the mask allows, the clean rows' and the noisy rows' (for the FLOPs)
 
 
 def segment_positions(segment_ids: np.ndarray) -> np.ndarray:
@@ -43,6 +126,24 @@ def segment_positions(segment_ids: np.ndarray) -> np.ndarray:
     starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
     start_index = np.maximum.accumulate(np.where(starts, idx, 0), axis=1)
     return (idx - start_index).astype(np.int32)
+
+
+def block_masks(cfg: TrainConfig, rng: np.random.Generator, L: int) -> tuple[np.ndarray, np.ndarray]:
+    """(masked [L] bool, t [L]: the block's mask rate) of one packed row, by `cfg.mask_pattern`: "random", each
+    position of a block masked with the block's rate t ~ U[t_min, t_max]; "full", every position; "decoder",
+    half the blocks as "random" and half in the state a sliding window meets (its first position masked, the
+    others masked with the block's rate), the complementary copy then giving the revealed-prefix states of a
+    block that moves only when finished."""
+    B = cfg.block_size
+    if cfg.mask_pattern == "full":
+        return np.ones(L, dtype=bool), np.ones(L)
+    t_block = cfg.t_min + (cfg.t_max - cfg.t_min) * rng.random(L // B)
+    t = np.repeat(t_block, B)
+    masked = rng.random(L) < t
+    if cfg.mask_pattern == "decoder":
+        sliding = np.repeat(rng.random(L // B) < 0.5, B) & (np.arange(L) % B == 0)
+        masked |= sliding
+    return masked, t
 
 
 class RowSchedule:
@@ -58,6 +159,9 @@ class RowSchedule:
         self.config = config
         self.mask_token_id = mask_token_id
         self.rows = self.input_ids.shape[0]
+        L = self.input_ids.shape[1]
+        self.layout = Layout(L, config.block_size, 2 if config.complementary else 1, config.window_adapter)
+        self.row_position, self.row_block, self.row_limit = self.layout.static_rows()
         self._perms: dict[int, np.ndarray] = {}
 
     def row_of(self, step: int, slot: int) -> int:
@@ -74,61 +178,60 @@ class RowSchedule:
         return int(self.eligible[rows].sum())
 
     def batch(self, step: int, slots: list[int]) -> Batch:
-        cfg = self.config
-        B = cfg.block_size
+        cfg, layout = self.config, self.layout
         rows = [self.row_of(step, s) for s in slots]
         ids = self.input_ids[rows].astype(np.int64)
         seg = self.segment_ids[rows].astype(np.int64)
         pos = self.positions[rows].astype(np.int64)
         eligible = self.eligible[rows]
         b, L = ids.shape
-        copies = 3 if cfg.complementary else 2
+        R = layout.rows
         masked = np.empty((b, L), dtype=bool)
         t = np.empty((b, L), dtype=np.float64)
         for r, slot in enumerate(slots):
-            if cfg.mask_pattern == "full":  # every block wholly masked (needs --loss-weighting none)
-                masked[r], t[r] = True, 1.0
-                continue
-            rng = np.random.default_rng([cfg.seed, step, slot, 1])
-            t_block = cfg.t_min + (cfg.t_max - cfg.t_min) * rng.random(L // B)
-            t[r] = np.repeat(t_block, B)
-            masked[r] = rng.random(L) < t[r]
-        noisy = [np.where(masked, self.mask_token_id, ids)]
-        if cfg.complementary:
-            noisy.append(np.where(masked, ids, self.mask_token_id))
-        input_ids = np.concatenate([ids, *noisy], axis=1)
-        position_ids = np.tile(pos, (1, copies))
+            masked[r], t[r] = block_masks(cfg, np.random.default_rng([cfg.seed, step, slot, 1]), L)
+
+        # Every row's token, position and segment: a noisy slot reads its position's, an anchor row the
+        # position before its block (-1 as its segment when that position lies in another sample).
+        at = np.clip(self.row_position, 0, L - 1)
+        input_ids = ids[:, at].copy()
+        position_ids = pos[:, at].copy()
+        row_seg = seg[:, at].copy()
+        for c in range(1, layout.noisy_copies + 1):
+            masked_c = masked if c == 1 else ~masked
+            slots_c = layout.noisy_row(c, np.arange(L))
+            input_ids[:, slots_c] = np.where(masked_c, self.mask_token_id, ids)
+        if layout.anchor_rows:
+            anchors = np.flatnonzero(self.row_block >= 0)[:: layout.block_rows]
+            first = self.row_position[anchors] + 1  # the block's first position
+            own = (self.row_position[anchors] >= 0)[None, :] & (seg[:, at[anchors]] == seg[:, first])
+            row_seg[:, anchors] = np.where(own, row_seg[:, anchors], -1)
 
         preds, targets, weights, teacher = [], [], [], []
-        for c in range(1, copies):
+        for c in range(1, layout.noisy_copies + 1):
             masked_c = masked if c == 1 else ~masked
             rate = t if c == 1 else 1.0 - t
             r_idx, p_idx = np.nonzero(eligible & masked_c)
-            base = r_idx * copies * L
-            if cfg.shift_logits:
-                first = p_idx % B == 0
-                pred = np.where(first, base + p_idx - 1, base + c * L + p_idx - 1)
-            else:
-                pred = base + c * L + p_idx
-            preds.append(pred)
+            preds.append(r_idx * R + layout.predictor_row(c, p_idx, cfg.shift_logits))
             targets.append(ids[r_idx, p_idx])
             w = 1.0 / rate[r_idx, p_idx] if cfg.loss_weighting == "elbo" else np.ones(len(r_idx))
             weights.append(w.astype(np.float32))
             teacher.append(r_idx * L + p_idx - 1)
         if cfg.ar_weight > 0:
             r_idx, p_idx = np.nonzero(eligible)
-            ar_index, ar_targets = r_idx * copies * L + p_idx - 1, ids[r_idx, p_idx]
+            ar_index, ar_targets = r_idx * R + p_idx - 1, ids[r_idx, p_idx]
         else:
             ar_index = ar_targets = np.zeros(0, dtype=np.int64)
         if cfg.clean_kl_weight > 0:
             r_idx, p_idx = np.nonzero(seg > 0)
-            clean_index, clean_teacher_index = r_idx * copies * L + p_idx, r_idx * L + p_idx
+            clean_index, clean_teacher_index = r_idx * R + p_idx, r_idx * L + p_idx
         else:
             clean_index = clean_teacher_index = np.zeros(0, dtype=np.int64)
         return Batch(
             input_ids=input_ids,
             position_ids=position_ids,
             segment_ids=seg,
+            row_seg=row_seg,
             pred_index=np.concatenate(preds),
             targets=np.concatenate(targets),
             weights=np.concatenate(weights),
@@ -138,50 +241,29 @@ class RowSchedule:
             clean_index=clean_index,
             clean_teacher_index=clean_teacher_index,
             eligible=int(eligible.sum()),
+            attended=attended_pairs(row_seg, self.row_limit, layout),
         )
 
 
+def attended_pairs(row_seg: np.ndarray, row_limit: np.ndarray, layout: Layout) -> tuple[int, int]:
+    """The (query, key) pairs layout_mask allows, (the clean rows', the noisy rows'), with every block counted
+    whole (the rule hides a few of a block's keys from its real rows): the clean rows causally inside their
+    segments (an unused slot: itself), every noisy row the clean rows of its segment before its limit, and
+    every block's rows each other."""
+    L = layout.L
+    limits = np.clip(row_limit[L:], 0, L)
+    clean_pairs = noisy_pairs = 0
+    for clean, noisy in zip(row_seg[:, :L], row_seg[:, L:]):
+        _, counts = np.unique(clean[clean > 0], return_counts=True)
+        clean_pairs += int((counts * (counts + 1) // 2).sum()) + int((clean <= 0).sum())
+        for s in np.unique(noisy[noisy > 0]):
+            before = np.concatenate([[0], np.cumsum(clean == s)])
+            noisy_pairs += int(before[limits[noisy == s]].sum())
+    noisy_pairs += row_seg.shape[0] * layout.noisy_copies * (L // layout.B) * layout.block_rows**2
+    return clean_pairs, noisy_pairs
+
+
 # --------------------------------------------------------------------------------------------- the objective
-
-
-def training_attention_mask(segment_ids: torch.Tensor, block: int, copies: int, revealed: torch.Tensor | None = None) -> torch.Tensor:
-    """bool [b, copies*L, copies*L] (True = may attend) for the [clean | noisy ...] layout. `revealed`
-    [b, copies-1, L] (a mask adapter's rule, model.block_causal_mask): a noisy row whose token is not
-    masked sees the clean positions before its block and the unmasked positions of its block at or
-    before it."""
-    b, L = segment_ids.shape
-    idx = torch.arange(L, device=segment_ids.device)
-    blk = idx // block
-    seg = segment_ids
-    same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] > 0)
-    eye = torch.eye(L, dtype=torch.bool, device=seg.device)[None]
-    causal = idx[:, None] >= idx[None, :]
-    before_block = idx[None, :] < (blk * block)[:, None]
-    same_block = blk[:, None] == blk[None, :]
-    clean_clean = (same & causal) | eye
-    noisy_clean = same & before_block
-    noisy_noisy = (same & same_block) | eye
-    mask = torch.zeros(b, copies * L, copies * L, dtype=torch.bool, device=seg.device)
-    mask[:, :L, :L] = clean_clean
-    for c in range(1, copies):
-        rows = slice(c * L, (c + 1) * L)
-        mask[:, rows, :L] = noisy_clean
-        if revealed is None:
-            mask[:, rows, rows] = noisy_noisy
-        else:
-            rev = revealed[:, c - 1]
-            causal_revealed = (same & same_block & causal & rev[:, None, :]) | eye
-            mask[:, rows, rows] = torch.where(rev[:, :, None], causal_revealed, noisy_noisy)
-    return mask
-
-
-def objective_mask(model: nn.Module, input_ids: torch.Tensor, segment_ids: torch.Tensor, block: int) -> torch.Tensor:
-    """The training mask for this model: with a mask adapter, its rule for the noisy copies' unmasked rows."""
-    b, L = segment_ids.shape
-    copies = input_ids.shape[1] // L
-    token = getattr(model, "mask_rows_token", None)
-    revealed = None if token is None else (input_ids[:, L:] != token).view(b, copies - 1, L)
-    return training_attention_mask(segment_ids, block, copies, revealed)
 
 
 def causal_segment_mask(segment_ids: torch.Tensor) -> torch.Tensor:
@@ -191,10 +273,12 @@ def causal_segment_mask(segment_ids: torch.Tensor) -> torch.Tensor:
     return (same & (idx[:, None] >= idx[None, :])) | torch.eye(L, dtype=torch.bool, device=segment_ids.device)[None]
 
 
-def _chunk_terms(head, hidden, targets, weights, teacher_hidden, teacher_head, confidence: bool):
+def _chunk_terms(head, hidden, targets, weights, teacher_hidden, teacher_head, confidence: bool, temperature: float):
     """Sums over a chunk of target rows: weighted CE, plain CE, KL(teacher || model), and the entropy of
-    the rows whose argmax is already the target (the certainty term; 0 unless `confidence`)."""
-    logp = F.log_softmax(head(hidden).float(), dim=-1)
+    softmax(logits / temperature) on the rows whose argmax is already the target (the certainty term; 0
+    unless `confidence`)."""
+    logits = head(hidden).float()
+    logp = F.log_softmax(logits, dim=-1)
     ce = -logp.gather(1, targets[:, None])[:, 0]
     kl = torch.zeros((), device=hidden.device)
     if teacher_hidden is not None:
@@ -203,12 +287,14 @@ def _chunk_terms(head, hidden, targets, weights, teacher_hidden, teacher_head, c
         kl = (t_logp.exp() * (t_logp - logp)).sum()
     certainty = torch.zeros((), device=hidden.device)
     if confidence:
-        entropy = -(logp.exp() * logp).sum(-1)
+        soft = logp if temperature == 1.0 else F.log_softmax(logits / temperature, dim=-1)
+        entropy = -(soft.exp() * soft).sum(-1)
         certainty = (entropy * (logp.detach().argmax(-1) == targets)).sum()
     return (weights * ce).sum(), ce.detach().sum(), kl, certainty
 
 
-def chunked_terms(head, hidden, index, targets, weights, teacher_hidden=None, teacher_index=None, teacher_head=None, chunk=4096, confidence=False):
+def chunked_terms(head, hidden, index, targets, weights, teacher_hidden=None, teacher_index=None, teacher_head=None, chunk=4096,
+                  confidence=False, temperature=1.0):
     """Sums of `_chunk_terms` over chunks of target rows; each chunk is checkpointed so its [rows, vocab]
     logits live only while that chunk is computed (forward and backward)."""
     totals = [torch.zeros((), device=hidden.device) for _ in range(4)]
@@ -216,22 +302,61 @@ def chunked_terms(head, hidden, index, targets, weights, teacher_hidden=None, te
         sl = slice(start, start + chunk)
         t_rows = None if teacher_hidden is None else teacher_hidden[teacher_index[sl]]
         terms = torch.utils.checkpoint.checkpoint(
-            _chunk_terms, head, hidden[index[sl]], targets[sl], weights[sl], t_rows, teacher_head, confidence, use_reentrant=False
+            _chunk_terms, head, hidden[index[sl]], targets[sl], weights[sl], t_rows, teacher_head, confidence, temperature,
+            use_reentrant=False,
         )
         totals = [a + b for a, b in zip(totals, terms)]
     return totals
+
+
+def use_flex(config: TrainConfig, device: torch.device) -> bool:
+    return config.attention == "flex" or (config.attention == "auto" and device.type == "cuda")
 
 
 class Objective(nn.Module):
     """The student model and the block-diffusion loss in one module, so that under FSDP2 the root unit
     owns the embedding/lm_head used by the loss (gathered once per forward, not once per chunk)."""
 
-    def __init__(self, model: nn.Module, config: TrainConfig, teacher: nn.Module | None):
+    def __init__(self, model: nn.Module, config: TrainConfig, teacher: nn.Module | None, layout: Layout | None = None):
         super().__init__()
         self.model = model
         self.config = config
+        self.layout = layout
         # A list hides the frozen teacher from .parameters()/state_dict(): it is neither trained nor saved.
         self._teacher = [teacher]
+        self._rows: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def static_rows(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layout's per-row block ids and clean limits on `device`, made once."""
+        if device not in self._rows:
+            _, block, limit = self.layout.static_rows()
+            self._rows[device] = (torch.as_tensor(block, device=device), torch.as_tensor(limit, device=device))
+        return self._rows[device]
+
+    @property
+    def rule(self) -> str | None:
+        """The row adapter's rule ("mask", "window") or None."""
+        return getattr(self.model, "adapter_rule", None)
+
+    def attention_mask(self, input_ids, row_seg, q_rows: slice, k_rows: int):
+        """The layout's mask for queries `q_rows` over keys 0..k_rows-1: a boolean [b, Q, K], or a FlexAttention
+        BlockMask on CUDA (TrainConfig.attention)."""
+        block, limit = self.static_rows(input_ids.device)
+        real = input_ids != self.model.mask_token_id if self.model.mask_token_id is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        rule = self.rule
+        offset = q_rows.start
+        b, Q = input_ids.shape[0], q_rows.stop - q_rows.start
+        if use_flex(self.config, input_ids.device):
+            from torch.nn.attention.flex_attention import create_block_mask
+
+            def mask_mod(bi, h, q, k):
+                return layout_mask(row_seg, block, limit, real, rule, bi, q + offset, k)
+
+            return create_block_mask(mask_mod, b, None, Q, k_rows, device=input_ids.device)
+        bi = torch.arange(b, device=input_ids.device)[:, None, None]
+        q = torch.arange(offset, q_rows.stop, device=input_ids.device)[None, :, None]
+        k = torch.arange(k_rows, device=input_ids.device)[None, None, :]
+        return layout_mask(row_seg, block, limit, real, rule, bi, q, k)
 
     def teacher_pass(self, ids, seg, pos):
         """(hidden rows, head) of the frozen AR base on the clean stream, or (None, None) without KL.
@@ -252,32 +377,35 @@ class Objective(nn.Module):
                 head = teacher.logits
         return hidden.reshape(-1, hidden.shape[-1]), head
 
-    def adapter_pass(self, input_ids, position_ids, segment_ids):
-        """The hidden states of the [clean | noisy ...] layout for a mask adapter model, in two forwards: the
+    def adapter_pass(self, input_ids, position_ids, row_seg):
+        """The hidden states of the [clean | noisy ...] layout for a row adapter model, in two forwards: the
         clean stream under no_grad (it runs the frozen base: no adapter on its rows, so nothing in it needs a
         gradient), its keys and values then the noisy copies' cache. The same numbers as one forward of the
-        whole layout, without the clean stream's backward and its stored activations."""
+        whole layout, without the clean stream's backward and its stored activations. Under a window adapter
+        every noisy row is a window row."""
         from .model import KVCache
 
-        L = segment_ids.shape[1]
-        mask = objective_mask(self.model, input_ids, segment_ids, self.config.block_size)
+        L, R = self.layout.L, self.layout.rows
         with torch.no_grad():
-            clean, clean_kv = self.model(input_ids[:, :L], position_ids[:, :L], mask[:, :L, :L])
+            clean_mask = self.attention_mask(input_ids, row_seg, slice(0, L), L)
+            clean, clean_kv = self.model(input_ids[:, :L], position_ids[:, :L], clean_mask)
         cache = KVCache(len(clean_kv))
         cache.append(clean_kv, L)
-        noisy, _ = self.model(input_ids[:, L:], position_ids[:, L:], mask[:, L:, :], cache)
+        noisy_mask = self.attention_mask(input_ids, row_seg, slice(L, R), R)
+        noisy, _ = self.model(input_ids[:, L:], position_ids[:, L:], noisy_mask, cache, window_rows=True)
         return torch.cat([clean, noisy], dim=1)
 
-    def forward(self, input_ids, position_ids, segment_ids, pred_index, targets, weights, teacher_index, ar_index, ar_targets,
+    def forward(self, input_ids, position_ids, segment_ids, row_seg, pred_index, targets, weights, teacher_index, ar_index, ar_targets,
                 clean_index, clean_teacher_index):
         cfg = self.config
-        L = segment_ids.shape[1]
-        copies = input_ids.shape[1] // L
-        if cfg.mask_adapter:
-            hidden = self.adapter_pass(input_ids, position_ids, segment_ids)
+        L = self.layout.L
+        adapter = self.rule is not None
+        if adapter:
+            hidden = self.adapter_pass(input_ids, position_ids, row_seg)
         else:
-            hidden, _ = self.model(input_ids, position_ids, objective_mask(self.model, input_ids, segment_ids, cfg.block_size))
-        if cfg.mask_adapter:
+            R = self.layout.rows
+            hidden, _ = self.model(input_ids, position_ids, self.attention_mask(input_ids, row_seg, slice(0, R), R))
+        if adapter:
             # The clean stream runs the base exactly (no adapter on its rows, the norms frozen, no mask
             # tokens in it), so it is the KL teacher's own forward: no second pass.
             t_hidden = hidden[:, :L].detach().reshape(-1, hidden.shape[-1]) if cfg.kl_weight > 0 else None
@@ -287,7 +415,7 @@ class Objective(nn.Module):
         flat = hidden.reshape(-1, hidden.shape[-1])
         weighted, ce_sum, kl_sum, certainty = chunked_terms(
             self.model.logits, flat, pred_index, targets, weights, t_hidden if cfg.kl_weight > 0 else None, teacher_index,
-            t_head, cfg.logits_chunk, confidence=cfg.confidence_weight > 0,
+            t_head, cfg.logits_chunk, confidence=cfg.confidence_weight > 0, temperature=cfg.confidence_temperature,
         )
         loss = weighted + cfg.kl_weight * kl_sum + cfg.confidence_weight * certainty
         if pred_index.numel() == 0:
@@ -308,5 +436,3 @@ class Objective(nn.Module):
                                               clean_teacher_index, t_head, cfg.logits_chunk)
             loss = loss + cfg.clean_kl_weight * clean_kl
         return loss, torch.stack([ce_sum, kl_sum.detach(), ar_sum, certainty.detach(), clean_kl.detach()])
-
-

@@ -241,11 +241,13 @@ def reference_answers(model_dir: Path, device: str, a2d, prompts: list[list[int]
         for chunk in tqdm(list(_batches(len(prompts), batch_size)), desc="diffusion (reference)", unit="batch"):
             if len(chunk) == 1:
                 (i,) = chunk
-                results = [decode(BlockForward(model), prompts[i], params[i], mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits)]
+                results = [decode(BlockForward(model), prompts[i], params[i], mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits,
+                                   anchor_in_window=a2d.anchor_in_window)]
             else:
                 results = decode_batch(
                     BatchBlockForward(model, len(chunk)), [prompts[i] for i in chunk], [params[i] for i in chunk],
-                    mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits, threads=threads,
+                    mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits, anchor_in_window=a2d.anchor_in_window,
+                    threads=threads,
                 )
             answers += [answer_of(r.token_ids, r.forward_passes, r.steps, r.revealed, r.topped_up) for r in results]
     return answers

@@ -334,14 +334,16 @@ def run(args: argparse.Namespace) -> None:
     print(out)
 
 
-def add_random_mask_adapter(model_dir: Path, rank: int, seed: int, b_std: float = 0.05) -> None:
-    """Give an a2d model folder a random mask adapter on every projection (docs/model-format.md) for parity
-    tests: `mask_a` [rank, in] ~ N(0, 1/in), `mask_b` [out, rank] ~ N(0, b_std^2), bf16, written beside the
-    existing weights, and the config's a2d.mask_adapter."""
+def add_random_adapter(model_dir: Path, rule: str, rank: int, seed: int, b_std: float = 0.05) -> None:
+    """Give an a2d model folder a random row adapter of `rule` ("mask" or "window") on every projection
+    (docs/model-format.md) for parity tests: A [rank, in] ~ N(0, 1/in), B [out, rank] ~ N(0, b_std^2), bf16,
+    written beside the existing weights, and the config's a2d.<rule>_adapter."""
     from safetensors.torch import load_file
 
-    from .config import ADAPTER_TARGETS, read_json
+    from .config import ADAPTER_TARGETS, AdapterSpec, read_json
 
+    spec = AdapterSpec(rule, rank, ADAPTER_TARGETS)
+    a_name, b_name = spec.factor_names
     path = model_dir / "model.safetensors"
     tensors = {name: t.float().numpy() for name, t in load_file(str(path)).items()}
     rng = np.random.default_rng(seed)
@@ -351,9 +353,9 @@ def add_random_mask_adapter(model_dir: Path, rank: int, seed: int, b_std: float 
         if leaf != "weight" or target not in ADAPTER_TARGETS or ".layers." not in name:
             continue
         out_features, in_features = tensors[name].shape
-        tensors[f"{stem}.mask_a"] = rng.normal(0.0, 1.0 / np.sqrt(in_features), size=(rank, in_features)).astype(np.float32)
-        tensors[f"{stem}.mask_b"] = rng.normal(0.0, b_std, size=(out_features, rank)).astype(np.float32)
+        tensors[f"{stem}.{a_name}"] = rng.normal(0.0, 1.0 / np.sqrt(in_features), size=(rank, in_features)).astype(np.float32)
+        tensors[f"{stem}.{b_name}"] = rng.normal(0.0, b_std, size=(out_features, rank)).astype(np.float32)
     write_bf16_safetensors(path, tensors)
     config = read_json(model_dir / "config.json")
-    config["a2d"]["mask_adapter"] = {"rank": rank, "targets": list(ADAPTER_TARGETS)}
+    config["a2d"][spec.section] = {"rank": rank, "targets": list(ADAPTER_TARGETS)}
     write_json(model_dir / "config.json", config)

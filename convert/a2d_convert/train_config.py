@@ -33,19 +33,23 @@ class TrainConfig:
     t_max: float = field(default=0.8, metadata={"help": "highest per-block mask rate"})
     loss_weighting: str = field(default="elbo", metadata={"help": "elbo (1/t weights of the NELBO) or none (plain masked-token CE)"})
     complementary: bool = field(default=True, metadata={"help": "second noisy copy with the complementary mask"})
-    mask_pattern: str = field(default="random", metadata={"help": "random (each token of a block masked with rate t) or full (every block wholly masked: the state of a window's first step; needs --loss-weighting none --no-complementary)"})
+    mask_pattern: str = field(default="random", metadata={"help": "random (each token of a block masked with rate t), full (every block wholly masked: the state of a window's first step; needs --loss-weighting none --no-complementary) or decoder (half the blocks random, half as a sliding window meets them: the first position masked, the rest at rate t)"})
     kl_weight: float = field(default=0.0, metadata={"help": "weight of KL(AR base || model) on masked targets"})
     ar_weight: float = field(default=0.0, metadata={"help": "weight of the next-token loss on the clean stream"})
     clean_kl_weight: float = field(default=0.0, metadata={"help": "weight of KL(AR base || model) on every clean-stream row, prompts included (holds the model's plain AR reading to its base)"})
     confidence_weight: float = field(default=0.0, metadata={"help": "weight of the entropy of masked-target predictions whose argmax is already right (certainty forcing: more tokens per step)"})
+    confidence_temperature: float = field(default=1.0, metadata={"help": "the certainty term's entropy is of softmax(logits / this) (dParallel: 0.5)"})
     lora_rank: int = field(default=0, metadata={"help": "LoRA rank on every projection; 0: full fine-tune"})
     lora_alpha: float = field(default=0.0, metadata={"help": "LoRA alpha (scale alpha / rank); 0: 2 x rank"})
     lora_train_norms: bool = field(default=True, metadata={"help": "with LoRA, also train the RMSNorm weights (never with --mask-adapter: rows of real tokens keep the base's)"})
     lora_targets: str = field(default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", metadata={"help": "comma-separated projections that get LoRA factors"})
     mask_adapter: bool = field(default=False, metadata={"help": "the LoRA factors only on rows holding the mask token, unmasked rows causal over the unmasked ones, shipped unmerged: every real token runs the exact base (docs/decoding.md, Mask adapter)"})
+    window_adapter: bool = field(default=False, metadata={"help": "the LoRA factors on every window row, the window opening with its anchor, real window tokens seeing every real window token and masked ones the whole window, shipped unmerged: the KV cache is the exact base's and every masked position is predicted from a row that sees the whole window (docs/decoding.md, Window adapter)"})
     lora_train_mask_embedding: bool = field(default=True, metadata={"help": "with LoRA, also train the mask token's embedding row"})
     precision: str = field(default="auto", metadata={"help": "auto (bf16 autocast on CUDA, fp32 on CPU), bf16 or fp32"})
     activation_checkpointing: bool = field(default=True, metadata={"help": "recompute each layer in backward"})
+    attention: str = field(default="auto", metadata={"help": "auto (FlexAttention block masks on CUDA, dense boolean masks elsewhere), flex or dense"})
+    compile: str = field(default="auto", metadata={"help": "torch.compile each decoder layer: auto (on CUDA), on or off"})
     logits_chunk: int = field(default=4096, metadata={"help": "target rows per lm_head chunk (bounds the [rows, vocab] logits)"})
     seed: int = field(default=0, metadata={"help": "masks, row order and LoRA init"})
     log_every: int = field(default=10, metadata={"help": "steps between log lines (the only host syncs)"})
@@ -54,7 +58,12 @@ class TrainConfig:
     keep_checkpoints: int = field(default=3, metadata={"help": "newest checkpoints kept; 0: all"})
     time_limit_min: float = field(default=0.0, metadata={"help": "stop and save once this many minutes have passed (checked at log steps); 0: none"})
     threads: int = field(default=0, metadata={"help": "CPU torch threads; 0: torch's default"})
-    peak_tflops: float = field(default=989.0, metadata={"help": "the device's dense bf16 peak, TFLOP/s, for the logged model FLOPs utilisation (H100/H200 SXM: 989)"})
+    peak_tflops: float = field(default=790.0, metadata={"help": "the device's bf16 matrix rate, TFLOP/s, for the logged model FLOPs utilisation (790: an 8192^3 product measured on an H200; 989 is the datasheet's dense peak)"})
+
+    @property
+    def row_adapter(self) -> str | None:
+        """The rule of the adapter this run trains ("mask" or "window"), or None."""
+        return "mask" if self.mask_adapter else "window" if self.window_adapter else None
 
 
 def check_config(config: TrainConfig) -> None:
@@ -65,20 +74,31 @@ def check_config(config: TrainConfig) -> None:
             raise A2DError(f"--{name.replace('_', '-')} {getattr(config, name)}: must be 0 or more")
     if config.loss_weighting not in ("elbo", "none"):
         raise A2DError(f"--loss-weighting {config.loss_weighting!r}: use elbo or none")
-    if config.mask_pattern not in ("random", "full"):
-        raise A2DError(f"--mask-pattern {config.mask_pattern!r}: use random or full")
+    if config.mask_pattern not in ("random", "full", "decoder"):
+        raise A2DError(f"--mask-pattern {config.mask_pattern!r}: use random, full or decoder")
+    if config.attention not in ("auto", "flex", "dense"):
+        raise A2DError(f"--attention {config.attention!r}: use auto, flex or dense")
+    if config.compile not in ("auto", "on", "off"):
+        raise A2DError(f"--compile {config.compile!r}: use auto, on or off")
+    if config.confidence_temperature <= 0:
+        raise A2DError(f"--confidence-temperature {config.confidence_temperature}: must be above 0")
     if config.mask_pattern == "full" and (config.loss_weighting != "none" or config.complementary):
         raise A2DError("--mask-pattern full has no mask rate for the 1/t weights and nothing left for a complementary copy; "
                        "add --loss-weighting none --no-complementary")
     targets = config.lora_targets.split(",")
     if not targets or len(set(targets)) != len(targets) or not all(t in ADAPTER_TARGETS for t in targets):
         raise A2DError(f"--lora-targets {config.lora_targets!r}: a comma-separated list of distinct names from {','.join(ADAPTER_TARGETS)}")
-    if config.mask_adapter:
+    if config.mask_adapter and config.window_adapter:
+        raise A2DError("--mask-adapter and --window-adapter are two rules for one adapter; choose one")
+    if config.row_adapter:
+        flag = "--mask-adapter" if config.mask_adapter else "--window-adapter"
         if config.lora_rank < 1:
-            raise A2DError("--mask-adapter needs --lora-rank 1 or more (the adapter is LoRA factors)")
+            raise A2DError(f"{flag} needs --lora-rank 1 or more (the adapter is LoRA factors)")
         for name in ("ar_weight", "clean_kl_weight"):
             if getattr(config, name) > 0:
-                raise A2DError(f"--{name.replace('_', '-')} acts on the clean stream, which a mask adapter never changes; drop it or --mask-adapter")
+                raise A2DError(f"--{name.replace('_', '-')} acts on the clean stream, which a row adapter never changes; drop it or {flag}")
+    if config.window_adapter and not config.shift_logits:
+        raise A2DError("--window-adapter predicts each position from the row before it (its anchor row opens the window); drop --no-shift-logits")
     if config.precision not in ("auto", "bf16", "fp32"):
         raise A2DError(f"--precision {config.precision!r}: use auto, bf16 or fp32")
     for name in ("max_steps", "batch_rows", "micro_batch_rows", "log_every", "block_size", "logits_chunk"):

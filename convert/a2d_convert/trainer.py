@@ -228,7 +228,9 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
             train_norms=config.lora_train_norms,
             train_mask_embedding=config.lora_train_mask_embedding,
         )
-        lora_mod.attach(model, lora_config, a2d.mask_token_id, torch.Generator().manual_seed(config.seed), mask_rows=config.mask_adapter)
+        lora_mod.attach(model, lora_config, a2d.mask_token_id, torch.Generator().manual_seed(config.seed), rows=config.row_adapter)
+        if use_bf16(config, rt.device):
+            frozen_bf16(model)
     elif config.kl_weight > 0 or config.clean_kl_weight > 0:
         teacher, _, _ = load_transformer(init_dir)
         teacher.requires_grad_(False)
@@ -236,6 +238,9 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
             teacher = teacher.to(torch.bfloat16)
     if config.activation_checkpointing:
         checkpoint_layers(model)
+    if config.compile == "on" or (config.compile == "auto" and rt.device.type == "cuda"):
+        for layer in model.model.layers:
+            layer.compile(dynamic=False)
     model.to(rt.device)
     if teacher is not None:
         teacher.to(rt.device)
@@ -256,6 +261,15 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
                 fully_shard(layer)
     trainable = [p for p in objective.parameters() if p.requires_grad]
     return objective, trainable, a2d
+
+
+def frozen_bf16(model: nn.Module) -> None:
+    """The frozen projections and lm_head in bf16, which is what autocast multiplies anyway, so that no forward
+    casts them again; the embedding (gathered, not multiplied) and the norms stay fp32, so the residual stream
+    does too, as in every backend (docs/model-format.md, "The math")."""
+    for name, p in model.named_parameters():
+        if not p.requires_grad and p.ndim == 2 and ("proj." in name or name.startswith("lm_head.")):
+            p.data = p.data.to(torch.bfloat16)
 
 
 def make_optimizer(config: TrainConfig, params: list[nn.Parameter], device: torch.device) -> torch.optim.Optimizer:
@@ -286,6 +300,7 @@ def to_device(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
         "input_ids": move(batch.input_ids, torch.long),
         "position_ids": move(batch.position_ids, torch.long),
         "segment_ids": move(batch.segment_ids, torch.long),
+        "row_seg": move(batch.row_seg, torch.long),
         "pred_index": move(batch.pred_index, torch.long),
         "targets": move(batch.targets, torch.long),
         "weights": move(batch.weights, torch.float32),
@@ -355,8 +370,8 @@ def save_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime, step
         }
         if config.lora_rank > 0:
             record["lora"] = {"rank": config.lora_rank, "alpha": config.lora_alpha or 2.0 * config.lora_rank}
-            if config.mask_adapter:
-                record["lora"]["mask_targets"] = config.lora_targets.split(",")
+            if config.row_adapter:
+                record["lora"][f"{config.row_adapter}_targets"] = config.lora_targets.split(",")
         write_json(folder / "checkpoint.json", record)
         outputs = {name: rec for name, rec in lin.hash_folder(folder).items() if not name.startswith("state/")}
         stage = lin.make_stage(
@@ -388,8 +403,8 @@ def load_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime) -> t
     folder = Path(config.out) / pointer["path"]
     record = read_json(folder / "checkpoint.json")
     saved = record["config"]
-    for key in ("base", "data", "block_size", "lora_rank", "complementary", "shift_logits", "mask_adapter", "lora_targets"):
-        if saved.get(key) != getattr(config, key):
+    for key in ("base", "data", "block_size", "lora_rank", "complementary", "shift_logits", "mask_adapter", "window_adapter", "lora_targets"):
+        if saved.get(key, False) != getattr(config, key):
             raise A2DError(f"--resume: {folder} was trained with {key}={saved.get(key)!r}, this run has {getattr(config, key)!r}")
     model_state, optim_state = get_state_dict(objective, optimizer, options=state_options(config))
     state = {"model": model_state, "optim": optim_state}
@@ -401,22 +416,30 @@ def load_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime) -> t
 # --------------------------------------------------------------------------------------------- the loop
 
 
-def model_flops(objective, config: TrainConfig, rows: int, seq_len: int, targets: int) -> float:
-    """The model FLOPs of training `rows` packed rows with `targets` target rows: the matrix products only
-    (attention's scores and sums left out), counted as the run computes them. Clean stream: a forward (with a
-    mask adapter, whose clean stream is the frozen base and needs no gradient) or forward and backward; the
-    noisy copies: forward, the activations' gradients, and the weights' gradients of what trains (a full
-    fine-tune: every matrix; an adapter: its small factors, left out); the lm_head on target rows likewise,
-    plus the KL teacher's logits on them."""
+def model_flops(objective, config: TrainConfig, rows: int, targets: int, attended: tuple[int, int]) -> float:
+    """The model FLOPs of training `rows` packed rows with `targets` target rows and `attended` (clean, noisy)
+    (query, key) pairs, counted as the run computes them (recomputation left out): the projections' matrix
+    products on every row of the layout, attention's two products (q k and p v) on every attended pair, and
+    the lm_head on target rows. A row adapter's clean stream runs forward only (the frozen base, no gradient);
+    everything else forward and backward: the activations' gradients (twice the forward), plus the weights'
+    gradients of what trains (a full fine-tune: every matrix, twice the forward again; LoRA factors, small,
+    left out). The KL teacher's logits on the target rows are a forward of the lm_head each."""
     model = objective.model
-    body = sum(p.numel() for p in model.model.layers.parameters())
-    head = model.config.vocab_size * model.config.hidden_size
-    copies = 3 if config.complementary else 2
+    cfg = model.config
+    layout = objective.layout
+    body = sum(p.numel() for n, p in model.model.layers.named_parameters() if p.ndim == 2 and "lora_" not in n
+               and not n.endswith(("_a", "_b")))
+    head = cfg.vocab_size * cfg.hidden_size
+    per_pair = 4 * cfg.num_heads * cfg.head_dim
     frozen = config.lora_rank > 0
-    clean = rows * seq_len * body * (2 if config.mask_adapter else (4 if frozen else 6))
-    noisy = rows * seq_len * (copies - 1) * body * (4 if frozen else 6)
-    logits = targets * head * ((4 if frozen else 6) + (2 if config.kl_weight > 0 else 0))
-    return float(clean + noisy + logits)
+    trained = 4 if frozen else 6  # forward + activations' gradients (+ weights' gradients)
+    clean_rows, noisy_rows = rows * layout.L, rows * layout.noisy_copies * layout.copy_rows
+    clean_pairs, noisy_pairs = attended
+    clean_factor = 2 if config.row_adapter else trained
+    projections = clean_rows * body * clean_factor + noisy_rows * body * trained
+    attention = per_pair * (clean_pairs * (1 if config.row_adapter else 3) + noisy_pairs * 3)
+    logits = targets * head * (trained + (2 if config.kl_weight > 0 else 0))
+    return float(projections + attention + logits)
 
 
 def evaluate(objective, arrays: dict[str, np.ndarray], config: TrainConfig, rt: Runtime, mask_token_id: int, max_rows: int = 64) -> float:
@@ -468,6 +491,7 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
     config = replace(config, shift_logits=a2d.shift_logits)
     objective.config = config
     schedule = RowSchedule(arrays, config, a2d.mask_token_id)
+    objective.layout = schedule.layout
     heldout = load_rows(data_dir / HELDOUT_FILE, config.block_size)[0] if (data_dir / HELDOUT_FILE).is_file() else None
     accum = accumulation_steps(config, rt)
     optimizer = make_optimizer(config, trainable, rt.device)
@@ -498,7 +522,7 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
     started = time.perf_counter() - progress.get("elapsed_s", 0.0)
     window_start, window_tokens, window_steps = time.perf_counter(), 0, 0
     stats_sum = torch.zeros(5, device=rt.device)
-    counts = np.zeros(3)  # targets, ar targets, clean rows (host: known without a device sync)
+    counts = np.zeros(5)  # targets, ar targets, clean rows, attended pairs clean / noisy (host: known without a sync)
     loss_sum = torch.zeros((), device=rt.device)
     last_folder = None
     bar = tqdm(total=config.max_steps, initial=step, desc="train", unit="step", disable=not rt.main, dynamic_ncols=True)
@@ -521,7 +545,7 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
             (loss * (rt.world / normaliser)).backward()
             stats_sum += stats.detach()
             loss_sum += loss.detach() / normaliser
-            counts += (batch.pred_index.size, batch.ar_index.size, batch.clean_index.size)
+            counts += (batch.pred_index.size, batch.ar_index.size, batch.clean_index.size, *batch.attended)
         grad_norm = torch.nn.utils.clip_grad_norm_(trainable, config.grad_clip if config.grad_clip > 0 else float("inf"))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -545,7 +569,8 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
                 "grad_norm": float(grad_norm),
                 "tokens": progress["tokens"],
                 "tokens_per_s": window_tokens / (now - window_start),
-                "model_tflops": model_flops(objective, config, window_steps * config.batch_rows, seq_len, values[6]) / (now - window_start) / 1e12,
+                "model_tflops": model_flops(objective, config, window_steps * config.batch_rows, values[6], (values[9], values[10]))
+                / (now - window_start) / 1e12,
                 "elapsed_s": now - started,
             }
             record["mfu"] = record["model_tflops"] / config.peak_tflops

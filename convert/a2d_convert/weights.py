@@ -68,13 +68,14 @@ def tensor_shapes(cfg: ModelConfig, a2d: A2DSection | None = None) -> dict[str, 
     shapes["model.norm.weight"] = (h,)
     if not cfg.tie_word_embeddings:
         shapes["lm_head.weight"] = (cfg.vocab_size, h)
-    if a2d is not None and a2d.mask_rank:
+    if a2d is not None and a2d.adapter is not None:
+        a_name, b_name = a2d.adapter.factor_names
         for i in range(cfg.num_layers):
-            for target in a2d.mask_targets:
+            for target in a2d.adapter.targets:
                 stem = f"model.layers.{i}.{'mlp' if target in ('gate_proj', 'up_proj', 'down_proj') else 'self_attn'}.{target}"
                 out_features, in_features = shapes[stem + ".weight"]
-                shapes[stem + ".mask_a"] = (a2d.mask_rank, in_features)
-                shapes[stem + ".mask_b"] = (out_features, a2d.mask_rank)
+                shapes[f"{stem}.{a_name}"] = (a2d.adapter.rank, in_features)
+                shapes[f"{stem}.{b_name}"] = (out_features, a2d.adapter.rank)
     if is_fp8(a2d):
         for name in quantized_names(cfg):
             shapes[name + SCALE_SUFFIX] = shapes[name][:1]

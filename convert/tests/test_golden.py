@@ -16,8 +16,8 @@ from a2d_convert.model import BlockForward, block_causal_mask, load_transformer
 from a2d_convert.prompts import load_prompt_codec
 
 # One case with shift_logits false and QK-norm, one whose mask row was appended (block size 2), the mask
-# adapter, and FP8 weights.
-SOME = ["qwen3_qknorm", "llama_appended_mask", "llama_mask_adapter", "llama_fp8"]
+# adapter, the window adapter, and FP8 weights.
+SOME = ["qwen3_qknorm", "llama_appended_mask", "llama_mask_adapter", "llama_window_adapter", "llama_fp8"]
 PARAM_KEYS = {"max_tokens", "block_size", "threshold", "min_per_step", "steps", "temperature", "top_p", "remasking", "advance", "commit", "seed", "eos_token_ids"}
 
 
@@ -56,11 +56,12 @@ def cache_free_logits(model, cached, commit, window):
     n = len(cached)
     ids = torch.tensor([cached + commit + window])
     positions = torch.arange(ids.shape[1])
-    token = model.mask_rows_token  # a mask adapter's model: its rule for the revealed window rows
+    rule = model.adapter_rule  # a row adapter's model: its rule for the revealed window rows
     start = n + len(commit)
-    mask = block_causal_mask(0, start, len(window), revealed=None if token is None else [t != token for t in window])
+    revealed = None if rule is None else [t != model.mask_token_id for t in window]
+    mask = block_causal_mask(0, start, len(window), revealed=revealed, rule=rule or "mask")
     with torch.no_grad():
-        hidden, _ = model(ids, positions[None], mask[None])
+        hidden, _ = model(ids, positions[None], mask[None], window_rows=positions[None] >= start)
         return model.logits(hidden[0, n:])
 
 
@@ -70,10 +71,11 @@ def test_logits_match_a_cache_free_forward(golden, name):
     model, cfg, a2d = load_transformer(golden / name / "model")
     B = a2d.block_size
     prefill, cached = data["forwards"][:2]
-    assert tensors["prompt_ids"].dtype == torch.int32 and tensors["prompt_ids"].tolist() == prefill["commit_ids"]
-    assert prefill["cached_ids"] == [] and prefill["window_ids"] == [a2d.mask_token_id] * B
-    assert cached["cached_ids"] == prefill["commit_ids"] and a2d.mask_token_id in cached["window_ids"]
-    assert len(cached["window_ids"]) == B and any(t != a2d.mask_token_id for t in cached["window_ids"])
+    lead = prefill["window_ids"][: a2d.anchor_in_window]  # the anchor, in the window adapter's layout
+    assert tensors["prompt_ids"].dtype == torch.int32 and tensors["prompt_ids"].tolist() == prefill["commit_ids"] + lead
+    assert prefill["cached_ids"] == [] and prefill["window_ids"][a2d.anchor_in_window:] == [a2d.mask_token_id] * B
+    assert cached["cached_ids"] == prefill["commit_ids"] + lead and a2d.mask_token_id in cached["window_ids"]
+    assert len(cached["window_ids"]) == B + a2d.anchor_in_window and any(t != a2d.mask_token_id for t in cached["window_ids"])
     for f in data["forwards"]:
         got = tensors[f"logits_{f['name']}"]
         assert got.dtype == torch.float32 and got.shape == (len(f["commit_ids"]) + len(f["window_ids"]), cfg.vocab_size)
@@ -95,7 +97,8 @@ def test_decode_runs_replay_exactly(golden, name):
     for run in data["decodes"]:
         assert set(run["params"]) == PARAM_KEYS
         params = DecodeParams(**{**run["params"], "eos_token_ids": tuple(run["params"]["eos_token_ids"])})
-        result = decode(BlockForward(model), run["prompt_ids"], params, mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits, trace=True)
+        result = decode(BlockForward(model), run["prompt_ids"], params, mask_token_id=a2d.mask_token_id, shift_logits=a2d.shift_logits,
+                        anchor_in_window=a2d.anchor_in_window, trace=True)
         assert result.token_ids == run["token_ids"] and result.finish_reason == run["finish_reason"]
         assert result.forward_passes == run["forward_passes"] and len(result.trace) == len(run["trace"])
         for ours, theirs in zip(result.trace, run["trace"]):

@@ -1,0 +1,217 @@
+"""The window adapter (docs/decoding.md, "Window adapter") in the reference: its decoding rule, its training
+layout against the decoder's own forwards, the exactness of its anchor row at init, and the objective's one
+mask function against the masks training used before it (dense and block-sparse)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from a2d_convert import lora as lora_mod
+from a2d_convert.data import TRAIN_FILE, load_rows
+from a2d_convert.decode import decode_steps
+from a2d_convert.decoding import DecodeParams
+from a2d_convert.init_model import init_model
+from a2d_convert.model import BlockForward, block_causal_mask, causal_mask, load_transformer
+from a2d_convert.objective import Objective, RowSchedule
+from a2d_convert.train_config import TrainConfig
+from a2d_convert.trainer import LOG_FILE, train
+
+from test_train import tiny_config, workspace  # noqa: F401  (the module's fixture)
+
+
+def window_model(base, tmp_path, b_std=0.5, seed=1):
+    model_dir = init_model(base, tmp_path / "init", block_size=4, shift_logits=True)
+    model, _, a2d = load_transformer(model_dir)
+    lora_mod.attach(model, lora_mod.LoraConfig(rank=4, alpha=4.0), a2d.mask_token_id, torch.Generator().manual_seed(seed), rows="window")
+    if b_std:
+        with torch.no_grad():
+            for _, module in lora_mod.target_modules(model, lora_mod.TARGETS):
+                module.window_b.normal_(0, b_std)
+    return model, a2d
+
+
+def test_window_layout_reproduces_decoding_forwards(workspace, tmp_path):
+    """Every noisy block of the window layout (its anchor row, then its positions) gives the logits the decoder's
+    (commit, window) forward gives: commit = the sample's tokens before the anchor, window = the anchor and the
+    block as masked in that copy, under the window rule with the adapter on every window row."""
+    root, base, data = workspace
+    model, a2d = window_model(base, tmp_path)
+    arrays, _ = load_rows(data / TRAIN_FILE, 4)
+    config = TrainConfig(block_size=4, batch_rows=2, window_adapter=True, lora_rank=4, mask_pattern="decoder", t_min=0.1, t_max=0.9)
+    schedule = RowSchedule(arrays, config, a2d.mask_token_id)
+    layout = schedule.layout
+    L = arrays["input_ids"].shape[1]
+    assert layout.block_rows == 5 and layout.rows == L + 2 * (L // 4) * 5
+    batch = schedule.batch(0, [0])
+    objective = Objective(model, config, None, layout)
+    ids, pos, row_seg = (torch.from_numpy(a) for a in (batch.input_ids, batch.position_ids, batch.row_seg))
+    with torch.no_grad():
+        logits = model.logits(objective.adapter_pass(ids, pos, row_seg)[0])
+    clean = batch.input_ids[0]
+    seg = batch.segment_ids[0]
+    checked = 0
+    for c in (1, 2):
+        for k in range(1, L // 4):
+            first = layout.noisy_row(c, np.array(k * 4)) - 1  # the anchor row
+            if seg[k * 4] == 0 or seg[k * 4 - 1] != seg[k * 4]:
+                assert batch.row_seg[0, first] in (-1, 0) or seg[k * 4] == 0
+                continue
+            start = int(np.flatnonzero(seg == seg[k * 4])[0])
+            commit = clean[start : k * 4 - 1].tolist()
+            window = batch.input_ids[0, first : first + 5].tolist()
+            assert window[0] == clean[k * 4 - 1]
+            want = BlockForward(model)(commit, window, list(range(len(commit), len(commit) + 5)))
+            torch.testing.assert_close(logits[first : first + 5], want, rtol=1e-4, atol=1e-4)
+            checked += 1
+    assert checked >= 6
+    # Position p is predicted from the row before its slot: the anchor for a block's first position.
+    R = layout.rows
+    for pred, target, teacher in zip(batch.pred_index, batch.targets, batch.teacher_index):
+        assert pred // R == 0 and batch.input_ids[0, pred + 1] == a2d.mask_token_id
+        assert clean[teacher + 1] == target  # the clean row p - 1 is the teacher's predictor
+
+
+def test_the_anchor_row_reads_as_the_base_while_the_adapter_is_zero(workspace, tmp_path):
+    """With B at zero and nothing revealed to its right, the window's anchor row is the base's causal reading:
+    position 0 of the window is predicted exactly as the base predicts the next token; a revealed token to
+    its right changes it (the window rule lets the anchor see it)."""
+    root, base, _ = workspace
+    model, a2d = window_model(base, tmp_path, b_std=0.0)
+    plain, _, _ = load_transformer(tmp_path / "init")
+    M = a2d.mask_token_id
+    prefix = [5, 9, 11, 7, 3, 12]
+    with torch.no_grad():
+        ar = plain.logits(plain(torch.tensor([prefix]), torch.arange(6)[None], causal_mask(6)[None])[0][0, -1])
+    got = BlockForward(model)(prefix[:-1], [prefix[-1], M, M, M, M], [5])[0]
+    torch.testing.assert_close(got, ar, rtol=1e-5, atol=1e-5)
+    seen = BlockForward(model)(prefix[:-1], [prefix[-1], M, 14, M, M], [5])[0]
+    assert (seen - ar).abs().max() > 1e-3
+
+
+def test_the_window_rule_mask():
+    """Real window rows see every real window row, masked ones the whole window; commit rows are causal."""
+    mask = block_causal_mask(2, 1, 4, revealed=[True, False, True, False], rule="window")
+    window = mask[1:, 3:]
+    assert window.tolist() == [[True, False, True, False], [True, True, True, True], [True, False, True, False], [True, True, True, True]]
+    assert mask[0].tolist() == [True, True, True, False, False, False, False]
+    assert mask[1:, :3].all()
+
+
+def test_decoding_opens_every_window_with_its_anchor_and_commits_it_one_move_later():
+    """The forwards the loop asks for: the window is [anchor] + B positions, commit the finished tokens before
+    the anchor, so the cache never holds the anchor; candidate j is read from window row j."""
+    M, B = 99, 4
+    params = DecodeParams(max_tokens=9, block_size=B, threshold=0.5, min_per_step=1, remasking="low_confidence", advance="slide")
+    steps = decode_steps([1, 2, 3], params, mask_token_id=M, shift_logits=True, anchor_in_window=True)
+    forwards, request = [], next(steps)
+    try:
+        while True:
+            commit, window, rows = request
+            forwards.append((list(commit), list(window), list(rows)))
+            assert len(window) == B + 1 and window[0] != M
+            assert rows == [len(commit) + j for j, t in enumerate(window[1:]) if t == M][: len(rows)]
+            # The first two candidates confident, each choosing the token 10 + its window row: two reveals a step.
+            logits = np.full((len(rows), 100), -10.0, dtype=np.float32)
+            for i, row in enumerate(rows):
+                logits[i, 10 + row - len(commit)] = 10.0 if i < 2 else 0.0
+            request = steps.send(logits)
+    except StopIteration as stop:
+        result = stop.value
+    sequence = [1, 2, 3] + result.token_ids
+    cached = []
+    for commit, window, _ in forwards:
+        cached += commit
+        assert cached + window[:1] == sequence[: len(cached) + 1]  # the anchor: the last finished token, not cached
+    assert forwards[0][:2] == ([1, 2], [3, M, M, M, M])
+    assert len(result.token_ids) == 9 and result.forward_passes == len(forwards) < 9  # several tokens a forward
+
+
+def test_layout_mask_equals_the_masks_training_used_before(workspace):
+    """The one mask function gives, for the clean-anchor layout with and without the mask adapter's rule,
+    exactly the boolean masks the objective built before it (copied here as they were)."""
+    _, _, data = workspace
+    arrays, _ = load_rows(data / TRAIN_FILE, 4)
+    for mask_adapter in (False, True):
+        config = TrainConfig(block_size=4, batch_rows=2, mask_adapter=mask_adapter, lora_rank=4 if mask_adapter else 0)
+        schedule = RowSchedule(arrays, config, mask_token_id=10_000)
+        batch = schedule.batch(2, [0, 1])
+        holder = torch.nn.Module()
+        holder.adapter_rule, holder.mask_token_id = ("mask" if mask_adapter else None), 10_000
+        objective = Objective(holder, config, None, schedule.layout)
+        ids, row_seg, seg = (torch.from_numpy(a) for a in (batch.input_ids, batch.row_seg, batch.segment_ids))
+        R, L = schedule.layout.rows, seg.shape[1]
+        ours = objective.attention_mask(ids, row_seg, slice(0, R), R)
+        revealed = (ids[:, L:] != 10_000).view(2, 2, L) if mask_adapter else None
+        assert torch.equal(ours, mask_used_before(seg, 4, 3, revealed))
+
+
+def test_block_sparse_attention_equals_the_dense_mask(workspace, tmp_path):
+    """The noisy pass through FlexAttention's BlockMask gives the hidden states of the dense boolean mask."""
+    root, base, data = workspace
+    model, a2d = window_model(base, tmp_path)
+    arrays, _ = load_rows(data / TRAIN_FILE, 4)
+    config = TrainConfig(block_size=4, batch_rows=2, window_adapter=True, lora_rank=4, attention="dense")
+    schedule = RowSchedule(arrays, config, a2d.mask_token_id)
+    batch = schedule.batch(1, [0, 1])
+    ids, pos, row_seg = (torch.from_numpy(a) for a in (batch.input_ids, batch.position_ids, batch.row_seg))
+    dense = Objective(model, config, None, schedule.layout)
+    flex = Objective(model, TrainConfig(**{**config.__dict__, "attention": "flex"}), None, schedule.layout)
+    with torch.no_grad():
+        want = dense.adapter_pass(ids, pos, row_seg)
+        got = flex.adapter_pass(ids, pos, row_seg)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_window_adapter_trains_and_exports_unmerged(workspace, tmp_path):
+    """train --window-adapter: the factors on every window row, shipped beside the base's weights with the
+    config's a2d.window_adapter; the export decodes in the reference with the anchor in the window."""
+    from a2d_convert.decode import decode
+    from a2d_convert.export import export
+    from a2d_convert.weights import read_tensors
+
+    root, base, data = workspace
+    folder = train(tiny_config(root, base, data, "window-adapter", max_steps=10, lora_rank=4, kl_weight=0.5, lr=1e-2,
+                               window_adapter=True, mask_pattern="decoder", confidence_weight=0.5, confidence_temperature=0.5))
+    log = [json.loads(line) for line in (root / "window-adapter" / LOG_FILE).read_text().splitlines()]
+    assert all(r["mfu"] > 0 and np.isfinite(r["certainty"]) for r in log)
+    out = export(folder, tmp_path / "model")
+    config = json.loads((out / "config.json").read_text())
+    assert config["a2d"]["window_adapter"]["rank"] == 4 and "mask_adapter" not in config["a2d"]
+    shipped, init = read_tensors(out), read_tensors(root / "window-adapter" / "init")
+    assert torch.equal(shipped["model.layers.0.self_attn.q_proj.weight"], init["model.layers.0.self_attn.q_proj.weight"])
+    assert shipped["model.layers.1.mlp.down_proj.window_b"].abs().sum() > 0
+    model, _, a2d = load_transformer(out)
+    assert a2d.anchor_in_window and model.adapter_rule == "window"
+    params = DecodeParams(max_tokens=8, block_size=4, threshold=0.5, advance="slide")
+    result = decode(BlockForward(model), [3, 4, 5], params, mask_token_id=a2d.mask_token_id, shift_logits=True, anchor_in_window=True)
+    assert len(result.token_ids) >= 1 and result.forward_passes >= 1
+    with pytest.raises(Exception, match="window-adapter"):
+        train(tiny_config(root, base, data, "window-ar", max_steps=1, lora_rank=4, window_adapter=True, ar_weight=1.0))
+
+
+def mask_used_before(segment_ids: torch.Tensor, block: int, copies: int, revealed: torch.Tensor | None) -> torch.Tensor:
+    """The objective's boolean mask before layout_mask (objective.training_attention_mask), for the comparison."""
+    b, L = segment_ids.shape
+    idx = torch.arange(L)
+    blk = idx // block
+    seg = segment_ids
+    same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] > 0)
+    eye = torch.eye(L, dtype=torch.bool)[None]
+    causal = idx[:, None] >= idx[None, :]
+    before_block = idx[None, :] < (blk * block)[:, None]
+    same_block = blk[:, None] == blk[None, :]
+    mask = torch.zeros(b, copies * L, copies * L, dtype=torch.bool)
+    mask[:, :L, :L] = (same & causal) | eye
+    for c in range(1, copies):
+        rows = slice(c * L, (c + 1) * L)
+        mask[:, rows, :L] = same & before_block
+        noisy_noisy = (same & same_block) | eye
+        if revealed is None:
+            mask[:, rows, rows] = noisy_noisy
+        else:
+            rev = revealed[:, c - 1]
+            causal_revealed = (same & same_block & causal & rev[:, None, :]) | eye
+            mask[:, rows, rows] = torch.where(rev[:, :, None], causal_revealed, noisy_noisy)
+    return mask
