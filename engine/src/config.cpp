@@ -249,11 +249,17 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
   } else {
     a2d.ignore("decoding");
   }
-  if (a2d.has("mask_adapter")) {
-    const json& adapter = a2d.raw("mask_adapter");
-    if (!adapter.is_object()) a2d.fail("mask_adapter", "must be an object {\"rank\", \"targets\"}");
-    Fields m(adapter, file, "a2d.mask_adapter.");
-    config.mask_adapter_rank = static_cast<int>(m.integer("rank", 1, 256));
+  for (const AdapterRule rule : {AdapterRule::mask, AdapterRule::window}) {
+    const std::string section = std::string(adapter_rule_name(rule)) + "_adapter";
+    if (!a2d.has(section)) continue;
+    if (config.adapter_rule != AdapterRule::none) {
+      a2d.fail(section, "is given beside a2d.mask_adapter; a model has one adapter (docs/model-format.md)");
+    }
+    const json& adapter = a2d.raw(section);
+    if (!adapter.is_object()) a2d.fail(section, "must be an object {\"rank\", \"targets\"}");
+    Fields m(adapter, file, "a2d." + section + ".");
+    config.adapter_rule = rule;
+    config.adapter_rank = static_cast<int>(m.integer("rank", 1, 256));
     if (!m.has("targets") || !m.raw("targets").is_array() || m.raw("targets").empty()) {
       m.fail("targets", "must be a non-empty array of projection names (q_proj ... down_proj)");
     }
@@ -264,14 +270,17 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
     }
     for (const std::string& name : listed) {
       if (std::count(listed.begin(), listed.end(), name) != 1 ||
-          std::find(std::begin(kMaskAdapterTargets), std::end(kMaskAdapterTargets), name) == std::end(kMaskAdapterTargets)) {
+          std::find(std::begin(kAdapterTargets), std::end(kAdapterTargets), name) == std::end(kAdapterTargets)) {
         m.fail("targets", "holds '" + name + "'; use each of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj at most once");
       }
     }
-    for (const char* name : kMaskAdapterTargets) {
-      if (std::find(listed.begin(), listed.end(), name) != listed.end()) config.mask_adapter_targets.push_back(name);
+    for (const char* name : kAdapterTargets) {
+      if (std::find(listed.begin(), listed.end(), name) != listed.end()) config.adapter_targets.push_back(name);
     }
-    m.reject_unknown("a mask adapter has only 'rank' and 'targets'");
+    m.reject_unknown("an adapter has only 'rank' and 'targets'");
+  }
+  if (config.anchor_in_window() && !config.shift_logits) {
+    a2d.fail("window_adapter", "needs shift_logits true: its anchor row predicts the window's first position");
   }
   const std::string precision = a2d.string_or("precision", precision_name(WeightPrecision::bf16));
   if (precision == precision_name(WeightPrecision::fp8_e4m3)) {
@@ -284,14 +293,26 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
 
 }  // namespace
 
-const char* const kMaskAdapterTargets[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+const char* const kAdapterTargets[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+const char* adapter_rule_name(AdapterRule rule) {
+  switch (rule) {
+    case AdapterRule::none:
+      return "none";
+    case AdapterRule::mask:
+      return "mask";
+    case AdapterRule::window:
+      return "window";
+  }
+  return "?";
+}
 
 const char* precision_name(WeightPrecision precision) {
   return precision == WeightPrecision::fp8_e4m3 ? "fp8-e4m3" : "bf16";
 }
 
-bool ModelConfig::has_mask_adapter(const std::string& target) const {
-  return std::find(mask_adapter_targets.begin(), mask_adapter_targets.end(), target) != mask_adapter_targets.end();
+bool ModelConfig::has_adapter(const std::string& target) const {
+  return std::find(adapter_targets.begin(), adapter_targets.end(), target) != adapter_targets.end();
 }
 
 ModelConfig read_config(const std::string& path) {

@@ -15,6 +15,10 @@ enum class Advance { block, slide };
 // every projection and the lm_head stored as e4m3 with one fp32 scale per output row.
 enum class WeightPrecision { bf16, fp8_e4m3 };
 enum class CommitPolicy { fused, separate };
+// Which rows a row adapter's factors act on (ModelConfig::adapter_rule): none, the rows holding the mask token,
+// or every window row.
+enum class AdapterRule { none, mask, window };
+const char* adapter_rule_name(AdapterRule rule);  // "none", "mask", "window"
 
 // Decoding parameters of docs/decoding.md (defined in engine/decoding-params.json; the defaults below are
 // the table's, which a test checks). The config's "a2d.decoding" section gives a model's defaults; a request
@@ -60,19 +64,24 @@ struct ModelConfig {
   bool shift_logits = true;
   bool trained = false;
   DecodeParams decoding;  // defaults; block_size and eos_token_ids filled from the section
-  // "a2d.mask_adapter" (docs/model-format.md): low-rank factors on these projections, added only on rows
-  // that hold the mask token; revealed window rows attend causally over revealed positions. rank 0: none.
-  int mask_adapter_rank = 0;
-  std::vector<std::string> mask_adapter_targets;  // in the order q, k, v, o, gate, up, down (a subset)
-  bool has_mask_adapter(const std::string& target) const;
+  // A row adapter (docs/model-format.md): low-rank factors on these projections, added only on the rows its
+  // rule names, with an attention rule for the window rows holding real tokens (docs/decoding.md). "a2d.mask_adapter":
+  // the rows holding the mask token, revealed rows causal over revealed positions; "a2d.window_adapter": every
+  // window row, the window opening with its anchor, revealed rows seeing every revealed position. rank 0: none.
+  AdapterRule adapter_rule = AdapterRule::none;
+  int adapter_rank = 0;
+  std::vector<std::string> adapter_targets;  // in the order q, k, v, o, gate, up, down (a subset)
+  bool has_adapter(const std::string& target) const;
+  // The window starts at the anchor, the last finished token, which enters the cache one move later.
+  bool anchor_in_window() const { return adapter_rule == AdapterRule::window; }
   WeightPrecision precision = WeightPrecision::bf16;
 };
 
 // "bf16" or "fp8-e4m3", as config.json spells it.
 const char* precision_name(WeightPrecision precision);
 
-// The projections a mask adapter may target, in their fixed order.
-extern const char* const kMaskAdapterTargets[7];
+// The projections a row adapter may target, in their fixed order.
+extern const char* const kAdapterTargets[7];
 
 // Reads and validates `dir/config.json`. Throws std::runtime_error naming the file, the field and the fix.
 ModelConfig read_config(const std::string& config_path);

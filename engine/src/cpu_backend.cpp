@@ -113,17 +113,17 @@ class CpuBackend final : public Backend {
                                  std::to_string(c.vocab_size - 1) + ")");
       }
     }
-    // The mask adapter: its factors act on the rows holding the mask token, and the other window rows
-    // attend causally over the revealed positions (docs/decoding.md, "Mask adapter").
-    const bool adapter = c.mask_adapter_rank > 0;
-    masked_rows_.assign(E, {});
+    // A row adapter: its factors act on the rows holding the mask token (mask) or on every window row (window),
+    // and the window rows holding a real token attend over the revealed positions by its rule (docs/decoding.md).
+    const bool adapter = c.adapter_rank > 0;
+    adapter_rows_.assign(E, {});
     revealed_.assign(E, {});
     if (adapter) {
       for (size_t e = 0; e < E; ++e) {
         const int64_t C = static_cast<int64_t>(batch[e].args->commit.size());
         for (int64_t r = C; r < rows_[e]; ++r) {
           const bool masked = ids_[first_[e] + r] == c.mask_token_id;
-          if (masked) masked_rows_[e].push_back(r);
+          if (masked || c.adapter_rule == AdapterRule::window) adapter_rows_[e].push_back(r);
           revealed_[e].push_back(masked ? 0 : 1);
         }
       }
@@ -139,11 +139,11 @@ class CpuBackend final : public Backend {
     attn_.resize(R * q_dim);
     gate_.resize(R * inter);
     up_.resize(R * inter);
-    // The mask adapter on one projection, entry by entry (its rows as they would be alone).
+    // The row adapter on one projection, entry by entry (its rows as they would be alone).
     auto low_rank_add = [&](const float* x, int64_t x_stride, const LowRank& ad, float* y, int64_t y_stride) {
       if (!adapter) return;
       for (size_t e = 0; e < E; ++e) {
-        cpu::low_rank_add(pool_, x + first_[e] * x_stride, x_stride, masked_rows_[e], ad, y + first_[e] * y_stride,
+        cpu::low_rank_add(pool_, x + first_[e] * x_stride, x_stride, adapter_rows_[e], ad, y + first_[e] * y_stride,
                           y_stride);
       }
     };
@@ -179,7 +179,8 @@ class CpuBackend final : public Backend {
         std::copy_n(k_.data() + first_[e] * kv_dim, T * kv_dim, k_cache.data() + n * kv_dim);
         std::copy_n(v_.data() + first_[e] * kv_dim, T * kv_dim, v_cache.data() + n * kv_dim);
         cpu::attention(pool_, q_.data() + first_[e] * q_dim, k_cache.data(), v_cache.data(), n, C, T, c.num_heads,
-                       c.num_kv_heads, c.head_dim, attn_.data() + first_[e] * q_dim, adapter ? &revealed_[e] : nullptr);
+                       c.num_kv_heads, c.head_dim, attn_.data() + first_[e] * q_dim, adapter ? &revealed_[e] : nullptr,
+                       c.adapter_rule);
       }
       cpu::matmuls_ranges(pool_, attn_.data(), rows_, {{&W.o, data_or_null(V.o_bias), h_.data()}});
       low_rank_add(attn_.data(), q_dim, W.o_ad, h_.data(), hidden);
@@ -219,9 +220,9 @@ class CpuBackend final : public Backend {
   std::vector<LayerVectors> layers_;
   std::vector<float> final_norm_;
   std::vector<KvSlot> slots_;
-  // Per entry of the forward: its rows, its first row, its logits rows, its mask adapter rows and flags.
+  // Per entry of the forward: its rows, its first row, its logits rows, its row adapter's rows and flags.
   std::vector<int64_t> rows_, first_, logit_counts_;
-  std::vector<std::vector<int64_t>> masked_rows_;
+  std::vector<std::vector<int64_t>> adapter_rows_;
   std::vector<std::vector<uint8_t>> revealed_;
   std::vector<int32_t> ids_;
   std::vector<int64_t> positions_;  // per row of the forward: its RoPE position

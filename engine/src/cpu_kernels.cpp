@@ -412,7 +412,7 @@ void rope(float* x, int64_t M, int64_t row_stride, int heads, int head_dim, cons
 
 void attention(ThreadPool& pool, const float* q, const float* k_cache, const float* v_cache, int64_t n,
                int64_t C, int64_t T, int heads, int kv_heads, int head_dim, float* out,
-               const std::vector<uint8_t>* revealed) {
+               const std::vector<uint8_t>* revealed, AdapterRule rule) {
   const int64_t q_stride = static_cast<int64_t>(heads) * head_dim;
   const int64_t kv_stride = static_cast<int64_t>(kv_heads) * head_dim;
   const int group = heads / kv_heads;
@@ -426,10 +426,11 @@ void attention(ThreadPool& pool, const float* q, const float* k_cache, const flo
   parallel_or_inline(pool, (T - first) * heads, work, [&](int64_t task) {
     const int64_t r = first + task / heads;
     const int h = static_cast<int>(task % heads);
-    const bool causal_revealed = revealed != nullptr && r >= C && (*revealed)[r - C] != 0;
+    const bool revealed_row = revealed != nullptr && r >= C && (*revealed)[r - C] != 0;
+    const bool causal_revealed = revealed_row && rule == AdapterRule::mask;
     const int64_t keys = r < C || causal_revealed ? n + r + 1 : n + T;
-    // A revealed row skips the masked window positions before it.
-    auto sees = [&](int64_t p) { return p < n + C || !causal_revealed || (*revealed)[p - n - C] != 0; };
+    // A revealed row skips the masked window positions (before it, under the mask rule).
+    auto sees = [&](int64_t p) { return p < n + C || !revealed_row || (*revealed)[p - n - C] != 0; };
     const float* qh = q + r * q_stride + static_cast<int64_t>(h) * head_dim;
     const int64_t kv_offset = static_cast<int64_t>(h / group) * head_dim;
     thread_local std::vector<float> scores;

@@ -68,11 +68,12 @@ void rope_rotate(float* x, int64_t M, int64_t row_stride, int heads, int head_di
 
 // Block-causal attention for T query rows at positions n..n+T-1 against the cache [0, n+T): row r < C
 // (commit) sees positions <= n+r, a window row (r >= C) sees all n+T. q/out are [T, heads*hd]; the
-// caches are [positions, kv_heads*hd]. With `revealed` (T - C flags, the mask adapter's rule), a window
-// row whose flag is set sees instead positions < n+C and the flagged window positions at or before it.
+// caches are [positions, kv_heads*hd]. With `revealed` (T - C flags: the window row holds a real token) and a
+// row adapter's `rule` (docs/decoding.md), a window row whose flag is set sees instead positions < n+C and the
+// flagged window positions: at or before it (mask), or all of them (window).
 void attention(ThreadPool& pool, const float* q, const float* k_cache, const float* v_cache, int64_t n,
                int64_t C, int64_t T, int heads, int kv_heads, int head_dim, float* out,
-               const std::vector<uint8_t>* revealed = nullptr);
+               const std::vector<uint8_t>* revealed = nullptr, AdapterRule rule = AdapterRule::mask);
 
 // attention's rule for the C causal rows alone (row r at n + r sees keys 0..n + r), in cpu_prefill.cpp: tiles of
 // query rows (token, head of the KV head's group) against tiles of keys, with an online softmax. Returns false

@@ -80,9 +80,14 @@ Sequence::Sequence(const Backend& backend, std::vector<int32_t> prompt, const De
   const ModelConfig& config = backend.config();
   mask_token_id_ = config.mask_token_id;
   shift_ = config.shift_logits;
+  anchor_in_window_ = config.anchor_in_window();
   chunk_ = static_cast<size_t>(std::max<int32_t>(1, backend.prefill_chunk()));
   result_.prompt_tokens = static_cast<int64_t>(prompt.size());
   pending_commit_ = std::move(prompt);
+  if (anchor_in_window_) {  // the prompt's last token opens the first window
+    anchor_ = pending_commit_.back();
+    pending_commit_.pop_back();
+  }
   window_.assign(params.block_size, mask_token_id_);
   revealed_.assign(params.block_size, false);
 }
@@ -132,11 +137,11 @@ bool Sequence::next() {
 }
 
 // The anchor row: with shifted logits, window position 0 is predicted by the last committed token, whose
-// logits come from the forward that commits it.
+// logits come from the forward that commits it (unless the anchor opens the window: its row is a window row).
 void Sequence::commit_args(ForwardArgs& args) {
   args.commit = std::move(pending_commit_);
   pending_commit_.clear();
-  if (shift_) {
+  if (shift_ && !anchor_in_window_) {
     args.anchor_row = static_cast<int32_t>(args.commit.size()) - 1;
     args.logit_rows.push_back(args.anchor_row);
   }
@@ -148,11 +153,13 @@ void Sequence::prepare_denoise(const std::vector<int32_t>& candidates) {
   RevealArgs& reveal = reveal_;
   reveal.candidates = candidates;
   if (!pending_commit_.empty()) commit_args(args);
-  args.window = window_;
+  if (anchor_in_window_) args.window.push_back(anchor_);
+  args.window.insert(args.window.end(), window_.begin(), window_.end());
   const int32_t C = static_cast<int32_t>(args.commit.size());
   for (int32_t j : reveal.candidates) {
-    const int32_t row = shift_ ? C + j - 1 : C + j;
-    if (shift_ && j == 0 && C == 0) {
+    // Position j's row: the one before it (shift), which is window row j when the anchor opens the window.
+    const int32_t row = anchor_in_window_ ? C + j : shift_ ? C + j - 1 : C + j;
+    if (shift_ && !anchor_in_window_ && j == 0 && C == 0) {
       reveal.candidate_rows.push_back(kAnchorLogits);
       continue;
     }
@@ -233,6 +240,11 @@ void Sequence::advance() {
     return;
   }
   pending_commit_ = finished;
+  if (anchor_in_window_) {  // the last finished token opens the next window; the old anchor is committed
+    pending_commit_.insert(pending_commit_.begin(), anchor_);
+    anchor_ = pending_commit_.back();
+    pending_commit_.pop_back();
+  }
   window_.erase(window_.begin(), window_.begin() + done);
   window_.resize(B, mask_token_id_);
   revealed_.erase(revealed_.begin(), revealed_.begin() + done);

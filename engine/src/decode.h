@@ -83,6 +83,8 @@ class Sequence {
   DecodeParams params_;
   int32_t mask_token_id_;
   bool shift_;  // shift_logits
+  bool anchor_in_window_;  // the window opens with anchor_, committed one move later (ModelConfig::anchor_in_window)
+  int32_t anchor_ = -1;
   BlockCallback on_block_;
   size_t chunk_;  // the backend's prefill chunk
   std::chrono::steady_clock::time_point started_;

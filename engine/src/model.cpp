@@ -172,13 +172,15 @@ std::unique_ptr<Model> load_model(const std::string& dir) {
     L.gate = bind.take_weight(p + "mlp.gate_proj.weight", {inter, hidden}, "intermediate_size");
     L.up = bind.take_weight(p + "mlp.up_proj.weight", {inter, hidden}, "intermediate_size");
     L.down = bind.take_weight(p + "mlp.down_proj.weight", {hidden, inter}, "intermediate_size");
-    const int64_t r = c.mask_adapter_rank;
+    const int64_t r = c.adapter_rank;
+    const std::string rule = adapter_rule_name(c.adapter_rule);
     auto adapter = [&](const std::string& module, const std::string& target, int64_t out, int64_t in) {
       LowRank ad;
-      if (r == 0 || !c.has_mask_adapter(target)) return ad;
-      const std::string stem = p + module + "." + target;
-      ad.a = bind.take(stem + ".mask_a", {r, in}, "a2d.mask_adapter (rank, targets)");
-      ad.b = bind.take(stem + ".mask_b", {out, r}, "a2d.mask_adapter (rank, targets)");
+      if (r == 0 || !c.has_adapter(target)) return ad;
+      const std::string stem = p + module + "." + target + "." + rule;
+      const std::string field = "a2d." + rule + "_adapter (rank, targets)";
+      ad.a = bind.take(stem + "_a", {r, in}, field);
+      ad.b = bind.take(stem + "_b", {out, r}, field);
       return ad;
     };
     L.q_ad = adapter("self_attn", "q_proj", q_dim, hidden);

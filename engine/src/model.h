@@ -27,7 +27,7 @@ struct Tensor {
   int64_t cols() const { return shape.size() < 2 ? 1 : shape[1]; }
 };
 
-// A mask adapter's factors on one projection [out, in]: a [rank, in], b [out, rank] (absent: no adapter).
+// A row adapter's factors on one projection [out, in]: a [rank, in], b [out, rank] (absent: no adapter).
 struct LowRank {
   Tensor a, b;
   bool present() const { return a.present(); }
@@ -40,7 +40,7 @@ struct LayerWeights {
   Tensor q_norm, k_norm;              // [head_dim] (qwen3)
   Tensor post_norm;                   // [hidden]
   Tensor gate, up, down;              // [inter, hidden] x2, [hidden, inter]
-  LowRank q_ad, k_ad, v_ad, o_ad, gate_ad, up_ad, down_ad;  // the mask adapter (config.mask_adapter_rank)
+  LowRank q_ad, k_ad, v_ad, o_ad, gate_ad, up_ad, down_ad;  // the row adapter (config.adapter_rank)
 };
 
 struct ModelWeights {
