@@ -1,6 +1,6 @@
 """Self-distillation's generation: the AR base answers prompts, greedily with a2d's own reference
-Transformer over a static KV cache (`greedy_static`), sampled with transformers' `generate`, in one
-process or in one process per GPU (`data --source ...,kind=distill,workers=N`).
+Transformer over a static KV cache, its decode steps replayed from CUDA graphs (`greedy_static`), sampled
+with transformers' `generate`, in one process or in one process per GPU (`data --source ...,kind=distill,workers=N`).
 
 Batches are planned once, before any work is shared out: prompts sorted by token length (stable) and
 cut into `batch_size` rows, once for the main response of every prompt (greedy at temperature 0, or
@@ -111,12 +111,109 @@ def make_sampler(uniform_rows, temperature: float, top_p: float, prompt_width: i
     return SeededSampler()
 
 
-def greedy_static(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: set[int], pad_id: int) -> list[list[int]]:
+FIRST_SPAN = 128  # the fewest cache slots a decode step attends over; each larger span doubles it, up to the capacity
+WARMUP_STEPS = 2  # eager steps of a span before its CUDA graph is captured
+EOS_CHECK_EVERY = 16  # decode steps between host reads of "has every row emitted EOS"
+
+
+def decode_spans(width: int, capacity: int) -> list[int]:
+    """The cache spans decode steps attend over, smallest first: FIRST_SPAN, twice that, ... (those past the
+    prompts' `width`, which the first step already needs), then the whole capacity. A step reads the smallest
+    span past its slot, so early steps read a fraction of the cache; each span is one CUDA graph."""
+    spans, span = [], FIRST_SPAN
+    while span < capacity:
+        if span > width:
+            spans.append(span)
+        span *= 2
+    return spans + [capacity]
+
+
+class GreedySteps:
+    """greedy_static's decode step over fixed buffers: every input and output of a step is a device tensor that
+    keeps its address from one step to the next, so the same step function runs eagerly or is captured once per
+    span in a CUDA graph (StepGraphs) and replayed.
+
+    `slot` [1] is the cache slot the latest token's keys and values went to; a step advances it, writes the
+    current `token` of every row there (StaticKV at write_slots), attends over the first `span` slots with the
+    validity mask computed from it (a row's own slots from its first prompt token up to `slot`), and writes the
+    argmax into `out` at its column and into `token` for the next step. Slot s holds position s - pad of a row.
+    """
+
+    def __init__(self, model, cache, pads, width: int, max_new_tokens: int, eos: set[int]) -> None:
+        import torch
+
+        device = pads.device
+        rows, capacity = pads.shape[0], cache.layers[0].k.shape[2]
+        self.model, self.cache, self.pads, self.width = model, cache, pads, width
+        self.slot_ids = torch.arange(capacity, device=device)
+        self.slot = torch.full((1,), width - 1, dtype=torch.long, device=device)  # the prefill's last slot
+        self.token = torch.zeros(rows, dtype=torch.long, device=device)
+        self.out = torch.zeros((rows, max_new_tokens), dtype=torch.long, device=device)
+        self.finished = torch.zeros(rows, dtype=torch.bool, device=device)
+        self.eos_ids = torch.tensor(sorted(eos) or [-1], dtype=torch.long, device=device)  # -1: no token ends a row
+        cache.write_slots = self.slot
+
+    def emit(self, hidden) -> None:
+        """The next token of every row from its last hidden state, at column slot - (width - 1) of `out`."""
+        token = self.model.logits(hidden[:, -1]).argmax(-1)  # (argmax of bf16 logits: the fp32 copy's, exactly)
+        self.out.index_copy_(1, self.slot - (self.width - 1), token[:, None])
+        self.finished |= (token[:, None] == self.eos_ids).any(-1)
+        self.token.copy_(token)
+
+    def step(self, span: int) -> None:
+        self.slot += 1
+        slots = self.slot_ids[:span]
+        valid = (slots >= self.pads[:, None]) & (slots <= self.slot)  # [rows, span]
+        self.cache.span = span
+        hidden, _ = self.model(self.token[:, None], self.slot - self.pads[:, None], valid[:, None], self.cache)
+        self.emit(hidden)
+
+
+class StepGraphs:
+    """GreedySteps.step replayed from one CUDA graph per span, as PyTorch's CUDA graph notes describe: a span's
+    first WARMUP_STEPS steps run eagerly on a side stream (kernels chosen and workspaces allocated before
+    capture; they are real steps, the graph is not yet needed), the next one captures the graph and every later
+    step of that span replays it. Capture records kernels without running them, so a step is replayed right
+    after its capture. The graphs share one memory pool: they run one after another in the order they were
+    captured, and the state a step leaves lives in GreedySteps' buffers, outside the pool."""
+
+    def __init__(self, steps: GreedySteps) -> None:
+        import torch
+
+        self.steps = steps
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.eager: dict[int, int] = {}  # span -> warm-up steps run
+        self.pool = torch.cuda.graph_pool_handle()
+        self.side = torch.cuda.Stream()
+
+    def __call__(self, span: int) -> None:
+        import torch
+
+        graph = self.graphs.get(span)
+        if graph is None and self.eager.get(span, 0) < WARMUP_STEPS:
+            self.eager[span] = self.eager.get(span, 0) + 1
+            self.side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.side):
+                self.steps.step(span)
+            torch.cuda.current_stream().wait_stream(self.side)
+            return
+        if graph is None:
+            graph = self.graphs[span] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                self.steps.step(span)
+        graph.replay()
+
+
+def greedy_static(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: set[int], pad_id: int,
+                  graph: bool = True) -> list[list[int]]:
     """Greedy answers of the reference Transformer `model` to `prompts`, one token per row per forward with
     a preallocated KV cache (model.StaticCache): the prompts left-padded into one prefill, pads masked out and
-    positions counted from each prompt's first token. Each response is cut after its first EOS token. Far
-    faster than transformers' `generate` for a small model at a large batch (no per-step cache copies, no
-    per-step Python beyond the forward)."""
+    positions counted from each prompt's first token. Each response is cut after its first EOS token; the
+    decoding stops once every row has emitted one (checked every EOS_CHECK_EVERY steps).
+
+    After the eager prefill, every step is GreedySteps.step: fixed shapes, its state in device buffers, so on a
+    CUDA device it is replayed from CUDA graphs (StepGraphs; graph=False runs the same steps eagerly, for
+    comparison) and costs no Python or kernel-launch time per layer. A CPU model runs them eagerly."""
     import torch
 
     from .model import StaticCache
@@ -130,32 +227,32 @@ def greedy_static(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, 
     for row, p in enumerate(prompts):
         ids[row, width - len(p):] = torch.tensor(list(p))
     ids, pads = ids.to(device), pads.to(device)
-    slot = torch.arange(width + max_new_tokens, device=device)
-    valid = slot[None, :] >= pads[:, None]  # [B, capacity]: a pad slot is never attended to
-    cache = StaticCache(model.config, B, width + max_new_tokens, device, next(model.parameters()).dtype)
-    positions = (slot[None, :width] - pads[:, None]).clamp(min=0)
-    mask = (slot[None, :width, None] >= slot[None, None, :width]) & valid[:, None, :width]
+    # The last step writes slot width + max_new_tokens - 2; a multiple of 16 keeps every span's mask aligned
+    # for the fused attention kernels.
+    capacity = -(-(width + max_new_tokens) // 16) * 16
+    slot = torch.arange(width, device=device)
+    positions = (slot[None, :] - pads[:, None]).clamp(min=0)
+    mask = (slot[None, :, None] >= slot[None, None, :]) & (slot[None, None, :] >= pads[:, None, None])
     mask |= torch.eye(width, dtype=torch.bool, device=device)[None]  # a pad row attends to itself: finite, unread
-    out = torch.empty((B, max_new_tokens), dtype=torch.long, device=device)
-    finished = torch.zeros(B, dtype=torch.bool, device=device)
-    eos_ids = torch.tensor(sorted(eos), dtype=torch.long, device=device) if eos else None
+    dtype = next(model.parameters()).dtype
+    cache = StaticCache(model.config, B, capacity, device, dtype)
+    spans = decode_spans(width, capacity)
     # bf16 weights on a GPU: RoPE's fp32 angles would leave q in fp32 beside the bf16 cache; autocast
-    # runs attention in the cache's dtype, as training does.
-    low = cache.layers[0].k.dtype != torch.float32
-    with torch.no_grad(), torch.autocast(device.type, dtype=cache.layers[0].k.dtype, enabled=low):
+    # runs attention in the cache's dtype, as training does. (No weight is cast, so no cast is cached.)
+    low = dtype != torch.float32
+    with torch.no_grad(), torch.autocast(device.type, dtype=dtype, enabled=low, cache_enabled=False):
         hidden, new = model(ids, positions, mask, cache)
         cache.append(new, width)
-        for step in range(max_new_tokens):
-            token = model.logits(hidden[:, -1]).float().argmax(-1)
-            out[:, step] = token
-            if eos_ids is not None:
-                finished |= torch.isin(token, eos_ids)
-            if step + 1 == max_new_tokens or (step % 16 == 15 and bool(finished.all())):
-                break
-            hidden, new = model(token[:, None], positions[:, -1:] + step + 1, valid[:, None, : width + step + 1], cache)
-            cache.append(new, 1)
+        steps = GreedySteps(model, cache, pads, width, max_new_tokens, eos)
+        steps.emit(hidden)
+        del hidden, new  # the prefill's activations, freed before any capture
+        run = StepGraphs(steps) if graph and device.type == "cuda" else steps.step
+        done = 1  # columns of steps.out written
+        while done < max_new_tokens and not (done % EOS_CHECK_EVERY == 0 and bool(steps.finished.all())):
+            run(next(span for span in spans if span > width - 1 + done))  # the step writes slot width - 1 + done
+            done += 1
     responses = []
-    for row in out[:, : step + 1].tolist():
+    for row in steps.out[:, :done].tolist():
         end = next((k for k, t in enumerate(row) if t in eos), None)
         responses.append(row if end is None else row[: end + 1])
     return responses
@@ -314,7 +411,7 @@ def run(
                 take(by_id[row["batch"]], row["responses"])
         shutil.rmtree(work_dir, ignore_errors=True)
     record = {
-        "greedy": "the reference Transformer (a2d_convert.model) with a static KV cache, bf16 on CUDA (distill.greedy_static)",
+        "greedy": "the reference Transformer (a2d_convert.model) with a static KV cache, bf16 on CUDA, decode steps replayed from CUDA graphs (distill.greedy_static)",
         "workers": workers,
         "gpus": gpus,
         "batch_size": batch_size,

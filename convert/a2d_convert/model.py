@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from .config import A2DSection, ModelConfig, load_config
@@ -85,9 +86,31 @@ class Attention(nn.Module):
             k_all, v_all = (k, v) if past is None else (torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2))
         if isinstance(attn_mask, BlockMask):  # training's block-sparse masks (objective.py): the same attention
             out = block_sparse_attention(q.to(k_all.dtype), k_all, v_all, attn_mask, self.heads != self.kv_heads)
+        elif T == 1 and isinstance(past, StaticKV):  # a decode step over a static cache (distill.greedy_static)
+            out = single_query_attention(q, k_all, v_all, attn_mask)
         else:
             out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=attn_mask[:, None], enable_gqa=self.heads != self.kv_heads)
         return self.o_proj(out.transpose(1, 2).reshape(b, T, -1)), (k, v)
+
+
+# The kernels single_query_attention may use. cuDNN is left out: it builds an execution plan for every new
+# shape and set of strides, and each batch's cache capacity brings new strides; the memory-efficient kernel
+# needs none. (A CPU model runs the CPU flash kernel or the math one, as without this list.)
+DECODE_ATTENTION = (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH)
+
+
+def single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+    """Attention of one query per row, q [b, heads, 1, d], over k/v [b, kv_heads, S, d] with a bool mask [b, 1, S].
+
+    Each KV head's group of query heads becomes that head's query rows, which is the attention enable_gqa computes.
+    The memory-efficient kernel takes a mask but not GQA, and SDPA's math fallback for GQA copies the cache once
+    per query head: a large batch's decode step would read its whole cache several times over.
+    """
+    b, heads, _, d = q.shape
+    grouped = q.reshape(b, k.shape[1], heads // k.shape[1], d)
+    with sdpa_kernel(list(DECODE_ATTENTION)):
+        out = F.scaled_dot_product_attention(grouped, k, v, attn_mask=attn_mask[:, None])
+    return out.reshape(b, heads, 1, d)
 
 
 _compiled_flex = None
@@ -160,12 +183,23 @@ class KVCache:
 class StaticKV:
     """One layer's keys/values in preallocated buffers [b, kv_heads, capacity, head_dim]: a forward writes its
     tokens' keys/values after the `length` kept ones and attends to all of them, without copying the past
-    (KVCache concatenates, which costs a copy of the whole cache per forward)."""
+    (KVCache concatenates, which costs a copy of the whole cache per forward).
+
+    With the owner's `write_slots` set (a device tensor of T slot indices), a forward writes its T tokens' keys
+    and values at those slots and attends to the cache's first `span` slots, whatever they hold: the caller's
+    mask says which count. Nothing then depends on a host-side length, so a decode step keeps its shapes and
+    addresses from one token to the next and can be replayed from a CUDA graph (distill.greedy_static)."""
 
     def __init__(self, k: torch.Tensor, v: torch.Tensor, owner: "StaticCache") -> None:
         self.k, self.v, self.owner = k, v, owner
 
     def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        slots = self.owner.write_slots
+        if slots is not None:
+            self.k.index_copy_(2, slots, k.to(self.k.dtype))
+            self.v.index_copy_(2, slots, v.to(self.v.dtype))
+            span = self.owner.span
+            return self.k[:, :, :span], self.v[:, :, :span]
         n, T = self.owner.length, k.shape[2]
         if n + T > self.k.shape[2]:
             raise A2DError(f"static KV cache: {n + T} positions exceed its capacity of {self.k.shape[2]}")
@@ -175,12 +209,17 @@ class StaticKV:
 
 
 class StaticCache:
-    """KVCache's interface over StaticKV buffers: `append` keeps a forward's first `count` positions."""
+    """KVCache's interface over StaticKV buffers: `append` keeps a forward's first `count` positions; `write_slots`
+    and `span` switch its layers to writing at device-tensor slots (StaticKV)."""
 
     def __init__(self, cfg: ModelConfig, batch: int, capacity: int, device, dtype) -> None:
         shape = (batch, cfg.num_kv_heads, capacity, cfg.head_dim)
         self.length = 0
-        self.layers = [StaticKV(torch.empty(shape, device=device, dtype=dtype), torch.empty(shape, device=device, dtype=dtype), self)
+        self.write_slots: torch.Tensor | None = None
+        self.span = capacity
+        # Zeros, not empty: a forward at write_slots reads every slot of its span, and a masked-out slot adds
+        # nothing only when its key and value are finite (an unwritten NaN would survive the mask: NaN x 0 = NaN).
+        self.layers = [StaticKV(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype), self)
                        for _ in range(cfg.num_layers)]
 
     def append(self, new, count: int) -> None:

@@ -155,3 +155,66 @@ def test_static_cache_greedy_answers_as_the_one_by_one_reference(base):
     assert len(cut[1]) <= 5
     with pytest.raises(A2DError, match="max_new_tokens"):
         gen.greedy_static(model, prompts, 0, set(), pad_id=0)
+
+
+def random_gqa_model(seed: int = 0):
+    """A tiny random Llama with SmolLM2's head grouping (three query heads per KV head), tied embeddings."""
+    from a2d_convert.config import ModelConfig
+    from a2d_convert.model import Transformer
+
+    cfg = ModelConfig(
+        architecture="LlamaForCausalLM", model_type="llama", hidden_size=48, intermediate_size=96, num_layers=2,
+        num_heads=6, num_kv_heads=2, head_dim=8, vocab_size=97, rms_norm_eps=1e-5, rope_theta=10000.0,
+        max_position_embeddings=512, tie_word_embeddings=True, qkv_bias=False, o_bias=False, qk_norm=False,
+    )
+    model = Transformer(cfg)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else torch.randn(p.shape, generator=generator) * 0.5)
+    return model.eval()
+
+
+def greedy_alone(model, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """Greedy decoding of one prompt by recomputing the whole sequence every token: no cache, no padding."""
+    from a2d_convert.model import causal_mask
+
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            T = len(ids)
+            hidden, _ = model(torch.tensor([ids]), torch.arange(T)[None], causal_mask(T)[None])
+            ids.append(int(model.logits(hidden[0, -1]).argmax()))
+    return ids[len(prompt):]
+
+
+def test_decode_spans_double_from_the_first_past_the_prompts():
+    assert gen.decode_spans(17, 160) == [128, 160]
+    assert gen.decode_spans(130, 1040) == [256, 512, 1024, 1040]
+    assert gen.decode_spans(5, 64) == [64]
+    assert gen.decode_spans(128, 144) == [144]
+
+
+def test_static_steps_answer_as_greedy_decoding_alone_across_spans_and_eos():
+    """The decode step greedy_static captures in a CUDA graph, run eagerly (as on a CPU): prompts of different
+    lengths, left-padded, decoded past the first span (128 slots) into the next, give every prompt the tokens of
+    decoding it alone; EOS cuts each answer after its first EOS, and the decoding stops once every row has one."""
+    model = random_gqa_model()
+    rng = np.random.default_rng(7)
+    prompts = [[int(t) for t in rng.integers(0, 97, size=n)] for n in (3, 17, 1, 8, 12)]
+    new = 140  # slots up to 17 + 138: spans [128, 160]
+    alone = [greedy_alone(model, p, new) for p in prompts]
+    assert len({tuple(a[:20]) for a in alone}) == len(prompts)  # answers that differ, so rows cannot be swapped
+    assert gen.greedy_static(model, prompts, new, set(), pad_id=0, graph=False) == alone
+    eos = {alone[0][130], alone[3][5]}  # one answer ends past the first span, one early
+    cut = gen.greedy_static(model, prompts, new, eos, pad_id=0)
+    for got, full in zip(cut, alone):
+        end = next((k for k, t in enumerate(full) if t in eos), None)
+        assert got == (full if end is None else full[: end + 1])
+    assert len(cut[3]) <= 6
+
+    forwards = []
+    model.forward = lambda *args, **kwargs: forwards.append(1) or type(model).forward(model, *args, **kwargs)
+    every = set(range(97))  # every row emits EOS at once: one prefill and 15 steps before the 16-step check
+    assert gen.greedy_static(model, prompts, new, every, pad_id=0) == [a[:1] for a in alone]
+    assert len(forwards) == gen.EOS_CHECK_EVERY
