@@ -384,17 +384,20 @@ def write_folder(path, cfg, W, block_size=4, remasking="low_confidence", advance
     for (name, l), t in W.items():
         key = hf[name] if name in hf else f"model.layers.{l}.{per_layer[name]}"
         tensors[key] = t.contiguous().cpu()
-    rank = cfg.get("mask_adapter", 0)
-    if rank:  # a random mask adapter on every projection (docs/model-format.md)
+    for rule in ("mask", "window"):
+        rank = cfg.get(f"{rule}_adapter", 0)
+        if not rank:
+            continue
+        # A random row adapter on every projection (docs/model-format.md).
         gen = torch.Generator().manual_seed(77)
         for key in sorted(tensors):
             if key.endswith("proj.weight"):
                 out_features, in_features = tensors[key].shape
                 stem = key.removesuffix(".weight")
-                tensors[stem + ".mask_a"] = (torch.randn(rank, in_features, generator=gen) / in_features ** 0.5).to(torch.bfloat16)
-                tensors[stem + ".mask_b"] = (torch.randn(out_features, rank, generator=gen) * 0.05).to(torch.bfloat16)
-        config["a2d"]["mask_adapter"] = {"rank": rank, "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                                   "up_proj", "down_proj"]}
+                tensors[f"{stem}.{rule}_a"] = (torch.randn(rank, in_features, generator=gen) / in_features ** 0.5).to(torch.bfloat16)
+                tensors[f"{stem}.{rule}_b"] = (torch.randn(out_features, rank, generator=gen) * 0.05).to(torch.bfloat16)
+        config["a2d"][f"{rule}_adapter"] = {"rank": rank, "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                                       "up_proj", "down_proj"]}
     save_file(tensors, os.path.join(path, "model.safetensors"))
     with open(os.path.join(path, "config.json"), "w") as fh:
         json.dump(config, fh, indent=1)
@@ -416,6 +419,14 @@ def section_backend(lib, workdir):
         "qwen3_adapter64": dict(type="qwen3", layers=2, hidden=128, inter=384, heads=4, kv_heads=2, head_dim=64,
                                 vocab=500, eps=1e-6, theta=1e6, tied=True, qkv_bias=False, o_bias=False, qk_norm=True,
                                 mask_adapter=4),
+        # The window adapter (every window row, the anchor opening the window): rank 64 (the 16-byte B loads) on
+        # the bundled model's head_dim, and rank 4 (the scalar loop) with the rope kernel.
+        "llama_window64": dict(type="llama", layers=2, hidden=256, inter=520, heads=4, kv_heads=2, head_dim=64,
+                               vocab=600, eps=1e-6, theta=10000.0, tied=False, qkv_bias=False, o_bias=False,
+                               qk_norm=False, window_adapter=64),
+        "qwen3_window4": dict(type="qwen3", layers=2, hidden=128, inter=384, heads=4, kv_heads=2, head_dim=64,
+                              vocab=500, eps=1e-6, theta=1e6, tied=True, qkv_bias=False, o_bias=False, qk_norm=True,
+                              window_adapter=4),
     }
     for i, (name, cfg) in enumerate(folders.items()):
         cfg["mask"] = cfg["vocab"] - 1
@@ -425,6 +436,8 @@ def section_backend(lib, workdir):
         gen = torch.Generator().manual_seed(11 + i)
         commit = torch.randint(0, cfg["vocab"] - 2, (150,), generator=gen).tolist()
         window = [cfg["mask"], 5, cfg["mask"], cfg["mask"]]
+        if cfg.get("window_adapter"):
+            window = [commit.pop()] + window  # the window opens with its anchor (docs/decoding.md)
         prompts = [torch.randint(0, cfg["vocab"] - 2, (int(torch.randint(3, 40, (1,), generator=gen)),),
                                  generator=gen).tolist() for _ in range(12)]
         results[name] = compare_backends(lib, path, commit, window, prompts, cfg["vocab"], 48, name)

@@ -7,7 +7,7 @@
 // block long and --tokens long; the difference of their times over the difference of their forward
 // counts cancels the prompt's prefill. EOS is disabled so random weights generate to the end.
 import { spawnSync } from "node:child_process";
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, existsSync, linkSync, mkdirSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type Command, Option } from "commander";
@@ -19,6 +19,7 @@ import { integerIn, numberIn } from "../parse.js";
 interface BenchOptions {
   model?: string;
   randomShape?: string;
+  randomAdapter?: string;
   device: Device;
   blocks: number[];
   kv: number[];
@@ -40,6 +41,7 @@ interface Shape {
   vocab: number;
   ropeTheta: number;
   eos: number[];
+  tied?: boolean;
 }
 
 // minicpm5-2b: openbmb/MiniCPM5-2B (SPEC.md §2).
@@ -47,6 +49,11 @@ const SHAPES: Record<string, Shape> = {
   "minicpm5-2b": {
     layers: 42, hidden: 2048, intermediate: 6144, heads: 16, kvHeads: 2, headDim: 128, vocab: 130560,
     ropeTheta: 5e6, eos: [1, 130073],
+  },
+  // The bundled model's: SmolLM2-135M with the mask token appended to its tied embedding.
+  "smollm2-135m": {
+    layers: 30, hidden: 576, intermediate: 1536, heads: 9, kvHeads: 3, headDim: 64, vocab: 49153, ropeTheta: 1e5, eos: [2],
+    tied: true,
   },
   // A few MB: checks the command end to end on any machine.
   tiny: { layers: 2, hidden: 128, intermediate: 384, heads: 4, kvHeads: 2, headDim: 32, vocab: 1000, ropeTheta: 1e4, eos: [1] },
@@ -71,6 +78,7 @@ export function register(program: Command): void {
     .description("Time the engine: ms per denoising forward per block size and KV length, load time, AR baseline")
     .option("--model <dir>", "a2d model folder")
     .addOption(new Option("--random-shape <name>", "random bf16 weights of a known shape").choices(Object.keys(SHAPES)))
+    .option("--random-adapter <rule:rank>", "with --random-shape: a random row adapter on every projection, e.g. window:64 or mask:64")
     .addOption(new Option("--device <device>", "compute backend").choices(["cpu", "cuda"]).default("cuda"))
     .option("--blocks <list>", "block sizes (2..64)", list("--blocks", 2), [2, 4, 8, 16, 32])
     .option("--kv <list>", "KV lengths (prompt tokens before the timed blocks)", list("--kv", 1), [1024, 8192, 32768])
@@ -96,7 +104,10 @@ async function bench(options: BenchOptions): Promise<string> {
         "difference between a --tokens generation and a one-block one; raise --tokens or drop that block size",
     );
   }
-  const modelDir = options.model ?? randomModel(options.randomShape as string);
+  if (options.randomAdapter !== undefined && options.randomShape === undefined) {
+    throw new Error("--random-adapter adds an adapter to --random-shape's weights; give --random-shape too");
+  }
+  const modelDir = options.model ?? withRandomAdapter(randomModel(options.randomShape as string), options.randomAdapter);
   // Room for the longest generation plus what a window reaches past it (decode.cpp positions_needed).
   const longest = positionsNeeded(Math.max(...options.kv), options.tokens, largestBlock);
   const loadStarted = performance.now();
@@ -209,8 +220,66 @@ export function randomModel(name: string): string {
       [`${p}mlp.down_proj.weight`, [H, I], "w"],
     );
   }
-  tensors.push(["model.norm.weight", [H], "norm"], ["lm_head.weight", [V, H], "w"]);
+  tensors.push(["model.norm.weight", [H], "norm"]);
+  if (!shape.tied) tensors.push(["lm_head.weight", [V, H], "w"]);
 
+  writeRandomSafetensors(join(dir, "model.safetensors"), tensors);
+  const config = {
+    architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: H, intermediate_size: I,
+    num_hidden_layers: layers, num_attention_heads: heads, num_key_value_heads: kvHeads, head_dim: D,
+    vocab_size: V, rms_norm_eps: 1e-6, rope_theta: shape.ropeTheta, max_position_embeddings: 65536,
+    tie_word_embeddings: shape.tied === true, attention_bias: false, hidden_act: "silu", torch_dtype: "bfloat16",
+    a2d: {
+      format_version: 1, mask_token_id: V - 1, mask_token: "<|mask|>", block_size: 4, shift_logits: true,
+      eos_token_ids: shape.eos, trained: false,
+    },
+  };
+  writeFileSync(join(dir, "config.json"), JSON.stringify(config, null, 1));
+  writeFileSync(done, "");
+  return dir;
+}
+
+// The random model with a random row adapter (docs/model-format.md) of `spec` ("window:64", "mask:64") on every
+// projection beside it: a folder of two shards, the random model's weights (a hard link) and the factors (std
+// 0.02), written once per machine like the model itself. No spec: the model as it is.
+function withRandomAdapter(baseDir: string, spec: string | undefined): string {
+  if (spec === undefined) return baseDir;
+  const match = /^(mask|window):(\d+)$/.exec(spec);
+  const rank = match ? Number(match[2]) : 0;
+  if (!match || rank < 1 || rank > 256) throw new Error(`--random-adapter ${spec}: give RULE:RANK, RULE mask or window, RANK 1..256`);
+  const rule = match[1] as string;
+  const dir = `${baseDir}-${rule}${rank}`;
+  const done = join(dir, ".complete");
+  if (existsSync(done)) return dir;
+  mkdirSync(dir, { recursive: true });
+  const config = JSON.parse(readFileSync(join(baseDir, "config.json"), "utf8")) as Record<string, any>;
+  const H = config.hidden_size as number, I = config.intermediate_size as number, D = config.head_dim as number;
+  const heads = config.num_attention_heads as number, kvHeads = config.num_key_value_heads as number;
+  const shapes: Record<string, [number, number]> = {
+    "self_attn.q_proj": [heads * D, H], "self_attn.k_proj": [kvHeads * D, H], "self_attn.v_proj": [kvHeads * D, H],
+    "self_attn.o_proj": [H, heads * D], "mlp.gate_proj": [I, H], "mlp.up_proj": [I, H], "mlp.down_proj": [H, I],
+  };
+  const tensors: Array<[string, number[]]> = [];
+  for (let l = 0; l < (config.num_hidden_layers as number); ++l) {
+    for (const [module, [out, inp]] of Object.entries(shapes)) {
+      tensors.push([`model.layers.${l}.${module}.${rule}_a`, [rank, inp]], [`model.layers.${l}.${module}.${rule}_b`, [out, rank]]);
+    }
+  }
+  writeRandomSafetensors(join(dir, "adapter.safetensors"), tensors.map(([name, dims]) => [name, dims, "w"]));
+  const weightMap: Record<string, string> = {};
+  for (const name of safetensorsNames(join(baseDir, "model.safetensors"))) weightMap[name] = "model.safetensors";
+  for (const [name] of tensors) weightMap[name] = "adapter.safetensors";
+  if (!existsSync(join(dir, "model.safetensors"))) linkSync(join(baseDir, "model.safetensors"), join(dir, "model.safetensors"));
+  writeFileSync(join(dir, "model.safetensors.index.json"), JSON.stringify({ metadata: {}, weight_map: weightMap }));
+  config.a2d[`${rule}_adapter`] = { rank, targets: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] };
+  writeFileSync(join(dir, "config.json"), JSON.stringify(config, null, 1));
+  writeFileSync(done, "");
+  return dir;
+}
+
+// A safetensors file of bf16 tensors: "norm" ones all 1, "w" ones N(0, 0.02) from a fixed xorshift stream (the same
+// bytes on every machine).
+function writeRandomSafetensors(path: string, tensors: Array<[string, number[], "w" | "norm"]>): void {
   const header: Record<string, unknown> = {};
   let offset = 0;
   for (const [tensorName, dims] of tensors) {
@@ -220,7 +289,7 @@ export function randomModel(name: string): string {
   }
   let json = JSON.stringify(header);
   json += " ".repeat((8 - (json.length % 8)) % 8);
-  const fd = openSync(join(dir, "model.safetensors"), "w");
+  const fd = openSync(path, "w");
   try {
     const length = Buffer.alloc(8);
     length.writeBigUInt64LE(BigInt(json.length));
@@ -251,19 +320,20 @@ export function randomModel(name: string): string {
   } finally {
     closeSync(fd);
   }
-  const config = {
-    architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: H, intermediate_size: I,
-    num_hidden_layers: layers, num_attention_heads: heads, num_key_value_heads: kvHeads, head_dim: D,
-    vocab_size: V, rms_norm_eps: 1e-6, rope_theta: shape.ropeTheta, max_position_embeddings: 65536,
-    tie_word_embeddings: false, attention_bias: false, hidden_act: "silu", torch_dtype: "bfloat16",
-    a2d: {
-      format_version: 1, mask_token_id: V - 1, mask_token: "<|mask|>", block_size: 4, shift_logits: true,
-      eos_token_ids: shape.eos, trained: false,
-    },
-  };
-  writeFileSync(join(dir, "config.json"), JSON.stringify(config, null, 1));
-  writeFileSync(done, "");
-  return dir;
+}
+
+// The tensor names a safetensors file holds, from its header alone.
+function safetensorsNames(path: string): string[] {
+  const fd = openSync(path, "r");
+  try {
+    const length = Buffer.alloc(8);
+    readSync(fd, length, 0, 8, 0);
+    const header = Buffer.alloc(Number(length.readBigUInt64LE(0)));
+    readSync(fd, header, 0, header.length, 8);
+    return Object.keys(JSON.parse(header.toString("utf8")) as Record<string, unknown>).filter((name) => name !== "__metadata__");
+  } finally {
+    closeSync(fd);
+  }
 }
 
 // 4096 bf16 values at evenly spaced quantiles of N(0, std): random 12-bit indices draw from it.

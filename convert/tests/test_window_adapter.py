@@ -168,7 +168,7 @@ def test_a_window_adapter_trains_and_exports_unmerged(workspace, tmp_path):
     """train --window-adapter: the factors on every window row, shipped beside the base's weights with the
     config's a2d.window_adapter; the export decodes in the reference with the anchor in the window."""
     from a2d_convert.decode import decode
-    from a2d_convert.export import export
+    from a2d_convert.export import export, rebuild
     from a2d_convert.weights import read_tensors
 
     root, base, data = workspace
@@ -176,9 +176,11 @@ def test_a_window_adapter_trains_and_exports_unmerged(workspace, tmp_path):
                                window_adapter=True, mask_pattern="decoder", confidence_weight=0.5, confidence_temperature=0.5))
     log = [json.loads(line) for line in (root / "window-adapter" / LOG_FILE).read_text().splitlines()]
     assert all(r["mfu"] > 0 and np.isfinite(r["certainty"]) for r in log)
-    out = export(folder, tmp_path / "model")
+    out = export(folder, tmp_path / "model", delta_dir=tmp_path / "delta")
     config = json.loads((out / "config.json").read_text())
     assert config["a2d"]["window_adapter"]["rank"] == 4 and "mask_adapter" not in config["a2d"]
+    rebuilt = rebuild(base, tmp_path / "delta", tmp_path / "rebuilt")  # bit for bit from the checkpoint and the delta
+    assert (rebuilt / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
     shipped, init = read_tensors(out), read_tensors(root / "window-adapter" / "init")
     assert torch.equal(shipped["model.layers.0.self_attn.q_proj.weight"], init["model.layers.0.self_attn.q_proj.weight"])
     assert shipped["model.layers.1.mlp.down_proj.window_b"].abs().sum() > 0

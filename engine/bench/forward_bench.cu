@@ -79,8 +79,8 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// Which kernels the captured forwards run, for the timing breakdowns: bit 0 the GEMMs (with the mask adapter's
-// down projections), bit 1 attention (rope, attention, combine), bit 2 the rest (embed, rmsnorm rows, reveal);
+// Which kernels the captured forwards run, for the timing breakdowns: bit 0 the GEMMs (a row adapter's factors
+// fused into them), bit 1 attention (rope, attention, combine), bit 2 the rest (embed, rmsnorm rows, reveal);
 // 7 all. The other kernels' graph nodes are disabled (a partial forward's outputs are meaningless) until the
 // model recaptures its graphs (DeviceModel::reconfigure). The production forward knows nothing of this: the
 // nodes are told apart here, by their kernels' names.
@@ -104,7 +104,7 @@ void run_only(DeviceModel* model, unsigned kernels) {
       const std::string kernel = name != nullptr ? name : "";
       auto named = [&](const char* part) { return kernel.find(part) != std::string::npos; };
       unsigned group = 4;  // embed, rmsnorm rows, reveal
-      if (named("gemm_") || named("mask_adapter")) {
+      if (named("gemm_")) {
         group = 1;
       } else if (named("rope_kernel") || named("attention_kernel") || named("combine_kernel")) {
         group = 2;

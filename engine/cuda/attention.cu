@@ -38,7 +38,7 @@ __device__ void attention_rows(const AttentionParams& p, bf16* smem, int kv_head
 
   // The two query rows of this lane and the last key position each may see.
   int limit[2];
-  bool skip_masked[2];  // the mask adapter's revealed row: also skips window keys that hold the mask token
+  bool skip_masked[2];  // a row adapter's revealed row: also skips window keys that hold the mask token
   const bf16* q_row[2];
   const int window_key0 = st.cached + st.commit;
   for (int h = 0; h < 2; ++h) {
@@ -47,7 +47,7 @@ __device__ void attention_rows(const AttentionParams& p, bf16* smem, int kv_head
     const int t = valid ? r / group : 0;
     skip_masked[h] = valid && p.revealed_rule_mask_token >= 0 && t >= st.commit &&
                      st.tokens[t] != p.revealed_rule_mask_token;
-    limit[h] = !valid ? -1 : (t < st.commit || skip_masked[h] ? st.cached + t : kv_total - 1);
+    limit[h] = !valid ? -1 : (t < st.commit || (skip_masked[h] && p.revealed_rule_causal) ? st.cached + t : kv_total - 1);
     q_row[h] = p.q + (static_cast<size_t>(t) * p.num_heads + kv_head * group + (valid ? r % group : 0)) * kDim;
   }
   uint32_t qa[kDim / 16][4];

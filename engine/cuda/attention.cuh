@@ -39,9 +39,11 @@ struct AttentionParams {
   // Fewer than 64 query rows per block and more than one key tile per split: idle warps split each key tile
   // with the others (merged through shared memory) rather than running empty row tiles.
   bool split_keys;
-  // The mask adapter's rule (docs/decoding.md): a window row whose token is not this one attends causally
-  // and skips the window positions that hold it. -1: no mask adapter (every window row sees the window).
+  // A row adapter's rule (docs/decoding.md): a window row whose token is not this one skips the window positions
+  // that hold it, and attends causally under the mask adapter's rule (`revealed_rule_causal`), to every other
+  // window position under the window adapter's. -1: no row adapter (every window row sees the window).
   int revealed_rule_mask_token;
+  bool revealed_rule_causal;
 };
 
 // Sets the kernels' shared-memory limits; call once per process before the first launch.

@@ -46,10 +46,11 @@ cuda::ModelShape shape_of(const ModelConfig& config, int64_t max_context) {
   s.qk_norm = config.qk_norm;
   s.mask_token_id = config.mask_token_id;
   s.max_context = static_cast<int>(max_context);
-  s.mask_adapter_rank = config.mask_adapter_rank;
+  s.adapter_rank = config.adapter_rank;
+  s.adapter_on_window = config.adapter_rule == AdapterRule::window;
   s.fp8 = config.precision == WeightPrecision::fp8_e4m3;
   for (int i = 0; i < 7; ++i) {
-    if (config.has_mask_adapter(kMaskAdapterTargets[i])) s.mask_adapter_targets |= 1u << i;
+    if (config.has_adapter(kAdapterTargets[i])) s.adapter_targets |= 1u << i;
   }
   return s;
 }
@@ -81,13 +82,13 @@ void upload_model(cuda::DeviceModel& device, const Model& model) {
     put(W::gate, l, L.gate);
     put(W::up, l, L.up);
     put(W::down, l, L.down);
-    using T = cuda::MaskAdapterTarget;
+    using T = cuda::AdapterTarget;
     const std::pair<T, const LowRank*> adapters[] = {{T::q, &L.q_ad},       {T::k, &L.k_ad},   {T::v, &L.v_ad},
                                                      {T::o, &L.o_ad},       {T::gate, &L.gate_ad}, {T::up, &L.up_ad},
                                                      {T::down, &L.down_ad}};
     for (const auto& [target, ad] : adapters) {
       if (!ad->present()) continue;
-      device.upload_mask_adapter(target, l, cuda::WeightSource{ad->a.data, source_type(ad->a.dtype), false},
+      device.upload_adapter(target, l, cuda::WeightSource{ad->a.data, source_type(ad->a.dtype), false},
                                  cuda::WeightSource{ad->b.data, source_type(ad->b.dtype), false});
     }
   }

@@ -140,6 +140,61 @@ struct StepView {
 };
 __device__ __forceinline__ StepView step_view(const GemmParams& p) { return {p.state->cached, p.state->write_logits != 0}; }
 
+// A fused row adapter (GemmParams::adapter_tiles). Weight tiles wait for every adapter tile of the launch to have
+// written its share of t. The adapter tiles hold the lowest block indices, so they were all dispatched before any
+// weight tile's last block (the one that runs the epilogue) and never wait themselves: the wait ends.
+__device__ __forceinline__ void wait_for_adapter_tiles(const GemmParams& p) {
+  const volatile unsigned* done = p.adapter_sync;
+  while (*done < static_cast<unsigned>(p.adapter_tiles)) __nanosleep(32);
+  __threadfence();
+}
+
+// The last weight tile to pass its wait resets both counters; the next launch of any GEMM starts after this one ends.
+__device__ __forceinline__ void weight_tile_done(const GemmParams& p) {
+  const unsigned tiles = static_cast<unsigned>(ceil_div(p.n_rows, kGemmTileRows));
+  if (atomicAdd(&p.adapter_sync[1], 1u) == tiles - 1) {
+    p.adapter_sync[0] = 0;
+    p.adapter_sync[1] = 0;
+  }
+}
+
+// sum_i B[row][i] * t[token][offset(row) + i]: t was written by other blocks of this launch, so it is read from L2.
+__device__ __forceinline__ float low_rank_term(const GemmParams& p, int row, int token) {
+  const bf16* b = p.adapter_b + static_cast<size_t>(row) * p.adapter_rank;
+  const float* t = p.adapter_t + static_cast<size_t>(token) * p.adapter_total_rank + p.adapter_offset[row];
+  float sum = 0.f;
+  int i = 0;
+  if (p.adapter_rank % 8 == 0) {  // then t's rows and offsets are multiples of 8 floats too: 16-byte loads
+    for (; i < p.adapter_rank; i += 8) {
+      const uint4 bv = __ldg(reinterpret_cast<const uint4*>(b + i));
+      const float4 t0 = __ldcg(reinterpret_cast<const float4*>(t + i));
+      const float4 t1 = __ldcg(reinterpret_cast<const float4*>(t + i + 4));
+      const float2 b0 = unpack_bf16(bv.x), b1 = unpack_bf16(bv.y), b2 = unpack_bf16(bv.z), b3 = unpack_bf16(bv.w);
+      sum += b0.x * t0.x + b0.y * t0.y + b1.x * t0.z + b1.y * t0.w + b2.x * t1.x + b2.y * t1.y + b3.x * t1.z + b3.y * t1.w;
+    }
+  }
+  for (; i < p.adapter_rank; ++i) sum += __bfloat162float(b[i]) * __ldcg(t + i);
+  return sum;
+}
+
+// The epilogue of adapter tile `a_tile`: its 16 rows of t = A x for the token rows the adapter acts on, zeros for
+// the others; then the tile counts itself done (every thread's stores fenced first).
+template <int kCols, typename Sync>
+__device__ __forceinline__ void adapter_tile_epilogue(const GemmParams& p, int a_tile, float (*tile_sum)[kCols + 1],
+                                                      int active_cols, int rank, int team, Sync sync) {
+  const StepState& st = *p.state;
+  for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
+    const int r = e % kGemmTileRows, t = e / kGemmTileRows;
+    const int i = a_tile * kGemmTileRows + r;
+    if (i >= p.adapter_total_rank) continue;
+    const bool acts = t >= st.commit && (p.adapter_mask_token < 0 || st.tokens[t] == p.adapter_mask_token);
+    __stcg(p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank + i, acts ? tile_sum[r][t] : 0.f);
+  }
+  __threadfence();
+  sync();
+  if (rank == 0) atomicAdd(&p.adapter_sync[0], 1u);
+}
+
 // The epilogue of one finished 16-row tile, run by a team of `team` threads (a whole block, or one warp of
 // the wide kernel), `rank` being this thread's index in it and `sync` the team's barrier: the bias, then
 // the epilogue's own work. tile_sum[r][t] holds row r of the tile for token column t; tile_scratch is a
@@ -159,20 +214,17 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
       if (p.bias != nullptr) v += __bfloat162float(p.bias[row]);
     }
   }
-  if (p.adapter_b != nullptr) {
+  if (p.adapter_tiles > 0) {
+    if (rank == 0) wait_for_adapter_tiles(p);
     sync();
     for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
       const int r = e % kGemmTileRows, t = e / kGemmTileRows;
       const int row = tile * kGemmTileRows + r;
-      if (row >= p.n_rows) continue;
-      const bf16* b = p.adapter_b + static_cast<size_t>(row) * p.adapter_rank;
-      const float* at = p.adapter_t + static_cast<size_t>(t) * p.adapter_rank;
-      float sum = 0.f;
-      for (int i = 0; i < p.adapter_rank; ++i) sum += __bfloat162float(b[i]) * at[i];
-      tile_sum[r][t] += sum;
+      if (row < p.n_rows) tile_sum[r][t] += low_rank_term(p, row, t);
     }
   }
   sync();
+  if (p.adapter_tiles > 0 && rank == 0) weight_tile_done(p);
 
   if constexpr (kEpilogue == GemmEpilogue::store_bf16) {
     for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
@@ -337,11 +389,15 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int c = lane % 4;
-  const int tile = blockIdx.x;
+  // A fused adapter's tiles first (GemmParams::adapter_tiles); `tile` numbers the output (or adapter) tile,
+  // `stored` its place in the weight.
+  const bool adapter_tile = static_cast<int>(blockIdx.x) < p.adapter_tiles;
+  const int tile = adapter_tile ? blockIdx.x : blockIdx.x - p.adapter_tiles;
+  const int stored = adapter_tile ? ceil_div(p.n_rows, kGemmTileRows) + tile : tile;
   const int chunks = ceil_div(p.k, chunk_cols<kFp8>());
   const int chunk_begin = blockIdx.y * p.chunks_per_split;
   const int chunk_end = min(chunks, chunk_begin + p.chunks_per_split);
-  const unsigned char* tile_weights = weight_bytes<kFp8>(p) + static_cast<size_t>(tile) * chunks * kChunkBytes + lane * 16;
+  const unsigned char* tile_weights = weight_bytes<kFp8>(p) + static_cast<size_t>(stored) * chunks * kChunkBytes + lane * 16;
 
   uint4 wa[kLoads], wb[kLoads];
   auto load_weights = [&](int base) {
@@ -453,13 +509,17 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
       __syncthreads();
       return arrived;
     };
-    if (!merge_split_k<kCols>(p, tile, blockIdx.y, partial[0], active_cols, threadIdx.x, blockDim.x, sync, from_thread0)) {
+    if (!merge_split_k<kCols>(p, stored, blockIdx.y, partial[0], active_cols, threadIdx.x, blockDim.x, sync, from_thread0)) {
       A2D_TRACE(record(false));
       return;
     }
   }
-  tile_epilogue<kEpilogue, kCols>(p, view, tile, partial[0], partial[1], active_cols, threadIdx.x, blockDim.x,
-                                 [] { __syncthreads(); });
+  if (adapter_tile) {
+    adapter_tile_epilogue<kCols>(p, tile, partial[0], active_cols, threadIdx.x, blockDim.x, [] { __syncthreads(); });
+  } else {
+    tile_epilogue<kEpilogue, kCols>(p, view, tile, partial[0], partial[1], active_cols, threadIdx.x, blockDim.x,
+                                   [] { __syncthreads(); });
+  }
   A2D_TRACE(record(true));
 }
 
@@ -492,14 +552,19 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int c = lane % 4;
-  const int tiles = ceil_div(p.n_rows, kGemmTileRows);
-  const int tile = blockIdx.x * kWideWarps + warp;
-  const bool has_tile = tile < tiles;
+  // A fused adapter's tiles first, as in the tile-per-block kernel.
+  const int out_tiles = ceil_div(p.n_rows, kGemmTileRows);
+  const int tiles = out_tiles + p.adapter_tiles;
+  const int logical = blockIdx.x * kWideWarps + warp;
+  const bool has_tile = logical < tiles;
+  const bool adapter_tile = logical < p.adapter_tiles;
+  const int tile = adapter_tile ? logical : logical - p.adapter_tiles;
+  const int stored = adapter_tile ? out_tiles + tile : tile;
   const int chunks = ceil_div(p.k, chunk_cols<kFp8>());
   const int chunk_begin = blockIdx.y * p.chunks_per_split;
   const int n = min(chunks, chunk_begin + p.chunks_per_split) - chunk_begin;  // >= 1 (gemm_plan)
   const unsigned char* weights =
-      weight_bytes<kFp8>(p) + (static_cast<size_t>(min(tile, tiles - 1)) * chunks + chunk_begin) * kChunkBytes + lane * 16;
+      weight_bytes<kFp8>(p) + (static_cast<size_t>(min(stored, tiles - 1)) * chunks + chunk_begin) * kChunkBytes + lane * 16;
 
   // The weights do not depend on earlier kernels: start streaming them before waiting.
   uint4 wa[kWideLoads], wb[kWideLoads];
@@ -578,10 +643,14 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
   __syncwarp();
   // Split K: the tile's last warp to finish (of its splits' blocks) sums them and runs the epilogue.
   if (p.splits > 1 &&
-      !merge_split_k<kCols>(p, tile, blockIdx.y, sums, active_cols, lane, 32, [] { __syncwarp(); }, warp_from_lane0)) {
+      !merge_split_k<kCols>(p, stored, blockIdx.y, sums, active_cols, lane, 32, [] { __syncwarp(); }, warp_from_lane0)) {
     return;
   }
-  tile_epilogue<kEpilogue, kCols>(p, view, tile, sums, partial[warp][1], active_cols, lane, 32, [] { __syncwarp(); });
+  if (adapter_tile) {
+    adapter_tile_epilogue<kCols>(p, tile, sums, active_cols, lane, 32, [] { __syncwarp(); });
+  } else {
+    tile_epilogue<kEpilogue, kCols>(p, view, tile, sums, partial[warp][1], active_cols, lane, 32, [] { __syncwarp(); });
+  }
 }
 
 template <int kTiles, bool kFp8>
@@ -727,7 +796,12 @@ void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int 
   if (fp8 == (p.weight != nullptr) || fp8 != (p.weight_scale != nullptr)) {
     throw std::logic_error("gemm: give a bf16 weight, or an e4m3 weight with its scales");
   }
-  const GemmPlan plan = gemm_plan(p.n_rows, p.k, max_rows, tuning, fp8);
+  if (p.adapter_tiles > 0 && (fp8 || p.adapter_b == nullptr || p.adapter_offset == nullptr || p.adapter_t == nullptr ||
+                              p.adapter_sync == nullptr || p.adapter_rank < 1 ||
+                              adapter_tile_count(p.adapter_total_rank) != p.adapter_tiles)) {
+    throw std::logic_error("gemm: a fused adapter needs a bf16 weight, its B rows, offsets, t, counters and ranks");
+  }
+  const GemmPlan plan = gemm_plan(p.n_rows + p.adapter_tiles * kGemmTileRows, p.k, max_rows, tuning, fp8);
   p.splits = plan.splits;
   p.chunks_per_split = plan.chunks_per_split;
   p.stage_ssq = tuning.stage_ssq;

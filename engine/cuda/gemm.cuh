@@ -72,8 +72,16 @@ struct GemmPlan {
   bool wide = false;         // the wide kernel: blocks of 8 tiles (GemmTuning::wide_from_rows)
   size_t scratch_floats = 0;
 };
-// `fp8`: the weight is e4m3 (GemmParams::weight_fp8), whose chunks hold 64 columns instead of 32.
+// `fp8`: the weight is e4m3 (GemmParams::weight_fp8), whose chunks hold 64 columns instead of 32. n_rows counts
+// every row the GEMM streams (a fused adapter's tiles included: gemm_rows).
 GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bool fp8);
+
+// The rows a GEMM of n_rows output rows streams with a fused adapter of total_rank factor rows: the weight's tiles,
+// then the adapter's (GemmParams::adapter_tiles).
+inline int adapter_tile_count(int total_rank) { return (total_rank + kGemmTileRows - 1) / kGemmTileRows; }
+inline int gemm_rows(int n_rows, int total_rank) {
+  return ((n_rows + kGemmTileRows - 1) / kGemmTileRows + adapter_tile_count(total_rank)) * kGemmTileRows;
+}
 
 // Per-tile partials of the logits epilogue: max logit, sum of exp(logit - max), argmax.
 struct ArgmaxPartial {
@@ -125,12 +133,22 @@ struct GemmParams {
   bf16* k_cache;  // [num_kv_heads][max_context][head_dim]
   bf16* v_cache;
 
-  // The mask adapter (mask_adapter.cuh): before its own work the epilogue adds, to output row n of token
-  // row t, sum_i adapter_b[n][i] * adapter_t[t][i] (adapter_t is zero for rows without the mask token).
-  // adapter_b is [n_rows][adapter_rank] in this GEMM's row order; null: no adapter.
-  const bf16* adapter_b;
-  const float* adapter_t;
-  int adapter_rank;
+  // A row adapter fused into this GEMM (docs/model-format.md): the weight holds `adapter_tiles` more 16-row
+  // tiles after its ceil(n_rows / 16) tiles, the factors A of the targets this GEMM carries stacked
+  // [adapter_total_rank][k] in the same layout. Those tiles take the lowest block indices, so they are dispatched
+  // before every weight tile, and their epilogue writes t[token row][i] = (A x)[i] for the token rows the adapter
+  // acts on (window rows: t >= state->commit; with adapter_mask_token >= 0 only those holding it) and 0 for the
+  // others, then counts itself in adapter_sync[0]. Every weight tile's epilogue waits for all of them and then
+  // adds, before its own work, sum_i adapter_b[n][i] * t[row][adapter_offset[n] + i] to its output row n. The
+  // last weight tile resets both counters for the next launch. adapter_tiles 0: no adapter.
+  int adapter_tiles;
+  const bf16* adapter_b;      // [n_rows][adapter_rank]: each output row's own target's B row (zeros: none)
+  const int* adapter_offset;  // [n_rows]: where that target's factors start in t's row
+  int adapter_rank;           // rank of one target
+  int adapter_total_rank;     // t's row length: the ranks of every target this GEMM carries
+  float* adapter_t;           // [kMaxRows][adapter_total_rank]
+  unsigned* adapter_sync;     // [2]: adapter tiles done, weight tiles done; zero between launches
+  int adapter_mask_token;
 
   // Split K (set by gemm() from the tuning): [n_tiles][splits][kMaxRows][16] fp32 partials and one
   // arrival counter per tile, zero between launches (the last block resets it).

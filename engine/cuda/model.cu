@@ -77,8 +77,12 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   vocab_tiles_ = ceil_div(s.vocab, kGemmTileRows);
   const int group = s.heads / s.kv_heads;
   attention_row_capacity_ = kMaxRows * group;
+  if (s.adapter_rank > 0 && s.fp8) {
+    throw std::runtime_error("the CUDA backend runs a row adapter (a2d.mask_adapter / a2d.window_adapter) on bf16 weights "
+                             "only; serve the bf16 model, or this FP8 one on the CPU backend");
+  }
 
-  // Weights.
+  // Weights. A row adapter's factors A ride their GEMM's weight as extra tiles (gemm_rows).
   const int64_t H = s.hidden;
   // GEMM weights are tiled (weights.cuh); a tied lm_head gets its own tiled copy of the embedding. An FP8
   // model's GEMM weights are e4m3 bytes and fp32 row scales, carved from the same arena.
@@ -87,9 +91,10 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
     return fp8 ? aligned((tiled_fp8_bytes(rows, cols) + 1) / 2) + aligned(2 * rows) : aligned(tiled_elements(rows, cols));
   };
   int64_t total = aligned(int64_t(s.vocab) * H) + gemm_elements(fp8_head, s.vocab, H) + aligned(H);
-  const int64_t per_layer = gemm_elements(s.fp8, qkv_rows_, H) + aligned(qkv_rows_) +
-                            gemm_elements(s.fp8, H, s.heads * s.head_dim) + aligned(H) +
-                            gemm_elements(s.fp8, gate_up_rows_, H) + gemm_elements(s.fp8, H, s.intermediate) +
+  const int64_t per_layer = gemm_elements(s.fp8, gemm_rows(qkv_rows_, site_rank(kQkvSite)), H) + aligned(qkv_rows_) +
+                            gemm_elements(s.fp8, gemm_rows(H, site_rank(kOSite)), s.heads * s.head_dim) + aligned(H) +
+                            gemm_elements(s.fp8, gemm_rows(gate_up_rows_, site_rank(kGateUpSite)), H) +
+                            gemm_elements(s.fp8, gemm_rows(H, site_rank(kDownSite)), s.intermediate) +
                             2 * aligned(H) + 2 * aligned(s.head_dim);
   total += per_layer * s.layers;
   weight_arena_elements_ = total;
@@ -109,10 +114,10 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
       L.gate_up_fp8 = allocate_fp8(gate_up_rows_, H);
       L.down_fp8 = allocate_fp8(H, s.intermediate);
     } else {
-      L.qkv = allocate_weight(tiled_elements(qkv_rows_, H));
-      L.o = allocate_weight(tiled_elements(H, s.heads * s.head_dim));
-      L.gate_up = allocate_weight(tiled_elements(gate_up_rows_, H));
-      L.down = allocate_weight(tiled_elements(H, s.intermediate));
+      L.qkv = allocate_weight(tiled_elements(gemm_rows(qkv_rows_, site_rank(kQkvSite)), H));
+      L.o = allocate_weight(tiled_elements(gemm_rows(H, site_rank(kOSite)), s.heads * s.head_dim));
+      L.gate_up = allocate_weight(tiled_elements(gemm_rows(gate_up_rows_, site_rank(kGateUpSite)), H));
+      L.down = allocate_weight(tiled_elements(gemm_rows(H, site_rank(kDownSite)), s.intermediate));
     }
     L.qkv_bias = allocate_weight(qkv_rows_);
     L.o_bias = allocate_weight(H);
@@ -122,7 +127,7 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
     L.k_norm = allocate_weight(s.head_dim);
   }
   startup_.weight_bytes = weight_arena_elements_ * 2;
-  allocate_mask_adapter();
+  allocate_adapters();
 
   // KV cache and RoPE table for the whole context.
   kv_elements_ = int64_t(2) * s.layers * s.kv_heads * s.max_context * head_dim_padded_;
@@ -157,9 +162,11 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   argmax_partials_ = device_alloc<ArgmaxPartial>(size_t(vocab_tiles_) * kMaxRows, stream_);
   choices_ = device_alloc<TokenChoice>(kMaxRows, stream_);
   options_.gemm.sm_count = sm_count_;
-  gemm_split_counters_ = device_alloc<unsigned>(size_t(std::max({vocab_tiles_, hidden_tiles_, ceil_div(qkv_rows_, kGemmTileRows),
-                                                                 ceil_div(gate_up_rows_, kGemmTileRows)})),
-                                                  stream_);
+  gemm_split_counters_ = device_alloc<unsigned>(
+      size_t(std::max({vocab_tiles_, gemm_rows(H, std::max(site_rank(kOSite), site_rank(kDownSite))) / kGemmTileRows,
+                       gemm_rows(qkv_rows_, site_rank(kQkvSite)) / kGemmTileRows,
+                       gemm_rows(gate_up_rows_, site_rank(kGateUpSite)) / kGemmTileRows})),
+      stream_);
   prepare_gemm_scratch();
   allocate_prefill();
 
@@ -193,7 +200,7 @@ DeviceModel::~DeviceModel() {
                         static_cast<void*>(logits_), static_cast<void*>(anchor_logits_),
                         static_cast<void*>(argmax_partials_), static_cast<void*>(choices_),
                         static_cast<void*>(gemm_split_partials_), static_cast<void*>(gemm_split_counters_),
-                        static_cast<void*>(adapter_t_),
+                        static_cast<void*>(adapter_t_), static_cast<void*>(adapter_sync_),
                         static_cast<void*>(prefill_residual_), static_cast<void*>(prefill_normed_),
                         static_cast<void*>(prefill_qkv_), static_cast<void*>(prefill_q_),
                         static_cast<void*>(prefill_attention_), static_cast<void*>(prefill_act_),
@@ -202,8 +209,8 @@ DeviceModel::~DeviceModel() {
   }
   for (auto& sites : adapters_) {
     for (AdapterSite& site : sites) {
-      if (site.a != nullptr) cudaFree(site.a);
       if (site.b != nullptr) cudaFree(site.b);
+      if (site.offset != nullptr) cudaFree(site.offset);
     }
   }
   if (state_host_ != nullptr) cudaFreeHost(state_host_);
@@ -324,15 +331,15 @@ void DeviceModel::upload(WeightName name, int layer, const WeightSource& source)
 
 namespace {
 
-int site_of(MaskAdapterTarget target) {
+int site_of(AdapterTarget target) {
   switch (target) {
-    case MaskAdapterTarget::q:
-    case MaskAdapterTarget::k:
-    case MaskAdapterTarget::v: return 0;
-    case MaskAdapterTarget::o: return 1;
-    case MaskAdapterTarget::gate:
-    case MaskAdapterTarget::up: return 2;
-    case MaskAdapterTarget::down: return 3;
+    case AdapterTarget::q:
+    case AdapterTarget::k:
+    case AdapterTarget::v: return 0;
+    case AdapterTarget::o: return 1;
+    case AdapterTarget::gate:
+    case AdapterTarget::up: return 2;
+    case AdapterTarget::down: return 3;
   }
   return 0;
 }
@@ -356,79 +363,92 @@ std::vector<uint16_t> host_bf16(const WeightSource& source, size_t count) {
 
 }  // namespace
 
-void DeviceModel::allocate_mask_adapter() {
+int DeviceModel::site_rank(int site) const {
   const ModelShape& s = shape_;
-  if (s.mask_adapter_rank <= 0) return;
-  auto targeted = [&](MaskAdapterTarget t) { return (s.mask_adapter_targets >> static_cast<int>(t)) & 1u ? 1 : 0; };
-  using T = MaskAdapterTarget;
-  const int R = s.mask_adapter_rank;
-  const int ranks[kSites] = {R * (targeted(T::q) + targeted(T::k) + targeted(T::v)), R * targeted(T::o),
-                             R * (targeted(T::gate) + targeted(T::up)), R * targeted(T::down)};
-  const int ks[kSites] = {s.hidden, s.heads * s.head_dim, s.hidden, s.intermediate};
+  int total = 0;
+  for (int t = 0; t < 7; ++t) {
+    if (((s.adapter_targets >> t) & 1u) && site_of(static_cast<AdapterTarget>(t)) == site) total += s.adapter_rank;
+  }
+  return total;
+}
+
+bf16* DeviceModel::site_weight(int layer, int site) const {
+  const LayerWeights& L = layers_[layer];
+  return site == kQkvSite ? L.qkv : site == kOSite ? L.o : site == kGateUpSite ? L.gate_up : L.down;
+}
+
+void DeviceModel::allocate_adapters() {
+  const ModelShape& s = shape_;
+  if (s.adapter_rank <= 0) return;
   const int n_rows[kSites] = {qkv_rows_, s.hidden, gate_up_rows_, s.hidden};
+  int largest = 0;
   adapters_.resize(s.layers);
   for (auto& sites : adapters_) {
     for (int i = 0; i < kSites; ++i) {
       AdapterSite& site = sites[i];
-      if (ranks[i] == 0) continue;
-      if (ranks[i] > kMaskAdapterMaxRank) {
-        throw std::runtime_error("the CUDA backend takes a mask adapter of rank up to " +
-                                 std::to_string(kMaskAdapterMaxRank / 3) + ", this one has rank " + std::to_string(R));
-      }
-      site.rank = ranks[i];
-      site.k = ks[i];
+      site.total_rank = site_rank(i);
+      if (site.total_rank == 0) continue;
+      largest = std::max(largest, site.total_rank);
       site.n_rows = n_rows[i];
-      site.a = device_alloc<bf16>(size_t(site.rank) * site.k, stream_);
-      site.b = device_alloc<bf16>(size_t(site.n_rows) * site.rank, stream_);
-      site.host_b.assign(size_t(site.n_rows) * site.rank, 0);
-      startup_.weight_bytes += (int64_t(site.rank) * site.k + int64_t(site.n_rows) * site.rank) * 2;
+      site.b = device_alloc<bf16>(size_t(site.n_rows) * s.adapter_rank, stream_);
+      site.offset = device_alloc<int>(site.n_rows, stream_);
+      site.host_b.assign(size_t(site.n_rows) * s.adapter_rank, 0);
+      site.host_offset.assign(site.n_rows, 0);
+      startup_.weight_bytes += int64_t(site.n_rows) * s.adapter_rank * 2;
     }
   }
-  adapter_t_ = device_alloc<float>(size_t(kMaxRows) * kMaskAdapterMaxRank, stream_);
+  adapter_t_ = device_alloc<float>(size_t(kMaxRows) * largest, stream_);
+  adapter_sync_ = device_alloc<unsigned>(2, stream_);
 }
 
-void DeviceModel::upload_mask_adapter(MaskAdapterTarget target, int layer, const WeightSource& a, const WeightSource& b) {
+void DeviceModel::upload_adapter(AdapterTarget target, int layer, const WeightSource& a, const WeightSource& b) {
   const ModelShape& s = shape_;
-  const int R = s.mask_adapter_rank;
-  if (R <= 0 || !((s.mask_adapter_targets >> static_cast<int>(target)) & 1u)) {
-    throw std::runtime_error("upload_mask_adapter: the model's shape announces no adapter on this projection");
+  const int R = s.adapter_rank;
+  if (R <= 0 || !((s.adapter_targets >> static_cast<int>(target)) & 1u)) {
+    throw std::runtime_error("upload_adapter: the model's shape announces no adapter on this projection");
   }
-  if (layer < 0 || layer >= s.layers) throw std::runtime_error("upload_mask_adapter: layer out of range");
-  if (a.on_device || b.on_device) throw std::runtime_error("upload_mask_adapter: the factors must be in host memory");
+  if (layer < 0 || layer >= s.layers) throw std::runtime_error("upload_adapter: layer out of range");
+  if (a.on_device || b.on_device) throw std::runtime_error("upload_adapter: the factors must be in host memory");
   if (upload_started_ < 0) upload_started_ = now_s();
-  AdapterSite& site = adapters_[layer][site_of(target)];
+  const int site_index = site_of(target);
+  AdapterSite& site = adapters_[layer][site_index];
   // This target's place in its site: after the site's other targets that come before it.
   int offset = 0;
   for (int t = 0; t < static_cast<int>(target); ++t) {
-    if (site_of(static_cast<MaskAdapterTarget>(t)) == site_of(target) && ((s.mask_adapter_targets >> t) & 1u)) offset += R;
+    if (site_of(static_cast<AdapterTarget>(t)) == site_index && ((s.adapter_targets >> t) & 1u)) offset += R;
   }
-  // b's rows in its GEMM's row order, as upload places the GEMM's own rows.
+  // b's rows in its GEMM's row order, as upload places the GEMM's own rows; a's after the GEMM's tiles.
   const int64_t D = s.head_dim;
-  int64_t out_rows = 0;
+  int64_t out_rows = 0, in = 0;
   RowPlacement placement = contiguous_rows(0);
   switch (target) {
-    case MaskAdapterTarget::q: out_rows = s.heads * D; placement = qkv_rows(QkvPart::q, s.heads, s.kv_heads, D, fused_rope_); break;
-    case MaskAdapterTarget::k: out_rows = s.kv_heads * D; placement = qkv_rows(QkvPart::k, s.heads, s.kv_heads, D, fused_rope_); break;
-    case MaskAdapterTarget::v: out_rows = s.kv_heads * D; placement = qkv_rows(QkvPart::v, s.heads, s.kv_heads, D, fused_rope_); break;
-    case MaskAdapterTarget::o:
-    case MaskAdapterTarget::down: out_rows = s.hidden; break;
-    case MaskAdapterTarget::gate: out_rows = s.intermediate; placement = gate_up_rows(false); break;
-    case MaskAdapterTarget::up: out_rows = s.intermediate; placement = gate_up_rows(true); break;
+    case AdapterTarget::q: out_rows = s.heads * D; in = s.hidden; placement = qkv_rows(QkvPart::q, s.heads, s.kv_heads, D, fused_rope_); break;
+    case AdapterTarget::k: out_rows = s.kv_heads * D; in = s.hidden; placement = qkv_rows(QkvPart::k, s.heads, s.kv_heads, D, fused_rope_); break;
+    case AdapterTarget::v: out_rows = s.kv_heads * D; in = s.hidden; placement = qkv_rows(QkvPart::v, s.heads, s.kv_heads, D, fused_rope_); break;
+    case AdapterTarget::o: out_rows = s.hidden; in = s.heads * D; break;
+    case AdapterTarget::down: out_rows = s.hidden; in = s.intermediate; break;
+    case AdapterTarget::gate: out_rows = s.intermediate; in = s.hidden; placement = gate_up_rows(false); break;
+    case AdapterTarget::up: out_rows = s.intermediate; in = s.hidden; placement = gate_up_rows(true); break;
   }
-  const std::vector<uint16_t> a_bits = host_bf16(a, size_t(R) * site.k);
-  A2D_CUDA_CHECK(cudaMemcpy(site.a + size_t(offset) * site.k, a_bits.data(), a_bits.size() * 2, cudaMemcpyHostToDevice));
+  const int64_t a_row0 = int64_t(ceil_div(site.n_rows, kGemmTileRows)) * kGemmTileRows + offset;
+  place(a, R, in, site_weight(layer, site_index), contiguous_rows(a_row0), true);
   const std::vector<uint16_t> b_bits = host_bf16(b, size_t(out_rows) * R);
   for (int64_t r = 0; r < out_rows; ++r) {
-    std::memcpy(&site.host_b[size_t(placed_row(placement, r)) * site.rank + offset], &b_bits[size_t(r) * R], size_t(R) * 2);
+    const int64_t row = placed_row(placement, r);
+    std::memcpy(&site.host_b[size_t(row) * R], &b_bits[size_t(r) * R], size_t(R) * 2);
+    site.host_offset[row] = offset;
   }
 }
 
 void DeviceModel::finish_upload() {
   for (auto& sites : adapters_) {
     for (AdapterSite& site : sites) {
-      if (site.rank == 0) continue;
+      if (site.total_rank == 0) continue;
       A2D_CUDA_CHECK(cudaMemcpy(site.b, site.host_b.data(), site.host_b.size() * 2, cudaMemcpyHostToDevice));
+      A2D_CUDA_CHECK(cudaMemcpy(site.offset, site.host_offset.data(), site.host_offset.size() * sizeof(int),
+                                cudaMemcpyHostToDevice));
       site.host_b = {};
+      site.host_offset = {};
     }
   }
   A2D_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -456,10 +476,10 @@ void DeviceModel::prepare_gemm_scratch() {
   const struct {
     int rows, k;
     bool fp8;
-  } shapes[] = {{qkv_rows_, s.hidden, s.fp8},
-                {s.hidden, s.heads * s.head_dim, s.fp8},
-                {gate_up_rows_, s.hidden, s.fp8},
-                {s.hidden, s.intermediate, s.fp8},
+  } shapes[] = {{gemm_rows(qkv_rows_, site_rank(kQkvSite)), s.hidden, s.fp8},
+                {gemm_rows(s.hidden, site_rank(kOSite)), s.heads * s.head_dim, s.fp8},
+                {gemm_rows(gate_up_rows_, site_rank(kGateUpSite)), s.hidden, s.fp8},
+                {gemm_rows(s.hidden, site_rank(kDownSite)), s.intermediate, s.fp8},
                 {s.vocab, s.hidden, s.fp8 && !s.tied_embeddings}};
   size_t needed = 0;
   for (const auto& shape : shapes) {
@@ -572,18 +592,20 @@ void DeviceModel::enqueue_forward(int max_rows) {
       qkv.v_cache = v_cache + kv_layer * l;
     }
     const AdapterSite* sites = adapters_.empty() ? nullptr : adapters_[l].data();
-    // The mask adapter's t = A x for one GEMM (its input as the GEMM reads it), and the GEMM's epilogue hook.
-    auto with_adapter = [&](GemmParams& g, int site_index, const bf16* x, const float* residual, const bf16* norm) {
-      if (sites == nullptr || sites[site_index].rank == 0) return;
+    // The row adapter of one GEMM, fused into it: t = A x from its extra tiles, B t in its epilogue (gemm.cuh).
+    auto with_adapter = [&](GemmParams& g, int site_index) {
+      if (sites == nullptr || sites[site_index].total_rank == 0) return;
       const AdapterSite& site = sites[site_index];
-      mask_adapter_down(MaskAdapterParams{site.a, site.rank, site.k, state_, s.mask_token_id, x, residual, g.x_stride,
-                                          norm, s.rms_eps, adapter_t_},
-                        max_rows, st, pdl);
+      g.adapter_tiles = adapter_tile_count(site.total_rank);
       g.adapter_b = site.b;
+      g.adapter_offset = site.offset;
+      g.adapter_rank = s.adapter_rank;
+      g.adapter_total_rank = site.total_rank;
       g.adapter_t = adapter_t_;
-      g.adapter_rank = site.rank;
+      g.adapter_sync = adapter_sync_;
+      g.adapter_mask_token = s.adapter_on_window ? -1 : s.mask_token_id;
     };
-    with_adapter(qkv, kQkvSite, nullptr, residual_, L.input_norm);
+    with_adapter(qkv, kQkvSite);
     normalise_input(qkv);
     gemm(qkv, normalised, fused_rope_ ? GemmEpilogue::rope_qkv : GemmEpilogue::store_bf16, max_rows, options_.gemm, st,
          pdl);
@@ -609,7 +631,8 @@ void DeviceModel::enqueue_forward(int max_rows) {
     ap.out = attention_out_;
     ap.early_trigger = options_.attention_early_trigger;
     ap.split_keys = options_.attention_split_keys;
-    ap.revealed_rule_mask_token = s.mask_adapter_rank > 0 ? s.mask_token_id : -1;
+    ap.revealed_rule_mask_token = s.adapter_rank > 0 ? s.mask_token_id : -1;
+    ap.revealed_rule_causal = !s.adapter_on_window;
     attention(ap, max_rows, st, pdl);
     attention_combine(ap, max_rows, st, pdl);
 
@@ -620,7 +643,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     o.residual_out = residual_;
     o.out_stride = s.hidden;
     o.ssq_out = ssq_attention_;
-    with_adapter(o, kOSite, attention_out_, nullptr, nullptr);
+    with_adapter(o, kOSite);
     gemm(o, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
 
     GemmParams gate_up = gemm_params(L.gate_up, L.gate_up_fp8, gate_up_rows_, s.intermediate, s.hidden, 4 * l + 2);
@@ -632,7 +655,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     gate_up.norm_eps = s.rms_eps;
     gate_up.out = mlp_act_;
     gate_up.out_stride = s.intermediate;
-    with_adapter(gate_up, kGateUpSite, nullptr, residual_, L.post_norm);
+    with_adapter(gate_up, kGateUpSite);
     normalise_input(gate_up);
     gemm(gate_up, normalised, GemmEpilogue::silu_mul, max_rows, options_.gemm, st, pdl);
 
@@ -642,7 +665,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     down.residual_out = residual_;
     down.out_stride = s.hidden;
     down.ssq_out = ssq_layer_;
-    with_adapter(down, kDownSite, mlp_act_, nullptr, nullptr);
+    with_adapter(down, kDownSite);
     gemm(down, GemmInput::bf16_rows, GemmEpilogue::residual_add, max_rows, options_.gemm, st, pdl);
   }
 

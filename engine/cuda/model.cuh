@@ -11,7 +11,6 @@
 #include "attention.cuh"
 #include "common.cuh"
 #include "gemm.cuh"
-#include "mask_adapter.cuh"
 #include "reveal.cuh"
 #include "rope.cuh"
 #include "step_state.cuh"
@@ -35,16 +34,18 @@ struct ModelShape {
   bool qk_norm = false;
   int mask_token_id = -1;
   int max_context = 0;
-  // The mask adapter: its rank and which projections carry it (bit i: MaskAdapterTarget i). 0: none.
-  int mask_adapter_rank = 0;
-  unsigned mask_adapter_targets = 0;
+  // A row adapter: the rank of each target, which projections carry it (bit i: AdapterTarget i; 0: none), and its
+  // rule: every window row (the window adapter) or the rows holding the mask token (the mask adapter).
+  int adapter_rank = 0;
+  unsigned adapter_targets = 0;
+  bool adapter_on_window = false;
   // An FP8 model (a2d.precision "fp8-e4m3"): every projection, and the lm_head unless it is the embedding, is
   // uploaded as e4m3 with its fp32 row scales (WeightSource::scale) and streamed as such.
   bool fp8 = false;
 };
 
-// The projections a mask adapter may target, in the order of config.h's kMaskAdapterTargets.
-enum class MaskAdapterTarget { q, k, v, o, gate, up, down };
+// The projections a row adapter may target, in the order of config.h's kAdapterTargets.
+enum class AdapterTarget { q, k, v, o, gate, up, down };
 
 enum class WeightName {
   embed, lm_head, final_norm,
@@ -104,8 +105,9 @@ class DeviceModel {
 
   // Places one stored tensor (HF layout, shape implied by the name) into the kernels' layout.
   void upload(WeightName name, int layer, const WeightSource& source);
-  // One projection's mask adapter factors, a [rank][in] and b [out][rank], from host memory.
-  void upload_mask_adapter(MaskAdapterTarget target, int layer, const WeightSource& a, const WeightSource& b);
+  // One projection's row adapter factors, a [rank][in] and b [out][rank], from host memory: a into its GEMM's
+  // weight as extra tiles (GemmParams::adapter_tiles), b into the site's B rows.
+  void upload_adapter(AdapterTarget target, int layer, const WeightSource& a, const WeightSource& b);
   // Waits for the uploads, releases the staging buffers and captures the graphs.
   void finish_upload();
   // Switches graphs / PDL / tuning (benchmarks compare them on one set of weights) and recaptures the graphs.
@@ -118,7 +120,7 @@ class DeviceModel {
   void copy_choices(TokenChoice* host, int count);
   // Enqueues the causal forward of `rows` (<= prefill_rows()) prompt tokens after `cached` ones, on the
   // many-row kernels (gemm_prefill.cuh, attention_prefill.cuh): their keys and values go into the KV cache at
-  // positions cached.., and no logits are computed. Commit rows only: the mask adapter acts on none of them.
+  // positions cached.., and no logits are computed. Commit rows only: a row adapter acts on none of them.
   void prefill(int cached, const int32_t* tokens, int rows);
   int prefill_rows() const { return prefill_capacity_; }
   // Keeps logits row `index` of the last forward on the device (the next block's anchor row).
@@ -161,17 +163,21 @@ class DeviceModel {
     bf16* q_norm;
     bf16* k_norm;
   };
-  // The mask adapter of one GEMM of a layer: its targets' A stacked [rank][k] and B [n_rows][rank] in the
-  // GEMM's row order (zero rows for outputs no target covers). rank 0: no adapter on this GEMM.
+  // The row adapter of one GEMM of a layer: its targets' A stacked [total_rank][k] in the GEMM's weight after its
+  // own tiles, B [n_rows][rank] (each output row's own target's B row, zeros for outputs no target covers) and
+  // each row's offset in t, in the GEMM's row order. total_rank 0: no adapter on this GEMM.
   struct AdapterSite {
-    int rank = 0;
-    int k = 0;
+    int total_rank = 0;
     int n_rows = 0;
-    bf16* a = nullptr;
     bf16* b = nullptr;
+    int* offset = nullptr;
     std::vector<uint16_t> host_b;  // assembled here while uploading, copied by finish_upload
+    std::vector<int> host_offset;
   };
   enum Site { kQkvSite, kOSite, kGateUpSite, kDownSite, kSites };
+  // The factor rows a layer's GEMM `site` carries (0: none), from the shape.
+  int site_rank(int site) const;
+  bf16* site_weight(int layer, int site) const;
 
   void enqueue_forward(int max_rows);
   // The rope kernel's parameters for layer L: RoPE (and QK-norm) on the q and k heads of `qkv`, q to q_out, k and
@@ -190,7 +196,7 @@ class DeviceModel {
   Fp8Weight allocate_fp8(int64_t rows, int64_t cols);
   void prepare_gemm_scratch();
   bf16* allocate_weight(int64_t elements);
-  void allocate_mask_adapter();
+  void allocate_adapters();
   void allocate_prefill();
 
   ModelShape shape_;
@@ -209,8 +215,9 @@ class DeviceModel {
   Fp8Weight lm_head_fp8_;  // an FP8 model's untied lm_head (lm_head_ is then null)
   bf16* final_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
-  std::vector<std::array<AdapterSite, kSites>> adapters_;  // per layer, when the model has a mask adapter
-  float* adapter_t_ = nullptr;                              // [kMaxRows][kMaskAdapterMaxRank]
+  std::vector<std::array<AdapterSite, kSites>> adapters_;  // per layer, when the model has a row adapter
+  float* adapter_t_ = nullptr;                              // [kMaxRows][largest site_rank]: GemmParams::adapter_t
+  unsigned* adapter_sync_ = nullptr;                        // [2]: GemmParams::adapter_sync
 
   bf16* kv_cache_ = nullptr;  // K then V: [layers][kv_heads][max_context][head_dim_padded] each
   int64_t kv_elements_ = 0;

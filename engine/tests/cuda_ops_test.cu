@@ -30,7 +30,6 @@
 #include "embed.cuh"
 #include "gemm.cuh"
 #include "gemm_prefill.cuh"
-#include "mask_adapter.cuh"
 #include "model.h"
 #include "reveal.cuh"
 #include "rmsnorm.cuh"
@@ -39,6 +38,7 @@
 #include "weights.cuh"
 
 using namespace a2d::cuda;
+using a2d::AdapterRule;
 using a2d::DType;
 using a2d::LowRank;
 using a2d::Tensor;
@@ -455,8 +455,19 @@ struct GemmShape {
   int n = 0;  // outputs (store, residual add, logits) or the intermediate size (silu)
   int heads = 0, kv_heads = 0, head_dim = 0;  // rope_qkv
   bool bias = false;
-  int adapter_rank = 0;
+  int adapter_rank = 0;  // > 0: a row adapter of this rank on each target of the GEMM (q, k, v / gate, up / one)
+  bool adapter_window = false;  // its rule: every window row (true) or the window rows holding the mask token
 };
+
+// The targets a GEMM's adapter carries, as the engine's sites do (model.cu): [first logical row, rows) each.
+std::vector<std::pair<int64_t, int64_t>> adapter_targets(const GemmShape& s, int64_t logical_rows) {
+  if (s.epilogue == GemmEpilogue::rope_qkv) {
+    const int64_t q = int64_t(s.heads) * s.head_dim, kv = int64_t(s.kv_heads) * s.head_dim;
+    return {{0, q}, {q, kv}, {q + kv, kv}};
+  }
+  if (s.epilogue == GemmEpilogue::silu_mul) return {{0, s.n}, {s.n, s.n}};
+  return {{0, logical_rows}};
+}
 
 const char* epilogue_name(GemmEpilogue e) {
   switch (e) {
@@ -538,7 +549,8 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
     const GemmPlan plan = gemm_plan(layout.n_rows, s.k, max_rows, tuning, fp8);
     return std::string(fp8 ? "e4m3 " : "bf16 ") +
            (normalised ? (staged_ssq(rows) ? "norm-in staged " : "norm-in ") : "bf16-in ") + plan_name(plan) +
-           (s.bias ? " +bias" : "") + (s.adapter_rank > 0 ? " +adapter" : "") + (argmax_only(rows) ? " argmax-only" : "");
+           (s.bias ? " +bias" : "") + (s.adapter_rank > 0 ? (s.adapter_window ? " +window-adapter" : " +mask-adapter") : "") +
+           (argmax_only(rows) ? " argmax-only" : "");
   };
   bool any = false;
   for (int rows : row_counts) {
@@ -561,22 +573,43 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
       }
     }
   }
-  const DeviceWeight dw = place_weight(w, layout);
+  // A row adapter: A [targets * rank][k] rides the weight after its tiles (GemmParams::adapter_tiles); B
+  // [logical rows][rank] and each row's offset in t, in the GEMM's row order.
+  const int R = s.adapter_rank;
+  const auto targets = adapter_targets(s, logical_rows);
+  const int total_rank = R > 0 ? R * static_cast<int>(targets.size()) : 0;
+  const int out_tiles = ceil_div(layout.n_rows, kGemmTileRows);
+  GemmLayout weight_layout = layout;
+  if (R > 0) weight_layout.n_rows = gemm_rows(layout.n_rows, total_rank);
+  const DeviceWeight dw = place_weight(w, weight_layout);
   const Tensor wt = w.tensor();
+  const Bf16Values adapter_a = random_bf16(rng, size_t(total_rank) * s.k, -0.05f, 0.05f);
+  const Bf16Values adapter_b = random_bf16(rng, size_t(logical_rows) * R, -0.2f, 0.2f);
+  std::unique_ptr<DeviceArray<uint16_t>> adapter_b_device;
+  std::unique_ptr<DeviceArray<int>> adapter_offset_device;
+  if (R > 0) {
+    DeviceArray<uint16_t> a_source(adapter_a.bits);
+    convert_rows(a_source.get(), SourceType::bf16, total_rank, s.k, as_bf16(*dw.tiled), contiguous_rows(int64_t(out_tiles) * 16),
+                 true, g_stream);
+    adapter_b_device = place_rows(adapter_b.bits, R, layout);
+    std::vector<int> offsets(layout.n_rows, 0);
+    for (size_t j = 0; j < targets.size(); ++j) {
+      for (int64_t r = targets[j].first; r < targets[j].first + targets[j].second; ++r) {
+        for (const Part& part : layout.parts) {
+          // A part's placement counts rows from the part's first one (place_weight hands it the part alone).
+          if (r >= part.first_row && r < part.first_row + part.rows) {
+            offsets[placed_row(part.at, r - part.first_row)] = static_cast<int>(j) * R;
+          }
+        }
+      }
+    }
+    adapter_offset_device = std::make_unique<DeviceArray<int>>(offsets);
+  }
   const Bf16Values bias = random_bf16(rng, s.bias ? logical_rows : 0, -0.5f, 0.5f);
   std::unique_ptr<DeviceArray<uint16_t>> bias_device;
   if (s.bias) bias_device = place_rows(bias.bits, 1, layout);
   const Bf16Values norm = random_bf16(rng, s.k, 0.5f, 1.5f);
   DeviceArray<uint16_t> norm_device(norm.bits);
-  // The mask adapter: A [rank][k], B [logical rows][rank].
-  const int R = s.adapter_rank;
-  const Bf16Values adapter_a = random_bf16(rng, size_t(R) * s.k, -0.05f, 0.05f);
-  const Bf16Values adapter_b = random_bf16(rng, size_t(logical_rows) * R, -0.2f, 0.2f);
-  std::unique_ptr<DeviceArray<uint16_t>> adapter_a_device, adapter_b_device;
-  if (R > 0) {
-    adapter_a_device = std::make_unique<DeviceArray<uint16_t>>(adapter_a.bits);
-    adapter_b_device = place_rows(adapter_b.bits, R, layout);
-  }
 
   const int tiles = ceil_div(layout.n_rows, kGemmTileRows);
   const int kv_rows = s.heads > 0 ? s.kv_heads * s.head_dim : 0;
@@ -636,9 +669,9 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
       }
       g.use_row_map = s.epilogue == GemmEpilogue::logits;
       g.mask_token_id = mask_token;
-      const GemmPlan plan = gemm_plan(layout.n_rows, s.k, max_rows, tuning, fp8);
+      const GemmPlan plan = gemm_plan(weight_layout.n_rows, s.k, max_rows, tuning, fp8);
       DeviceArray<float> split_partials(std::max<size_t>(1, plan.scratch_floats));
-      DeviceArray<unsigned> split_counters{size_t(tiles)};
+      DeviceArray<unsigned> split_counters{size_t(ceil_div(weight_layout.n_rows, kGemmTileRows))};
       split_counters.zero();
       g.split_partials = split_partials.get();
       g.split_counters = split_counters.get();
@@ -683,19 +716,21 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
       }
       g.out_stride = out_cols;
 
-      // The mask adapter: t = A x for the window rows holding the mask token (mask_adapter_down), B t in the epilogue.
+      // The row adapter, fused: t = A x for the rows its rule names from the adapter tiles, B t in the epilogue.
       std::unique_ptr<DeviceArray<float>> adapter_t;
+      DeviceArray<unsigned> adapter_sync{2};
+      adapter_sync.zero();
       if (R > 0) {
-        adapter_t = std::make_unique<DeviceArray<float>>(size_t(kMaxRows) * R);
+        adapter_t = std::make_unique<DeviceArray<float>>(size_t(kMaxRows) * total_rank);
         adapter_t->poison();
-        MaskAdapterParams mp{as_bf16(*adapter_a_device), R, s.k, state_device.get(),
-                             mask_token, normalised ? nullptr : as_bf16(x_device),
-                             normalised ? residual_device.get() : nullptr, s.k, as_bf16(norm_device), 1e-6f,
-                             adapter_t->get()};
-        mask_adapter_down(mp, max_rows, g_stream, true);
+        g.adapter_tiles = adapter_tile_count(total_rank);
         g.adapter_b = as_bf16(*adapter_b_device);
-        g.adapter_t = adapter_t->get();
+        g.adapter_offset = adapter_offset_device->get();
         g.adapter_rank = R;
+        g.adapter_total_rank = total_rank;
+        g.adapter_t = adapter_t->get();
+        g.adapter_sync = adapter_sync.get();
+        g.adapter_mask_token = s.adapter_window ? -1 : mask_token;
       }
       gemm(g, normalised ? GemmInput::rmsnorm_residual : GemmInput::bf16_rows, s.epilogue, max_rows, tuning, g_stream, true);
       DeviceArray<TokenChoice> choices(kMaxRows);
@@ -722,31 +757,34 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
         }
       }
       if (R > 0) {
-        std::vector<int64_t> masked;
+        std::vector<int64_t> adapted;  // the rows the rule names: every window row, or those holding the mask token
         for (int t = commit; t < rows; ++t) {
-          if (state.tokens[t] == mask_token) masked.push_back(t);
+          if (s.adapter_window || state.tokens[t] == mask_token) adapted.push_back(t);
         }
-        LowRank lr;
-        lr.a.dtype = lr.b.dtype = DType::bf16;
-        lr.a.shape = {R, s.k};
-        lr.a.data = adapter_a.bits.data();
-        lr.b.shape = {logical_rows, R};
-        lr.b.data = adapter_b.bits.data();
-        a2d::cpu::low_rank_add(pool, x.data(), s.k, masked, lr, y.data(), logical_rows);
-        // mask_adapter_down's own output: t for the masked rows, zeros for the others.
+        for (size_t j = 0; j < targets.size(); ++j) {
+          LowRank lr;
+          lr.a.dtype = lr.b.dtype = DType::bf16;
+          lr.a.shape = {R, s.k};
+          lr.a.data = adapter_a.bits.data() + size_t(j) * R * s.k;
+          lr.b.shape = {targets[j].second, R};
+          lr.b.data = adapter_b.bits.data() + size_t(targets[j].first) * R;
+          a2d::cpu::low_rank_add(pool, x.data(), s.k, adapted, lr, y.data() + targets[j].first, logical_rows);
+        }
+        // The adapter tiles' own output: t for the adapted rows, zeros for the others.
         const std::vector<float> t_got = adapter_t->download();
         std::vector<double> got, ref;
         for (int t = 0; t < rows; ++t) {
-          const bool is_masked = std::find(masked.begin(), masked.end(), t) != masked.end();
-          for (int i = 0; i < R; ++i) {
+          const bool is_adapted = std::find(adapted.begin(), adapted.end(), t) != adapted.end();
+          for (int i = 0; i < total_rank; ++i) {
             double sum = 0;
-            if (is_masked) {
+            if (is_adapted) {
               for (int c = 0; c < s.k; ++c) sum += double(adapter_a.values[size_t(i) * s.k + c]) * x[size_t(t) * s.k + c];
             }
-            got.push_back(t_got[size_t(t) * R + i]);
+            got.push_back(t_got[size_t(t) * total_rank + i]);
             ref.push_back(sum);
           }
         }
+        check.require(adapter_sync.download() == std::vector<unsigned>{0, 0}, "the adapter's counters were not reset");
         // 1e-3: an input element on a bf16 rounding boundary may round either way here (the kernel sums the row's
         // squares itself) and moves t by |a| x 2^-8 x |x| (about 3e-4 of t's rms).
         check.add(got, ref, Tolerance{1e-3, 1e-3, 0});
@@ -846,11 +884,18 @@ void decode_gemm_cases(Table& table, ThreadPool& pool) {
     // FP8 weights on every shape, at a row count of each kernel.
     gemm_cases(table, pool, s, true, {1, 13, 33}, ++seed);
   }
-  // The mask adapter on the qkv, o and gate/up GEMMs (rank 64 on the 2B shape, rank 24 on an odd one).
+  // Row adapters fused into the qkv, o, gate/up and down GEMMs (rank 64 on the 2B shape and the bundled model's,
+  // rank 24 and 4 on odd ones: the 16-byte and the scalar B loops), under the mask and the window rules; the
+  // wide kernel at 40 rows, split K where the plan splits.
   gemm_cases(table, pool, {"2B qkv+adapter r64", GemmEpilogue::rope_qkv, 2048, 0, 16, 2, 128, false, 64}, false, {4, 13}, 2001);
   gemm_cases(table, pool, {"2B o+adapter r64", GemmEpilogue::residual_add, 2048, 2048, 0, 0, 0, false, 64}, false, {5, 16}, 2002);
-  gemm_cases(table, pool, {"2B gate_up+adapter r64", GemmEpilogue::silu_mul, 2048, 6144, 0, 0, 0, false, 64}, true, {6, 40}, 2003);
+  gemm_cases(table, pool, {"2B gate_up+adapter r64", GemmEpilogue::silu_mul, 2048, 6144, 0, 0, 0, false, 64}, false, {6, 40}, 2003);
   gemm_cases(table, pool, {"odd n200 k456+adapter r24", GemmEpilogue::store_bf16, 456, 200, 0, 0, 0, true, 24}, false, {3, 9}, 2004);
+  gemm_cases(table, pool, {"2B qkv+window-adapter r64", GemmEpilogue::rope_qkv, 2048, 0, 16, 2, 128, false, 64, true}, false, {5, 9}, 2005);
+  gemm_cases(table, pool, {"2B down+window-adapter r64", GemmEpilogue::residual_add, 6144, 2048, 0, 0, 0, false, 64, true}, false, {7, 33}, 2006);
+  gemm_cases(table, pool, {"2B gate_up+window-adapter r64", GemmEpilogue::silu_mul, 2048, 6144, 0, 0, 0, false, 64, true}, false, {9, 40}, 2007);
+  gemm_cases(table, pool, {"135M qkv+window-adapter r64", GemmEpilogue::rope_qkv, 576, 0, 9, 3, 64, false, 64, true}, false, {5, 12}, 2008);
+  gemm_cases(table, pool, {"odd n200 k456+window-adapter r4", GemmEpilogue::store_bf16, 456, 200, 0, 0, 0, true, 4, true}, false, {3, 9}, 2009);
 }
 
 // ------------------------------------------------------------------------------------------- prefill GEMM
@@ -1019,11 +1064,12 @@ AttentionInputs attention_inputs(Rng& rng, const AttentionShape& s, int rows, in
 }
 
 // Decode attention (attention + attention_combine) over a cache of `cached` positions and the forward's own rows:
-// commit rows causal, window rows see the whole forward; with the mask adapter's rule a window row that is not
-// the mask token attends causally and skips the window positions holding it.
+// commit rows causal, window rows see the whole forward; under a row adapter's rule a window row that is not the
+// mask token skips the window positions holding it, attending causally under the mask adapter's.
 void decode_attention_case(Table& table, ThreadPool& pool, const AttentionShape& s, int cached, int rows, int commit,
-                           bool mask_rule, bool split_keys, uint64_t seed) {
-  const std::string variant = std::string(mask_rule ? "mask-rule" : "block-causal") + (split_keys ? "" : " no-split-keys");
+                           AdapterRule rule, bool split_keys, uint64_t seed) {
+  const std::string variant = std::string(rule == AdapterRule::none ? "block-causal" : rule == AdapterRule::mask ? "mask-rule" : "window-rule") +
+                              (split_keys ? "" : " no-split-keys");
   table.run("attention", variant, s.name() + " " + dims({{"n", cached}, {"rows", rows}, {"commit", commit}}), [&](Check& check) {
     const int H = s.heads, KV = s.kv_heads, D = s.head_dim, P = s.padded();
     const int max_rows = bucket_rows(rows), group = H / KV;
@@ -1062,14 +1108,15 @@ void decode_attention_case(Table& table, ThreadPool& pool, const AttentionShape&
     p.out = as_bf16(out);
     p.early_trigger = AttentionTrigger::short_kv;
     p.split_keys = split_keys;
-    p.revealed_rule_mask_token = mask_rule ? mask_token : -1;
+    p.revealed_rule_mask_token = rule != AdapterRule::none ? mask_token : -1;
+    p.revealed_rule_causal = rule == AdapterRule::mask;
     attention(p, max_rows, g_stream, true);
     attention_combine(p, max_rows, g_stream, true);
     const std::vector<uint16_t> got = out.download();
 
     std::vector<float> want(size_t(rows) * H * D);
     a2d::cpu::attention(pool, in.q.data(), in.k.data(), in.v.data(), cached, commit, rows, H, KV, D, want.data(),
-                        mask_rule ? &revealed : nullptr);
+                        rule != AdapterRule::none ? &revealed : nullptr, rule);
     check.add(bf16_to_double(std::vector<uint16_t>(got.begin(), got.begin() + want.size())), to_double(want), kAttention);
     check.require(untouched(got, want.size(), got.size()), "rows past the forward's count were written");
   });
@@ -1107,18 +1154,21 @@ void prefill_attention_case(Table& table, ThreadPool& pool, const AttentionShape
 void attention_cases(Table& table, ThreadPool& pool) {
   const AttentionShape two_b{16, 2, 128}, d64{8, 8, 64}, d48{6, 2, 48}, d32{4, 1, 32}, d24{4, 2, 24};
   uint64_t seed = 4000;
-  decode_attention_case(table, pool, two_b, 0, 1, 0, false, true, ++seed);
-  decode_attention_case(table, pool, two_b, 0, 4, 0, false, true, ++seed);
-  decode_attention_case(table, pool, two_b, 37, 13, 5, false, true, ++seed);
-  decode_attention_case(table, pool, two_b, 1000, 16, 8, true, true, ++seed);
-  decode_attention_case(table, pool, two_b, 4000, 64, 32, true, true, ++seed);
-  decode_attention_case(table, pool, two_b, 4000, 3, 0, false, false, ++seed);
-  decode_attention_case(table, pool, two_b, 16000, 8, 0, false, true, ++seed);
-  decode_attention_case(table, pool, two_b, 300, 64, 64, false, true, ++seed);
-  decode_attention_case(table, pool, d64, 300, 9, 9, false, true, ++seed);
-  decode_attention_case(table, pool, d48, 130, 24, 12, false, true, ++seed);
-  decode_attention_case(table, pool, d32, 70, 8, 4, true, true, ++seed);
-  decode_attention_case(table, pool, d24, 65, 5, 2, false, true, ++seed);
+  decode_attention_case(table, pool, two_b, 0, 1, 0, AdapterRule::none, true, ++seed);
+  decode_attention_case(table, pool, two_b, 0, 4, 0, AdapterRule::none, true, ++seed);
+  decode_attention_case(table, pool, two_b, 37, 13, 5, AdapterRule::none, true, ++seed);
+  decode_attention_case(table, pool, two_b, 1000, 16, 8, AdapterRule::mask, true, ++seed);
+  decode_attention_case(table, pool, two_b, 4000, 64, 32, AdapterRule::mask, true, ++seed);
+  decode_attention_case(table, pool, two_b, 4000, 3, 0, AdapterRule::none, false, ++seed);
+  decode_attention_case(table, pool, two_b, 16000, 8, 0, AdapterRule::none, true, ++seed);
+  decode_attention_case(table, pool, two_b, 300, 64, 64, AdapterRule::none, true, ++seed);
+  decode_attention_case(table, pool, d64, 300, 9, 9, AdapterRule::none, true, ++seed);
+  decode_attention_case(table, pool, d48, 130, 24, 12, AdapterRule::none, true, ++seed);
+  decode_attention_case(table, pool, d32, 70, 8, 4, AdapterRule::mask, true, ++seed);
+  decode_attention_case(table, pool, d24, 65, 5, 2, AdapterRule::none, true, ++seed);
+  decode_attention_case(table, pool, two_b, 1000, 9, 4, AdapterRule::window, true, ++seed);
+  decode_attention_case(table, pool, two_b, 4000, 17, 8, AdapterRule::window, true, ++seed);
+  decode_attention_case(table, pool, d64, 300, 9, 4, AdapterRule::window, true, ++seed);
   prefill_attention_case(table, pool, two_b, 0, 1, ++seed);
   prefill_attention_case(table, pool, two_b, 0, 300, ++seed);
   prefill_attention_case(table, pool, two_b, 129, 517, ++seed);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One GPU call: what a row adapter costs the CUDA forward, `a2d bench` through the packed CUDA addon of the GPU-run
+# kit (bench/stage-gpu-run.sh) on random weights, each shape without an adapter and with rank-64 ones, blocks 4 and
+# 32 at KV 1k: the bundled model's shape (SmolLM2-135M) and MiniCPM5-2B's. The kit's parts may come over several
+# calls (they are stashed until complete, exit 3 meanwhile). Each bench's JSON goes to $OUT/adapter-cost.json:
+#   {"<shape>[+<rule><rank>]": <a2d bench --json>, ...}
+# Knobs: SHAPES ("smollm2-135m minicpm5-2b"), ADAPTERS ("mask:64 window:64"), BLOCKS (4,32), KV (1024), TOKENS (256),
+# TOTAL_S (400).
+set -u
+root="$(cd "$(dirname "$0")/.." && pwd)"
+export TOTAL_S="${TOTAL_S:-400}"
+A2D_GPU_RUN_LIB=1 source "$root/bench/device-gpu-run.sh"
+cost_main() {
+  step "machine" machine
+  step "assemble kit parts" assemble || finish 3
+  [[ -x $node ]] || step "unpack" unpack || finish 1
+  local shape adapter name args
+  echo "{" > "$out/adapter-cost.json"
+  for shape in ${SHAPES:-smollm2-135m minicpm5-2b}; do
+    for adapter in none ${ADAPTERS:-mask:64 window:64}; do
+      name=$shape; args=(); [[ $adapter == none ]] || { name="$shape+${adapter/:/}"; args=(--random-adapter "$adapter"); }
+      step "bench $name" bash -c '
+        TMPDIR="$1" A2D_ADDON_DIR="$2/engine" timeout -k 10 "$3" "$4" "$5" bench --random-shape "$6" --device cuda \
+          --blocks "$7" --kv "$8" --tokens "$9" --json "${@:10}" > "$1/bench.json" 2> >(grep -v "^  block" >&2)' _ \
+        "$work" "$folder" "$(limit 150)" "$node" "$cli" "$shape" "${BLOCKS:-4,32}" "${KV:-1024}" "${TOKENS:-256}" "${args[@]}" &&
+        { printf '"%s": ' "$name"; cat "$work/bench.json"; echo ","; } >> "$out/adapter-cost.json"
+      "$node" -e '
+        const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+        for (const row of r.rows) console.log(`${process.argv[2].padEnd(24)} block ${row.blockSize} kv ${row.kv}: ${row.msPerForward.toFixed(3)} ms/forward`);' \
+        "$work/bench.json" "$name" 2>/dev/null | tee -a "$out/summary.txt"
+    done
+  done
+  echo '"done": true}' >> "$out/adapter-cost.json"
+  finish 0
+}
+cost_main 2>&1 | tee "$out/run.log"
+exit "${PIPESTATUS[0]}"
