@@ -16,6 +16,9 @@ that token by inverse CDF over the top-p nucleus of softmax(logits / sample_temp
 a logits processor that leaves one finite score, so `generate` runs greedy). A response is therefore the
 same whatever batch, process or GPU count produced it, up to the logits' own floating-point noise.
 
+With A2D_DISTILL_GRAPHS=0 in the environment the greedy decode steps are launched one by one instead of replayed
+from CUDA graphs (the recipe's retry after a failed distillation).
+
 `time_limit_s` bounds a run: a process starts no batch that it expects (from its slowest batch so far)
 to end past the limit, counted from when the distillation began; what was not answered is left out and
 counted in the data manifest.
@@ -283,7 +286,8 @@ def generate_batches(
             return
         started = time.time()
         if batch.sample == 0 and settings.temperature == 0:
-            responses = greedy_static(reference, [prompts[i] for i in batch.indices], settings.max_new_tokens, eos, settings.pad_id)
+            responses = greedy_static(reference, [prompts[i] for i in batch.indices], settings.max_new_tokens, eos, settings.pad_id,
+                                      graph=os.environ.get("A2D_DISTILL_GRAPHS", "1") != "0")
             elapsed = time.time() - started
             slowest = max(slowest, elapsed)
             print(json.dumps({"distill": label, "batch": n + 1, "of": len(batches), "sample": 0, "rows": len(batch.indices),

@@ -131,8 +131,9 @@ run_data() {  # WORKERS BATCH: self-distillation within DISTILL_S (and the deadl
 if [ ! -f "$WORK/data/data_manifest.json" ]; then
   workers=$DISTILL_WORKERS; [ "$workers" = 0 ] && workers=$(( GPUS > 0 ? 2 * GPUS : 1 ))
   if ! run_data "$workers" "$DISTILL_BATCH"; then
-    # One retry with the plain settings that ran before (one process per GPU, batch 256).
-    run_data 0 256 || { status "data failed"; exit 1; }
+    # One retry with the plain settings that ran before (one process per GPU, batch 256, the decode steps launched
+    # one by one rather than replayed from CUDA graphs).
+    A2D_DISTILL_GRAPHS=0 run_data 0 256 || { status "data failed"; exit 1; }
   fi
   stamp "data done: $(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); t=m["totals"]["train.safetensors"]; g=m["sources"][0].get("generator",{}); print(t["samples"], "samples,", t["tokens_in_samples"], "tokens,", t["loss_tokens"], "loss tokens,", t["rows"], "rows;", g.get("responses"), "responses,", g.get("unfinished"), "unfinished,", g.get("batching",{}).get("seconds"), "s generating")' "$WORK/data/data_manifest.json")"
   status "data ok"
@@ -184,6 +185,14 @@ elif [ "$s" -ge "$MIN_TRAIN_S" ]; then
   stamp "train: $NGPU process(es), up to $STEPS steps, $s s this call (time limit ${limit_min} min of training in all)${resume:+, resumed}"
   train_cmd "$NGPU" "$WORK/run" --max-steps "$STEPS" --time-limit-min "$limit_min" --save-every "$SAVE_EVERY" --threads "$THREADS" ${resume[@]+"${resume[@]}"}
   bounded "$s" "${cmd[@]}" 2>&1 | tee -a "$WORK/train.log" | grep --line-buffered -E '^!!|"step"|"event"|Error|error' || true
+  if [ ! -f "$WORK/run/latest.json" ] && [ "$(budget "$cap" "$RESERVE_S")" -ge "$MIN_TRAIN_S" ]; then
+    # A run that left no checkpoint at all failed before its first save: once more without compiled layers.
+    stamp "train: no checkpoint; once more with --compile off"
+    s=$(budget "$cap" "$RESERVE_S")
+    train_cmd "$NGPU" "$WORK/run" --max-steps "$STEPS" --time-limit-min "$(python3 -c "print(round(max($s - $TRAIN_TAIL_S, 10) / 60, 3))")" \
+      --save-every "$SAVE_EVERY" --threads "$THREADS" --compile off
+    bounded "$s" "${cmd[@]}" 2>&1 | tee -a "$WORK/train.log" | grep --line-buffered -E '^!!|"step"|"event"|Error|error' || true
+  fi
   status "train stopped at step $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step"])' "$WORK/run/latest.json" 2>/dev/null || echo none)"
 else
   stamp "train: skipped ($s s left for it)"

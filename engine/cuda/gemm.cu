@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <vector>
 
 #include "fp8.cuh"
 
@@ -140,48 +141,86 @@ struct StepView {
 };
 __device__ __forceinline__ StepView step_view(const GemmParams& p) { return {p.state->cached, p.state->write_logits != 0}; }
 
-// A fused row adapter (GemmParams::adapter_tiles). Weight tiles wait for every adapter tile of the launch to have
-// written its share of t. The adapter tiles hold the lowest block indices, so they were all dispatched before any
-// weight tile's last block (the one that runs the epilogue) and never wait themselves: the wait ends.
-__device__ __forceinline__ void wait_for_adapter_tiles(const GemmParams& p) {
-  const volatile unsigned* done = p.adapter_sync;
-  while (*done < static_cast<unsigned>(p.adapter_tiles)) __nanosleep(32);
-  __threadfence();
-}
+// A fused row adapter (GemmParams::adapter_tiles). The adapter tiles write t with plain stores; a weight tile reads
+// the t values it needs until none holds kAdapterPending, so one L2 round trip both checks and fetches them. The
+// adapter tiles hold the lowest block indices, so they were all dispatched before any weight tile's last block (the
+// one that runs the epilogue) and never wait themselves: the wait ends.
+__device__ __forceinline__ bool pending(float v) { return __float_as_uint(v) == kAdapterPending; }
 
-// The last weight tile to pass its wait resets both counters; the next launch of any GEMM starts after this one ends.
-__device__ __forceinline__ void weight_tile_done(const GemmParams& p) {
-  const unsigned tiles = static_cast<unsigned>(ceil_div(p.n_rows, kGemmTileRows));
-  if (atomicAdd(&p.adapter_sync[1], 1u) == tiles - 1) {
-    p.adapter_sync[0] = 0;
-    p.adapter_sync[1] = 0;
-  }
-}
-
-// sum_i B[row][i] * t[token][offset(row) + i]: t was written by other blocks of this launch, so it is read from L2.
-__device__ __forceinline__ float low_rank_term(const GemmParams& p, int row, int token) {
-  const bf16* b = p.adapter_b + static_cast<size_t>(row) * p.adapter_rank;
-  const float* t = p.adapter_t + static_cast<size_t>(token) * p.adapter_total_rank + p.adapter_offset[row];
-  float sum = 0.f;
-  int i = 0;
-  if (p.adapter_rank % 8 == 0) {  // then t's rows and offsets are multiples of 8 floats too: 16-byte loads
-    for (; i < p.adapter_rank; i += 8) {
-      const uint4 bv = __ldg(reinterpret_cast<const uint4*>(b + i));
-      const float4 t0 = __ldcg(reinterpret_cast<const float4*>(t + i));
-      const float4 t1 = __ldcg(reinterpret_cast<const float4*>(t + i + 4));
-      const float2 b0 = unpack_bf16(bv.x), b1 = unpack_bf16(bv.y), b2 = unpack_bf16(bv.z), b3 = unpack_bf16(bv.w);
-      sum += b0.x * t0.x + b0.y * t0.y + b1.x * t0.z + b1.y * t0.w + b2.x * t1.x + b2.y * t1.y + b3.x * t1.z + b3.y * t1.w;
+// tile_sum[r][t] += sum_i B[row][i] t[t][offset(row) + i] for the tile's rows and active token columns: each (row,
+// token) pair is summed by a group of lanes, 8 rank values a lane, loads all issued in one round (B from global
+// memory, t from L2) and the group reduced with shuffles. Every lane of the team takes the same trip count.
+template <int kCols, typename Sync>
+__device__ __forceinline__ void add_low_rank(const GemmParams& p, int tile, float (*tile_sum)[kCols + 1], int active_cols,
+                                             int rank, int team, Sync sync) {
+  const int R = p.adapter_rank;
+  const int chunks = (R + 7) / 8;
+  int lanes = 1;  // a power of two, at most 32
+  while (lanes < chunks && lanes < 32) lanes *= 2;
+  const int items = kGemmTileRows * active_cols * lanes;
+  for (int base = 0; base < items; base += team) {
+    const int e = base + rank;
+    const int pair = e / lanes, lane_in_pair = e % lanes;
+    const int r = pair % kGemmTileRows, t = pair / kGemmTileRows;
+    const int row = tile * kGemmTileRows + r;
+    float sum = 0.f;
+    if (e < items && row < p.n_rows) {
+      const bf16* b = p.adapter_b + static_cast<size_t>(row) * R;
+      const float* tv = p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank + p.adapter_offset[row];
+      for (int c = lane_in_pair; c < chunks; c += lanes) {
+        const int i = 8 * c;
+        if (R % 8 == 0) {  // then t's rows and offsets are multiples of 8 floats too: 16-byte loads
+          const uint4 bv = __ldg(reinterpret_cast<const uint4*>(b + i));
+          float4 t0, t1;
+          for (;;) {
+            t0 = __ldcg(reinterpret_cast<const float4*>(tv + i));
+            t1 = __ldcg(reinterpret_cast<const float4*>(tv + i + 4));
+            if (!(pending(t0.x) || pending(t0.y) || pending(t0.z) || pending(t0.w) || pending(t1.x) || pending(t1.y) ||
+                  pending(t1.z) || pending(t1.w))) {
+              break;
+            }
+            __nanosleep(32);
+          }
+          const float2 b0 = unpack_bf16(bv.x), b1 = unpack_bf16(bv.y), b2 = unpack_bf16(bv.z), b3 = unpack_bf16(bv.w);
+          sum += b0.x * t0.x + b0.y * t0.y + b1.x * t0.z + b1.y * t0.w + b2.x * t1.x + b2.y * t1.y + b3.x * t1.z + b3.y * t1.w;
+        } else {
+          for (int j = i; j < min(i + 8, R); ++j) {
+            float v;
+            while (pending(v = __ldcg(tv + j))) __nanosleep(32);
+            sum += __bfloat162float(b[j]) * v;
+          }
+        }
+      }
     }
+    for (int offset = lanes / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (e < items && lane_in_pair == 0 && row < p.n_rows) tile_sum[r][t] += sum;
   }
-  for (; i < p.adapter_rank; ++i) sum += __bfloat162float(b[i]) * __ldcg(t + i);
-  return sum;
+  sync();
+}
+
+// Counts this weight tile done; the team of the last one puts the pending mark back into every t value this launch
+// wrote (the active token columns of every factor row), for the next launch. `last_of` hands rank 0's count to the team.
+template <typename Sync, typename FromRank0>
+__device__ __forceinline__ void weight_tile_done(const GemmParams& p, int active_cols, int rank, int team, Sync sync,
+                                                 FromRank0 from_rank0) {
+  const unsigned tiles = static_cast<unsigned>(ceil_div(p.n_rows, kGemmTileRows));
+  unsigned done = 0;
+  if (rank == 0) done = atomicAdd(p.adapter_sync, 1u);
+  if (from_rank0(done) != tiles - 1) return;
+  const int count = active_cols * p.adapter_total_rank;
+  for (int e = rank; e < count; e += team) {
+    const int t = e / p.adapter_total_rank, i = e % p.adapter_total_rank;
+    __stcg(p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank + i, __uint_as_float(kAdapterPending));
+  }
+  if (rank == 0) *p.adapter_sync = 0;
+  sync();
 }
 
 // The epilogue of adapter tile `a_tile`: its 16 rows of t = A x for the token rows the adapter acts on, zeros for
-// the others; then the tile counts itself done (every thread's stores fenced first).
-template <int kCols, typename Sync>
+// the others.
+template <int kCols>
 __device__ __forceinline__ void adapter_tile_epilogue(const GemmParams& p, int a_tile, float (*tile_sum)[kCols + 1],
-                                                      int active_cols, int rank, int team, Sync sync) {
+                                                      int active_cols, int rank, int team) {
   const StepState& st = *p.state;
   for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
     const int r = e % kGemmTileRows, t = e / kGemmTileRows;
@@ -190,19 +229,16 @@ __device__ __forceinline__ void adapter_tile_epilogue(const GemmParams& p, int a
     const bool acts = t >= st.commit && (p.adapter_mask_token < 0 || st.tokens[t] == p.adapter_mask_token);
     __stcg(p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank + i, acts ? tile_sum[r][t] : 0.f);
   }
-  __threadfence();
-  sync();
-  if (rank == 0) atomicAdd(&p.adapter_sync[0], 1u);
 }
 
 // The epilogue of one finished 16-row tile, run by a team of `team` threads (a whole block, or one warp of
 // the wide kernel), `rank` being this thread's index in it and `sync` the team's barrier: the bias, then
 // the epilogue's own work. tile_sum[r][t] holds row r of the tile for token column t; tile_scratch is a
 // second buffer of the same shape the epilogue may overwrite.
-template <GemmEpilogue kEpilogue, int kCols, typename Sync>
+template <GemmEpilogue kEpilogue, int kCols, typename Sync, typename FromRank0>
 __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepView& view, int tile,
                                               float (*tile_sum)[kCols + 1], float (*tile_scratch)[kCols + 1],
-                                              int active_cols, int rank, int team, Sync sync) {
+                                              int active_cols, int rank, int team, Sync sync, FromRank0 from_rank0) {
   if (p.weight_scale != nullptr || p.bias != nullptr) {
     sync();
     for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
@@ -215,16 +251,11 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
     }
   }
   if (p.adapter_tiles > 0) {
-    if (rank == 0) wait_for_adapter_tiles(p);
     sync();
-    for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
-      const int r = e % kGemmTileRows, t = e / kGemmTileRows;
-      const int row = tile * kGemmTileRows + r;
-      if (row < p.n_rows) tile_sum[r][t] += low_rank_term(p, row, t);
-    }
+    add_low_rank<kCols>(p, tile, tile_sum, active_cols, rank, team, sync);
+    weight_tile_done(p, active_cols, rank, team, sync, from_rank0);
   }
   sync();
-  if (p.adapter_tiles > 0 && rank == 0) weight_tile_done(p);
 
   if constexpr (kEpilogue == GemmEpilogue::store_bf16) {
     for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
@@ -515,10 +546,15 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
     }
   }
   if (adapter_tile) {
-    adapter_tile_epilogue<kCols>(p, tile, partial[0], active_cols, threadIdx.x, blockDim.x, [] { __syncthreads(); });
+    adapter_tile_epilogue<kCols>(p, tile, partial[0], active_cols, threadIdx.x, blockDim.x);
   } else {
+    const auto from_thread0 = [&](unsigned value) {
+      if (threadIdx.x == 0) arrived = value;
+      __syncthreads();
+      return arrived;
+    };
     tile_epilogue<kEpilogue, kCols>(p, view, tile, partial[0], partial[1], active_cols, threadIdx.x, blockDim.x,
-                                   [] { __syncthreads(); });
+                                   [] { __syncthreads(); }, from_thread0);
   }
   A2D_TRACE(record(true));
 }
@@ -647,9 +683,10 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
     return;
   }
   if (adapter_tile) {
-    adapter_tile_epilogue<kCols>(p, tile, sums, active_cols, lane, 32, [] { __syncwarp(); });
+    adapter_tile_epilogue<kCols>(p, tile, sums, active_cols, lane, 32);
   } else {
-    tile_epilogue<kEpilogue, kCols>(p, view, tile, sums, partial[warp][1], active_cols, lane, 32, [] { __syncwarp(); });
+    tile_epilogue<kEpilogue, kCols>(p, view, tile, sums, partial[warp][1], active_cols, lane, 32, [] { __syncwarp(); },
+                                   warp_from_lane0);
   }
 }
 
@@ -743,6 +780,12 @@ void dispatch_rows(const GemmParams& p, const GemmPlan& plan, GemmInput input, G
 }
 
 }  // namespace
+
+void fill_adapter_pending(float* t, size_t count, cudaStream_t stream) {
+  const std::vector<uint32_t> marks(count, kAdapterPending);
+  A2D_CUDA_CHECK(cudaMemcpyAsync(t, marks.data(), count * sizeof(uint32_t), cudaMemcpyHostToDevice, stream));
+  A2D_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
 
 GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bool fp8) {
   const int chunks = ceil_div(k, fp8 ? chunk_cols<true>() : chunk_cols<false>());

@@ -76,6 +76,11 @@ struct GemmPlan {
 // every row the GEMM streams (a fused adapter's tiles included: gemm_rows).
 GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bool fp8);
 
+// The bits of a t value a fused adapter's tiles have not written yet: a NaN payload no arithmetic produces.
+constexpr uint32_t kAdapterPending = 0x7fc0deadu;
+// Marks `count` t values pending (a new t buffer; the GEMMs keep it so after every launch).
+void fill_adapter_pending(float* t, size_t count, cudaStream_t stream);
+
 // The rows a GEMM of n_rows output rows streams with a fused adapter of total_rank factor rows: the weight's tiles,
 // then the adapter's (GemmParams::adapter_tiles).
 inline int adapter_tile_count(int total_rank) { return (total_rank + kGemmTileRows - 1) / kGemmTileRows; }
@@ -138,16 +143,17 @@ struct GemmParams {
   // [adapter_total_rank][k] in the same layout. Those tiles take the lowest block indices, so they are dispatched
   // before every weight tile, and their epilogue writes t[token row][i] = (A x)[i] for the token rows the adapter
   // acts on (window rows: t >= state->commit; with adapter_mask_token >= 0 only those holding it) and 0 for the
-  // others, then counts itself in adapter_sync[0]. Every weight tile's epilogue waits for all of them and then
-  // adds, before its own work, sum_i adapter_b[n][i] * t[row][adapter_offset[n] + i] to its output row n. The
-  // last weight tile resets both counters for the next launch. adapter_tiles 0: no adapter.
+  // others, over t's kAdapterPending marks. Every weight tile's epilogue reads the t values it needs until none is
+  // pending and adds, before its own work, sum_i adapter_b[n][i] * t[row][adapter_offset[n] + i] to its output
+  // row n; the last weight tile (counted in adapter_sync) marks t pending again for the next launch and resets
+  // the count. adapter_tiles 0: no adapter.
   int adapter_tiles;
   const bf16* adapter_b;      // [n_rows][adapter_rank]: each output row's own target's B row (zeros: none)
   const int* adapter_offset;  // [n_rows]: where that target's factors start in t's row
   int adapter_rank;           // rank of one target
   int adapter_total_rank;     // t's row length: the ranks of every target this GEMM carries
-  float* adapter_t;           // [kMaxRows][adapter_total_rank]
-  unsigned* adapter_sync;     // [2]: adapter tiles done, weight tiles done; zero between launches
+  float* adapter_t;           // [kMaxRows][adapter_total_rank], kAdapterPending between launches (fill_adapter_pending)
+  unsigned* adapter_sync;     // weight tiles done; zero between launches
   int adapter_mask_token;
 
   // Split K (set by gemm() from the tuning): [n_tiles][splits][kMaxRows][16] fp32 partials and one

@@ -398,7 +398,8 @@ void DeviceModel::allocate_adapters() {
     }
   }
   adapter_t_ = device_alloc<float>(size_t(kMaxRows) * largest, stream_);
-  adapter_sync_ = device_alloc<unsigned>(2, stream_);
+  fill_adapter_pending(adapter_t_, size_t(kMaxRows) * largest, stream_);
+  adapter_sync_ = device_alloc<unsigned>(1, stream_);
 }
 
 void DeviceModel::upload_adapter(AdapterTarget target, int layer, const WeightSource& a, const WeightSource& b) {

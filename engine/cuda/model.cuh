@@ -217,7 +217,7 @@ class DeviceModel {
   std::vector<LayerWeights> layers_;
   std::vector<std::array<AdapterSite, kSites>> adapters_;  // per layer, when the model has a row adapter
   float* adapter_t_ = nullptr;                              // [kMaxRows][largest site_rank]: GemmParams::adapter_t
-  unsigned* adapter_sync_ = nullptr;                        // [2]: GemmParams::adapter_sync
+  unsigned* adapter_sync_ = nullptr;                        // GemmParams::adapter_sync
 
   bf16* kv_cache_ = nullptr;  // K then V: [layers][kv_heads][max_context][head_dim_padded] each
   int64_t kv_elements_ = 0;
