@@ -325,6 +325,7 @@ class Objective(nn.Module):
         # A list hides the frozen teacher from .parameters()/state_dict(): it is neither trained nor saved.
         self._teacher = [teacher]
         self._rows: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._mask_mods: dict[tuple, tuple] = {}
 
     def static_rows(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """The layout's per-row block ids and clean limits on `device`, made once."""
@@ -349,14 +350,32 @@ class Objective(nn.Module):
         if use_flex(self.config, input_ids.device):
             from torch.nn.attention.flex_attention import create_block_mask
 
-            def mask_mod(bi, h, q, k):
-                return layout_mask(row_seg, block, limit, real, rule, bi, q + offset, k)
-
-            return create_block_mask(mask_mod, b, None, Q, k_rows, device=input_ids.device)
+            mask_mod = self.flex_mask_mod(input_ids, row_seg, real, offset)
+            return create_block_mask(mask_mod, b, None, Q, k_rows, device=input_ids.device, _compile=input_ids.is_cuda)
         bi = torch.arange(b, device=input_ids.device)[:, None, None]
         q = torch.arange(offset, q_rows.stop, device=input_ids.device)[None, :, None]
         k = torch.arange(k_rows, device=input_ids.device)[None, None, :]
         return layout_mask(row_seg, block, limit, real, rule, bi, q, k)
+
+    def flex_mask_mod(self, input_ids, row_seg, real, offset: int):
+        """layout_mask as a FlexAttention mask_mod for queries from row `offset` on. One function object per (shape,
+        offset), reading this micro-batch's row facts from buffers it owns, refilled in place: a compiled flex
+        kernel guards on its mask_mod, so a new closure every micro-batch would recompile it each time (and, past
+        the recompile limit, fall back to the unfused kernel)."""
+        key = (tuple(input_ids.shape), offset, input_ids.device)
+        if key not in self._mask_mods:
+            block, limit = self.static_rows(input_ids.device)
+            seg_buf, real_buf = torch.empty_like(row_seg), torch.empty_like(real)
+            rule = self.rule
+
+            def mask_mod(bi, h, q, k):
+                return layout_mask(seg_buf, block, limit, real_buf, rule, bi, q + offset, k)
+
+            self._mask_mods[key] = (mask_mod, seg_buf, real_buf)
+        mask_mod, seg_buf, real_buf = self._mask_mods[key]
+        seg_buf.copy_(row_seg)
+        real_buf.copy_(real)
+        return mask_mod
 
     def teacher_pass(self, ids, seg, pos):
         """(hidden rows, head) of the frozen AR base on the clean stream, or (None, None) without KL.

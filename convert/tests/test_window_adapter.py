@@ -154,14 +154,19 @@ def test_block_sparse_attention_equals_the_dense_mask(workspace, tmp_path):
     arrays, _ = load_rows(data / TRAIN_FILE, 4)
     config = TrainConfig(block_size=4, batch_rows=2, window_adapter=True, lora_rank=4, attention="dense")
     schedule = RowSchedule(arrays, config, a2d.mask_token_id)
-    batch = schedule.batch(1, [0, 1])
-    ids, pos, row_seg = (torch.from_numpy(a) for a in (batch.input_ids, batch.position_ids, batch.row_seg))
     dense = Objective(model, config, None, schedule.layout)
     flex = Objective(model, TrainConfig(**{**config.__dict__, "attention": "flex"}), None, schedule.layout)
-    with torch.no_grad():
-        want = dense.adapter_pass(ids, pos, row_seg)
-        got = flex.adapter_pass(ids, pos, row_seg)
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    mask_mods = []
+    for step in (1, 2):  # two micro-batches through one objective: its mask_mod is reused, refilled in place
+        batch = schedule.batch(step, [0, 1])
+        ids, pos, row_seg = (torch.from_numpy(a) for a in (batch.input_ids, batch.position_ids, batch.row_seg))
+        with torch.no_grad():
+            want = dense.adapter_pass(ids, pos, row_seg)
+            got = flex.adapter_pass(ids, pos, row_seg)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        L = schedule.layout.L
+        mask_mods.append(flex.attention_mask(ids, row_seg, slice(L, schedule.layout.rows), schedule.layout.rows).mask_mod)
+    assert mask_mods[0] is mask_mods[1]
 
 
 def test_a_window_adapter_trains_and_exports_unmerged(workspace, tmp_path):
