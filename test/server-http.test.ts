@@ -87,6 +87,23 @@ describe("the API key", () => {
     }
   });
 
+  it("refuses a request carrying two different credentials with 400, whichever comes first", async () => {
+    // Node keeps the first Authorization header in request.headers; a proxy may check the other one.
+    for (const [first, second] of [[KEY, "nope"], ["nope", KEY]]) {
+      for (const [method, body] of [["GET", ""], ["POST", chatBody]] as const) {
+        const target = method === "GET" ? "/v1/models" : "/v1/chat/completions";
+        const response = await answer(request(method, target, [`Authorization: Bearer ${first}`, `authorization: Bearer ${second}`], body));
+        expect(response.status, `${method} ${first}, ${second}`).toBe(400);
+        const error = errorOf(response);
+        expect(error.code).toBe("malformed_request");
+        expect(error.message).toContain("Authorization");
+      }
+    }
+    // The same credential twice is one credential.
+    const twice = await answer(request("GET", "/v1/models", [`Authorization: Bearer ${KEY}`, `AUTHORIZATION: Bearer ${KEY}`]));
+    expect(twice.status).toBe(200);
+  });
+
   it("is wanted on HEAD too, and no other spelling, case or method reaches a route without it", async () => {
     const head = await answer(request("HEAD", "/%76%31/models"));
     expect(head.status).toBe(401);
