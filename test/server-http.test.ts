@@ -167,6 +167,32 @@ describe("what Node would answer by itself comes in OpenAI's error shape", () =>
   });
 });
 
+describe("the log", () => {
+  it("holds no credential: query api_key or key, Authorization, x-api-key", async () => {
+    const secrets = ["q-secret-1", "q-secret-2", "q-secret-3", "q-secret-4", "h-secret-5", "h-secret-6"];
+    const sent = [
+      request("GET", `/v1/models?api_key=${secrets[0]}`, [`Authorization: Bearer ${KEY}`]),
+      request("GET", `/v1/models?x=1&key=${secrets[1]}&y=2`),
+      request("GET", `/%76%31/models?%61pi_%6Bey=${secrets[2]}`),
+      request("GET", `/nowhere?API_KEY=${secrets[3]}`),
+      request("GET", "/v1/models", [`Authorization: Bearer ${secrets[4]}`, `x-api-key: ${secrets[5]}`]),
+      request("POST", `/v1/chat/completions?key=${KEY}`, [`Authorization: Bearer ${KEY}`], chatBody),
+      request("GET", "/v1/models?last=1"),
+    ];
+    for (const bytes of sent) await answer(bytes);
+    const deadline = Date.now() + 5000;
+    while (!server.logs.some((line) => JSON.stringify(line).includes("last=1")) && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    const text = server.logs.map((line) => JSON.stringify(line)).join("\n");
+    for (const secret of [...secrets, KEY]) expect(text).not.toContain(secret);
+    // The URLs are still there, with their credentials replaced.
+    expect(text).toContain("/v1/models?api_key=[redacted]");
+    expect(text).toContain("/v1/models?x=1&key=[redacted]&y=2");
+    expect(text).toContain("/%76%31/models?%61pi_%6Bey=[redacted]");
+  });
+});
+
 describe("request bodies", () => {
   it("refuses a body over the 2 MiB default limit with 413, naming the limit and the flag, also while the client still sends", async () => {
     // 12 MB is still on its way when the answer is ready: the server reads it off before answering, as
