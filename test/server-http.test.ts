@@ -208,6 +208,54 @@ describe("request bodies", () => {
     }
   });
 
+  it("keeps refusing a chunked body that streams past the limit with 413", async () => {
+    const text = JSON.stringify({ messages: [{ role: "user", content: "x".repeat(3 * 1024 * 1024) }] });
+    const chunks = [];
+    for (let at = 0; at < text.length; at += 64 * 1024) {
+      const part = text.slice(at, at + 64 * 1024);
+      chunks.push(`${Buffer.byteLength(part).toString(16)}\r\n${part}\r\n`);
+    }
+    const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n`;
+    const response = await answer(`${head}${chunks.join("")}0\r\n\r\n`);
+    expect(response.status).toBe(413);
+    expect(errorOf(response).code).toBe("payload_too_large");
+  });
+
+  /** Headers that declare a body of `length` bytes, then `body` (all of what is sent of it). */
+  function declared(length: number, headers: string[], body = ""): string {
+    const lines = ["POST /v1/chat/completions HTTP/1.1", `Host: ${host}`, "Content-Type: application/json", ...headers, `Content-Length: ${length}`];
+    return `${lines.join("\r\n")}\r\n\r\n${body}`;
+  }
+
+  it("refuses a Content-Length over the limit at once, with or without the key, before reading the body", async () => {
+    for (const length of [3_000_000, 99_999_999_999]) {
+      for (const headers of [[`Authorization: Bearer ${KEY}`], []]) {
+        const { response, hung, ms } = await exchange(url, declared(length, headers, '{"messages":'), 10_000);
+        expect(hung).toBe(false);
+        expect(response!.status, `${length} ${headers.join()}`).toBe(413);
+        const error = errorOf(response!);
+        expect(error.code).toBe("payload_too_large");
+        expect(error.message).toContain(String(2 * 1024 * 1024));
+        expect(response!.headers.connection).toBe("close");
+        // Not a wait for a body that is not coming (the 408 after --request-timeout, 1 s here).
+        expect(ms, `${length} ${headers.join()}`).toBeLessThan(500);
+      }
+    }
+  });
+
+  it("sends no 100 Continue for a declared body over the limit, and one for a body within it", async () => {
+    const big = await exchange(url, declared(100 * 1024 ** 3, [`Authorization: Bearer ${KEY}`, "Expect: 100-continue"]), 10_000);
+    expect(big.hung).toBe(false);
+    expect(big.raw).not.toContain("100 Continue");
+    expect(big.response!.status).toBe(413);
+    expect(errorOf(big.response!).code).toBe("payload_too_large");
+    expect(big.ms).toBeLessThan(500);
+
+    const small = await exchange(url, request("POST", "/v1/chat/completions", [`Authorization: Bearer ${KEY}`, "Expect: 100-continue"], chatBody));
+    expect(small.raw.startsWith("HTTP/1.1 100 Continue\r\n\r\n")).toBe(true);
+    expect(small.response!.status).toBe(200);
+  });
+
   it("keeps /health answering while a body near the limit is tokenized", async () => {
     // 1.9 MB of text: about a second of tokenizing, then a 400 (it is far longer than the context).
     const body = JSON.stringify({ messages: [{ role: "user", content: "many words ".repeat(180_000) }] });
