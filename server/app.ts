@@ -6,7 +6,8 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, t
 import { requireApiKey } from "./auth.js";
 import type { ServerContext } from "./context.js";
 import { ApiError, sendError, toApiError } from "./errors.js";
-import { answerClientError, answerExpectation, drainRefusedBody, requireHost } from "./http-edge.js";
+import { continueWithinLimit, refuseDeclaredTooLarge, refuseStreamedTooLarge } from "./body-limit.js";
+import { answerClientError, answerExpectation, requireHost } from "./http-edge.js";
 import { registerJsonParser } from "./json-body.js";
 import { registerChatRoute } from "./routes/chat.js";
 import { registerCompletionsRoute } from "./routes/completions.js";
@@ -31,7 +32,7 @@ export interface HttpLimits {
 export const DEFAULT_LIMITS: HttpLimits = {
   // A 36,864-token context (32k generated + 4k prompt) is ~150 kB of English and at most ~450 kB of
   // JSON-escaped text (\uXXXX surrogate pairs, 12 bytes for a one-token emoji); 2 MiB leaves room for
-  // history the template drops. A larger body is refused before it is read whole.
+  // history the template drops. A larger body is refused before it is read whole (body-limit.ts).
   bodyLimit: 2 * 1024 * 1024,
   requestTimeoutMs: 30_000,
 };
@@ -62,17 +63,19 @@ export function buildApp(ctx: ServerContext, logger: FastifyBaseLogger, limits: 
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   app.server.on("checkExpectation", answerExpectation);
+  app.server.on("checkContinue", continueWithinLimit(app.server, limits.bodyLimit));
   // Bodies are JSON only; a text/plain body would otherwise reach the schema as a string.
   app.removeContentTypeParser("text/plain");
   registerJsonParser(app);
   app.setErrorHandler(async (error, request, reply) => {
     const apiError = toApiError(error as Error, request);
-    if (apiError.code === "payload_too_large") await drainRefusedBody(request.raw);
+    if (apiError.code === "payload_too_large") return refuseStreamedTooLarge(request, reply, apiError);
     return sendError(reply, apiError);
   });
   app.setNotFoundHandler((request, reply) =>
     sendError(reply, new ApiError("not_found", `Unknown route: ${request.method} ${request.url.split("?")[0]}.`)),
   );
+  app.addHook("onRequest", refuseDeclaredTooLarge(limits.bodyLimit));
   app.addHook("onRequest", requireHost);
 
   registerHealthRoute(app, ctx);

@@ -66,6 +66,10 @@ export function sendError(reply: FastifyReply, error: ApiError): FastifyReply {
   return reply.code(error.status).headers(error.headers).send(error.body());
 }
 
+export function payloadTooLarge(bodyLimit: number): ApiError {
+  return new ApiError("payload_too_large", `The request body is larger than this server's limit of ${bodyLimit} bytes (a2d serve --body-limit).`);
+}
+
 /** One Ajv error as fastify hands it over (only the fields used here). */
 interface ValidationIssue {
   keyword: string;
@@ -95,10 +99,7 @@ export function toApiError(error: FastifyError | ApiError | Error, request: Fast
     case "FST_ERR_CTP_EMPTY_JSON_BODY":
       return new ApiError("invalid_json", `The request body is not valid JSON: ${error.message}`);
     case "FST_ERR_CTP_BODY_TOO_LARGE":
-      return new ApiError(
-        "payload_too_large",
-        `The request body is larger than this server's limit of ${request.routeOptions.bodyLimit} bytes (a2d serve --body-limit).`,
-      );
+      return payloadTooLarge(request.routeOptions.bodyLimit);
     case "FST_ERR_BAD_URL":
       return new ApiError("malformed_request", "The request path is not a valid URL: every '%' must start a %XX escape.");
     case "FST_ERR_MAX_PARAM_LENGTH":

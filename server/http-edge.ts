@@ -9,12 +9,15 @@ import type { FastifyRequest } from "fastify";
 
 import { ApiError } from "./errors.js";
 
-/** A whole HTTP/1.1 response carrying `error`, for a socket that no request object owns. */
-function rawResponse(error: ApiError): string {
+/**
+ * A whole HTTP/1.1 response carrying `error`, for a socket that no request object owns or whose
+ * connection closes after the answer; the body left out (but still counted) for a HEAD request.
+ */
+export function rawResponse(error: ApiError, withBody = true): string {
   const body = JSON.stringify(error.body());
   return (
     `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
+    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${withBody ? body : ""}`
   );
 }
 
@@ -39,33 +42,6 @@ export function answerExpectation(request: IncomingMessage, response: ServerResp
   const error = new ApiError("expectation_failed", `Expect: ${request.headers.expect} is not supported; send the request without it.`);
   response.writeHead(error.status, { "content-type": "application/json; charset=utf-8", connection: "close" });
   response.end(JSON.stringify(error.body()));
-}
-
-/** A refused body is read and dropped up to this much before the answer (see drainRefusedBody). */
-const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
-
-/**
- * Reads and drops the rest of a request body that was refused for its size, up to 64 MiB, before the
- * 413 goes out. Answered while the client is still sending, the connection would close with its data
- * unread, which TCP turns into a reset, and the client would see that instead of the answer.
- */
-export function drainRefusedBody(request: IncomingMessage): Promise<void> {
-  if (request.complete || request.destroyed) return Promise.resolve();
-  return new Promise((resolve) => {
-    let left = DRAIN_MAX_BYTES;
-    const finish = () => {
-      request.off("data", onData);
-      resolve();
-    };
-    const onData = (chunk: Buffer) => {
-      left -= chunk.length;
-      if (left < 0) finish();
-    };
-    request.on("data", onData);
-    request.once("end", finish);
-    request.once("close", finish);
-    request.resume();
-  });
 }
 
 /** HTTP/1.1 wants a Host header (RFC 9112, 3.2); Node's own check would answer with an empty body. */

@@ -107,6 +107,17 @@ function refuseUnsupported(body: SamplingRequest): void {
     const value = body[name];
     if (value != null && value !== 0) throw new ApiError("unsupported_value", `${name} is not supported; leave it at 0.`, name);
   }
+  for (const name of ["tree_width", "lookup_ngram"] as const) {
+    if (body[name] !== undefined) {
+      throw new ApiError(
+        "unsupported_parameter",
+        `${name} was removed with remasking 'verify' and 'tree', which kept a token only when a causal reading of the tokens ` +
+          "before it chose it too (left-to-right decoding with a drafter); leave it out and decode by the denoiser's own " +
+          "confidence (remasking low_confidence, random or leftmost).",
+        name,
+      );
+    }
+  }
 }
 
 function randomSeed(): bigint {

@@ -81,6 +81,9 @@ const Sampling = {
   commit: Type.Optional(decodingField("commit")),
   // As in vLLM: generate max_tokens whatever the model says, for throughput measurements.
   ignore_eos: Type.Optional(Type.Boolean()),
+  // Fields of the retired remasking 'verify' and 'tree': any value is refused by name (params.ts).
+  tree_width: Type.Optional(Type.Unknown()),
+  lookup_ngram: Type.Optional(Type.Unknown()),
 };
 
 export const ChatBody = Type.Object({

@@ -4,12 +4,11 @@
 import { existsSync } from "node:fs";
 import { basename, resolve } from "node:path";
 
-import { pino } from "pino";
-
 import { loadEngine } from "../engine/index.js";
 import type { Device } from "../engine/types.js";
 import { DEFAULT_LIMITS, buildApp } from "./app.js";
 import { DEFAULT_HEARTBEAT_MS, ServerContext } from "./context.js";
+import { serverLogger } from "./log.js";
 import { startEncoderWorker } from "./prompt-encoder.js";
 import { ModelTokenizer } from "./tokenizer.js";
 
@@ -44,7 +43,7 @@ export async function serve(options: ServeOptions): Promise<void> {
   if (!existsSync(resolve(modelDir, "config.json"))) {
     throw new Error(`${modelDir}: no config.json there; --model must name an a2d model folder (docs/model-format.md)`);
   }
-  const log = pino({ level: options.logLevel, base: { service: "a2d" } });
+  const log = serverLogger(options.logLevel);
   const heartbeatMs = options.sseHeartbeatS !== undefined ? Math.round(options.sseHeartbeatS * 1000) : DEFAULT_HEARTBEAT_MS;
   const ctx = new ServerContext(options.modelName ?? basename(modelDir), options.apiKey, options.maxQueue, log, heartbeatMs);
   const app = buildApp(ctx, log, {

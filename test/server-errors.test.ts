@@ -48,6 +48,8 @@ interface BadCase {
   status?: number;
   code?: string;
   param?: string | null;
+  /** What the message must say. */
+  message?: RegExp;
 }
 
 const cases: BadCase[] = [
@@ -101,6 +103,10 @@ const cases: BadCase[] = [
   { name: "unknown remasking", body: { messages: user, remasking: "sometimes" }, code: "invalid_value", param: "remasking" },
   { name: "remasking verify (retired: causal acceptance)", body: { messages: user, remasking: "verify" }, code: "invalid_value", param: "remasking" },
   { name: "remasking tree (retired: causal acceptance)", body: { messages: user, remasking: "tree" }, code: "invalid_value", param: "remasking" },
+  // Fields of retired decoding methods: refused by name, whatever their value, never ignored.
+  { name: "tree_width (removed)", body: { messages: user, tree_width: "abc" }, code: "unsupported_parameter", param: "tree_width", message: /removed/ },
+  { name: "lookup_ngram (removed)", body: { messages: user, lookup_ngram: 3 }, code: "unsupported_parameter", param: "lookup_ngram", message: /removed/ },
+  { name: "completions: tree_width (removed)", path: "/v1/completions", body: { prompt: "a", tree_width: 2 }, code: "unsupported_parameter", param: "tree_width" },
   { name: "block_size 1 (left to right)", body: { messages: user, block_size: 1 }, param: "block_size" },
   { name: "leftmost at threshold 1 (left to right)", body: { messages: user, remasking: "leftmost", threshold: 1 }, code: "invalid_value", param: "left_to_right" },
   { name: "a schedule with a sliding window", body: { messages: user, advance: "slide", steps: 2 }, code: "invalid_value", param: "schedule_needs_blocks" },
@@ -169,6 +175,7 @@ describe("bad input over a real socket", () => {
       expect(body.error.param === null || typeof body.error.param === "string", where).toBe(true);
       if (bad.code) expect(body.error.code, where).toBe(bad.code);
       if (bad.param !== undefined) expect(body.error.param, where).toBe(bad.param);
+      if (bad.message) expect(body.error.message, where).toMatch(bad.message);
     }
     // Still up, and still generating.
     const ok = await fetch(`${url}/v1/chat/completions`, {

@@ -377,13 +377,18 @@ function short(value: unknown): string {
 
 /**
  * One request written as raw bytes on a new connection; resolves with the parsed response once it is
- * complete (or the connection closes), `hung` when none came within `timeoutMs`.
+ * complete (or the connection closes), `hung` when none came within `timeoutMs`, and every byte that came
+ * back (`raw`: interim 1xx responses included).
  */
-export async function exchange(url: string, bytes: Buffer | string, timeoutMs = 10_000): Promise<{ response: RawResponse | null; hung: boolean; ms: number }> {
+export async function exchange(
+  url: string,
+  bytes: Buffer | string,
+  timeoutMs = 10_000,
+): Promise<{ response: RawResponse | null; hung: boolean; ms: number; raw: string }> {
   const started = performance.now();
   const probe: Probe = { kind: "", label: "", method: "", authProbe: false, bytes: typeof bytes === "string" ? Buffer.from(bytes, "latin1") : bytes };
   const result = await send(url, probe, timeoutMs);
-  return { response: parseResponse(result.raw), hung: result.hung, ms: performance.now() - started };
+  return { response: parseResponse(result.raw), hung: result.hung, ms: performance.now() - started, raw: result.raw.toString("latin1") };
 }
 
 /** Sends the bytes and reads until the response is complete or the server closes. */

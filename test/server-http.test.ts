@@ -87,6 +87,23 @@ describe("the API key", () => {
     }
   });
 
+  it("refuses a request carrying two different credentials with 400, whichever comes first", async () => {
+    // Node keeps the first Authorization header in request.headers; a proxy may check the other one.
+    for (const [first, second] of [[KEY, "nope"], ["nope", KEY]]) {
+      for (const [method, body] of [["GET", ""], ["POST", chatBody]] as const) {
+        const target = method === "GET" ? "/v1/models" : "/v1/chat/completions";
+        const response = await answer(request(method, target, [`Authorization: Bearer ${first}`, `authorization: Bearer ${second}`], body));
+        expect(response.status, `${method} ${first}, ${second}`).toBe(400);
+        const error = errorOf(response);
+        expect(error.code).toBe("malformed_request");
+        expect(error.message).toContain("Authorization");
+      }
+    }
+    // The same credential twice is one credential.
+    const twice = await answer(request("GET", "/v1/models", [`Authorization: Bearer ${KEY}`, `AUTHORIZATION: Bearer ${KEY}`]));
+    expect(twice.status).toBe(200);
+  });
+
   it("is wanted on HEAD too, and no other spelling, case or method reaches a route without it", async () => {
     const head = await answer(request("HEAD", "/%76%31/models"));
     expect(head.status).toBe(401);
@@ -150,6 +167,32 @@ describe("what Node would answer by itself comes in OpenAI's error shape", () =>
   });
 });
 
+describe("the log", () => {
+  it("holds no credential: query api_key or key, Authorization, x-api-key", async () => {
+    const secrets = ["q-secret-1", "q-secret-2", "q-secret-3", "q-secret-4", "h-secret-5", "h-secret-6"];
+    const sent = [
+      request("GET", `/v1/models?api_key=${secrets[0]}`, [`Authorization: Bearer ${KEY}`]),
+      request("GET", `/v1/models?x=1&key=${secrets[1]}&y=2`),
+      request("GET", `/%76%31/models?%61pi_%6Bey=${secrets[2]}`),
+      request("GET", `/nowhere?API_KEY=${secrets[3]}`),
+      request("GET", "/v1/models", [`Authorization: Bearer ${secrets[4]}`, `x-api-key: ${secrets[5]}`]),
+      request("POST", `/v1/chat/completions?key=${KEY}`, [`Authorization: Bearer ${KEY}`], chatBody),
+      request("GET", "/v1/models?last=1"),
+    ];
+    for (const bytes of sent) await answer(bytes);
+    const deadline = Date.now() + 5000;
+    while (!server.logs.some((line) => JSON.stringify(line).includes("last=1")) && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    const text = server.logs.map((line) => JSON.stringify(line)).join("\n");
+    for (const secret of [...secrets, KEY]) expect(text).not.toContain(secret);
+    // The URLs are still there, with their credentials replaced.
+    expect(text).toContain("/v1/models?api_key=[redacted]");
+    expect(text).toContain("/v1/models?x=1&key=[redacted]&y=2");
+    expect(text).toContain("/%76%31/models?%61pi_%6Bey=[redacted]");
+  });
+});
+
 describe("request bodies", () => {
   it("refuses a body over the 2 MiB default limit with 413, naming the limit and the flag, also while the client still sends", async () => {
     // 12 MB is still on its way when the answer is ready: the server reads it off before answering, as
@@ -163,6 +206,54 @@ describe("request bodies", () => {
       expect(error.message).toContain(String(2 * 1024 * 1024));
       expect(error.message).toContain("--body-limit");
     }
+  });
+
+  it("keeps refusing a chunked body that streams past the limit with 413", async () => {
+    const text = JSON.stringify({ messages: [{ role: "user", content: "x".repeat(3 * 1024 * 1024) }] });
+    const chunks = [];
+    for (let at = 0; at < text.length; at += 64 * 1024) {
+      const part = text.slice(at, at + 64 * 1024);
+      chunks.push(`${Buffer.byteLength(part).toString(16)}\r\n${part}\r\n`);
+    }
+    const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n`;
+    const response = await answer(`${head}${chunks.join("")}0\r\n\r\n`);
+    expect(response.status).toBe(413);
+    expect(errorOf(response).code).toBe("payload_too_large");
+  });
+
+  /** Headers that declare a body of `length` bytes, then `body` (all of what is sent of it). */
+  function declared(length: number, headers: string[], body = ""): string {
+    const lines = ["POST /v1/chat/completions HTTP/1.1", `Host: ${host}`, "Content-Type: application/json", ...headers, `Content-Length: ${length}`];
+    return `${lines.join("\r\n")}\r\n\r\n${body}`;
+  }
+
+  it("refuses a Content-Length over the limit at once, with or without the key, before reading the body", async () => {
+    for (const length of [3_000_000, 99_999_999_999]) {
+      for (const headers of [[`Authorization: Bearer ${KEY}`], []]) {
+        const { response, hung, ms } = await exchange(url, declared(length, headers, '{"messages":'), 10_000);
+        expect(hung).toBe(false);
+        expect(response!.status, `${length} ${headers.join()}`).toBe(413);
+        const error = errorOf(response!);
+        expect(error.code).toBe("payload_too_large");
+        expect(error.message).toContain(String(2 * 1024 * 1024));
+        expect(response!.headers.connection).toBe("close");
+        // Not a wait for a body that is not coming (the 408 after --request-timeout, 1 s here).
+        expect(ms, `${length} ${headers.join()}`).toBeLessThan(500);
+      }
+    }
+  });
+
+  it("sends no 100 Continue for a declared body over the limit, and one for a body within it", async () => {
+    const big = await exchange(url, declared(100 * 1024 ** 3, [`Authorization: Bearer ${KEY}`, "Expect: 100-continue"]), 10_000);
+    expect(big.hung).toBe(false);
+    expect(big.raw).not.toContain("100 Continue");
+    expect(big.response!.status).toBe(413);
+    expect(errorOf(big.response!).code).toBe("payload_too_large");
+    expect(big.ms).toBeLessThan(500);
+
+    const small = await exchange(url, request("POST", "/v1/chat/completions", [`Authorization: Bearer ${KEY}`, "Expect: 100-continue"], chatBody));
+    expect(small.raw.startsWith("HTTP/1.1 100 Continue\r\n\r\n")).toBe(true);
+    expect(small.response!.status).toBe(200);
   });
 
   it("keeps /health answering while a body near the limit is tokenized", async () => {
