@@ -10,7 +10,6 @@ skips the tiles no row sees: the same mask either way (a test holds the two to e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 import torch
