@@ -4,7 +4,7 @@
 # short calls after it poll:
 #   MODE=start [knobs] bash bench/device-conversion-bg.sh  (after the GGUF parts' calls: bench/stage-demo-conversion.sh)
 #       joins the base, then starts `bench/demo-conversion-device.sh` (the recipe, its OUT /root/bg/out) and, after
-#       it, with MFU_2B=1 (the default), bench/device-train-2b.sh (the trainer on the MiniCPM5-2B shape, random
+#       it, with MFU_2B=1 (the default), bench/device-train-speed.sh (the trainer on the MiniCPM5-2B shape, random
 #       weights), both under setsid, so that they outlive the call; returns at once.
 #   bash bench/device-conversion-bg.sh
 #       prints the job's state and the tail of its logs; once it has finished (or with COLLECT=1) copies its
@@ -30,7 +30,7 @@ if [ "${MODE:-poll}" = start ]; then
     OUT=/root/bg/out bash bench/demo-conversion-device.sh > /root/bg/recipe.log 2>&1
     echo "recipe exit $?" >> /root/bg/done
     if [ "${MFU_2B:-1}" = 1 ]; then
-      OUT=/root/bg/out bash bench/device-train-2b.sh > /root/bg/train-2b.log 2>&1
+      OUT=/root/bg/out bash bench/device-train-speed.sh > /root/bg/train-2b.log 2>&1
       echo "train-2b exit $?" >> /root/bg/done
     fi
     echo finished >> /root/bg/done' _ "$bg/repo" < /dev/null > /dev/null 2>&1 &

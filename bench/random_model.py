@@ -1,6 +1,6 @@
 """A plain AR checkpoint of a known shape with random bf16 weights (N(0, 0.02), norms 1) and the tiny base's
 tokenizer, plus a JSONL of synthetic text to train on: what the trainer's speed is measured on where the real
-checkpoint is not at hand (the MiniCPM5-2B shape on one GPU, bench/device-train-2b.sh). The weights are drawn on
+checkpoint is not at hand (the MiniCPM5-2B shape on one GPU, bench/device-train-speed.sh). The weights are drawn on
 the GPU when there is one (seconds for 2.5 B values).
 
     python3 bench/random_model.py --shape minicpm5-2b --out DIR [--text-rows 512]

@@ -293,18 +293,19 @@ def _chunk_terms(head, hidden, targets, weights, teacher_hidden, teacher_head, c
 
 
 def chunked_terms(head, hidden, index, targets, weights, teacher_hidden=None, teacher_index=None, teacher_head=None, chunk=4096,
-                  confidence=False, temperature=1.0):
-    """Sums of `_chunk_terms` over chunks of target rows; each chunk is checkpointed so its [rows, vocab]
-    logits live only while that chunk is computed (forward and backward)."""
+                  confidence=False, temperature=1.0, terms=None):
+    """Sums of `_chunk_terms` (or `terms`, its compiled form) over chunks of target rows; each chunk is
+    checkpointed so its [rows, vocab] logits live only while that chunk is computed (forward and backward)."""
+    terms_fn = terms or _chunk_terms
     totals = [torch.zeros((), device=hidden.device) for _ in range(4)]
     for start in range(0, index.numel(), chunk):
         sl = slice(start, start + chunk)
         t_rows = None if teacher_hidden is None else teacher_hidden[teacher_index[sl]]
-        terms = torch.utils.checkpoint.checkpoint(
-            _chunk_terms, head, hidden[index[sl]], targets[sl], weights[sl], t_rows, teacher_head, confidence, temperature,
+        terms_out = torch.utils.checkpoint.checkpoint(
+            terms_fn, head, hidden[index[sl]], targets[sl], weights[sl], t_rows, teacher_head, confidence, temperature,
             use_reentrant=False,
         )
-        totals = [a + b for a, b in zip(totals, terms)]
+        totals = [a + b for a, b in zip(totals, terms_out)]
     return totals
 
 
@@ -325,6 +326,13 @@ class Objective(nn.Module):
         self._teacher = [teacher]
         self._rows: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
         self._mask_mods: dict[tuple, tuple] = {}
+        self.terms = None  # the loss chunks' function: None for `_chunk_terms` as it is; compile_terms() fuses it
+
+    def compile_terms(self) -> None:
+        """The loss chunks through torch.compile: the log-softmaxes, the KL and the certainty entropy over a
+        chunk's [rows, vocab] logits fused into a few passes instead of one kernel (and one fp32 tensor) each.
+        The target rows' count varies per micro-batch: dynamic in that dimension only, from the second size on."""
+        self.terms = torch.compile(_chunk_terms)
 
     def static_rows(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """The layout's per-row block ids and clean limits on `device`, made once."""
@@ -434,6 +442,7 @@ class Objective(nn.Module):
         weighted, ce_sum, kl_sum, certainty = chunked_terms(
             self.model.logits, flat, pred_index, targets, weights, t_hidden if cfg.kl_weight > 0 else None, teacher_index,
             t_head, cfg.logits_chunk, confidence=cfg.confidence_weight > 0, temperature=cfg.confidence_temperature,
+            terms=self.terms,
         )
         loss = weighted + cfg.kl_weight * kl_sum + cfg.confidence_weight * certainty
         if pred_index.numel() == 0:
@@ -443,7 +452,8 @@ class Objective(nn.Module):
         ar_sum = torch.zeros((), device=flat.device)
         if cfg.ar_weight > 0:
             ones = torch.ones(ar_targets.shape, device=flat.device)
-            ar_loss, ar_sum, _, _ = chunked_terms(self.model.logits, flat, ar_index, ar_targets, ones, chunk=cfg.logits_chunk)
+            ar_loss, ar_sum, _, _ = chunked_terms(self.model.logits, flat, ar_index, ar_targets, ones, chunk=cfg.logits_chunk,
+                                                  terms=self.terms)
             loss = loss + cfg.ar_weight * ar_loss
         clean_kl = torch.zeros((), device=flat.device)
         if cfg.clean_kl_weight > 0:
@@ -451,6 +461,6 @@ class Objective(nn.Module):
             # the model held to its base's, so that training on one prompt distribution moves it less.
             none = torch.zeros(clean_index.shape, device=flat.device)
             _, _, clean_kl, _ = chunked_terms(self.model.logits, flat, clean_index, none.long(), none, t_hidden,
-                                              clean_teacher_index, t_head, cfg.logits_chunk)
+                                              clean_teacher_index, t_head, cfg.logits_chunk, terms=self.terms)
             loss = loss + cfg.clean_kl_weight * clean_kl
         return loss, torch.stack([ce_sum, kl_sum.detach(), ar_sum, certainty.detach(), clean_kl.detach()])

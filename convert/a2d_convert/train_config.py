@@ -49,7 +49,7 @@ class TrainConfig:
     precision: str = field(default="auto", metadata={"help": "auto (bf16 autocast on CUDA, fp32 on CPU), bf16 or fp32"})
     activation_checkpointing: bool = field(default=True, metadata={"help": "recompute each layer in backward"})
     attention: str = field(default="auto", metadata={"help": "auto (FlexAttention block masks on CUDA, dense boolean masks elsewhere), flex or dense"})
-    compile: str = field(default="auto", metadata={"help": "torch.compile each decoder layer: auto (on CUDA), on or off"})
+    compile: str = field(default="auto", metadata={"help": "torch.compile each decoder layer and the loss's logits chunks: auto (both, on CUDA), on (both), layers (the layers only) or off"})
     logits_chunk: int = field(default=4096, metadata={"help": "target rows per lm_head chunk (bounds the [rows, vocab] logits)"})
     seed: int = field(default=0, metadata={"help": "masks, row order and LoRA init"})
     log_every: int = field(default=10, metadata={"help": "steps between log lines (the only host syncs)"})
@@ -57,6 +57,7 @@ class TrainConfig:
     save_every: int = field(default=0, metadata={"help": "steps between checkpoints; 0: only at the end"})
     keep_checkpoints: int = field(default=3, metadata={"help": "newest checkpoints kept; 0: all"})
     time_limit_min: float = field(default=0.0, metadata={"help": "stop and save once this many minutes have passed (checked at log steps); 0: none"})
+    profile_steps: str = field(default="", metadata={"help": "A:B profiles optimizer steps A to B-1 (torch.profiler): the kernels' GPU time by name, the GPU's busy share and each phase's wall time go to OUT/profile.txt; empty: no profile"})
     threads: int = field(default=0, metadata={"help": "CPU torch threads; 0: torch's default"})
     peak_tflops: float = field(default=790.0, metadata={"help": "the device's bf16 matrix rate, TFLOP/s, for the logged model FLOPs utilisation (790: an 8192^3 product measured on an H200; 989 is the datasheet's dense peak)"})
 
@@ -78,8 +79,8 @@ def check_config(config: TrainConfig) -> None:
         raise A2DError(f"--mask-pattern {config.mask_pattern!r}: use random, full or decoder")
     if config.attention not in ("auto", "flex", "dense"):
         raise A2DError(f"--attention {config.attention!r}: use auto, flex or dense")
-    if config.compile not in ("auto", "on", "off"):
-        raise A2DError(f"--compile {config.compile!r}: use auto, on or off")
+    if config.compile not in ("auto", "on", "layers", "off"):
+        raise A2DError(f"--compile {config.compile!r}: use auto, on, layers or off")
     if config.confidence_temperature <= 0:
         raise A2DError(f"--confidence-temperature {config.confidence_temperature}: must be above 0")
     if config.mask_pattern == "full" and (config.loss_weighting != "none" or config.complementary):
@@ -101,6 +102,13 @@ def check_config(config: TrainConfig) -> None:
         raise A2DError("--window-adapter predicts each position from the row before it (its anchor row opens the window); drop --no-shift-logits")
     if config.precision not in ("auto", "bf16", "fp32"):
         raise A2DError(f"--precision {config.precision!r}: use auto, bf16 or fp32")
+    if config.profile_steps:
+        try:
+            first, stop = (int(v) for v in config.profile_steps.split(":"))
+        except ValueError:
+            first, stop = 0, -1
+        if not 0 <= first < stop:
+            raise A2DError(f"--profile-steps {config.profile_steps!r}: use A:B with 0 <= A < B (optimizer steps A to B-1)")
     for name in ("max_steps", "batch_rows", "micro_batch_rows", "log_every", "block_size", "logits_chunk"):
         if getattr(config, name) < 1:
             raise A2DError(f"--{name.replace('_', '-')} must be at least 1")

@@ -238,13 +238,16 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
             teacher = teacher.to(torch.bfloat16)
     if config.activation_checkpointing:
         checkpoint_layers(model)
-    if config.compile == "on" or (config.compile == "auto" and rt.device.type == "cuda"):
+    compiled = config.compile in ("on", "layers") or (config.compile == "auto" and rt.device.type == "cuda")
+    if compiled:
         for layer in model.model.layers:
             layer.compile(dynamic=False)
     model.to(rt.device)
     if teacher is not None:
         teacher.to(rt.device)
     objective = Objective(model, config, teacher)
+    if compiled and config.compile != "layers":
+        objective.compile_terms()
     if rt.distributed:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -442,6 +445,45 @@ def model_flops(objective, config: TrainConfig, rows: int, targets: int, attende
     return float(projections + attention + logits)
 
 
+class Profile:
+    """--profile-steps A:B: torch.profiler over optimizer steps A to B-1, written to OUT/profile.txt as the GPU
+    kernels' time by name, the GPU's busy share of the wall time and the host's share spent building batches."""
+
+    def __init__(self, config: TrainConfig, out: Path):
+        self.first, self.stop = (int(v) for v in config.profile_steps.split(":")) if config.profile_steps else (-1, -1)
+        self.path = out / "profile.txt"
+        self.prof = None
+        self.host_s = 0.0
+        self.started = 0.0
+
+    def at_step(self, step: int) -> None:
+        if step == self.first and self.prof is None:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+                torch.cuda.synchronize()
+            self.prof = torch.profiler.profile(activities=activities)
+            self.prof.start()
+            self.host_s, self.started = 0.0, time.perf_counter()
+        elif step == self.stop and self.prof is not None:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            wall = time.perf_counter() - self.started
+            self.prof.stop()
+            events = self.prof.key_averages()
+            device_us = sum(getattr(e, "self_device_time_total", 0.0) for e in events)
+            lines = [
+                f"steps {self.first}..{self.stop - 1}: wall {wall:.3f} s, host building batches {self.host_s:.3f} s "
+                f"({self.host_s / wall:.1%}), GPU kernels {device_us / 1e6:.3f} s ({device_us / 1e6 / wall:.1%} of the wall time)",
+                "",
+                events.table(sort_by="self_device_time_total" if device_us else "self_cpu_time_total", row_limit=40, max_name_column_width=90),
+            ]
+            self.path.write_text("\n".join(lines))
+            print(json.dumps({"event": "profile", "path": str(self.path), "wall_s": wall, "host_s": self.host_s,
+                              "gpu_busy": device_us / 1e6 / wall if wall else 0.0}), flush=True)
+            self.prof = None
+
+
 def evaluate(objective, arrays: dict[str, np.ndarray], config: TrainConfig, rt: Runtime, mask_token_id: int, max_rows: int = 64) -> float:
     """Mean masked-token CE on held-out rows with fixed masks (the same ones every time it runs).
 
@@ -529,14 +571,20 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
     if rt.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(rt.device)
     stop = False
+    profile = Profile(config, out) if rt.main else None
     while step < config.max_steps and not stop:
+        if profile is not None:
+            profile.at_step(step)
         lr = lr_at(config, step)
         for group in optimizer.param_groups:
             group["lr"] = lr
         normaliser = max(schedule.global_eligible(step), 1) * (copies - 1 if config.loss_weighting == "elbo" else 1)
         for micro in range(accum):
+            host_t0 = time.perf_counter()
             batch = schedule.batch(step, micro_slots(config, rt, micro))
             tensors = to_device(batch, rt.device)
+            if profile is not None:
+                profile.host_s += time.perf_counter() - host_t0
             if rt.distributed:
                 objective.set_requires_gradient_sync(micro == accum - 1)
             with autocast(config, rt.device):
@@ -550,6 +598,8 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
+        if profile is not None:
+            profile.at_step(step)
         window_tokens += tokens_per_step
         window_steps += 1
         progress["tokens"] = progress.get("tokens", 0) + tokens_per_step

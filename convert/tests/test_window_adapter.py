@@ -222,3 +222,44 @@ def mask_used_before(segment_ids: torch.Tensor, block: int, copies: int, reveale
             causal_revealed = (same & same_block & causal & rev[:, None, :]) | eye
             mask[:, rows, rows] = torch.where(rev[:, :, None], causal_revealed, noisy_noisy)
     return mask
+
+
+def test_compiled_loss_chunks_give_the_eager_loss_and_gradients(workspace, tmp_path):
+    """Objective.compile_terms (torch.compile of the loss chunks: CE, KL to the base, certainty) gives the eager
+    loss, statistics and adapter gradients; the chunk is small, so the last chunk's other size recompiles too."""
+    root, base, data = workspace
+    arrays, _ = load_rows(data / TRAIN_FILE, 4)
+    config = TrainConfig(block_size=4, batch_rows=2, window_adapter=True, lora_rank=4, mask_pattern="decoder", t_min=0.1,
+                         t_max=0.9, kl_weight=1.0, confidence_weight=2.0, confidence_temperature=0.5, logits_chunk=48,
+                         loss_weighting="none", attention="dense")
+    results = []
+    for compiled in (False, True):
+        torch.manual_seed(0)  # window_model draws B from the global generator
+        model, a2d = window_model(base, tmp_path / str(compiled), b_std=0.05)
+        schedule = RowSchedule(arrays, config, a2d.mask_token_id)
+        objective = Objective(model, config, None, schedule.layout)
+        if compiled:
+            objective.compile_terms()
+        batch = schedule.batch(0, [0, 1])
+        assert batch.pred_index.size % 48  # a ragged last chunk
+        tensors = {name: torch.from_numpy(np.ascontiguousarray(getattr(batch, name))) for name in (
+            "input_ids", "position_ids", "segment_ids", "row_seg", "pred_index", "targets", "weights", "teacher_index",
+            "ar_index", "ar_targets", "clean_index", "clean_teacher_index")}
+        loss, stats = objective(**tensors)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((loss.detach(), stats, grads))
+    (loss0, stats0, grads0), (loss1, stats1, grads1) = results
+    torch.testing.assert_close(loss1, loss0, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(stats1, stats0, rtol=1e-5, atol=1e-4)
+    assert grads0.keys() == grads1.keys() and len(grads0) > 0
+    for name in grads0:
+        torch.testing.assert_close(grads1[name], grads0[name], rtol=1e-4, atol=1e-6)
+
+
+def test_profile_steps_write_the_kernels_and_the_busy_share(workspace):
+    """--profile-steps A:B writes OUT/profile.txt: the wall time of those steps, the host's share and the table."""
+    root, base, data = workspace
+    train(tiny_config(root, base, data, "profiled", max_steps=3, lora_rank=4, window_adapter=True, profile_steps="1:3"))
+    text = (root / "profiled" / "profile.txt").read_text()
+    assert text.startswith("steps 1..2: wall ") and "host building batches" in text and "Name" in text
