@@ -52,10 +52,12 @@ def rope_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float) -> tup
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [b, heads, T, head_dim]; cos/sin [b, T, head_dim]."""
+    """x [b, heads, T, head_dim]; cos/sin [b, T, head_dim] (fp32). The rotation is computed in fp32 and the
+    result keeps x's dtype: under bf16 autocast q and k stay bf16, as the engines store them, and attention
+    runs on tensor cores (FlexAttention, not on autocast's list, would otherwise run the whole layout in fp32)."""
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos[:, None] + rotated * sin[:, None]
+    return (x * cos[:, None] + rotated * sin[:, None]).to(x.dtype)
 
 
 class Attention(nn.Module):
