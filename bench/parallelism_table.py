@@ -57,7 +57,7 @@ def main(folder: Path) -> int:
         rows = details(folder, f"heldout-{first}")
         base = {r["prompt"]: r for r in rows if r["kind"] == "base"}
         model = [r for r in rows if r["kind"] == f"model@{pick}"]
-        print(f"\nHeld-out answers at {first.replace('-', ', at least ')}, threshold {pick} (model | base):\n")
+        print(f"\nFive held-out answers beside the base's ({first.replace('-', ' top-up, at least ')} a step, threshold {pick}):\n")
         print("| prompt | model (tokens / forwards) | base |\n|---|---|---|")
         seen = set()
         for r in model:
@@ -70,8 +70,9 @@ def main(folder: Path) -> int:
     code = [r for r in details(folder, f"open-{first}") if "Python" in r["prompt"]]
     if code:
         r = max((r for r in code if r["kind"].startswith("model@")), key=lambda r: float(r["kind"][6:]))
-        print(f"\nThe code prompt at {r['kind'][6:]} ({r['tokens']} tokens in {r['forward_passes']} forwards): {r['prompt']}\n")
-        print("```\n" + r["text"] + "\n```")
+        where = first.replace("-", " top-up, at least ") + " a step"
+        print(f"\nThe code prompt ({where}, threshold {r['kind'][6:]}: {r['tokens']} tokens in {r['forward_passes']} forwards): {r['prompt']}\n")
+        print("~~~\n" + r["text"] + "\n~~~")
     return 0
 
 

@@ -116,6 +116,9 @@ def single_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, at
 
 
 _compiled_flex = None
+# FlexAttention's kernel options on a GPU (e.g. {"BLOCK_M": 64, "BLOCK_N": 64}: the forward's tile), set by the
+# trainer from --flex-block; empty: the compiler's defaults.
+FLEX_KERNEL_OPTIONS: dict[str, int] = {}
 
 
 def block_sparse_attention(q, k, v, block_mask: BlockMask, gqa: bool) -> torch.Tensor:
@@ -126,7 +129,7 @@ def block_sparse_attention(q, k, v, block_mask: BlockMask, gqa: bool) -> torch.T
         return flex_attention(q, k, v, block_mask=block_mask, enable_gqa=gqa)
     if _compiled_flex is None:
         _compiled_flex = torch.compile(flex_attention, dynamic=False)
-    return _compiled_flex(q, k, v, block_mask=block_mask, enable_gqa=gqa)
+    return _compiled_flex(q, k, v, block_mask=block_mask, enable_gqa=gqa, kernel_options=FLEX_KERNEL_OPTIONS or None)
 
 
 class MLP(nn.Module):

@@ -338,7 +338,9 @@ class Objective(nn.Module):
         """The layout's per-row block ids and clean limits on `device`, made once."""
         if device not in self._rows:
             _, block, limit = self.layout.static_rows()
-            self._rows[device] = (torch.as_tensor(block, device=device), torch.as_tensor(limit, device=device))
+            # int32: a FlexAttention mask_mod loads them for every element of a partial tile.
+            self._rows[device] = (torch.as_tensor(block, dtype=torch.int32, device=device),
+                                  torch.as_tensor(limit, dtype=torch.int32, device=device))
         return self._rows[device]
 
     @property
@@ -372,7 +374,7 @@ class Objective(nn.Module):
         key = (tuple(input_ids.shape), offset, input_ids.device)
         if key not in self._mask_mods:
             block, limit = self.static_rows(input_ids.device)
-            seg_buf, real_buf = torch.empty_like(row_seg), torch.empty_like(real)
+            seg_buf, real_buf = torch.empty_like(row_seg, dtype=torch.int32), torch.empty_like(real)
             rule = self.rule
 
             def mask_mod(bi, h, q, k):

@@ -49,6 +49,7 @@ class TrainConfig:
     precision: str = field(default="auto", metadata={"help": "auto (bf16 autocast on CUDA, fp32 on CPU), bf16 or fp32"})
     activation_checkpointing: bool = field(default=True, metadata={"help": "recompute each layer in backward"})
     attention: str = field(default="auto", metadata={"help": "auto (FlexAttention block masks on CUDA, dense boolean masks elsewhere), flex or dense"})
+    flex_block: int = field(default=0, metadata={"help": "FlexAttention's forward tile (BLOCK_M = BLOCK_N, a divisor of 128) on CUDA; 0: auto, 64 for heads of up to 64 dimensions (the compiler's default tile ran the 135M's training forward 32x slower, bench/NOTES.md), the compiler's default above"})
     compile: str = field(default="auto", metadata={"help": "torch.compile each decoder layer and the loss's logits chunks: auto (both, on CUDA), on (both), layers (the layers only) or off"})
     logits_chunk: int = field(default=4096, metadata={"help": "target rows per lm_head chunk (bounds the [rows, vocab] logits)"})
     seed: int = field(default=0, metadata={"help": "masks, row order and LoRA init"})
@@ -79,6 +80,8 @@ def check_config(config: TrainConfig) -> None:
         raise A2DError(f"--mask-pattern {config.mask_pattern!r}: use random, full or decoder")
     if config.attention not in ("auto", "flex", "dense"):
         raise A2DError(f"--attention {config.attention!r}: use auto, flex or dense")
+    if config.flex_block not in (0, 16, 32, 64, 128):
+        raise A2DError(f"--flex-block {config.flex_block}: use 0 (the default tile) or 16, 32, 64 or 128")
     if config.compile not in ("auto", "on", "layers", "off"):
         raise A2DError(f"--compile {config.compile!r}: use auto, on, layers or off")
     if config.confidence_temperature <= 0:

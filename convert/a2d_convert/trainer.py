@@ -246,6 +246,11 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
     if teacher is not None:
         teacher.to(rt.device)
     objective = Objective(model, config, teacher)
+    tile = flex_tile(config, model.config.head_dim)
+    if tile:
+        from . import model as model_mod
+
+        model_mod.FLEX_KERNEL_OPTIONS.update(BLOCK_M=tile, BLOCK_N=tile)
     if compiled and config.compile != "layers":
         objective.compile_terms()
     if rt.distributed:
@@ -264,6 +269,15 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
                 fully_shard(layer)
     trainable = [p for p in objective.parameters() if p.requires_grad]
     return objective, trainable, a2d
+
+
+def flex_tile(config: TrainConfig, head_dim: int) -> int:
+    """The FlexAttention forward tile for --flex-block (0: auto): 64 for heads of up to 64 dimensions, where the
+    compiler's default tile is 32x slower on an H200 (a noisy pass of the 135M: 33.6 ms forward with it, 1.05 ms with 64; bench/NOTES.md),
+    else 0 (the compiler's default, which the 2B shape's 128-dimension heads run well)."""
+    if config.flex_block:
+        return config.flex_block
+    return 64 if head_dim <= 64 else 0
 
 
 def frozen_bf16(model: nn.Module) -> None:
@@ -455,6 +469,11 @@ class Profile:
         self.prof = None
         self.host_s = 0.0
         self.started = 0.0
+        self.overhead_s = 0.0  # time spent stopping the profiler and writing its table, kept out of the throughput
+
+    def take_overhead(self) -> float:
+        spent, self.overhead_s = self.overhead_s, 0.0
+        return spent
 
     def at_step(self, step: int) -> None:
         if step == self.first and self.prof is None:
@@ -468,10 +487,12 @@ class Profile:
         elif step == self.stop and self.prof is not None:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-            wall = time.perf_counter() - self.started
+            stopping = time.perf_counter()
+            wall = stopping - self.started
             self.prof.stop()
             events = self.prof.key_averages()
-            device_us = sum(getattr(e, "self_device_time_total", 0.0) for e in events)
+            # The kernels' own rows (an operator's row repeats its kernels' time as its device time).
+            device_us = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
             lines = [
                 f"steps {self.first}..{self.stop - 1}: wall {wall:.3f} s, host building batches {self.host_s:.3f} s "
                 f"({self.host_s / wall:.1%}), GPU kernels {device_us / 1e6:.3f} s ({device_us / 1e6 / wall:.1%} of the wall time)",
@@ -482,6 +503,7 @@ class Profile:
             print(json.dumps({"event": "profile", "path": str(self.path), "wall_s": wall, "host_s": self.host_s,
                               "gpu_busy": device_us / 1e6 / wall if wall else 0.0}), flush=True)
             self.prof = None
+            self.overhead_s += time.perf_counter() - stopping
 
 
 def evaluate(objective, arrays: dict[str, np.ndarray], config: TrainConfig, rt: Runtime, mask_token_id: int, max_rows: int = 64) -> float:
@@ -563,6 +585,7 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
 
     started = time.perf_counter() - progress.get("elapsed_s", 0.0)
     window_start, window_tokens, window_steps = time.perf_counter(), 0, 0
+    window_excluded = 0.0  # seconds of the log window spent on the profiler, not on training
     stats_sum = torch.zeros(5, device=rt.device)
     counts = np.zeros(5)  # targets, ar targets, clean rows, attended pairs clean / noisy (host: known without a sync)
     loss_sum = torch.zeros((), device=rt.device)
@@ -600,6 +623,7 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
         step += 1
         if profile is not None:
             profile.at_step(step)
+            window_excluded += profile.take_overhead()
         window_tokens += tokens_per_step
         window_steps += 1
         progress["tokens"] = progress.get("tokens", 0) + tokens_per_step
@@ -609,6 +633,7 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
             reduced = all_reduce_sum(rt, torch.cat([stats_sum, loss_sum[None], torch.tensor(counts, device=rt.device, dtype=torch.float32)]))
             values = reduced.tolist()  # the one host sync per log interval
             now = time.perf_counter()
+            window_s = max(now - window_start - window_excluded, 1e-9)
             if hasattr(grad_norm, "full_tensor"):
                 grad_norm = grad_norm.full_tensor()
             record = {
@@ -618,9 +643,9 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
                 "lr": lr,
                 "grad_norm": float(grad_norm),
                 "tokens": progress["tokens"],
-                "tokens_per_s": window_tokens / (now - window_start),
+                "tokens_per_s": window_tokens / window_s,
                 "model_tflops": model_flops(objective, config, window_steps * config.batch_rows, values[6], (values[9], values[10]))
-                / (now - window_start) / 1e12,
+                / window_s / 1e12,
                 "elapsed_s": now - started,
             }
             record["mfu"] = record["model_tflops"] / config.peak_tflops
@@ -637,7 +662,7 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
             stats_sum.zero_()
             loss_sum.zero_()
             counts[:] = 0
-            window_start, window_tokens, window_steps = now, 0, 0
+            window_start, window_tokens, window_steps, window_excluded = now, 0, 0, 0.0
             if heldout is not None and config.eval_every and step % config.eval_every == 0:
                 record["eval_ce"] = evaluate(objective, heldout, config, rt, a2d.mask_token_id)
             if config.time_limit_min > 0:
@@ -655,7 +680,7 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
             if heldout is not None and (step == config.max_steps or stop):
                 progress["eval_ce"] = evaluate(objective, heldout, config, rt, a2d.mask_token_id)
             last_folder = save_checkpoint(objective, optimizer, config, rt, step, dict(progress), init_dir, inputs)
-            window_start = time.perf_counter()  # throughput counts training, not saving
+            window_start, window_excluded = time.perf_counter(), 0.0  # throughput counts training, not saving
     bar.close()
     if last_folder is None:
         last_folder = Path(config.out) / read_json(Path(config.out) / LATEST)["path"]

@@ -263,3 +263,14 @@ def test_profile_steps_write_the_kernels_and_the_busy_share(workspace):
     train(tiny_config(root, base, data, "profiled", max_steps=3, lora_rank=4, window_adapter=True, profile_steps="1:3"))
     text = (root / "profiled" / "profile.txt").read_text()
     assert text.startswith("steps 1..2: wall ") and "host building batches" in text and "Name" in text
+
+
+def test_the_flex_tile_is_64_for_small_heads_unless_asked():
+    from a2d_convert.trainer import flex_tile
+
+    assert flex_tile(TrainConfig(), 64) == 64 and flex_tile(TrainConfig(), 128) == 0
+    assert flex_tile(TrainConfig(flex_block=32), 128) == 32
+    with pytest.raises(Exception, match="flex-block"):
+        from a2d_convert.train_config import check_config
+
+        check_config(TrainConfig(flex_block=48))
