@@ -117,13 +117,36 @@ async function isMountPoint(dir: string): Promise<boolean> {
   return self.dev !== parent.dev || mountPoints().has(real);
 }
 
+/** Removes `dir` and waits (blocking: a signal handler's) until it has stayed absent for two looks 50 ms apart. */
+function removeUntilGone(dir: string): boolean {
+  const pause = new Int32Array(new SharedArrayBuffer(4));
+  let absent = 0;
+  for (let tries = 0; tries < 100 && absent < 2; tries++) {
+    try {
+      rmSync(dir, { recursive: true, force: true, maxRetries: 3, retryDelay: 10 });
+    } catch {
+      // ENOTEMPTY and the like while writes land: the next round removes what they made
+    }
+    Atomics.wait(pause, 0, 0, 50);
+    absent = existsSync(dir) ? 0 : absent + 1;
+  }
+  return absent >= 2;
+}
+
 function onInterrupt(tempDir: string): () => void {
   const handlers = new Map<NodeJS.Signals, () => void>();
   for (const [signal, code] of [["SIGINT", 130], ["SIGTERM", 143], ["SIGHUP", 129]] as const) {
     const handler = () => {
-      // Synchronous on purpose: nothing else may run between the signal and the exit.
-      rmSync(tempDir, { recursive: true, force: true });
-      process.stderr.write(`\na2d pack: interrupted by ${signal}; removed ${tempDir}, nothing was written at --out\n`);
+      // Synchronous on purpose: nothing else of this process's code may run between the signal and the exit. The
+      // thread pool still finishes the file operations the reify had queued, and a recursive mkdir among them can
+      // make the folder again after it was removed: removed until it stays gone for two looks 50 ms apart (at most
+      // 5 s), and whatever happens the exit code stays the signal's.
+      const gone = removeUntilGone(tempDir);
+      process.stderr.write(
+        gone
+          ? `\na2d pack: interrupted by ${signal}; removed ${tempDir}, nothing was written at --out\n`
+          : `\na2d pack: interrupted by ${signal}; nothing was written at --out, but ${tempDir} could not be removed: the next pack into this --out removes it\n`,
+      );
       process.exit(code);
     };
     handlers.set(signal, handler);
