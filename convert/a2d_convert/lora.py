@@ -82,6 +82,51 @@ def _row_factors_hook(module: nn.Linear, inputs, output):
     return output + (delta if rows is True else delta * rows).to(output.dtype)
 
 
+def grouped_projections(modules: tuple[nn.Linear, ...], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The outputs of projections that read the same input (q/k/v, gate/up, or one alone), with their row factors
+    when they have them, in three GEMMs for the group: the base weights stacked, every A stacked (t = A x, one read
+    of x), and B block-diagonal in an addmm onto the base output (the scale folded into B, a row gate applied to t:
+    (B t) g = B (t g) for a per-row g). The same sums as one projection at a time with its hook
+    (`_row_factors_hook`), in another order; training uses it (`fuse_projections`), the reference decoder does
+    not."""
+    first = modules[0]
+    sizes = [m.weight.shape[0] for m in modules]
+    weight = torch.cat([m.weight for m in modules]) if len(modules) > 1 else first.weight
+    bias = None
+    if first.bias is not None:
+        bias = torch.cat([m.bias for m in modules]) if len(modules) > 1 else first.bias
+    out = F.linear(x, weight, bias)
+    rows = first.row_gate.rows if hasattr(first, "row_gate") else None
+    if rows is not None and first.lora_enabled:
+        a_name, b_name = first.row_factors
+        a = torch.cat([getattr(m, a_name) for m in modules]) if len(modules) > 1 else getattr(first, a_name)
+        bs = [getattr(m, b_name) for m in modules]
+        b = torch.block_diag(*bs) if len(bs) > 1 else bs[0]
+        if first.lora_scale != 1.0:
+            b = b * first.lora_scale
+        t = F.linear(x, a)
+        if rows is not True:
+            t = t * rows
+        flat = out.reshape(-1, out.shape[-1])
+        out = torch.addmm(flat, t.reshape(-1, t.shape[-1]).to(flat.dtype), b.t().to(flat.dtype)).view(out.shape)
+    return tuple(out.split(sizes, dim=-1)) if len(modules) > 1 else (out,)
+
+
+def fuse_projections(model: nn.Module) -> int:
+    """Switch every decoder layer whose seven projections all carry row factors (or none does) to
+    `grouped_projections`; returns how many layers switched. Full LoRA (merged factors) keeps its hooks."""
+    switched = 0
+    for layer in model.model.layers:
+        projections = [getattr(layer.self_attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
+        projections += [getattr(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj")]
+        factors = {getattr(m, "row_factors", None) for m in projections}
+        if len(factors) != 1 or any(hasattr(m, "lora_A") for m in projections):
+            continue
+        layer.self_attn.grouped = layer.mlp.grouped = True
+        switched += 1
+    return switched
+
+
 def add_row_factors(module: nn.Linear, names: tuple[str, str], rank: int, gate: RowGate, scale: float) -> None:
     """Zero factors `names` (A [rank, in], B [out, rank]) on one projection, filled by training or by loading a
     model folder, and the hook that adds them on the gate's rows."""

@@ -28,7 +28,7 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from .config import A2DSection, ModelConfig, load_config
 from .errors import A2DError
-from .lora import RowGate, add_row_factors, target_modules
+from .lora import RowGate, add_row_factors, grouped_projections, target_modules
 from .weights import load_checked
 
 
@@ -68,6 +68,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
+        self.grouped = False  # lora.fuse_projections: the projections by lora.grouped_projections
         if cfg.qk_norm:
             self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
@@ -75,9 +76,13 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, attn_mask, past: tuple[torch.Tensor, torch.Tensor] | None):
         """Returns the output and this call's (k, v) [b, kv_heads, T, head_dim] (k after RoPE)."""
         b, T, _ = x.shape
-        q = self.q_proj(x).view(b, T, self.heads, self.head_dim)
-        k = self.k_proj(x).view(b, T, self.kv_heads, self.head_dim)
-        v = self.v_proj(x).view(b, T, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.grouped:  # training's three GEMMs for q, k and v with their factors (lora.grouped_projections)
+            q, k, v = grouped_projections((self.q_proj, self.k_proj, self.v_proj), x)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(b, T, self.heads, self.head_dim)
+        k = k.view(b, T, self.kv_heads, self.head_dim)
+        v = v.view(b, T, self.kv_heads, self.head_dim).transpose(1, 2)
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q.transpose(1, 2), cos, sin)
@@ -92,7 +97,8 @@ class Attention(nn.Module):
             out = single_query_attention(q, k_all, v_all, attn_mask)
         else:
             out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=attn_mask[:, None], enable_gqa=self.heads != self.kv_heads)
-        return self.o_proj(out.transpose(1, 2).reshape(b, T, -1)), (k, v)
+        out = out.transpose(1, 2).reshape(b, T, -1)
+        return (grouped_projections((self.o_proj,), out)[0] if self.grouped else self.o_proj(out)), (k, v)
 
 
 # The kernels single_query_attention may use. cuDNN is left out: it builds an execution plan for every new
@@ -138,8 +144,12 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.grouped = False  # lora.fuse_projections
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.grouped:
+            gate, up = grouped_projections((self.gate_proj, self.up_proj), x)
+            return grouped_projections((self.down_proj,), F.silu(gate) * up)[0]
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 

@@ -50,6 +50,7 @@ class TrainConfig:
     activation_checkpointing: bool = field(default=True, metadata={"help": "recompute each layer in backward"})
     attention: str = field(default="auto", metadata={"help": "auto (FlexAttention block masks on CUDA, dense boolean masks elsewhere), flex or dense"})
     flex_block: int = field(default=0, metadata={"help": "FlexAttention's forward tile (BLOCK_M = BLOCK_N, a divisor of 128) on CUDA; 0: auto, 64 for heads of up to 64 dimensions (the compiler's default tile ran the 135M's training forward 32x slower, bench/NOTES.md), the compiler's default above"})
+    grouped_projections: bool = field(default=True, metadata={"help": "one GEMM for q/k/v and one for gate/up, and a row adapter's factors as one A and one block-diagonal B product per group (the same sums in another order); --no-grouped-projections: a GEMM per projection"})
     compile: str = field(default="auto", metadata={"help": "torch.compile each decoder layer and the loss's logits chunks: auto (both, on CUDA), on (both), layers (the layers only) or off"})
     logits_chunk: int = field(default=4096, metadata={"help": "target rows per lm_head chunk (bounds the [rows, vocab] logits)"})
     seed: int = field(default=0, metadata={"help": "masks, row order and LoRA init"})

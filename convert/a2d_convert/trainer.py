@@ -236,6 +236,8 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
         teacher.requires_grad_(False)
         if use_bf16(config, rt.device):
             teacher = teacher.to(torch.bfloat16)
+    if config.grouped_projections and config.row_adapter:
+        lora_mod.fuse_projections(model)
     if config.activation_checkpointing:
         checkpoint_layers(model)
     compiled = config.compile in ("on", "layers") or (config.compile == "auto" and rt.device.type == "cuda")

@@ -257,6 +257,48 @@ def test_compiled_loss_chunks_give_the_eager_loss_and_gradients(workspace, tmp_p
         torch.testing.assert_close(grads1[name], grads0[name], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("rule", ["window", "mask"])
+def test_grouped_projections_give_the_hooks_loss_and_gradients(workspace, tmp_path, rule):
+    """lora.fuse_projections (q/k/v and gate/up as one GEMM each, a group's factors as one A and one block-diagonal
+    B product: what training runs) gives the loss, statistics and factor gradients of a projection at a time with
+    its hook, for both row rules (the mask adapter's gate applied to t)."""
+    root, base, data = workspace
+    arrays, _ = load_rows(data / TRAIN_FILE, 4)
+    config = TrainConfig(block_size=4, batch_rows=2, lora_rank=4, mask_pattern="decoder" if rule == "window" else "random",
+                         t_min=0.1, t_max=0.9, kl_weight=1.0, confidence_weight=2.0, confidence_temperature=0.5,
+                         loss_weighting="none", attention="dense", window_adapter=rule == "window", mask_adapter=rule == "mask")
+    results = []
+    for grouped in (False, True):
+        torch.manual_seed(0)
+        model_dir = init_model(base, tmp_path / f"{rule}{grouped}", block_size=4, shift_logits=True)
+        model, _, a2d = load_transformer(model_dir)
+        lora_mod.attach(model, lora_mod.LoraConfig(rank=4, alpha=8.0), a2d.mask_token_id, torch.Generator().manual_seed(1), rows=rule)
+        with torch.no_grad():
+            for _, module in lora_mod.target_modules(model, lora_mod.TARGETS):
+                getattr(module, f"{rule}_b").normal_(0, 0.05)
+        if grouped:
+            assert lora_mod.fuse_projections(model) == model.config.num_layers
+        schedule = RowSchedule(arrays, config, a2d.mask_token_id)
+        objective = Objective(model, config, None, schedule.layout)
+        batch = schedule.batch(0, [0, 1])
+        tensors = {name: torch.from_numpy(np.ascontiguousarray(getattr(batch, name))) for name in (
+            "input_ids", "position_ids", "segment_ids", "row_seg", "pred_index", "targets", "weights", "teacher_index",
+            "ar_index", "ar_targets", "clean_index", "clean_teacher_index")}
+        loss, stats = objective(**tensors)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((loss.detach(), stats, grads))
+    (loss0, stats0, grads0), (loss1, stats1, grads1) = results
+    assert abs(float(loss0)) > 0
+    torch.testing.assert_close(loss1, loss0, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(stats1, stats0, rtol=1e-5, atol=1e-5)
+    assert grads0.keys() == grads1.keys() and any(n.endswith(f"{rule}_a") for n in grads0)
+    for name in grads0:  # fp32 sums in another order: held to 1e-4 of each tensor's largest entry
+        scale = float(grads0[name].abs().max())
+        assert scale > 0, name
+        torch.testing.assert_close(grads1[name], grads0[name], rtol=0, atol=1e-4 * scale, msg=name)
+
+
 def test_profile_steps_write_the_kernels_and_the_busy_share(workspace):
     """--profile-steps A:B writes OUT/profile.txt: the wall time of those steps, the host's share and the table."""
     root, base, data = workspace
