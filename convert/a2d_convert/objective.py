@@ -331,8 +331,11 @@ class Objective(nn.Module):
     def compile_terms(self) -> None:
         """The loss chunks through torch.compile: the log-softmaxes, the KL and the certainty entropy over a
         chunk's [rows, vocab] logits fused into a few passes instead of one kernel (and one fp32 tensor) each.
-        The target rows' count varies per micro-batch: dynamic in that dimension only, from the second size on."""
-        self.terms = torch.compile(_chunk_terms)
+        The target rows' count varies per micro-batch: dynamic in that dimension only, from the second size on.
+        The compiler's stride padding is off: with a2d's mask token the vocabulary is odd (49,152 + 1), and the
+        padded logits' stride (49,216) then differed between the checkpointed chunk's forward and its recompute,
+        which failed the backward's stride check on the GPU (bench/terms_padding_check.py, bench/NOTES.md)."""
+        self.terms = torch.compile(_chunk_terms, options={"comprehensive_padding": False})
 
     def static_rows(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """The layout's per-row block ids and clean limits on `device`, made once."""

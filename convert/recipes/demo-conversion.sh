@@ -185,14 +185,16 @@ elif [ "$s" -ge "$MIN_TRAIN_S" ]; then
   stamp "train: $NGPU process(es), up to $STEPS steps, $s s this call (time limit ${limit_min} min of training in all)${resume:+, resumed}"
   train_cmd "$NGPU" "$WORK/run" --max-steps "$STEPS" --time-limit-min "$limit_min" --save-every "$SAVE_EVERY" --threads "$THREADS" ${resume[@]+"${resume[@]}"}
   bounded "$s" "${cmd[@]}" 2>&1 | tee -a "$WORK/train.log" | grep --line-buffered -E '^!!|"step"|"event"|Error|error' || true
-  if [ ! -f "$WORK/run/latest.json" ] && [ "$(budget "$cap" "$RESERVE_S")" -ge "$MIN_TRAIN_S" ]; then
-    # A run that left no checkpoint at all failed before its first save: once more without compiled layers.
-    stamp "train: no checkpoint; once more with --compile off"
+  # A run that left no checkpoint at all failed before its first save: once more with only the layers compiled
+  # (the loss chunks eager), then with nothing compiled, each failure's last error line in the timings.
+  for fallback in layers off; do
+    [ ! -f "$WORK/run/latest.json" ] && [ "$(budget "$cap" "$RESERVE_S")" -ge "$MIN_TRAIN_S" ] || break
+    stamp "train: no checkpoint ($(grep -aE '^[A-Za-z]*(Error|Exception)' "$WORK/train.log" | tail -n 1 | cut -c1-160)); once more with --compile $fallback"
     s=$(budget "$cap" "$RESERVE_S")
     train_cmd "$NGPU" "$WORK/run" --max-steps "$STEPS" --time-limit-min "$(python3 -c "print(round(max($s - $TRAIN_TAIL_S, 10) / 60, 3))")" \
-      --save-every "$SAVE_EVERY" --threads "$THREADS" --compile off
+      --save-every "$SAVE_EVERY" --threads "$THREADS" --compile "$fallback"
     bounded "$s" "${cmd[@]}" 2>&1 | tee -a "$WORK/train.log" | grep --line-buffered -E '^!!|"step"|"event"|Error|error' || true
-  fi
+  done
   status "train stopped at step $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step"])' "$WORK/run/latest.json" 2>/dev/null || echo none)"
 else
   stamp "train: skipped ($s s left for it)"
