@@ -225,51 +225,60 @@ checkpoint=$WORK/run; candidate=$WORK/model-candidate
 # A checkpoint's model folder: the newest one is model-candidate already (exported above), the others ck/NAME.
 latest_name=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["path"].split("/")[-1])' "$WORK/run/latest.json")
 model_of() { if [ "$1" = "$latest_name" ]; then echo "$WORK/model-candidate"; else echo "$WORK/ck/$1"; fi; }
-rm -f "$WORK/probes.json" "$WORK/probes.log"
-if [ "$CHECKPOINT_PROBES" = 1 ]; then
-  # Every kept checkpoint exported and probed, newest first (what the deadline cuts off is the oldest).
-  for ck in $(ls -d "$WORK"/run/checkpoints/step_* 2>/dev/null | sort -r); do
-    name=$(basename "$ck"); s=$(budget 0 60)
-    [ "$s" -gt 30 ] || { stamp "checkpoint probes: no time left for $name"; break; }
-    if [ ! -f "$WORK/ck/$name/probes.json" ]; then
-      stamp "checkpoint $name: export and probes (limit $s s)"
-      mkdir -p "$WORK/ck/$name"
-      if [ "$(model_of "$name")" != "$WORK/model-candidate" ]; then
-        bounded 120 python3 -m a2d_convert export --checkpoint "$ck" --out "$WORK/ck/$name" --force ${EXPORT_EXTRA_ARGS[@]+"${EXPORT_EXTRA_ARGS[@]}"} > /dev/null || continue
+# The probes and the final export are done once per checkpoint: a second run of the same WORK skips them.
+final_done=0
+if [ "$latest" = "$(cat "$WORK/final.txt" 2>/dev/null)" ] && [ -f "$WORK/model/config.json" ] && [ -f "$WORK/probes.json" ]; then
+  final_done=1
+  stamp "probes and the final export of $latest: done already"
+else
+  rm -f "$WORK/final.txt"
+  rm -f "$WORK/probes.json" "$WORK/probes.log"
+  if [ "$CHECKPOINT_PROBES" = 1 ]; then
+    # Every kept checkpoint exported and probed, newest first (what the deadline cuts off is the oldest).
+    for ck in $(ls -d "$WORK"/run/checkpoints/step_* 2>/dev/null | sort -r); do
+      name=$(basename "$ck"); s=$(budget 0 60)
+      [ "$s" -gt 30 ] || { stamp "checkpoint probes: no time left for $name"; break; }
+      if [ ! -f "$WORK/ck/$name/probes.json" ]; then
+        stamp "checkpoint $name: export and probes (limit $s s)"
+        mkdir -p "$WORK/ck/$name"
+        if [ "$(model_of "$name")" != "$WORK/model-candidate" ]; then
+          bounded 120 python3 -m a2d_convert export --checkpoint "$ck" --out "$WORK/ck/$name" --force ${EXPORT_EXTRA_ARGS[@]+"${EXPORT_EXTRA_ARGS[@]}"} > /dev/null || continue
+        fi
+        probe "$(model_of "$name")" "$WORK/ck/$name/probes.json" "$(budget 0 60)" --details "$WORK/ck/$name/probes-details.jsonl"
       fi
-      probe "$(model_of "$name")" "$WORK/ck/$name/probes.json" "$(budget 0 60)" --details "$WORK/ck/$name/probes-details.jsonl"
+    done
+    best=$(python3 -m a2d_convert rank-probes "$WORK"/ck/step_*/probes.json --out "$WORK/checkpoint-ranking.json" 2> >(tee -a "$WORK/timings.txt" >&2)) || best=""
+    if [ -n "$best" ]; then
+      name=$(basename "$(dirname "$best")")
+      checkpoint=$WORK/run/checkpoints/$name; candidate=$(model_of "$name")
+      cp "$best" "$WORK/probes.json"; cp "$WORK/ck/$name/probes-details.jsonl" "$WORK/probes-details.jsonl" 2>/dev/null || true
+      stamp "checkpoint chosen by the probes: $name"
     fi
-  done
-  best=$(python3 -m a2d_convert rank-probes "$WORK"/ck/step_*/probes.json --out "$WORK/checkpoint-ranking.json" 2> >(tee -a "$WORK/timings.txt" >&2)) || best=""
-  if [ -n "$best" ]; then
-    name=$(basename "$(dirname "$best")")
-    checkpoint=$WORK/run/checkpoints/$name; candidate=$(model_of "$name")
-    cp "$best" "$WORK/probes.json"; cp "$WORK/ck/$name/probes-details.jsonl" "$WORK/probes-details.jsonl" 2>/dev/null || true
-    stamp "checkpoint chosen by the probes: $name"
+  else
+    s=$(budget 0 40)
+    stamp "probes: base vs converted at thresholds $THRESHOLDS ($PROBES_PER_FAMILY per family, $PROBE_TOKENS tokens, limit $s s)"
+    probe "$WORK/model-candidate" "$WORK/probes.json" "$s" --details "$WORK/probes-details.jsonl"
   fi
-else
-  s=$(budget 0 40)
-  stamp "probes: base vs converted at thresholds $THRESHOLDS ($PROBES_PER_FAMILY per family, $PROBE_TOKENS tokens, limit $s s)"
-  probe "$WORK/model-candidate" "$WORK/probes.json" "$s" --details "$WORK/probes-details.jsonl"
+  grep -v 'it/s\|s/it' "$WORK/probes.log" | tail -40 || true
+  if [ -f "$WORK/probes.json" ]; then
+    status "probes ok"
+    stamp "export with the probes' threshold"
+    bounded 120 python3 -m a2d_convert export --checkpoint "$checkpoint" --out "$WORK/model" --delta "$WORK/delta" --probes "$WORK/probes.json" --force ${EXPORT_EXTRA_ARGS[@]+"${EXPORT_EXTRA_ARGS[@]}"} | tail -3
+    save_delta "$WORK/delta"
+    py verify "$WORK/model" | tail -2
+    echo "$latest" > "$WORK/final.txt"
+    status "final export verified"
+  else
+    status "probes failed or timed out"
+  fi
 fi
-grep -v 'it/s\|s/it' "$WORK/probes.log" | tail -40 || true
-if [ -f "$WORK/probes.json" ]; then
-  status "probes ok"
-  stamp "export with the probes' threshold"
-  bounded 120 python3 -m a2d_convert export --checkpoint "$checkpoint" --out "$WORK/model" --delta "$WORK/delta" --probes "$WORK/probes.json" --force ${EXPORT_EXTRA_ARGS[@]+"${EXPORT_EXTRA_ARGS[@]}"} | tail -3
-  save_delta "$WORK/delta"
-  py verify "$WORK/model" | tail -2
-  status "final export verified"
-else
-  status "probes failed or timed out"
-fi
-if [ "$PROBES_HELDOUT" = 1 ]; then
+if [ "$PROBES_HELDOUT" = 1 ] && ! { [ "$final_done" = 1 ] && [ -f "$WORK/probes-heldout.json" ]; }; then
   s=$(budget 0 10)
   stamp "held-out prompts (limit $s s)"
   probe "$candidate" "$WORK/probes-heldout.json" "$s" --probes "$here/heldout-prompts.jsonl" --details "$WORK/probes-heldout-details.jsonl"
   [ -f "$WORK/probes-heldout.json" ] && status "held-out prompts ok"
 fi
-if [ "$PROBES_OPEN" = 1 ]; then
+if [ "$PROBES_OPEN" = 1 ] && ! { [ "$final_done" = 1 ] && [ -f "$WORK/probes-open.json" ]; }; then
   s=$(budget 0 10)
   stamp "open prompts (up to $OPEN_TOKENS tokens; limit $s s)"
   probe "$candidate" "$WORK/probes-open.json" "$s" --probes "$here/open-prompts.jsonl" --max-tokens "$OPEN_TOKENS" --details "$WORK/probes-open-details.jsonl"
