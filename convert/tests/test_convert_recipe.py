@@ -5,15 +5,14 @@ and gives the same folder."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from test_import_config import minicpm_checkpoint
+from test_recipe import python_env
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "convert" / "recipes" / "convert.sh"
@@ -21,15 +20,8 @@ NODE = shutil.which("node")
 
 
 def run_convert(tmp: Path, checkpoint: Path, out: Path, **env) -> tuple[int, str]:
-    shim = tmp / "bin"
-    shim.mkdir(exist_ok=True)
-    python3 = shim / "python3"  # the recipes call python3: this interpreter (a symlink would leave its venv)
-    python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
-    python3.chmod(0o755)
     full_env = {
-        **os.environ,
-        "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": os.pathsep.join([str(REPO / "convert"), os.environ.get("PYTHONPATH", "")]),
+        **python_env(tmp),
         "DEVICE": "cpu", "DISTILL_N": "12", "DISTILL_TOKENS": "8", "DISTILL_BATCH": "12", "SEQ_LEN": "64",
         "BATCH_ROWS": "2", "MICRO_ROWS": "1", "RANK": "4", "LR": "3e-3", "WARMUP": "1", "AC": "0", "STEPS": "4",
         "LOG_EVERY": "2", "SAVE_EVERY": "2", "MIN_TRAIN_S": "1", "PROBES_PER_FAMILY": "1", "PROBE_TOKENS": "6",

@@ -20,16 +20,23 @@ RECIPE = REPO / "convert" / "recipes" / "demo-conversion.sh"
 FIXTURES = REPO / "eval" / "fixtures"
 
 
-def run_recipe(tmp: Path, out: Path, **env) -> tuple[int, str]:
+def python_env(tmp: Path) -> dict[str, str]:
+    """os.environ with `python3` on PATH running this interpreter and a2d_convert importable: the recipes call python3."""
     shim = tmp / "bin"
     shim.mkdir(exist_ok=True)
-    python3 = shim / "python3"  # the recipe calls python3: this interpreter (a symlink would leave its venv)
+    python3 = shim / "python3"  # a symlink would leave this interpreter's venv
     python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     python3.chmod(0o755)
-    base_env = {
+    return {
         **os.environ,
         "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": os.pathsep.join([str(REPO / "convert"), os.environ.get("PYTHONPATH", "")]),
+    }
+
+
+def run_recipe(tmp: Path, out: Path, **env) -> tuple[int, str]:
+    base_env = {
+        **python_env(tmp),
         "SOURCE": str(tmp / "hf"), "WORK": str(tmp / "w"), "OUT": str(out),
         "DISTILL_N": "16", "DISTILL_TOKENS": "8", "DISTILL_SAMPLES": "1", "DISTILL_BATCH": "8", "DISTILL_S": "120",
         "SEQ_LEN": "64", "BATCH_ROWS": "2", "MICRO_ROWS": "1", "RANK": "4", "LR": "3e-3", "WARMUP": "2", "AC": "0",

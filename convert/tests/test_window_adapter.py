@@ -224,6 +224,16 @@ def mask_used_before(segment_ids: torch.Tensor, block: int, copies: int, reveale
     return mask
 
 
+def loss_and_grads(objective, model, batch):
+    """(loss, statistics, gradients by name) of one forward and backward of `objective` on a RowSchedule batch."""
+    tensors = {name: torch.from_numpy(np.ascontiguousarray(getattr(batch, name))) for name in (
+        "input_ids", "position_ids", "segment_ids", "row_seg", "pred_index", "targets", "weights", "teacher_index",
+        "ar_index", "ar_targets", "clean_index", "clean_teacher_index")}
+    loss, stats = objective(**tensors)
+    loss.backward()
+    return loss.detach(), stats, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
 def test_compiled_loss_chunks_give_the_eager_loss_and_gradients(workspace, tmp_path):
     """Objective.compile_terms (torch.compile of the loss chunks: CE, KL to the base, certainty) gives the eager
     loss, statistics and adapter gradients; the chunk is small, so the last chunk's other size recompiles too."""
@@ -242,13 +252,7 @@ def test_compiled_loss_chunks_give_the_eager_loss_and_gradients(workspace, tmp_p
             objective.compile_terms()
         batch = schedule.batch(0, [0, 1])
         assert batch.pred_index.size % 48  # a ragged last chunk
-        tensors = {name: torch.from_numpy(np.ascontiguousarray(getattr(batch, name))) for name in (
-            "input_ids", "position_ids", "segment_ids", "row_seg", "pred_index", "targets", "weights", "teacher_index",
-            "ar_index", "ar_targets", "clean_index", "clean_teacher_index")}
-        loss, stats = objective(**tensors)
-        loss.backward()
-        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        results.append((loss.detach(), stats, grads))
+        results.append(loss_and_grads(objective, model, batch))
     (loss0, stats0, grads0), (loss1, stats1, grads1) = results
     torch.testing.assert_close(loss1, loss0, rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(stats1, stats0, rtol=1e-5, atol=1e-4)
@@ -281,13 +285,7 @@ def test_grouped_projections_give_the_hooks_loss_and_gradients(workspace, tmp_pa
         schedule = RowSchedule(arrays, config, a2d.mask_token_id)
         objective = Objective(model, config, None, schedule.layout)
         batch = schedule.batch(0, [0, 1])
-        tensors = {name: torch.from_numpy(np.ascontiguousarray(getattr(batch, name))) for name in (
-            "input_ids", "position_ids", "segment_ids", "row_seg", "pred_index", "targets", "weights", "teacher_index",
-            "ar_index", "ar_targets", "clean_index", "clean_teacher_index")}
-        loss, stats = objective(**tensors)
-        loss.backward()
-        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        results.append((loss.detach(), stats, grads))
+        results.append(loss_and_grads(objective, model, batch))
     (loss0, stats0, grads0), (loss1, stats1, grads1) = results
     assert abs(float(loss0)) > 0
     torch.testing.assert_close(loss1, loss0, rtol=1e-5, atol=1e-5)
