@@ -225,9 +225,11 @@ checkpoint=$WORK/run; candidate=$WORK/model-candidate
 # A checkpoint's model folder: the newest one is model-candidate already (exported above), the others ck/NAME.
 latest_name=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["path"].split("/")[-1])' "$WORK/run/latest.json")
 model_of() { if [ "$1" = "$latest_name" ]; then echo "$WORK/model-candidate"; else echo "$WORK/ck/$1"; fi; }
-# The probes and the final export are done once per checkpoint: a second run of the same WORK skips them.
+# The probes and the final export are done once per checkpoint and probe settings: a second run of the same WORK
+# with the same ones skips them.
+final_key="$latest thresholds=$THRESHOLDS per_family=$PROBES_PER_FAMILY tokens=$PROBE_TOKENS checkpoint_probes=$CHECKPOINT_PROBES export=${EXPORT_EXTRA_ARGS[*]-}"
 final_done=0
-if [ "$latest" = "$(cat "$WORK/final.txt" 2>/dev/null)" ] && [ -f "$WORK/model/config.json" ] && [ -f "$WORK/probes.json" ]; then
+if [ "$final_key" = "$(cat "$WORK/final.txt" 2>/dev/null)" ] && [ -f "$WORK/model/config.json" ] && [ -f "$WORK/probes.json" ]; then
   final_done=1
   stamp "probes and the final export of $latest: done already"
 else
@@ -266,7 +268,7 @@ else
     bounded 120 python3 -m a2d_convert export --checkpoint "$checkpoint" --out "$WORK/model" --delta "$WORK/delta" --probes "$WORK/probes.json" --force ${EXPORT_EXTRA_ARGS[@]+"${EXPORT_EXTRA_ARGS[@]}"} | tail -3
     save_delta "$WORK/delta"
     py verify "$WORK/model" | tail -2
-    echo "$latest" > "$WORK/final.txt"
+    echo "$final_key" > "$WORK/final.txt"
     status "final export verified"
   else
     status "probes failed or timed out"

@@ -111,7 +111,7 @@ def test_two_time_boxed_calls_leave_their_results_in_out(tmp_path):
 
     # Call 3 (the probes-only variant): no training, the export of the same checkpoint is reused.
     out3 = tmp_path / "out3"
-    rc, log = run_recipe(tmp_path, out3, PROBES="1", TRAIN="0")
+    rc, log = run_recipe(tmp_path, out3, PROBES="1", TRAIN="0", THRESHOLDS="0.9,0.5")  # new thresholds: probed again
     assert rc == 0, log
     assert "train: skipped (TRAIN=0)" in log and "done already" in log
     files = results(out3)
