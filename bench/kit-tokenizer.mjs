@@ -4,7 +4,8 @@
 // whole UTF-8 text on its own, or the start checks' "answers are text" judges the tokenizer instead of the
 // folder:
 // - the random model's mask token is added at config.json's a2d.mask_token_id, as `a2d_convert init` adds it
-//   (pack refuses a folder whose tokenizer does not give that id);
+//   (pack refuses a folder whose tokenizer does not give that id); a checkpoint before conversion (no a2d
+//   section: the recipe's dry run, bench/device-recipe-dry-run.sh) gets none, as a real base has none;
 // - every vocabulary entry whose bytes are not valid UTF-8 by themselves (the single bytes 0x80-0xff, merges
 //   that end inside a character) and every id the tiny vocabulary does not reach gets the text "w<id>", which
 //   no encoding produces (no merges lead there); merges that touch a renamed entry are dropped. The kit's
@@ -44,9 +45,11 @@ function wholeText(token, bytesOf) {
 }
 
 export function fitKitTokenizer(config, tokenizer) {
-  const { mask_token: content, mask_token_id: id } = config.a2d;
-  tokenizer.added_tokens = tokenizer.added_tokens.filter((t) => t.content !== content && t.id !== id);
-  tokenizer.added_tokens.push({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+  if (config.a2d) {
+    const { mask_token: content, mask_token_id: id } = config.a2d;
+    tokenizer.added_tokens = tokenizer.added_tokens.filter((t) => t.content !== content && t.id !== id);
+    tokenizer.added_tokens.push({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+  }
   const added = new Set(tokenizer.added_tokens.map((t) => t.id));
   const bytesOf = byteOfCharacter();
   const vocab = {};

@@ -3,7 +3,10 @@ tokenizer, plus a JSONL of synthetic text to train on: what the trainer's speed 
 checkpoint is not at hand (the MiniCPM5-2B shape on one GPU, bench/device-train-speed.sh). The weights are drawn on
 the GPU when there is one (seconds for 2.5 B values).
 
-    python3 bench/random_model.py --shape minicpm5-2b --out DIR [--text-rows 512]
+    python3 bench/random_model.py --shape minicpm5-2b --out DIR [--text-rows 512] [--set num_hidden_layers=2 ...]
+
+`--set FIELD=VALUE` changes one architecture field (VALUE read as JSON): a CPU rehearsal of a 2B-shape run keeps
+the vocabulary and heads and cuts the layers and widths.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ def main() -> int:
     parser.add_argument("--shape", choices=sorted(SHAPES), required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--text-rows", type=int, default=512, help="lines of synthetic text written to OUT/text.jsonl")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="change one of the shape's architecture fields (VALUE as JSON); repeatable")
     args = parser.parse_args()
 
     import torch
@@ -40,7 +45,12 @@ def main() -> int:
 
     from a2d_convert.tiny import make_tiny_base
 
-    shape = SHAPES[args.shape]
+    shape = dict(SHAPES[args.shape])
+    for item in args.set:
+        field, sep, value = item.partition("=")
+        if not sep or field not in shape:
+            parser.error(f"--set {item!r}: give FIELD=VALUE with FIELD one of {', '.join(sorted(shape))}")
+        shape[field] = json.loads(value)
     out = args.out
     tokenizer_base = make_tiny_base(out.parent / f".{out.name}-tokenizer", force=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -73,7 +83,7 @@ def main() -> int:
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
 
     rng = random.Random(0)
-    with open(out / "text.jsonl", "w") as f:
+    with open(out / "text.jsonl", "w") if args.text_rows else open("/dev/null", "w") as f:
         for _ in range(args.text_rows):
             f.write(json.dumps({"text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(300, 900)))}) + "\n")
     params = sum(t.numel() for t in tensors.values())

@@ -54,22 +54,9 @@ pack() {
   node "$root/dist/cli/main.js" pack --model "$model" --out "$folder" --device cuda --force
 }
 
-# strace and bwrap for the simulator's tracing and sandbox: the GPU image has neither. Each runs through the
-# dynamic loader with its own library path, so nothing it starts inherits that path.
+# strace and bwrap for the simulator (the GPU image has neither).
 tools() {
-  rm -rf "$stage/tools"
-  local tool dir
-  for tool in strace bwrap; do
-    dir="$stage/tools/$tool"
-    mkdir -p "$dir/lib"
-    cp "$(command -v "$tool")" "$dir/$tool.real"
-    ldd "$dir/$tool.real" | awk '$3 ~ /^\// {print $3}' | grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
-      xargs -r -I{} cp -L {} "$dir/lib/"
-    printf '#!/bin/sh\nhere="$(dirname "$(readlink -f "$0")")"\nexec /lib64/ld-linux-x86-64.so.2 --library-path "$here/lib" "$here/%s.real" "$@"\n' "$tool" >"$dir/$tool"
-    chmod +x "$dir/$tool"
-  done
-  "$stage/tools/strace/strace" -V | head -1
-  "$stage/tools/bwrap/bwrap" --version
+  bash "$root/bench/kit-tools.sh" "$stage/tools"
 }
 
 archive() {

@@ -15,8 +15,9 @@
 # Each stage prints its elapsed time and, from the second run on, what the earlier run's stages took (WORK/stages.txt)
 # as the remaining stages' ETA. Knobs: every knob of demo-conversion.sh (its header; the defaults here are small
 # enough for a first try: DISTILL_N 4000, training until STEPS or TRAIN_S), DEVICE (cuda or cpu: the folder's
-# engine; default cuda when nvidia-smi sees a GPU), GPU (simulate-startup's target card, h100), NODE (the node
-# that packs and ships; default the one on PATH), PYTHON (python3).
+# engine; default cuda when nvidia-smi sees a GPU), GPU (simulate-startup's target card, h100), SIMULATE_EXTRA (more
+# simulate-startup flags, e.g. "--gpu-run" to also start the folder on this machine's GPU), NODE (the node that packs
+# and ships; default the one on PATH), PYTHON (python3).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -63,6 +64,7 @@ stage 3 pack
 stage_done 3 pack
 
 stage 4 simulate-startup
-"$node" "$cli" simulate-startup "$out" --gpu "${GPU:-h100}"
+read -r -a simulate_extra <<< "${SIMULATE_EXTRA:-}"
+"$node" "$cli" simulate-startup "$out" --gpu "${GPU:-h100}" ${simulate_extra[@]+"${simulate_extra[@]}"}
 stage_done 4 simulate-startup
 echo "== done in $(( $(date +%s) - t0 )) s: $out (serve it with $out/serve.sh)"
