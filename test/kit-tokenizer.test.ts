@@ -36,4 +36,23 @@ describe("the GPU-run kit's tokenizer", () => {
     expect(tokenizer.decode(ids)).toBe(prompt);
     expect(tokenizer.encodeRendered("<|mask|>")).toEqual([vocabSize - 8]);
   });
+
+  it("fits a checkpoint before conversion (no a2d section) without adding a mask token", async () => {
+    const tiny = makeTinyModel(join(work, "tiny-base"));
+    const folder = join(work, "base");
+    cpSync(tiny, folder, { recursive: true });
+    const vocabSize = 700;
+    const path = join(folder, "tokenizer.json");
+    const original = JSON.parse(readFileSync(path, "utf8"));
+    const fitted = fitKitTokenizer({ vocab_size: vocabSize }, JSON.parse(readFileSync(path, "utf8")));
+    expect(fitted.added_tokens).toEqual(original.added_tokens);
+    writeFileSync(path, JSON.stringify(fitted));
+    const tokenizer = await ModelTokenizer.load(folder);
+    const broken = [];
+    for (let id = 0; id < vocabSize; id++) {
+      const text = tokenizer.decodeKeeping([id], new Set([id]));
+      if (text.length === 0 || text.includes("\uFFFD")) broken.push(id);
+    }
+    expect(broken).toEqual([]);
+  });
 });
