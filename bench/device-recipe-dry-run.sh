@@ -36,7 +36,7 @@ if [ "${MODE:-poll}" = start ]; then
   echo "unpacked in $((SECONDS - t0)) s: $(du -sh $rk | cut -f1)"
   work=$rk prepare
   # This call's knobs (and PATH, with the kit's strace and bwrap) for the job.
-  for name in PATH KILL_STEP $(compgen -e | grep -E '^(DISTILL_|STEPS$|SAVE_EVERY$|SEQ_LEN$|BATCH_ROWS$|MICRO_ROWS$|RANK$|LR$|WARMUP$|AC$|TRAIN_EXTRA$|PROBE|THRESHOLDS$|SIMULATE_EXTRA$|GPU$|LOG_EVERY$|MIN_TRAIN_S$|DEVICE$|SHAPE_SET$|OMP_NUM_THREADS$)'); do
+  for name in PATH KILL_STEP $(compgen -e | grep -E '^(DISTILL_|STEPS$|SAVE_EVERY$|SEQ_LEN$|BATCH_ROWS$|MICRO_ROWS$|RANK$|LR$|WARMUP$|AC$|TRAIN_EXTRA$|PROBE|THRESHOLDS$|SIMULATE_EXTRA$|GPU$|LOG_EVERY$|MIN_TRAIN_S$|DEVICE$|SHAPE_SET$|OMP_NUM_THREADS$|BENCHMARKS$|CORPORA$)'); do
     [ -n "${!name+x}" ] && printf 'export %s=%q\n' "$name" "${!name}"
   done > "$rk/job/env"
   MODE=job setsid bash "$rk/repo/bench/device-recipe-dry-run.sh" < /dev/null > "$rk/job/log.txt" 2>&1 &
@@ -59,6 +59,9 @@ if [ "${MODE:-poll}" = job ]; then
   export SAVE_EVERY=${SAVE_EVERY:-60} LOG_EVERY=${LOG_EVERY:-10} MIN_TRAIN_S=${MIN_TRAIN_S:-1}
   export TRAIN_EXTRA=${TRAIN_EXTRA:---window-adapter --kl-weight 1 --confidence-weight 2 --confidence-temperature 0.5 --mask-pattern decoder --loss-weighting none --t-min 0.1 --t-max 1.0}
   export PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-1} PROBE_TOKENS=${PROBE_TOKENS:-16} THRESHOLDS=${THRESHOLDS:-0.9} PROBE_BATCH=${PROBE_BATCH:-64}
+  # The benchmark blocklist convert.sh asks for: the eval fixtures (the layout `a2d eval --data` reads) stand in for
+  # the benchmarks' own files.
+  export BENCHMARKS=${BENCHMARKS:-$PWD/eval/fixtures}
   export PROBES_HELDOUT=0 PROBES_OPEN=0 SIMULATE_EXTRA=${SIMULATE_EXTRA:---gpu-run --budget 120} GPU=${GPU:-h200}
   kill_step=${KILL_STEP:-60}
   summary=$rk/job/summary.txt

@@ -12,6 +12,10 @@
 #   2. `a2d_convert verify --base`: the model folder rebuilt from the base's own files and the delta, bit for bit;
 #   3. `a2d pack --device DEVICE`;
 #   4. `a2d simulate-startup`: the folder started offline, cold, and its start on one GPU predicted.
+# The training data is checked against the benchmarks by default: BENCHMARKS (required) names the benchmark files or
+# the folder `a2d eval --data` reads, whose text the data is n-gram-deduplicated against (blocklists in the manifest);
+# BENCHMARKS=none trains without that check, and says so in the log. CORPORA adds declared corpora beside the
+# self-distillation (demo-conversion.sh's header).
 # Each stage prints its elapsed time and, from the second run on, what the earlier run's stages took (WORK/stages.txt)
 # as the remaining stages' ETA. Knobs: every knob of demo-conversion.sh (its header; the defaults here are small
 # enough for a first try: DISTILL_N 4000, training until STEPS or TRAIN_S), DEVICE (cuda or cpu: the folder's
@@ -24,6 +28,9 @@ root=$(cd "$here/../.." && pwd)
 [ $# -eq 2 ] || { echo "usage: bash convert/recipes/convert.sh CHECKPOINT OUT   (knobs as environment variables: see the header)" >&2; exit 2; }
 checkpoint=$1; out=$2
 [ -e "$checkpoint" ] || { echo "convert: $checkpoint does not exist; give an HF checkpoint folder or a .gguf file" >&2; exit 2; }
+[ -n "${BENCHMARKS:-}" ] || { echo "convert: set BENCHMARKS to the benchmark files or folder (the one \`a2d eval --data\` reads) that the training data must not overlap, or BENCHMARKS=none to train without that check" >&2; exit 2; }
+[ "$BENCHMARKS" = none ] && BENCHMARKS=""
+export BENCHMARKS
 checkpoint=$(cd "$(dirname "$checkpoint")" && pwd)/$(basename "$checkpoint")
 mkdir -p "$(dirname "$out")"
 out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")

@@ -22,6 +22,9 @@
 #               against: each benchmark's own file (gpqa_diamond.csv, math_500.jsonl, livecodebench_v6.jsonl,
 #               mmlu_pro.jsonl|.parquet) or the folder `a2d eval --data` reads   (default: none; the manifest
 #               then lists no blocklist)
+#   CORPORA     more training data beside the self-distillation: `a2d_convert data --source` specs separated by
+#               ";" (PATH,name=...,license=...,url=...; docs/conversion.md "data"), each recorded in the manifest
+#               with its sha256 and licence                       (default: none)
 #   NGPU        processes for training (torchrun)                 (default 1)
 #   SCALE_STEPS steps of the 1-process vs NGPU-process comparison (default 0: skip)
 #   SCALE_ONLY  1: stop after that comparison (no main run, export or probes)
@@ -63,6 +66,12 @@ read -r -a TRAIN_EXTRA_ARGS <<< "${TRAIN_EXTRA:-}"; read -r -a EXPORT_EXTRA_ARGS
 CHECKPOINT_PROBES=${CHECKPOINT_PROBES:-0}
 read -r -a BENCHMARK_PATHS <<< "${BENCHMARKS:-}"
 BLOCKLIST_ARGS=()
+CORPUS_ARGS=()
+IFS=';' read -r -a CORPUS_SPECS <<< "${CORPORA:-}"
+for c in ${CORPUS_SPECS[@]+"${CORPUS_SPECS[@]}"}; do
+  [ -e "${c%%,*}" ] || { echo "CORPORA: ${c%%,*} does not exist; name corpus files or folders that do" >&2; exit 2; }
+  CORPUS_ARGS+=(--source "$c")
+done
 for b in ${BENCHMARK_PATHS[@]+"${BENCHMARK_PATHS[@]}"}; do
   [ -e "$b" ] || { echo "BENCHMARKS: $b does not exist; name benchmark files or folders that do" >&2; exit 2; }
   BLOCKLIST_ARGS+=(--blocklist "$b")
@@ -124,7 +133,7 @@ run_data() {  # WORKERS BATCH: self-distillation within DISTILL_S (and the deadl
   stamp "data (self-distillation of $(wc -l < "$PROMPTS") prompts, $DISTILL_SAMPLES sampled each, workers=$1, batch=$2, limit ${s} s)"
   [ ${#BLOCKLIST_ARGS[@]} -gt 0 ] || stamp "data: no BENCHMARKS given, so no n-gram dedup against benchmark text"
   bounded $(( s + pack )) python3 -m a2d_convert data --tokenizer "$WORK/base" --out "$WORK/data" --force --block-size "$BLOCK" \
-    --seq-len "$SEQ_LEN" --holdout-fraction 0.02 --source "$(distill_source "$1" "$2" "$s")" ${BLOCKLIST_ARGS[@]+"${BLOCKLIST_ARGS[@]}"} \
+    --seq-len "$SEQ_LEN" --holdout-fraction 0.02 --source "$(distill_source "$1" "$2" "$s")" ${CORPUS_ARGS[@]+"${CORPUS_ARGS[@]}"} ${BLOCKLIST_ARGS[@]+"${BLOCKLIST_ARGS[@]}"} \
     2>&1 | tee -a "$WORK/data.log" | grep --line-buffered -v 'row/s\|batch/s' || true
   [ -f "$WORK/data/data_manifest.json" ]
 }
