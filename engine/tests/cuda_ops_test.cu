@@ -887,8 +887,8 @@ void decode_gemm_cases(Table& table, ThreadPool& pool) {
   gemm_cases(table, pool, {"2B qkv+adapter r64", GemmEpilogue::rope_qkv, 2048, 0, 16, 2, 128, false, 64}, false, {4, 13}, 2001);
   gemm_cases(table, pool, {"2B o+adapter r64", GemmEpilogue::residual_add, 2048, 2048, 0, 0, 0, false, 64}, false, {5, 16}, 2002);
   gemm_cases(table, pool, {"2B gate_up+adapter r64", GemmEpilogue::silu_mul, 2048, 6144, 0, 0, 0, false, 64}, false, {6, 40}, 2003);
-  gemm_cases(table, pool, {"odd n200 k456+adapter r24", GemmEpilogue::store_bf16, 456, 200, 0, 0, 0, true, 24}, false, {3, 9}, 2004);
-  gemm_cases(table, pool, {"2B qkv+window-adapter r64", GemmEpilogue::rope_qkv, 2048, 0, 16, 2, 128, false, 64, true}, false, {5, 9}, 2005);
+  gemm_cases(table, pool, {"odd n200 k456+adapter r24", GemmEpilogue::store_bf16, 456, 200, 0, 0, 0, true, 24}, false, {3, 9, 36}, 2004);
+  gemm_cases(table, pool, {"2B qkv+window-adapter r64", GemmEpilogue::rope_qkv, 2048, 0, 16, 2, 128, false, 64, true}, false, {5, 9, 32, 64}, 2005);
   gemm_cases(table, pool, {"2B down+window-adapter r64", GemmEpilogue::residual_add, 6144, 2048, 0, 0, 0, false, 64, true}, false, {7, 33}, 2006);
   gemm_cases(table, pool, {"2B gate_up+window-adapter r64", GemmEpilogue::silu_mul, 2048, 6144, 0, 0, 0, false, 64, true}, false, {9, 40}, 2007);
   gemm_cases(table, pool, {"135M qkv+window-adapter r64", GemmEpilogue::rope_qkv, 576, 0, 9, 3, 64, false, 64, true}, false, {5, 12}, 2008);
