@@ -198,66 +198,6 @@ __device__ __forceinline__ void add_low_rank(const GemmParams& p, int tile, floa
   sync();
 }
 
-// The same sums by token, for tiles of more than 8 token columns: the team's warps share out the tile's 16 rows (warp
-// w takes rows w, w + warps, ...), and lane l sums token columns l, l + 32, ... of them. Each lane holds its token's R
-// values of t in registers, loaded once per factor offset (the rows of one target share it), and reads each B row
-// once, the same address for every lane (one broadcast). The lane groups above re-read t for every row and B for
-// every token, one dependent L2 round trip per pass: 16 passes of a 256-thread team, 128 of a warp, at 32 tokens.
-template <int kCols>
-__device__ __forceinline__ void add_low_rank_by_token(const GemmParams& p, int tile, float (*tile_sum)[kCols + 1],
-                                                      int active_cols, int lane, int warp, int warps) {
-  constexpr int kMaxChunks = 8;  // R <= 64
-  const int R = p.adapter_rank;
-  const int chunks = R / 8;
-  for (int t0 = 0; t0 < active_cols; t0 += 32) {
-    const int t = t0 + lane;
-    const bool valid = t < active_cols;
-    float tv[8 * kMaxChunks];
-    int loaded = -1;  // the factor offset tv holds (the same for the whole warp)
-    for (int r = warp; r < kGemmTileRows; r += warps) {
-      const int row = tile * kGemmTileRows + r;
-      if (row >= p.n_rows) break;
-      const int offset = p.adapter_offset[row];
-      const uint4* b = reinterpret_cast<const uint4*>(p.adapter_b + static_cast<size_t>(row) * R);
-      uint4 bv[kMaxChunks];
-#pragma unroll
-      for (int c = 0; c < kMaxChunks; ++c) bv[c] = c < chunks ? __ldg(b + c) : make_uint4(0, 0, 0, 0);
-      if (offset != loaded) {
-        loaded = offset;
-        if (valid) {
-          const float* src = p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank + offset;
-          for (;;) {
-            bool waiting = false;
-#pragma unroll
-            for (int c = 0; c < kMaxChunks; ++c) {
-              if (c < chunks) {
-                const float4 a = __ldcg(reinterpret_cast<const float4*>(src + 8 * c));
-                const float4 e = __ldcg(reinterpret_cast<const float4*>(src + 8 * c + 4));
-                tv[8 * c + 0] = a.x; tv[8 * c + 1] = a.y; tv[8 * c + 2] = a.z; tv[8 * c + 3] = a.w;
-                tv[8 * c + 4] = e.x; tv[8 * c + 5] = e.y; tv[8 * c + 6] = e.z; tv[8 * c + 7] = e.w;
-                waiting = waiting || pending(a.x) || pending(a.y) || pending(a.z) || pending(a.w) || pending(e.x) ||
-                          pending(e.y) || pending(e.z) || pending(e.w);
-              }
-            }
-            if (!waiting) break;
-            __nanosleep(32);
-          }
-        }
-      }
-      float sum = 0.f;
-#pragma unroll
-      for (int c = 0; c < kMaxChunks; ++c) {
-        if (c < chunks) {
-          const float2 b0 = unpack_bf16(bv[c].x), b1 = unpack_bf16(bv[c].y), b2 = unpack_bf16(bv[c].z), b3 = unpack_bf16(bv[c].w);
-          sum += b0.x * tv[8 * c + 0] + b0.y * tv[8 * c + 1] + b1.x * tv[8 * c + 2] + b1.y * tv[8 * c + 3] +
-                 b2.x * tv[8 * c + 4] + b2.y * tv[8 * c + 5] + b3.x * tv[8 * c + 6] + b3.y * tv[8 * c + 7];
-        }
-      }
-      if (valid) tile_sum[r][t] += sum;
-    }
-  }
-}
-
 // Counts this weight tile done; the team of the last one puts the pending mark back into every t value this launch
 // wrote (the active token columns of every factor row), for the next launch. `last_of` hands rank 0's count to the team.
 template <typename Sync, typename FromRank0>
@@ -312,12 +252,7 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
   }
   if (p.adapter_tiles > 0) {
     sync();
-    if (kCols > 8 && active_cols > 8 && team % 32 == 0 && p.adapter_rank % 8 == 0 && p.adapter_rank <= 64) {
-      add_low_rank_by_token<kCols>(p, tile, tile_sum, active_cols, rank % 32, rank / 32, team / 32);
-      sync();
-    } else {
-      add_low_rank<kCols>(p, tile, tile_sum, active_cols, rank, team, sync);
-    }
+    add_low_rank<kCols>(p, tile, tile_sum, active_cols, rank, team, sync);
     weight_tile_done(p, active_cols, rank, team, sync, from_rank0);
   }
   sync();
