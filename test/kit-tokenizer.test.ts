@@ -10,6 +10,16 @@ import { ModelTokenizer } from "../server/tokenizer.js";
 import { makeTinyModel } from "./server-harness.js";
 
 const work = mkdtempSync(join(tmpdir(), "a2d-kit-"));
+
+/** The ids below vocabSize that do not decode, on their own, to a whole text. */
+function brokenIds(tokenizer: ModelTokenizer, vocabSize: number): number[] {
+  const broken = [];
+  for (let id = 0; id < vocabSize; id++) {
+    const text = tokenizer.decodeKeeping([id], new Set([id]));
+    if (text.length === 0 || text.includes("\uFFFD")) broken.push(id);
+  }
+  return broken;
+}
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 describe("the GPU-run kit's tokenizer", () => {
@@ -26,12 +36,7 @@ describe("the GPU-run kit's tokenizer", () => {
     writeFileSync(path, JSON.stringify(fitKitTokenizer(config, JSON.parse(readFileSync(path, "utf8")))));
 
     const tokenizer = await ModelTokenizer.load(folder);
-    const broken = [];
-    for (let id = 0; id < vocabSize; id++) {
-      const text = tokenizer.decodeKeeping([id], new Set([id]));
-      if (text.length === 0 || text.includes("\uFFFD")) broken.push(id);
-    }
-    expect(broken).toEqual([]);
+    expect(brokenIds(tokenizer, vocabSize)).toEqual([]);
     expect(tokenizer.encodeRendered(prompt)).toEqual(ids);
     expect(tokenizer.decode(ids)).toBe(prompt);
     expect(tokenizer.encodeRendered("<|mask|>")).toEqual([vocabSize - 8]);
@@ -48,11 +53,6 @@ describe("the GPU-run kit's tokenizer", () => {
     expect(fitted.added_tokens).toEqual(original.added_tokens);
     writeFileSync(path, JSON.stringify(fitted));
     const tokenizer = await ModelTokenizer.load(folder);
-    const broken = [];
-    for (let id = 0; id < vocabSize; id++) {
-      const text = tokenizer.decodeKeeping([id], new Set([id]));
-      if (text.length === 0 || text.includes("\uFFFD")) broken.push(id);
-    }
-    expect(broken).toEqual([]);
+    expect(brokenIds(tokenizer, vocabSize)).toEqual([]);
   });
 });
