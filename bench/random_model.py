@@ -83,9 +83,10 @@ def main() -> int:
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
 
     rng = random.Random(0)
-    with open(out / "text.jsonl", "w") if args.text_rows else open("/dev/null", "w") as f:
-        for _ in range(args.text_rows):
-            f.write(json.dumps({"text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(300, 900)))}) + "\n")
+    if args.text_rows:
+        with open(out / "text.jsonl", "w") as f:
+            for _ in range(args.text_rows):
+                f.write(json.dumps({"text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(300, 900)))}) + "\n")
     params = sum(t.numel() for t in tensors.values())
     print(json.dumps({"out": str(out), "shape": args.shape, "params": params, "device": device}))
     return 0

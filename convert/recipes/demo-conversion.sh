@@ -69,6 +69,7 @@ BLOCKLIST_ARGS=()
 CORPUS_ARGS=()
 IFS=';' read -r -a CORPUS_SPECS <<< "${CORPORA:-}"
 for c in ${CORPUS_SPECS[@]+"${CORPUS_SPECS[@]}"}; do
+  [ -n "$c" ] || continue
   [ -e "${c%%,*}" ] || { echo "CORPORA: ${c%%,*} does not exist; name corpus files or folders that do" >&2; exit 2; }
   CORPUS_ARGS+=(--source "$c")
 done
