@@ -121,7 +121,9 @@ else:
 last = seen[max(seen)][-1] if seen else {}
 print("last log line:", {k: last.get(k) for k in ("step", "loss", "ce", "tokens_per_s", "mfu", "peak_mem_gb", "elapsed_s")})
 PY
-  grep -E '^== ' $rk/job/run2.log >> "$summary"
+  # convert.sh's own stage lines of the second run, the stage times, then the recipe's stamps of both runs (the
+  # stamps are in run2.log too: taken once, from timings.txt).
+  grep -E '^== (\[|done)' $rk/job/run2.log >> "$summary"
   cat $rk/packed.work/stages.txt >> "$summary" 2>/dev/null
   grep -hE '^== ' $rk/packed.work/timings.txt >> "$summary" 2>/dev/null
   tail -n 30 $rk/job/run2.log >> "$summary"

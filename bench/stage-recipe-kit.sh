@@ -30,7 +30,7 @@ bash bench/kit-tools.sh "$stage/tools"
 mkdir -p "$kit"
 rm -f "$kit"/kit.tar.xz.* "$kit/SHA256SUMS" "$kit/KIT.txt"
 # The archive holds repo/ (laid over the tree's copy on the GPU machine), npm-cache/ and tools/.
-mkdir -p "$stage/kit/repo/build/engine" "$stage/kit/repo/build/engine-cuda" "$stage/kit/repo/vendor"
+mkdir -p "$stage/kit/repo/build/engine" "$stage/kit/repo/build/engine-cuda"
 cp -a dist "$stage/kit/repo/"
 cp -a build/engine/a2d_cpu.node "$stage/kit/repo/build/engine/"
 cp -a build/engine-cuda/a2d_cuda.node build/engine-cuda/a2d_cuda.build.json "$stage/kit/repo/build/engine-cuda/"

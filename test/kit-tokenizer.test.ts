@@ -10,6 +10,7 @@ import { ModelTokenizer } from "../server/tokenizer.js";
 import { makeTinyModel } from "./server-harness.js";
 
 const work = mkdtempSync(join(tmpdir(), "a2d-kit-"));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 /** The ids below vocabSize that do not decode, on their own, to a whole text. */
 function brokenIds(tokenizer: ModelTokenizer, vocabSize: number): number[] {
@@ -20,7 +21,6 @@ function brokenIds(tokenizer: ModelTokenizer, vocabSize: number): number[] {
   }
   return broken;
 }
-afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 describe("the GPU-run kit's tokenizer", () => {
   it("gives every id of the random model's vocabulary a whole text and keeps ASCII encoding", async () => {

@@ -44,7 +44,8 @@ def test_one_command_takes_a_minicpm_checkpoint_to_a_folder_that_starts(tmp_path
     out = tmp_path / "packed"
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": f"Line {i} of a small declared corpus about rivers and hills."}) + "\n" for i in range(6)))
-    rc, log = run_convert(tmp_path, checkpoint, out, CORPORA=f"{corpus},name=tiny-corpus,license=CC0-1.0,url=https://example.org/tiny-corpus")
+    corpora = f"{corpus},name=tiny-corpus,license=CC0-1.0,url=https://example.org/tiny-corpus"
+    rc, log = run_convert(tmp_path, checkpoint, out, CORPORA=corpora)
     assert rc == 0, log
     for stage in ("[1/4] conversion", "[2/4] verify", "[3/4] pack", "[4/4] simulate-startup"):
         assert stage in log, log
@@ -61,7 +62,7 @@ def test_one_command_takes_a_minicpm_checkpoint_to_a_folder_that_starts(tmp_path
     base_config = json.loads((out.with_name("packed.work") / "base" / "config.json").read_text())
     assert base_config["architectures"] == ["LlamaForCausalLM"]  # the muP scalars folded at import
     # The same command again resumes: the conversion's stages find their work done, and the folder is the same.
-    rc, log2 = run_convert(tmp_path, checkpoint, out, CORPORA=f"{corpus},name=tiny-corpus,license=CC0-1.0,url=https://example.org/tiny-corpus")
+    rc, log2 = run_convert(tmp_path, checkpoint, out, CORPORA=corpora)
     assert rc == 0, log2
     assert "the last run took" in log2, log2
     again = json.loads((out / "MANIFEST.json").read_text())
