@@ -9,7 +9,8 @@ tokens. It prints the prefill time, then for the CUDA-graph decode and for the s
 (graph=False): total seconds, generated tokens/s and decode ms per step ((total - prefill) / (new tokens - 1),
 no EOS so every row runs to the end). Then whether both paths give identical tokens on a smaller batch, with
 and without an EOS cut, the decode step with cuDNN attention in place of the memory-efficient kernel
-(model.DECODE_ATTENTION), peak memory, and a one-line summary. Needs torch and numpy only; convert/ is put on
+(model.DECODE_ATTENTION), peak memory, and a one-line summary. With --profile-tokens N, the eager path's first N
+tokens at --rows under torch.profiler: the GPU kernels' time by name (a CUDA graph replays the same kernels). Needs torch and numpy only; convert/ is put on
 sys.path from this file's place. Exit status 1 when a check fails.
 """
 
@@ -109,6 +110,25 @@ def decode_report(label: str, rows: int, new: int, total: float, prefill: float)
     return tokens_per_s, step_ms
 
 
+def profile_decode(device: str, run, rows: int, tokens: int) -> None:
+    """The kernels of `run` (an eager greedy run of `tokens` new tokens) by GPU time, the prefill included."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    sync(device)
+    with torch.profiler.profile(activities=activities) as prof:
+        run()
+        sync(device)
+    events = prof.key_averages()
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    total_us = sum(e.self_device_time_total for e in kernels)
+    print(f"profile: {rows} rows x {tokens} new tokens (eager, prefill included): GPU kernels {total_us / 1e3:.1f} ms, "
+          f"{total_us / 1e3 / max(tokens - 1, 1):.3f} ms per decode step", flush=True)
+    for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:20]:
+        share = e.self_device_time_total / total_us if total_us else 0.0
+        print(f"  {share:6.1%} {e.self_device_time_total / 1e3:9.2f} ms {e.count:7d} calls  {e.key[:110]}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1024, help="prompts per batch")
@@ -118,6 +138,7 @@ def main() -> int:
     parser.add_argument("--no-eager", action="store_true", help="skip timing the eager path at --rows")
     parser.add_argument("--device", default="cuda", help="cuda; cpu only to try the script itself (no graphs)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile-tokens", type=int, default=0, help="profile the eager path's first N tokens at --rows (0: no profile)")
     args = parser.parse_args()
     if args.rows < 1 or args.new_tokens < 2 or args.check_rows < 1:
         parser.error("needs --rows >= 1, --new-tokens >= 2, --check-rows >= 1")
@@ -185,6 +206,9 @@ def main() -> int:
 
     if device == "cuda":
         print(f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
+    if args.profile_tokens > 1:
+        profile_decode(device, lambda: greedy(prompts, args.profile_tokens, graph=False), rows, args.profile_tokens)
+    if device == "cuda":
         kept = reference.DECODE_ATTENTION
         try:  # last: a failed capture can leave the device unusable
             reference.DECODE_ATTENTION = (torch.nn.attention.SDPBackend.CUDNN_ATTENTION,)
