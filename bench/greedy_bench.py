@@ -10,8 +10,8 @@ tokens. It prints the prefill time, then for the CUDA-graph decode and for the s
 no EOS so every row runs to the end). Then whether both paths give identical tokens on a smaller batch, with
 and without an EOS cut, the decode step with cuDNN attention in place of the memory-efficient kernel
 (model.DECODE_ATTENTION), peak memory, and a one-line summary. With --profile-tokens N, the eager path's first N
-tokens at --rows under torch.profiler: the GPU kernels' time by name (a CUDA graph replays the same kernels). Needs torch and numpy only; convert/ is put on
-sys.path from this file's place. Exit status 1 when a check fails.
+tokens at --rows under torch.profiler: the GPU kernels' time by name (a CUDA graph replays the same kernels).
+Needs torch and numpy only; convert/ is put on sys.path from this file's place. Exit status 1 when a check fails.
 """
 
 from __future__ import annotations
@@ -140,8 +140,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile-tokens", type=int, default=0, help="profile the eager path's first N tokens at --rows (0: no profile)")
     args = parser.parse_args()
-    if args.rows < 1 or args.new_tokens < 2 or args.check_rows < 1:
-        parser.error("needs --rows >= 1, --new-tokens >= 2, --check-rows >= 1")
+    if args.rows < 1 or args.new_tokens < 2 or args.check_rows < 1 or args.profile_tokens == 1 or args.profile_tokens < 0:
+        parser.error("needs --rows >= 1, --new-tokens >= 2, --check-rows >= 1, --profile-tokens 0 or >= 2")
     device = args.device
     if device == "cuda" and not torch.cuda.is_available():
         print("greedy_bench: needs a CUDA device (torch.cuda.is_available() is False); --device cpu only tries the script")
@@ -206,7 +206,7 @@ def main() -> int:
 
     if device == "cuda":
         print(f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
-    if args.profile_tokens > 1:
+    if args.profile_tokens:
         profile_decode(device, lambda: greedy(prompts, args.profile_tokens, graph=False), rows, args.profile_tokens)
     if device == "cuda":
         kept = reference.DECODE_ATTENTION
