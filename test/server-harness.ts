@@ -63,13 +63,14 @@ export class ServerProcess {
   }
 
   /** Resolves with the first log line whose msg is `msg`, among lines from index `since` on (past or future). */
-  waitForLog(msg: string, timeoutMs = 60_000, since = 0): Promise<LogLine> {
-    const seen = this.logs.slice(since).find((line) => line.msg === msg);
+  /** The first `msg` line from log index `since` on that `match` accepts, waiting for it if it has not come yet. */
+  waitForLog(msg: string, timeoutMs = 60_000, since = 0, match: (line: LogLine) => boolean = () => true): Promise<LogLine> {
+    const seen = this.logs.slice(since).find((line) => line.msg === msg && match(line));
     if (seen) return Promise.resolve(seen);
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no "${msg}" log within ${timeoutMs} ms; stderr: ${this.stderr.join("\n")}`)), timeoutMs);
       const listener = (line: LogLine) => {
-        if (line.msg !== msg) return;
+        if (line.msg !== msg || !match(line)) return;
         clearTimeout(timer);
         this.listeners = this.listeners.filter((l) => l !== listener);
         resolve(line);

@@ -210,6 +210,9 @@ describe("a2d serve lifecycle", () => {
       // request waited for at most a step of it.
       const msPerToken = (generations[0]!.ms as number) / Math.max(cancelledTokens, 1);
       expect(elapsed).toBeLessThan(Math.max(1500, 0.25 * msPerToken * (LONG.max_tokens - cancelledTokens)));
+      // The next request's own log line reaches this process through the server's stdout, possibly after its
+      // answer: wait for it here, so that the tests after this one do not take it for theirs.
+      await server.waitForLog("generation", 10_000, logsBefore, (line) => line !== generations[0]);
     });
 
     it("cancels a non-streaming generation whose client gives up", async () => {
