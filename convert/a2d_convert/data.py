@@ -95,6 +95,7 @@ class Source:
     temperature: float = 0.0
     top_p: float = 1.0
     batch_size: int = 8
+    batch_slots: int = 0  # KV cache slots a batch may hold, rows x (longest prompt + max_new_tokens); 0: no bound
     seed: int = 0
     samples: int = 0  # sampled responses per prompt besides the main one, each seeded per (seed, prompt, sample)
     sample_temperature: float = 0.8
@@ -593,7 +594,7 @@ def distill(source: Source, tok: ChatTokenizer, out_dir: Path, keep: "RowFilter"
     safe_name = re.sub(r"[^A-Za-z0-9._-]+", "_", source.name)
     results, run_record = gen.run(
         base, [ids for _, ids in prompts], settings, source.samples, source.batch_size, source.workers, source.time_limit_s,
-        out_dir / f".{safe_name}.work", source.name,
+        out_dir / f".{safe_name}.work", source.name, source.batch_slots,
     )
     if prompts and not results:
         raise A2DError(f"distill source {source.name}: no prompt was answered within time_limit_s={source.time_limit_s}; raise the limit")
@@ -869,7 +870,7 @@ def add_parser(subparsers) -> None:
     defaults = DataConfig()
     p.add_argument("--tokenizer", type=Path, required=True, help="model folder whose tokenizer (and chat template) to use")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--source", action="append", default=[], help="PATH[,key=value...]: name, split, revision, license, url, format, text_unit, max_rows, system, enable_thinking; kind=distill with base=DIR, max_new_tokens, temperature, top_p, batch_size, seed, samples, sample_temperature, sample_top_p, workers, time_limit_s")
+    p.add_argument("--source", action="append", default=[], help="PATH[,key=value...]: name, split, revision, license, url, format, text_unit, max_rows, system, enable_thinking; kind=distill with base=DIR, max_new_tokens, temperature, top_p, batch_size, batch_slots, seed, samples, sample_temperature, sample_top_p, workers, time_limit_s")
     p.add_argument("--sources", type=Path, help="JSON list of source objects with the same keys")
     p.add_argument("--blocklist", type=Path, action="append", default=[], help="benchmark text to dedup against: a benchmark's own file (GPQA csv, MATH-500 / MMLU-Pro / LiveCodeBench jsonl, MMLU-Pro parquet), a folder of them (as `a2d eval --data` takes), .txt lines, or rows with a question field")
     p.add_argument("--benchmark-name", action="append", default=[], help="another benchmark name for the metadata filter")

@@ -3,9 +3,9 @@ Transformer over a static KV cache, its decode steps replayed from CUDA graphs (
 with transformers' `generate`, in one process or in one process per GPU (`data --source ...,kind=distill,workers=N`).
 
 Batches are planned once, before any work is shared out: prompts sorted by token length (stable) and
-cut into `batch_size` rows, once for the main response of every prompt (greedy at temperature 0, or
-transformers' sampling seeded per batch as before) and once more for each of `samples` sampled
-responses. A batch's rows, and so its results, do not depend on how many processes run: each process
+cut into `batch_size` rows (and, with `batch_slots`, no more KV cache slots than that), once for the main
+response of every prompt (greedy at temperature 0, or transformers' sampling seeded per batch as before)
+and once more for each of `samples` sampled responses. A batch's rows, and so its results, do not depend on how many processes run: each process
 takes every N-th batch of a seeded shuffle of the plan (the shuffle makes a time-limited run answer a
 random subset of batches, not the shortest prompts) and writes its answers per batch; the parent
 merges them by prompt index, so the output is in prompt order whatever the split.
@@ -60,14 +60,28 @@ class Batch:
     start: int  # offset in the length-sorted order (seeds the main pass's sampling, as before)
 
 
-def plan_batches(lengths: Sequence[int], batch_size: int, samples: int) -> list[Batch]:
+def plan_batches(lengths: Sequence[int], batch_size: int, samples: int, batch_slots: int = 0, max_new_tokens: int = 0) -> list[Batch]:
+    """Prompts sorted by length, cut into batches of at most `batch_size` rows and, with `batch_slots` > 0, of at most
+    that many KV cache slots: rows x (the batch's longest prompt + max_new_tokens), the cache greedy_static allocates.
+    Short prompts then run in wide batches and long ones in narrower batches that fit the same memory."""
     if batch_size < 1:
         raise A2DError(f"distill: batch_size {batch_size} must be at least 1")
+    if batch_slots < 0:
+        raise A2DError(f"distill: batch_slots {batch_slots} must be 0 (no bound) or more")
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])  # similar lengths batch well
+    cuts, start = [], 0
+    while start < len(order):
+        end = start + 1  # one row at least, whatever its slots
+        while end < len(order) and end - start < batch_size and (
+            batch_slots == 0 or (end - start + 1) * (lengths[order[end]] + max_new_tokens) <= batch_slots
+        ):
+            end += 1
+        cuts.append((start, end))
+        start = end
     batches: list[Batch] = []
     for k in range(samples + 1):
-        for start in range(0, len(order), batch_size):
-            batches.append(Batch(len(batches), k, order[start : start + batch_size], start))
+        for start, end in cuts:
+            batches.append(Batch(len(batches), k, order[start:end], start))
     return batches
 
 
@@ -359,15 +373,17 @@ def run(
     time_limit_s: float,
     work_dir: Path,
     label: str,
+    batch_slots: int = 0,
 ) -> tuple[dict[tuple[int, int], list[int]], dict[str, Any]]:
     """Answer every (prompt, sample) task; returns {(prompt index, sample): response} and a record of how.
-    workers: processes (0: one per visible GPU, 1 on a machine without one), spread over the GPUs in turn."""
+    workers: processes (0: one per visible GPU, 1 on a machine without one), spread over the GPUs in turn;
+    batch_slots: the KV cache slots a batch may hold (plan_batches; 0: rows alone bound it)."""
     started = time.time()
     gpus = visible_gpus()
     if workers < 0:
         raise A2DError(f"distill: workers {workers} must be 0 (one per GPU) or more")
     workers = workers or max(len(gpus), 1)
-    batches = plan_batches([len(p) for p in prompts], batch_size, samples)
+    batches = plan_batches([len(p) for p in prompts], batch_size, samples, batch_slots, settings.max_new_tokens)
     order = processing_order(batches, settings.seed)
     deadline = started + time_limit_s if time_limit_s > 0 else None
     results: dict[tuple[int, int], list[int]] = {}
@@ -419,6 +435,7 @@ def run(
         "workers": workers,
         "gpus": gpus,
         "batch_size": batch_size,
+        "batch_slots": batch_slots,
         "batches": len(batches),
         "batches_answered": sum(1 for b in batches if all((i, b.sample) in results for i in b.indices)),
         "time_limit_s": time_limit_s,

@@ -29,7 +29,8 @@
 #   SCALE_STEPS steps of the 1-process vs NGPU-process comparison (default 0: skip)
 #   SCALE_ONLY  1: stop after that comparison (no main run, export or probes)
 #   DISTILL_N, DISTILL_TOKENS, DISTILL_SAMPLES (sampled responses per prompt besides the greedy one),
-#   DISTILL_BATCH (rows per generate call), DISTILL_WORKERS (processes; 0: 2 per GPU), DISTILL_S (its time limit)
+#   DISTILL_BATCH (rows per generate call), DISTILL_SLOTS (KV cache slots per generate call, rows x (longest prompt +
+#   DISTILL_TOKENS); 0: no bound), DISTILL_WORKERS (processes; 0: 2 per GPU), DISTILL_S (its time limit)
 #   STEPS (the LR schedule's length; time decides where a call stops), MINUTES (training cap per call),
 #   TRAIN (0: no training this call), TRAIN_S (training seconds this call; 0: all the time left), BATCH_ROWS, MICRO_ROWS, SEQ_LEN, LR, RANK,
 #   AC (1: activation checkpointing), SAVE_EVERY, MIN_TRAIN_S (train only with this much time, default 60),
@@ -58,7 +59,7 @@ BLOCK=${BLOCK:-4}; BATCH_ROWS=${BATCH_ROWS:-64}; MICRO_ROWS=${MICRO_ROWS:-16}; S
 RANK=${RANK:-64}; AC=${AC:-1}; SAVE_EVERY=${SAVE_EVERY:-100}; TRAIN_S=${TRAIN_S:-0}; WARMUP=${WARMUP:-20}
 MIN_TRAIN_S=${MIN_TRAIN_S:-60}; TRAIN_TAIL_S=${TRAIN_TAIL_S:-75}; TRAIN=${TRAIN:-1}
 DISTILL_N=${DISTILL_N:-4000}; DISTILL_TOKENS=${DISTILL_TOKENS:-256}; DISTILL_SAMPLES=${DISTILL_SAMPLES:-0}
-DISTILL_BATCH=${DISTILL_BATCH:-256}; DISTILL_WORKERS=${DISTILL_WORKERS:-0}; DISTILL_S=${DISTILL_S:-0}
+DISTILL_BATCH=${DISTILL_BATCH:-256}; DISTILL_SLOTS=${DISTILL_SLOTS:-0}; DISTILL_WORKERS=${DISTILL_WORKERS:-0}; DISTILL_S=${DISTILL_S:-0}
 PROBES=${PROBES:-1}; PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-20}; PROBE_TOKENS=${PROBE_TOKENS:-48}
 PROBES_HELDOUT=${PROBES_HELDOUT:-1}; PROBES_OPEN=${PROBES_OPEN:-1}; OPEN_TOKENS=${OPEN_TOKENS:-128}
 THRESHOLDS=${THRESHOLDS:-0.5,0.7,0.9}; PROBE_BATCH=${PROBE_BATCH:-256}; LOG_EVERY=${LOG_EVERY:-5}
@@ -124,26 +125,26 @@ fi
 PROMPTS=${PROMPTS:-$WORK/prompts.jsonl}
 [ -f "$PROMPTS" ] || python3 "$here/make_prompts.py" --out "$PROMPTS" --count "$DISTILL_N"
 
-distill_source() {  # WORKERS BATCH SECONDS
-  echo "$PROMPTS,kind=distill,base=$WORK/base,name=self-distill,license=Apache-2.0,max_rows=$DISTILL_N,max_new_tokens=$DISTILL_TOKENS,temperature=0,batch_size=$2,samples=$DISTILL_SAMPLES,sample_temperature=0.8,sample_top_p=0.95,workers=$1,time_limit_s=$3"
+distill_source() {  # WORKERS BATCH SECONDS SLOTS
+  echo "$PROMPTS,kind=distill,base=$WORK/base,name=self-distill,license=Apache-2.0,max_rows=$DISTILL_N,max_new_tokens=$DISTILL_TOKENS,temperature=0,batch_size=$2,batch_slots=$4,samples=$DISTILL_SAMPLES,sample_temperature=0.8,sample_top_p=0.95,workers=$1,time_limit_s=$3"
 }
-run_data() {  # WORKERS BATCH: self-distillation within DISTILL_S (and the deadline), then packing
+run_data() {  # WORKERS BATCH SLOTS: self-distillation within DISTILL_S (and the deadline), then packing
   local s pack=90
   s=$(budget "$DISTILL_S" $(( RESERVE_S + 120 + pack )))
   [ "$s" -gt 30 ] || { stamp "data: no time left ($s s)"; return 1; }
   stamp "data (self-distillation of $(wc -l < "$PROMPTS") prompts, $DISTILL_SAMPLES sampled each, workers=$1, batch=$2, limit ${s} s)"
   [ ${#BLOCKLIST_ARGS[@]} -gt 0 ] || stamp "data: no BENCHMARKS given, so no n-gram dedup against benchmark text"
   bounded $(( s + pack )) python3 -m a2d_convert data --tokenizer "$WORK/base" --out "$WORK/data" --force --block-size "$BLOCK" \
-    --seq-len "$SEQ_LEN" --holdout-fraction 0.02 --source "$(distill_source "$1" "$2" "$s")" ${CORPUS_ARGS[@]+"${CORPUS_ARGS[@]}"} ${BLOCKLIST_ARGS[@]+"${BLOCKLIST_ARGS[@]}"} \
+    --seq-len "$SEQ_LEN" --holdout-fraction 0.02 --source "$(distill_source "$1" "$2" "$s" "$3")" ${CORPUS_ARGS[@]+"${CORPUS_ARGS[@]}"} ${BLOCKLIST_ARGS[@]+"${BLOCKLIST_ARGS[@]}"} \
     2>&1 | tee -a "$WORK/data.log" | grep --line-buffered -v 'row/s\|batch/s' || true
   [ -f "$WORK/data/data_manifest.json" ]
 }
 if [ ! -f "$WORK/data/data_manifest.json" ]; then
   workers=$DISTILL_WORKERS; [ "$workers" = 0 ] && workers=$(( GPUS > 0 ? 2 * GPUS : 1 ))
-  if ! run_data "$workers" "$DISTILL_BATCH"; then
+  if ! run_data "$workers" "$DISTILL_BATCH" "$DISTILL_SLOTS"; then
     # One retry with the plain settings that ran before (one process per GPU, batch 256, the decode steps launched
     # one by one rather than replayed from CUDA graphs).
-    A2D_DISTILL_GRAPHS=0 run_data 0 256 || { status "data failed"; exit 1; }
+    A2D_DISTILL_GRAPHS=0 run_data 0 256 0 || { status "data failed"; exit 1; }
   fi
   stamp "data done: $(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); t=m["totals"]["train.safetensors"]; g=m["sources"][0].get("generator",{}); print(t["samples"], "samples,", t["tokens_in_samples"], "tokens,", t["loss_tokens"], "loss tokens,", t["rows"], "rows;", g.get("responses"), "responses,", g.get("unfinished"), "unfinished,", g.get("batching",{}).get("seconds"), "s generating")' "$WORK/data/data_manifest.json")"
   status "data ok"

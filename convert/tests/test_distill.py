@@ -62,6 +62,19 @@ def test_sampler_draws_by_inverse_cdf_over_the_nucleus():
     assert out.argmax(-1).item() == 0  # the least likely non-zero token is last
 
 
+def test_batches_hold_at_most_batch_size_rows_and_batch_slots_slots():
+    lengths = [5, 30, 10, 20, 10, 40, 5]
+    plan = gen.plan_batches(lengths, 4, 0, batch_slots=100, max_new_tokens=10)
+    # Sorted by length: 5, 5, 10, 10 | 20, 30 | 40 (4 x 20, 2 x 40 and 1 x 50 slots; a fifth row or a third would overflow).
+    assert [[lengths[i] for i in b.indices] for b in plan] == [[5, 5, 10, 10], [20, 30], [40]]
+    assert [b.start for b in plan] == [0, 4, 6]
+    assert [len(b.indices) for b in gen.plan_batches(lengths, 4, 1)] == [4, 3, 4, 3]  # no slot bound; and the sampled pass
+    lone = gen.plan_batches([500, 600], 8, 0, batch_slots=100, max_new_tokens=10)  # a prompt larger than the bound runs alone
+    assert [b.indices for b in lone] == [[0], [1]]
+    with pytest.raises(A2DError, match="batch_slots"):
+        gen.plan_batches(lengths, 4, 0, batch_slots=-1)
+
+
 def test_workers_and_batch_sizes_give_the_same_data_in_prompt_order(base, prompts, tmp_path):
     one, record = distilled(base, prompts, tmp_path / "one", samples=2, seed=5)
     two, record2 = distilled(base, prompts, tmp_path / "two", samples=2, seed=5, workers=2)
@@ -79,6 +92,8 @@ def test_workers_and_batch_sizes_give_the_same_data_in_prompt_order(base, prompt
     # A sampled response depends on its own seed only, not on the batch it was generated in.
     single, _ = distilled(base, prompts, tmp_path / "single", samples=2, seed=5, batch_size=1)
     assert single == one
+    slotted, record_slots = distilled(base, prompts, tmp_path / "slots", samples=2, seed=5, batch_size=12, batch_slots=40)
+    assert slotted == one and record_slots["batching"]["batch_slots"] == 40
     other_seed, _ = distilled(base, prompts, tmp_path / "seed6", samples=2, seed=6)
     sampled = lambda rows: [r["response_ids"] for r in rows if r["distill_response"]["sample"]]  # noqa: E731
     assert sampled(other_seed) != sampled(one)
