@@ -9,7 +9,8 @@ over the visible GPUs, optionally bounded by `time_limit_s` (distill.py). A row 
 - chat: `messages` (or ShareGPT `conversations`) — loss on every assistant turn;
 - prompt/response: `prompt`+`response` (also question/answer, instruction/output, problem/solution),
   rendered as a user turn and an assistant turn with the chat template — loss on the response only;
-- distilled: `prompt_ids` + `response_ids` — the exact tokens the base produced, loss on the response;
+- distilled: `prompt_ids` + `response_ids` — the exact tokens the base produced, loss on the response, and
+  with greedy answers `response_confidence`, the base's probability of each token it chose;
 - text: `text` (or a text file, or its lines/paragraphs) — loss on every token, EOS appended.
 Every other field of a row is its metadata.
 
@@ -28,7 +29,9 @@ block right after the prompt; its end is padded to a block boundary with the pad
 a target when the sample is finished, so the model learns to fill a block's tail after EOS). Samples
 are packed first-fit into rows of `seq_len` tokens; position ids restart at 0 for every sample and
 attention never crosses samples (segment ids). train.safetensors holds int32 `input_ids`, uint8
-`loss_mask` and int32 `segment_ids` (0 = unused slot), each [rows, seq_len].
+`loss_mask` and int32 `segment_ids` (0 = unused slot), each [rows, seq_len], and where any sample has the base's
+confidences, float16 `confidence` (each response token's; NaN elsewhere, 1 on a finished sample's pads), which
+`train --mask-pattern teacher` orders its masks by.
 """
 
 from __future__ import annotations
@@ -239,6 +242,7 @@ class Example:
     text: str | None = None
     prompt_ids: list[int] | None = None
     response_ids: list[int] | None = None
+    response_confidence: list[float] | None = None  # distilled greedy answers: the base's probability of each token
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def content_text(self, decode) -> str:
@@ -253,9 +257,12 @@ def to_example(row: dict[str, Any], source: Source) -> Example | None:
     row = dict(row)
     if "prompt_ids" in row and "response_ids" in row:
         prompt_ids, response_ids = row.pop("prompt_ids"), row.pop("response_ids")
+        confidence = row.pop("response_confidence", None)
         row.pop("messages", None)
         row.pop("response", None)
-        return Example(prompt_ids=list(prompt_ids), response_ids=list(response_ids), metadata=row)
+        if confidence is not None and len(confidence) != len(response_ids):
+            confidence = None  # not this response's: order its masks at random
+        return Example(prompt_ids=list(prompt_ids), response_ids=list(response_ids), response_confidence=confidence, metadata=row)
     for key in ("messages", "conversations"):
         turns = row.get(key)
         if isinstance(turns, list) and turns:
@@ -449,6 +456,7 @@ class Sample:
     loss: list[int]
     finished: bool  # ends where the text ends (EOS/turn end), so trailing pads are real targets
     anchor: int = 0  # the index that must start a block: the response start of a prompted sample
+    confidence: list[float] | None = None  # per token: the base's probability of it (NaN: unknown), or None
 
 
 def chat_sample(tok: ChatTokenizer, messages: list[dict[str, str]], enable_thinking: str) -> Sample | None:
@@ -475,7 +483,10 @@ def make_sample(tok: ChatTokenizer, example: Example, source: Source) -> Sample 
         ids = list(example.prompt_ids) + list(example.response_ids)
         loss = [0] * len(example.prompt_ids) + [1] * len(example.response_ids)
         finished = bool(example.response_ids) and example.response_ids[-1] in tok.eos_ids
-        return Sample(ids, loss, finished, anchor=len(example.prompt_ids)) if example.prompt_ids else None
+        confidence = None
+        if example.response_confidence is not None:
+            confidence = [float("nan")] * len(example.prompt_ids) + [float(c) for c in example.response_confidence]
+        return Sample(ids, loss, finished, anchor=len(example.prompt_ids), confidence=confidence) if example.prompt_ids else None
     if example.messages is not None:
         return chat_sample(tok, example.messages, source.enable_thinking)
     ids = tok.encode(example.text, add_special_tokens=True).ids + [tok.eos_ids[0]]
@@ -502,15 +513,18 @@ def place(sample: Sample, block: int, seq_len: int, pad_id: int) -> tuple[Placed
     gap = -sample.anchor % block
     room = seq_len - gap
     cut = False
+    conf = sample.confidence
     if len(sample.ids) > room:
         if 1 not in sample.loss[:room]:
             return None, True
-        sample = Sample(sample.ids[:room], sample.loss[:room], finished=False, anchor=sample.anchor)
+        sample = Sample(sample.ids[:room], sample.loss[:room], False, sample.anchor, None if conf is None else conf[:room])
         cut = True
     pads = -(gap + len(sample.ids)) % block
     if pads:
         pad_loss = 1 if sample.finished else 0
-        sample = Sample(sample.ids + [pad_id] * pads, sample.loss + [pad_loss] * pads, sample.finished, sample.anchor)
+        # A finished sample's pads follow its EOS: nothing is easier to predict.
+        pad_conf = None if sample.confidence is None else sample.confidence + [1.0 if sample.finished else float("nan")] * pads
+        sample = Sample(sample.ids + [pad_id] * pads, sample.loss + [pad_loss] * pads, sample.finished, sample.anchor, pad_conf)
     return Placed(sample, gap, gap + len(sample.ids)), cut
 
 
@@ -532,6 +546,8 @@ def pack(placed: list[Placed], seq_len: int, pad_id: int, open_rows: int = 256) 
     input_ids = np.full((len(rows), seq_len), pad_id, dtype=np.int32)
     loss_mask = np.zeros((len(rows), seq_len), dtype=np.uint8)
     segment_ids = np.zeros((len(rows), seq_len), dtype=np.int32)
+    with_confidence = any(item.sample.confidence is not None for item in placed)
+    confidence = np.full((len(rows), seq_len), np.nan, dtype=np.float16) if with_confidence else None
     for r, items in enumerate(rows):
         offset = 0
         for segment, item in enumerate(items, 1):
@@ -540,8 +556,13 @@ def pack(placed: list[Placed], seq_len: int, pad_id: int, open_rows: int = 256) 
             input_ids[r, start:end] = item.sample.ids
             loss_mask[r, start:end] = item.sample.loss
             segment_ids[r, start:end] = segment
+            if confidence is not None and item.sample.confidence is not None:
+                confidence[r, start:end] = item.sample.confidence
             offset += item.length
-    return {"input_ids": input_ids, "loss_mask": loss_mask, "segment_ids": segment_ids}
+    arrays = {"input_ids": input_ids, "loss_mask": loss_mask, "segment_ids": segment_ids}
+    if confidence is not None:
+        arrays["confidence"] = confidence
+    return arrays
 
 
 def write_rows(path: Path, arrays: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
@@ -592,7 +613,7 @@ def distill(source: Source, tok: ChatTokenizer, out_dir: Path, keep: "RowFilter"
         sample_temperature=source.sample_temperature, sample_top_p=source.sample_top_p, eos_ids=list(tok.eos_ids), pad_id=pad_id,
     )
     safe_name = re.sub(r"[^A-Za-z0-9._-]+", "_", source.name)
-    results, run_record = gen.run(
+    results, confidences, run_record = gen.run(
         base, [ids for _, ids in prompts], settings, source.samples, source.batch_size, source.workers, source.time_limit_s,
         out_dir / f".{safe_name}.work", source.name, source.batch_slots,
     )
@@ -623,6 +644,8 @@ def distill(source: Source, tok: ChatTokenizer, out_dir: Path, keep: "RowFilter"
                     "response": tok.decode(response),
                     **example.metadata,
                 }
+                if (i, k) in confidences:  # the base's probability of each token it chose (greedy answers)
+                    row["response_confidence"] = [round(c, 4) for c in confidences[(i, k)]]
                 if source.samples:
                     row["distill_response"] = {"sample": k, **({"seed": gen.sample_seed(source.seed, i, k)} if k else {})}
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -852,6 +875,8 @@ def load_rows(path: Path, block_size: int | None = None) -> tuple[dict[str, np.n
         if meta.get("format") != DATA_FORMAT:
             raise A2DError(f"{path}: not an a2d data file (format {meta.get('format')!r}); rebuild it with `data`")
         arrays = {k: f.get_tensor(k) for k in ("input_ids", "loss_mask", "segment_ids")}
+        if "confidence" in f.keys():
+            arrays["confidence"] = f.get_tensor("confidence")
     if block_size is not None and int(meta["block_size"]) != block_size:
         raise A2DError(
             f"{path}: packed for block size {meta['block_size']}, training uses {block_size}; "

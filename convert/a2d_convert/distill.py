@@ -166,14 +166,19 @@ class GreedySteps:
         self.slot = torch.full((1,), width - 1, dtype=torch.long, device=device)  # the prefill's last slot
         self.token = torch.zeros(rows, dtype=torch.long, device=device)
         self.out = torch.zeros((rows, max_new_tokens), dtype=torch.long, device=device)
+        self.confidence = torch.zeros((rows, max_new_tokens), dtype=torch.float32, device=device)
         self.finished = torch.zeros(rows, dtype=torch.bool, device=device)
         self.eos_ids = torch.tensor(sorted(eos) or [-1], dtype=torch.long, device=device)  # -1: no token ends a row
         cache.write_slots = self.slot
 
     def emit(self, hidden) -> None:
-        """The next token of every row from its last hidden state, at column slot - (width - 1) of `out`."""
-        token = self.model.logits(hidden[:, -1]).argmax(-1)  # (argmax of bf16 logits: the fp32 copy's, exactly)
-        self.out.index_copy_(1, self.slot - (self.width - 1), token[:, None])
+        """The next token of every row from its last hidden state, at column slot - (width - 1) of `out`, and its
+        probability (the softmax of the logits in fp32) at the same column of `confidence`."""
+        logits = self.model.logits(hidden[:, -1])
+        token = logits.argmax(-1)  # (argmax of bf16 logits: the fp32 copy's, exactly)
+        column = self.slot - (self.width - 1)
+        self.out.index_copy_(1, column, token[:, None])
+        self.confidence.index_copy_(1, column, logits.float().softmax(-1).amax(-1)[:, None])
         self.finished |= (token[:, None] == self.eos_ids).any(-1)
         self.token.copy_(token)
 
@@ -222,7 +227,7 @@ class StepGraphs:
 
 
 def greedy_static(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: set[int], pad_id: int,
-                  graph: bool = True) -> list[list[int]]:
+                  graph: bool = True, with_confidence: bool = False):
     """Greedy answers of the reference Transformer `model` to `prompts`, one token per row per forward with
     a preallocated KV cache (model.StaticCache): the prompts left-padded into one prefill, pads masked out and
     positions counted from each prompt's first token. Each response is cut after its first EOS token; the
@@ -230,7 +235,10 @@ def greedy_static(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, 
 
     After the eager prefill, every step is GreedySteps.step: fixed shapes, its state in device buffers, so on a
     CUDA device it is replayed from CUDA graphs (StepGraphs; graph=False runs the same steps eagerly, for
-    comparison) and costs no Python or kernel-launch time per layer. A CPU model runs them eagerly."""
+    comparison) and costs no Python or kernel-launch time per layer. A CPU model runs them eagerly.
+
+    with_confidence: returns (responses, confidences), each response's tokens with the probability the model gave
+    each of them (what `train --mask-pattern teacher` orders its masks by)."""
     import torch
 
     from .model import StaticCache
@@ -268,20 +276,21 @@ def greedy_static(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, 
         while done < max_new_tokens and not (done % EOS_CHECK_EVERY == 0 and bool(steps.finished.all())):
             run(next(span for span in spans if span > width - 1 + done))  # the step writes slot width - 1 + done
             done += 1
-    responses = []
-    for row in steps.out[:, :done].tolist():
+    responses, confidences = [], []
+    for row, probabilities in zip(steps.out[:, :done].tolist(), steps.confidence[:, :done].tolist()):
         end = next((k for k, t in enumerate(row) if t in eos), None)
         responses.append(row if end is None else row[: end + 1])
-    return responses
+        confidences.append(probabilities[: len(responses[-1])])
+    return (responses, confidences) if with_confidence else responses
 
 
 def generate_batches(
     base: Path, prompts: Sequence[Sequence[int]], batches: list[Batch], settings: Settings, deadline: float | None, label: str
-) -> Iterator[tuple[Batch, list[list[int]]]]:
-    """Answer `batches` in order with the base on this process's device; yields (batch, responses), each
-    response cut after its first EOS token. Stops early (silently) when the next batch would overrun.
-    Greedy main responses come from greedy_static on the reference Transformer; sampled ones from
-    transformers' `generate` with the seeded sampler."""
+) -> Iterator[tuple[Batch, list[list[int]], list[list[float]] | None]]:
+    """Answer `batches` in order with the base on this process's device; yields (batch, responses, confidences),
+    each response cut after its first EOS token. Stops early (silently) when the next batch would overrun.
+    Greedy main responses come from greedy_static on the reference Transformer, with the base's probability of each
+    token; sampled ones from transformers' `generate` with the seeded sampler (confidences None)."""
     import torch
     from transformers import AutoModelForCausalLM, LogitsProcessorList
 
@@ -300,13 +309,14 @@ def generate_batches(
             return
         started = time.time()
         if batch.sample == 0 and settings.temperature == 0:
-            responses = greedy_static(reference, [prompts[i] for i in batch.indices], settings.max_new_tokens, eos, settings.pad_id,
-                                      graph=os.environ.get("A2D_DISTILL_GRAPHS", "1") != "0")
+            responses, confidences = greedy_static(reference, [prompts[i] for i in batch.indices], settings.max_new_tokens, eos,
+                                                   settings.pad_id, graph=os.environ.get("A2D_DISTILL_GRAPHS", "1") != "0",
+                                                   with_confidence=True)
             elapsed = time.time() - started
             slowest = max(slowest, elapsed)
             print(json.dumps({"distill": label, "batch": n + 1, "of": len(batches), "sample": 0, "rows": len(batch.indices),
                               "new_tokens": max(len(r) for r in responses), "s": round(elapsed, 2)}), file=sys.stderr, flush=True)
-            yield batch, responses
+            yield batch, responses, confidences
             continue
         if model is None:
             model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype).to(device).eval()
@@ -348,7 +358,7 @@ def generate_batches(
         slowest = max(slowest, elapsed)
         print(json.dumps({"distill": label, "batch": n + 1, "of": len(batches), "sample": batch.sample, "rows": len(batch.indices),
                           "new_tokens": int(generated.shape[1] - width), "s": round(elapsed, 2)}), file=sys.stderr, flush=True)
-        yield batch, responses
+        yield batch, responses, None
 
 
 def visible_gpus() -> list[str]:
@@ -374,8 +384,9 @@ def run(
     work_dir: Path,
     label: str,
     batch_slots: int = 0,
-) -> tuple[dict[tuple[int, int], list[int]], dict[str, Any]]:
-    """Answer every (prompt, sample) task; returns {(prompt index, sample): response} and a record of how.
+) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[float]], dict[str, Any]]:
+    """Answer every (prompt, sample) task; returns {(prompt index, sample): response}, {(prompt index, sample): the
+    base's probability of each token} for the greedy responses, and a record of how.
     workers: processes (0: one per visible GPU, 1 on a machine without one), spread over the GPUs in turn;
     batch_slots: the KV cache slots a batch may hold (plan_batches; 0: rows alone bound it)."""
     started = time.time()
@@ -387,14 +398,17 @@ def run(
     order = processing_order(batches, settings.seed)
     deadline = started + time_limit_s if time_limit_s > 0 else None
     results: dict[tuple[int, int], list[int]] = {}
+    confidences: dict[tuple[int, int], list[float]] = {}
 
-    def take(batch: Batch, responses: list[list[int]]) -> None:
-        for i, response in zip(batch.indices, responses):
+    def take(batch: Batch, responses: list[list[int]], probabilities: list[list[float]] | None) -> None:
+        for row, (i, response) in enumerate(zip(batch.indices, responses)):
             results[(i, batch.sample)] = response
+            if probabilities is not None:
+                confidences[(i, batch.sample)] = probabilities[row]
 
     if workers == 1:
-        for batch, responses in generate_batches(base, prompts, [batches[b] for b in order], settings, deadline, label):
-            take(batch, responses)
+        for batch, responses, probabilities in generate_batches(base, prompts, [batches[b] for b in order], settings, deadline, label):
+            take(batch, responses, probabilities)
     else:
         work_dir.mkdir(parents=True, exist_ok=True)
         job = work_dir / "job.json"
@@ -428,7 +442,7 @@ def run(
         for _, out in procs:
             for line in out.read_text().splitlines():
                 row = json.loads(line)
-                take(by_id[row["batch"]], row["responses"])
+                take(by_id[row["batch"]], row["responses"], row.get("confidences"))
         shutil.rmtree(work_dir, ignore_errors=True)
     record = {
         "greedy": "the reference Transformer (a2d_convert.model) with a static KV cache, bf16 on CUDA, decode steps replayed from CUDA graphs (distill.greedy_static)",
@@ -441,7 +455,7 @@ def run(
         "time_limit_s": time_limit_s,
         "seconds": round(time.time() - started, 1),
     }
-    return results, record
+    return results, confidences, record
 
 
 def worker_main(argv: list[str]) -> int:
@@ -454,8 +468,9 @@ def worker_main(argv: list[str]) -> int:
     mine = [batches[b] for b in job["order"][w::workers]]
     settings = Settings(**job["settings"])
     with open(out_path, "w", encoding="utf-8") as f:
-        for batch, responses in generate_batches(Path(job["base"]), job["prompts"], mine, settings, job["deadline"], f"{job['label']}#{w}"):
-            f.write(json.dumps({"batch": batch.id, "responses": responses}) + "\n")
+        for batch, responses, probabilities in generate_batches(Path(job["base"]), job["prompts"], mine, settings, job["deadline"],
+                                                                f"{job['label']}#{w}"):
+            f.write(json.dumps({"batch": batch.id, "responses": responses, "confidences": probabilities}) + "\n")
             f.flush()
     return 0
 

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import lora as lora_mod
+from .errors import A2DError
 from .train_config import TrainConfig
 
 
@@ -127,22 +128,51 @@ def segment_positions(segment_ids: np.ndarray) -> np.ndarray:
     return (idx - start_index).astype(np.int32)
 
 
-def block_masks(cfg: TrainConfig, rng: np.random.Generator, L: int) -> tuple[np.ndarray, np.ndarray]:
+def block_masks(cfg: TrainConfig, rng: np.random.Generator, L: int, confidence: np.ndarray | None = None,
+                t_max: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(masked [L] bool, t [L]: the block's mask rate) of one packed row, by `cfg.mask_pattern`: "random", each
     position of a block masked with the block's rate t ~ U[t_min, t_max]; "full", every position; "decoder",
     half the blocks as "random" and half in the state a sliding window meets (its first position masked, the
     others masked with the block's rate), the complementary copy then giving the revealed-prefix states of a
-    block that moves only when finished."""
+    block that moves only when finished; "teacher", half the blocks as "random" and half in the state a decoder
+    reaches by revealing what it is surest of first (d3LLM's teacher-order masking, with the AR base's probability
+    of each distilled token, `confidence`, as the order): the first position masked as a sliding window's is, and
+    of the others the round(t B) - 1 the base was least sure of (ties at random); blocks without the base's
+    probabilities (other corpora, prompts) stay "random". `t_max` (the curriculum's current top) replaces
+    cfg.t_max."""
     B = cfg.block_size
     if cfg.mask_pattern == "full":
         return np.ones(L, dtype=bool), np.ones(L)
-    t_block = cfg.t_min + (cfg.t_max - cfg.t_min) * rng.random(L // B)
+    top = cfg.t_max if t_max is None else t_max
+    t_block = cfg.t_min + (top - cfg.t_min) * rng.random(L // B)
     t = np.repeat(t_block, B)
     masked = rng.random(L) < t
     if cfg.mask_pattern == "decoder":
         sliding = np.repeat(rng.random(L // B) < 0.5, B) & (np.arange(L) % B == 0)
         masked |= sliding
+    elif cfg.mask_pattern == "teacher" and confidence is not None:
+        conf = confidence.astype(np.float64).reshape(L // B, B)
+        ordered = (rng.random(L // B) < 0.5) & np.isfinite(conf).all(axis=1)
+        # Rank each block's later positions by the base's probability, lowest first (a random key breaks ties).
+        rest = np.lexsort((rng.random((L // B, B - 1)), conf[:, 1:]), axis=1)
+        count = np.clip(np.rint(t_block * B).astype(np.int64) - 1, 0, B - 1)
+        teacher = np.zeros((L // B, B), dtype=bool)
+        teacher[:, 0] = True
+        rows = np.repeat(np.arange(L // B), B - 1).reshape(L // B, B - 1)
+        taken = np.arange(B - 1)[None, :] < count[:, None]
+        teacher[rows[taken], 1 + rest[taken]] = True
+        masked = np.where(np.repeat(ordered, B), teacher.reshape(L), masked)
     return masked, t
+
+
+def curriculum_t_max(cfg: TrainConfig, step: int) -> float:
+    """The mask-rate curriculum's top at optimizer step `step` (d3LLM's progressive mask ratio): from
+    cfg.t_max_start up to cfg.t_max, linearly over cfg.curriculum_steps (0: the whole schedule); without a
+    curriculum (t_max_start < 0), cfg.t_max."""
+    if cfg.t_max_start < 0:
+        return cfg.t_max
+    span = cfg.curriculum_steps or cfg.max_steps
+    return cfg.t_max_start + (cfg.t_max - cfg.t_max_start) * min(1.0, step / max(1, span))
 
 
 class RowSchedule:
@@ -155,6 +185,11 @@ class RowSchedule:
         self.positions = segment_positions(self.segment_ids)
         # A target needs a predictor inside its own sample: never the first token of a sample.
         self.eligible = self.loss_mask & (self.segment_ids > 0) & (self.positions > 0)
+        self.confidence = arrays.get("confidence")
+        if config.mask_pattern == "teacher" and self.confidence is None:
+            raise A2DError("--mask-pattern teacher orders masks by the base's probability of each distilled token, and "
+                           "this data has none: build it with a self-distillation source (`data --source "
+                           "PROMPTS,kind=distill,...`, greedy), or use --mask-pattern decoder")
         self.config = config
         self.mask_token_id = mask_token_id
         self.rows = self.input_ids.shape[0]
@@ -187,8 +222,10 @@ class RowSchedule:
         R = layout.rows
         masked = np.empty((b, L), dtype=bool)
         t = np.empty((b, L), dtype=np.float64)
+        top = curriculum_t_max(cfg, step)
         for r, slot in enumerate(slots):
-            masked[r], t[r] = block_masks(cfg, np.random.default_rng([cfg.seed, step, slot, 1]), L)
+            confidence = None if self.confidence is None else self.confidence[rows[r]]
+            masked[r], t[r] = block_masks(cfg, np.random.default_rng([cfg.seed, step, slot, 1]), L, confidence, top)
 
         # Every row's token, position and segment: a noisy slot reads its position's, an anchor row the
         # position before its block (-1 as its segment when that position lies in another sample).

@@ -31,9 +31,11 @@ class TrainConfig:
     grad_clip: float = field(default=1.0, metadata={"help": "gradient norm clip; 0: off"})
     t_min: float = field(default=0.2, metadata={"help": "lowest per-block mask rate (clipped schedule)"})
     t_max: float = field(default=0.8, metadata={"help": "highest per-block mask rate"})
+    t_max_start: float = field(default=-1.0, metadata={"help": "mask-rate curriculum (d3LLM's progressive mask ratio): the highest rate rises linearly from this to --t-max over --curriculum-steps; -1: none"})
+    curriculum_steps: int = field(default=0, metadata={"help": "steps of the mask-rate curriculum's rise; 0: the whole schedule (--max-steps)"})
     loss_weighting: str = field(default="elbo", metadata={"help": "elbo (1/t weights of the NELBO) or none (plain masked-token CE)"})
     complementary: bool = field(default=True, metadata={"help": "second noisy copy with the complementary mask"})
-    mask_pattern: str = field(default="random", metadata={"help": "random (each token of a block masked with rate t), full (every block wholly masked: the state of a window's first step; needs --loss-weighting none --no-complementary) or decoder (half the blocks random, half as a sliding window meets them: the first position masked, the rest at rate t)"})
+    mask_pattern: str = field(default="random", metadata={"help": "random (each token of a block masked with rate t), full (every block wholly masked: the state of a window's first step; needs --loss-weighting none --no-complementary) decoder (half the blocks random, half as a sliding window meets them: the first position masked, the rest at rate t) or teacher (half the blocks random, half in the order a decoder reveals them: the first position masked and the others the AR base was least sure of, as many as rate t asks; needs self-distilled data, which records the base's probability of each token)"})
     kl_weight: float = field(default=0.0, metadata={"help": "weight of KL(AR base || model) on masked targets"})
     ar_weight: float = field(default=0.0, metadata={"help": "weight of the next-token loss on the clean stream"})
     clean_kl_weight: float = field(default=0.0, metadata={"help": "weight of KL(AR base || model) on every clean-stream row, prompts included (holds the model's plain AR reading to its base)"})
@@ -77,8 +79,13 @@ def check_config(config: TrainConfig) -> None:
             raise A2DError(f"--{name.replace('_', '-')} {getattr(config, name)}: must be 0 or more")
     if config.loss_weighting not in ("elbo", "none"):
         raise A2DError(f"--loss-weighting {config.loss_weighting!r}: use elbo or none")
-    if config.mask_pattern not in ("random", "full", "decoder"):
-        raise A2DError(f"--mask-pattern {config.mask_pattern!r}: use random, full or decoder")
+    if config.mask_pattern not in ("random", "full", "decoder", "teacher"):
+        raise A2DError(f"--mask-pattern {config.mask_pattern!r}: use random, full, decoder or teacher")
+    if config.t_max_start >= 0 and not config.t_min <= config.t_max_start <= config.t_max:
+        raise A2DError(f"--t-max-start {config.t_max_start}: the curriculum rises from it to --t-max {config.t_max}, so it must lie "
+                       f"between --t-min {config.t_min} and --t-max (or -1: no curriculum)")
+    if config.curriculum_steps < 0:
+        raise A2DError(f"--curriculum-steps {config.curriculum_steps}: must be 0 (the whole schedule) or more")
     if config.attention not in ("auto", "flex", "dense"):
         raise A2DError(f"--attention {config.attention!r}: use auto, flex or dense")
     if config.flex_block not in (0, 16, 32, 64, 128):

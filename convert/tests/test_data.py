@@ -145,6 +145,7 @@ def test_text_parquet_and_declared_eval_split_sources(base, tmp_path):
     arrays, _ = load_rows(out / TRAIN_FILE)
     text_tokens = int(arrays["loss_mask"].sum())
     assert text_tokens == manifest["totals"][TRAIN_FILE]["loss_tokens"] > 0
+    assert "confidence" not in arrays  # no source carries the base's probabilities
 
 
 def test_bad_input_is_named(base, tmp_path):
@@ -186,6 +187,14 @@ def test_self_distillation_trains_on_the_bases_own_tokens(base, tmp_path):
         want = r["prompt_ids"] + r["response_ids"]
         assert any(packed[i : i + len(want)] == want for i in range(len(packed)))
     assert record["samples"] == 2 and int(arrays["loss_mask"].sum()) >= sum(len(r["response_ids"]) for r in rows)
+    # Each response token carries the base's probability of it where it is packed; prompt tokens none (NaN).
+    confidence = arrays["confidence"].astype(np.float32).ravel()
+    for r in rows:
+        want = r["prompt_ids"] + r["response_ids"]
+        at = next(i for i in range(len(packed)) if packed[i : i + len(want)] == want)
+        response = at + len(r["prompt_ids"])
+        assert np.isnan(confidence[at:response]).all()
+        assert np.allclose(confidence[response : response + len(r["response_ids"])], r["response_confidence"], atol=1e-3)
 
 
 def test_sources_file_paths_are_relative_to_it(base, tmp_path):

@@ -94,6 +94,13 @@ def test_workers_and_batch_sizes_give_the_same_data_in_prompt_order(base, prompt
     assert single == one
     slotted, record_slots = distilled(base, prompts, tmp_path / "slots", samples=2, seed=5, batch_size=12, batch_slots=40)
     assert slotted == one and record_slots["batching"]["batch_slots"] == 40
+    # The greedy main responses carry the base's probability of each token; the sampled ones do not.
+    for row in one:
+        if row["distill_response"]["sample"]:
+            assert "response_confidence" not in row
+        else:
+            assert len(row["response_confidence"]) == len(row["response_ids"])
+            assert all(0 < c <= 1 for c in row["response_confidence"])
     other_seed, _ = distilled(base, prompts, tmp_path / "seed6", samples=2, seed=6)
     sampled = lambda rows: [r["response_ids"] for r in rows if r["distill_response"]["sample"]]  # noqa: E731
     assert sampled(other_seed) != sampled(one)
@@ -201,6 +208,27 @@ def greedy_alone(model, prompt: list[int], max_new_tokens: int) -> list[int]:
             hidden, _ = model(torch.tensor([ids]), torch.arange(T)[None], causal_mask(T)[None])
             ids.append(int(model.logits(hidden[0, -1]).argmax()))
     return ids[len(prompt):]
+
+
+def test_greedy_answers_carry_the_probability_of_each_token():
+    """greedy_static(with_confidence=True): beside each answer, the softmax probability the model gave each of its
+    tokens, as decoding the prompt alone computes it; cut after EOS with the answer."""
+    from a2d_convert.model import causal_mask
+
+    model = random_gqa_model(2)
+    prompts = [[5, 9, 14], [7] * 11, [3]]
+    answers, confidences = gen.greedy_static(model, prompts, 9, set(), pad_id=0, graph=False, with_confidence=True)
+    assert answers == gen.greedy_static(model, prompts, 9, set(), pad_id=0, graph=False)
+    for prompt, answer, probabilities in zip(prompts, answers, confidences):
+        ids = prompt + answer
+        with torch.no_grad():
+            hidden, _ = model(torch.tensor([ids]), torch.arange(len(ids))[None], causal_mask(len(ids))[None])
+            want = model.logits(hidden[0, len(prompt) - 1 : -1]).float().softmax(-1).amax(-1)
+        assert len(probabilities) == len(answer)
+        assert np.allclose(probabilities, want.numpy(), atol=1e-5)
+    eos = {answers[1][3]}
+    cut, cut_confidences = gen.greedy_static(model, prompts, 9, eos, pad_id=0, with_confidence=True)
+    assert [len(c) for c in cut_confidences] == [len(a) for a in cut]
 
 
 def test_decode_spans_double_from_the_first_past_the_prompts():

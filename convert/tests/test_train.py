@@ -14,7 +14,7 @@ from a2d_convert.data import DataConfig, Source, TRAIN_FILE, build_data, load_ro
 from a2d_convert.init_model import init_model
 from a2d_convert.model import BlockForward, load_transformer
 from a2d_convert import lora as lora_mod
-from a2d_convert.objective import Objective, RowSchedule
+from a2d_convert.objective import Objective, RowSchedule, block_masks, curriculum_t_max
 from a2d_convert.tiny import TinySpec, make_tiny_base
 from a2d_convert.errors import A2DError
 from a2d_convert.train_config import TrainConfig, check_config
@@ -172,6 +172,42 @@ def test_full_pattern_masks_every_block_and_targets_every_eligible_position(work
         check_config(TrainConfig(mask_pattern="full"))
 
 
+def test_teacher_masks_hide_what_the_base_was_least_sure_of(workspace):
+    """--mask-pattern teacher: about half the blocks (those with the base's probabilities) have their first position
+    masked and, of the others, the round(t B) - 1 the base was least sure of; the rest are iid at rate t. Data without
+    the probabilities is refused by name."""
+    B, blocks = 4, 200
+    L = B * blocks
+    config = TrainConfig(block_size=B, mask_pattern="teacher", t_min=0.1, t_max=1.0, loss_weighting="none")
+    check_config(config)
+    confidence = np.random.default_rng(5).permutation(L).astype(np.float32) / L  # distinct: no ties
+    confidence[:B] = np.nan  # a block of prompt: no probabilities, so never in teacher order
+    masked, t = block_masks(config, np.random.default_rng(1), L, confidence)
+    ordered = 0
+    for k in range(1, blocks):
+        m, c, rate = masked[k * B : (k + 1) * B], confidence[k * B : (k + 1) * B], t[k * B]
+        want = np.zeros(B, dtype=bool)
+        want[0] = True
+        want[1 + np.argsort(c[1:])[: max(0, int(np.rint(rate * B)) - 1)]] = True
+        ordered += bool((m == want).all())
+    assert 0.4 * blocks <= ordered <= 0.8 * blocks  # half in teacher order, and iid blocks that happen to match
+    arrays, _ = load_rows(workspace[2] / TRAIN_FILE, 4)
+    with pytest.raises(A2DError, match="self-distillation"):
+        RowSchedule(arrays, replace(config, batch_rows=2), mask_token_id=10_000)
+
+
+def test_the_mask_rate_curriculum_rises_to_t_max():
+    config = TrainConfig(t_min=0.1, t_max=0.9, t_max_start=0.3, curriculum_steps=100, loss_weighting="none")
+    check_config(config)
+    assert [round(curriculum_t_max(config, s), 6) for s in (0, 50, 100, 400)] == [0.3, 0.6, 0.9, 0.9]
+    assert curriculum_t_max(replace(config, curriculum_steps=0, max_steps=200), 100) == pytest.approx(0.6)
+    assert curriculum_t_max(replace(config, t_max_start=-1), 0) == 0.9
+    _, t = block_masks(config, np.random.default_rng(0), 400, None, curriculum_t_max(config, 0))
+    assert t.min() >= 0.1 and t.max() <= 0.3
+    with pytest.raises(A2DError, match="--t-max-start"):
+        check_config(replace(config, t_max_start=0.95))
+
+
 def test_tiny_base_trains_40_steps_and_its_loss_falls(workspace):
     root, base, data = workspace
     folder = train(tiny_config(root, base, data, "run"))
@@ -187,6 +223,23 @@ def test_tiny_base_trains_40_steps_and_its_loss_falls(workspace):
     lineage = json.loads((folder / "lineage.json").read_text())
     assert [s["stage"] for s in lineage["stages"]] == ["import", "init", "train"]
     assert lineage["stages"][-1]["outputs"]["model.safetensors"]["bytes"] == (folder / "model.safetensors").stat().st_size
+
+
+def test_a_window_adapter_trains_on_teacher_ordered_masks_under_the_curriculum(workspace, tmp_path):
+    """The published recipe's parts together on self-distilled data: the base's answers with its probability of each
+    token, teacher-ordered masks, the mask-rate curriculum, the window adapter; the loss is finite and falls."""
+    root, base, _ = workspace
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Count from {n} to {n + 5}."}) + "\n" for n in range(24)))
+    source = Source(path=prompts, name="self", kind="distill", base=str(base), max_new_tokens=12, batch_size=12)
+    data = build_data([source], base, tmp_path / "data", DataConfig(block_size=4, seq_len=96))
+    assert "confidence" in load_rows(data / TRAIN_FILE)[0]
+    config = tiny_config(tmp_path, base, data, "run", max_steps=12, log_every=4, lora_rank=4, window_adapter=True,
+                         mask_pattern="teacher", t_min=0.1, t_max=1.0, t_max_start=0.3, loss_weighting="none")
+    train(config)
+    log = [json.loads(line) for line in (tmp_path / "run" / LOG_FILE).read_text().splitlines()]
+    assert [r["step"] for r in log] == [4, 8, 12] and all(np.isfinite(r["loss"]) for r in log)
+    assert log[-1]["ce"] < log[0]["ce"]
 
 
 @pytest.mark.parametrize("lora_rank", [0, 4])
