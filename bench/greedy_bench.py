@@ -166,7 +166,8 @@ def main() -> int:
           flush=True)
 
     def greedy(batch, tokens, graph=True, eos=frozenset()):
-        return distill.greedy_static(model, batch, tokens, set(eos), pad_id=0, graph=graph)
+        # As distillation runs it: each token's probability recorded beside it (the answers alone are compared).
+        return distill.greedy_static(model, batch, tokens, set(eos), pad_id=0, graph=graph, with_confidence=True)[0]
 
     # Lazy initialisation (CUDA context, cuBLAS, kernels, a first capture) outside every timing.
     greedy(prompts, 8)

@@ -156,7 +156,7 @@ class GreedySteps:
     argmax into `out` at its column and into `token` for the next step. Slot s holds position s - pad of a row.
     """
 
-    def __init__(self, model, cache, pads, width: int, max_new_tokens: int, eos: set[int]) -> None:
+    def __init__(self, model, cache, pads, width: int, max_new_tokens: int, eos: set[int], with_confidence: bool = False) -> None:
         import torch
 
         device = pads.device
@@ -166,19 +166,21 @@ class GreedySteps:
         self.slot = torch.full((1,), width - 1, dtype=torch.long, device=device)  # the prefill's last slot
         self.token = torch.zeros(rows, dtype=torch.long, device=device)
         self.out = torch.zeros((rows, max_new_tokens), dtype=torch.long, device=device)
-        self.confidence = torch.zeros((rows, max_new_tokens), dtype=torch.float32, device=device)
+        self.confidence = torch.zeros((rows, max_new_tokens), dtype=torch.float32, device=device) if with_confidence else None
         self.finished = torch.zeros(rows, dtype=torch.bool, device=device)
         self.eos_ids = torch.tensor(sorted(eos) or [-1], dtype=torch.long, device=device)  # -1: no token ends a row
         cache.write_slots = self.slot
 
     def emit(self, hidden) -> None:
-        """The next token of every row from its last hidden state, at column slot - (width - 1) of `out`, and its
-        probability (the softmax of the logits in fp32) at the same column of `confidence`."""
+        """The next token of every row from its last hidden state, at column slot - (width - 1) of `out`, and with
+        `confidence` its probability (the softmax of the logits in fp32: exp(max - logsumexp)) at the same column."""
         logits = self.model.logits(hidden[:, -1])
         token = logits.argmax(-1)  # (argmax of bf16 logits: the fp32 copy's, exactly)
         column = self.slot - (self.width - 1)
         self.out.index_copy_(1, column, token[:, None])
-        self.confidence.index_copy_(1, column, logits.float().softmax(-1).amax(-1)[:, None])
+        if self.confidence is not None:
+            wide = logits.float()
+            self.confidence.index_copy_(1, column, (wide.amax(-1) - wide.logsumexp(-1)).exp()[:, None])
         self.finished |= (token[:, None] == self.eos_ids).any(-1)
         self.token.copy_(token)
 
@@ -268,7 +270,7 @@ def greedy_static(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, 
     with torch.no_grad(), torch.autocast(device.type, dtype=dtype, enabled=low, cache_enabled=False):
         hidden, new = model(ids, positions, mask, cache)
         cache.append(new, width)
-        steps = GreedySteps(model, cache, pads, width, max_new_tokens, eos)
+        steps = GreedySteps(model, cache, pads, width, max_new_tokens, eos, with_confidence)
         steps.emit(hidden)
         del hidden, new  # the prefill's activations, freed before any capture
         run = StepGraphs(steps) if graph and device.type == "cuda" else steps.step
@@ -276,12 +278,13 @@ def greedy_static(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, 
         while done < max_new_tokens and not (done % EOS_CHECK_EVERY == 0 and bool(steps.finished.all())):
             run(next(span for span in spans if span > width - 1 + done))  # the step writes slot width - 1 + done
             done += 1
-    responses, confidences = [], []
-    for row, probabilities in zip(steps.out[:, :done].tolist(), steps.confidence[:, :done].tolist()):
+    responses = []
+    for row in steps.out[:, :done].tolist():
         end = next((k for k, t in enumerate(row) if t in eos), None)
         responses.append(row if end is None else row[: end + 1])
-        confidences.append(probabilities[: len(responses[-1])])
-    return (responses, confidences) if with_confidence else responses
+    if not with_confidence:
+        return responses
+    return responses, [p[: len(r)] for r, p in zip(responses, steps.confidence[:, :done].tolist())]
 
 
 def generate_batches(
