@@ -528,8 +528,9 @@ def place(sample: Sample, block: int, seq_len: int, pad_id: int) -> tuple[Placed
     return Placed(sample, gap, gap + len(sample.ids)), cut
 
 
-def pack(placed: list[Placed], seq_len: int, pad_id: int, open_rows: int = 256) -> dict[str, np.ndarray]:
-    """First fit over the last `open_rows` rows; every sample starts on a block boundary of its row."""
+def pack(placed: list[Placed], seq_len: int, pad_id: int, open_rows: int = 256, with_confidence: bool = False) -> dict[str, np.ndarray]:
+    """First fit over the last `open_rows` rows; every sample starts on a block boundary of its row. with_confidence:
+    a `confidence` array too (NaN where a sample has none)."""
     rows: list[list[Placed]] = []
     free: list[int] = []
     first_open = 0
@@ -546,7 +547,6 @@ def pack(placed: list[Placed], seq_len: int, pad_id: int, open_rows: int = 256) 
     input_ids = np.full((len(rows), seq_len), pad_id, dtype=np.int32)
     loss_mask = np.zeros((len(rows), seq_len), dtype=np.uint8)
     segment_ids = np.zeros((len(rows), seq_len), dtype=np.int32)
-    with_confidence = any(item.sample.confidence is not None for item in placed)
     confidence = np.full((len(rows), seq_len), np.nan, dtype=np.float16) if with_confidence else None
     for r, items in enumerate(rows):
         offset = 0
@@ -817,7 +817,9 @@ def build_data(
                     too_long += 1
                 else:
                     placed.append(item)
-            arrays = pack(placed, config.seq_len, pad_id)
+            # Both files have the confidence array when any sample has the base's probabilities, so that training and
+            # its held-out evaluation read the same fields.
+            arrays = pack(placed, config.seq_len, pad_id, with_confidence=any(s.confidence is not None for s in samples))
             meta = {"format": DATA_FORMAT, "block_size": str(config.block_size), "seq_len": str(config.seq_len), "pad_token_id": str(pad_id)}
             write_rows(work / name, arrays, meta)
             outputs[name] = lin.file_record(work / name)

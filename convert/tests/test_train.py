@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from a2d_convert.data import DataConfig, Source, TRAIN_FILE, build_data, load_rows
+from a2d_convert.data import HELDOUT_FILE, DataConfig, Source, TRAIN_FILE, build_data, load_rows
 from a2d_convert.init_model import init_model
 from a2d_convert.model import BlockForward, load_transformer
 from a2d_convert import lora as lora_mod
@@ -232,14 +232,16 @@ def test_a_window_adapter_trains_on_teacher_ordered_masks_under_the_curriculum(w
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"Count from {n} to {n + 5}."}) + "\n" for n in range(24)))
     source = Source(path=prompts, name="self", kind="distill", base=str(base), max_new_tokens=12, batch_size=12)
-    data = build_data([source], base, tmp_path / "data", DataConfig(block_size=4, seq_len=96))
-    assert "confidence" in load_rows(data / TRAIN_FILE)[0]
+    data = build_data([source], base, tmp_path / "data", DataConfig(block_size=4, seq_len=96, holdout_fraction=0.25))
+    assert "confidence" in load_rows(data / TRAIN_FILE)[0] and "confidence" in load_rows(data / HELDOUT_FILE)[0]
     config = tiny_config(tmp_path, base, data, "run", max_steps=12, log_every=4, lora_rank=4, window_adapter=True,
-                         mask_pattern="teacher", t_min=0.1, t_max=1.0, t_max_start=0.3, loss_weighting="none")
+                         mask_pattern="teacher", t_min=0.1, t_max=1.0, t_max_start=0.3, loss_weighting="none", eval_every=12)
     train(config)
     log = [json.loads(line) for line in (tmp_path / "run" / LOG_FILE).read_text().splitlines()]
-    assert [r["step"] for r in log] == [4, 8, 12] and all(np.isfinite(r["loss"]) for r in log)
-    assert log[-1]["ce"] < log[0]["ce"]
+    steps = [r for r in log if "step" in r and "loss" in r]
+    assert [r["step"] for r in steps] == [4, 8, 12] and all(np.isfinite(r["loss"]) for r in steps)
+    assert np.isfinite(steps[-1]["eval_ce"])  # the held-out masks are teacher-ordered too
+    assert steps[-1]["ce"] < steps[0]["ce"]
 
 
 @pytest.mark.parametrize("lora_rank", [0, 4])
@@ -309,7 +311,7 @@ def test_run_with_every_extra_term_logs_each(workspace):
     for r in log:
         assert all(np.isfinite(r[k]) for k in ("loss", "ce", "kl", "ar_ce", "certainty", "clean_kl"))
         assert r["kl"] >= 0 and r["ar_ce"] > 0 and r["certainty"] >= 0 and r["ce"] > 0 and r["clean_kl"] >= 0
-    assert log[-1]["ce"] < log[0]["ce"]
+    assert steps[-1]["ce"] < steps[0]["ce"]
 
 
 def test_clean_kl_is_zero_while_the_adapters_are_zero(workspace):
