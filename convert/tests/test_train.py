@@ -311,7 +311,7 @@ def test_run_with_every_extra_term_logs_each(workspace):
     for r in log:
         assert all(np.isfinite(r[k]) for k in ("loss", "ce", "kl", "ar_ce", "certainty", "clean_kl"))
         assert r["kl"] >= 0 and r["ar_ce"] > 0 and r["certainty"] >= 0 and r["ce"] > 0 and r["clean_kl"] >= 0
-    assert steps[-1]["ce"] < steps[0]["ce"]
+    assert log[-1]["ce"] < log[0]["ce"]
 
 
 def test_clean_kl_is_zero_while_the_adapters_are_zero(workspace):
