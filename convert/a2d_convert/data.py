@@ -513,10 +513,10 @@ def place(sample: Sample, block: int, seq_len: int, pad_id: int) -> tuple[Placed
     gap = -sample.anchor % block
     room = seq_len - gap
     cut = False
-    conf = sample.confidence
     if len(sample.ids) > room:
         if 1 not in sample.loss[:room]:
             return None, True
+        conf = sample.confidence
         sample = Sample(sample.ids[:room], sample.loss[:room], False, sample.anchor, None if conf is None else conf[:room])
         cut = True
     pads = -(gap + len(sample.ids)) % block
@@ -806,6 +806,9 @@ def build_data(
         if not splits[TRAIN_FILE]:
             raise A2DError("every row was dropped or unreadable: nothing to train on (see the per-source counts above)")
         outputs, totals = {}, {}
+        # Both files have the confidence array when any sample has the base's probabilities, so that training and
+        # its held-out evaluation read the same fields.
+        with_confidence = any(s.confidence is not None for s in samples)
         for name, chosen in splits.items():
             if not chosen:
                 continue
@@ -817,9 +820,7 @@ def build_data(
                     too_long += 1
                 else:
                     placed.append(item)
-            # Both files have the confidence array when any sample has the base's probabilities, so that training and
-            # its held-out evaluation read the same fields.
-            arrays = pack(placed, config.seq_len, pad_id, with_confidence=any(s.confidence is not None for s in samples))
+            arrays = pack(placed, config.seq_len, pad_id, with_confidence=with_confidence)
             meta = {"format": DATA_FORMAT, "block_size": str(config.block_size), "seq_len": str(config.seq_len), "pad_token_id": str(pad_id)}
             write_rows(work / name, arrays, meta)
             outputs[name] = lin.file_record(work / name)

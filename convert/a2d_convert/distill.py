@@ -5,8 +5,8 @@ with transformers' `generate`, in one process or in one process per GPU (`data -
 Batches are planned once, before any work is shared out: prompts sorted by token length (stable) and
 cut into `batch_size` rows (and, with `batch_slots`, no more KV cache slots than that), once for the main
 response of every prompt (greedy at temperature 0, or transformers' sampling seeded per batch as before)
-and once more for each of `samples` sampled responses. A batch's rows, and so its results, do not depend on how many processes run: each process
-takes every N-th batch of a seeded shuffle of the plan (the shuffle makes a time-limited run answer a
+and once more for each of `samples` sampled responses. A batch's rows, and so its results, do not depend
+on how many processes run: each process takes every N-th batch of a seeded shuffle of the plan (the shuffle makes a time-limited run answer a
 random subset of batches, not the shortest prompts) and writes its answers per batch; the parent
 merges them by prompt index, so the output is in prompt order whatever the split.
 

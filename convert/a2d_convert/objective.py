@@ -158,9 +158,8 @@ def block_masks(cfg: TrainConfig, rng: np.random.Generator, L: int, confidence: 
         count = np.clip(np.rint(t_block * B).astype(np.int64) - 1, 0, B - 1)
         teacher = np.zeros((L // B, B), dtype=bool)
         teacher[:, 0] = True
-        rows = np.repeat(np.arange(L // B), B - 1).reshape(L // B, B - 1)
-        taken = np.arange(B - 1)[None, :] < count[:, None]
-        teacher[rows[taken], 1 + rest[taken]] = True
+        block, rank = np.nonzero(np.arange(B - 1)[None, :] < count[:, None])  # each block's `count` least sure
+        teacher[block, 1 + rest[block, rank]] = True
         masked = np.where(np.repeat(ordered, B), teacher.reshape(L), masked)
     return masked, t
 
