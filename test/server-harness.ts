@@ -87,11 +87,16 @@ export class ServerProcess {
     return String((await this.waitForLog("listening")).url);
   }
 
-  /** SIGTERM, then SIGKILL if it has not exited within `graceMs`. Returns the exit code. */
+  /** SIGTERM, then SIGKILL if it has not exited within `graceMs` (printing where its log stopped). Returns the exit
+   * code: null after a SIGKILL. */
   async stop(graceMs = 10_000): Promise<number | null> {
     if (this.child.exitCode !== null || this.child.signalCode !== null) return this.child.exitCode;
     this.child.kill("SIGTERM");
-    const timer = setTimeout(() => this.child.kill("SIGKILL"), graceMs);
+    const timer = setTimeout(() => {
+      const tail = this.logs.slice(-12).map((line) => JSON.stringify(line));
+      console.error(`server still running ${graceMs} ms after SIGTERM, killed; its last log lines:\n${tail.join("\n")}\nstderr: ${this.stderr.join("\n")}`);
+      this.child.kill("SIGKILL");
+    }, graceMs);
     const code = await this.exited;
     clearTimeout(timer);
     return code;
