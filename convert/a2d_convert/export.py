@@ -234,9 +234,10 @@ def export(
 
 def redecode(folder: Path, decoding_flags: dict[str, Any] | None = None, probes_file: Path | None = None) -> dict[str, Any]:
     """New default decoding for an exported model folder or a delta folder, recorded as a `redecode`
-    stage: config.json and decoder_config.json are rewritten (the old choice kept under `previous`), the
-    lineage's shipped records (and a delta's delta_files.json) follow. The weights are untouched. Returns
-    the new decoding."""
+    stage: config.json and decoder_config.json are rewritten, the lineage's shipped records (and a delta's
+    delta_files.json) follow. The weights are untouched. `chosen_by.previous` names the decoder_config.json
+    replaced, by its sha256: the choice it held stays in the lineage, as the config of the stage that wrote it.
+    Returns the new decoding."""
     from .config import load_config
     from .decoding import RETIRED_DECODING_FIELDS, DecodeParams, DecodingDefaults
 
@@ -251,7 +252,8 @@ def redecode(folder: Path, decoding_flags: dict[str, Any] | None = None, probes_
             raise A2DError(f"{folder / name}: not the file the lineage records; run `verify {folder}` and restore it first")
     config, decoder = read_json(folder / "config.json"), read_json(folder / DECODER_CONFIG)
     decoding = dict(config["a2d"]["decoding"])
-    chosen_by: dict[str, Any] = {"method": "redecode", "previous": decoder.get("chosen_by")}
+    previous = {"sha256": old[DECODER_CONFIG]["sha256"]}
+    chosen_by: dict[str, Any] = {"method": "redecode", "previous": previous}
     # A model exported by an earlier a2d may hold fields of the retired rules: dropped, and said so.
     dropped = {k: decoding.pop(k) for k in RETIRED_DECODING_FIELDS if k in decoding}
     if dropped:
@@ -260,7 +262,7 @@ def redecode(folder: Path, decoding_flags: dict[str, Any] | None = None, probes_
     if probes_file is not None:
         # The probes' whole measured decoding, flags only restating it (decoder_choice's rule).
         decoding, chosen_by = decoder_choice(config, flags, probes_file)
-        chosen_by = {**chosen_by, "method": "redecode", "previous": decoder.get("chosen_by"), **({"dropped": dropped} if dropped else {})}
+        chosen_by = {**chosen_by, "method": "redecode", "previous": previous, **({"dropped": dropped} if dropped else {})}
     if not flags and probes_file is None:
         raise A2DError("redecode: give the decoding parameters to change (e.g. --threshold 0.8 --advance slide) or --probes")
     decoding.update(flags)

@@ -84,9 +84,13 @@ def test_redecode_records_the_new_decoding_and_the_delta_still_rebuilds(full_fin
     decoder = json.loads((delta / "decoder_config.json").read_text())
     assert config["a2d"]["decoding"]["advance"] == "slide" and config["a2d"]["decoding"]["threshold"] == 0.5
     assert decoder["decoding"] == config["a2d"]["decoding"]
-    assert decoder["chosen_by"]["flags"] == {"advance": "slide", "threshold": 0.5} and decoder["chosen_by"]["previous"]["method"] == "defaults"
+    assert decoder["chosen_by"]["flags"] == {"advance": "slide", "threshold": 0.5}
     lineage = json.loads((delta / "lineage.json").read_text())
     assert [s["stage"] for s in lineage["stages"]][-2:] == ["export", "redecode"]
+    # The choice replaced is named by its file's hash, and stays in the lineage as the export stage recorded it.
+    replaced = lineage["stages"][-1]["inputs"]["decoder_config.json"]["sha256"]
+    assert decoder["chosen_by"]["previous"] == {"sha256": replaced}
+    assert lineage["stages"][-2]["outputs"]["decoder_config.json"]["sha256"] == replaced
     assert run_verify(delta).returncode == 0
     rebuilt = rebuild(hf, delta, tmp_path / "rebuilt")
     done = run_verify(rebuilt)
