@@ -2,6 +2,7 @@
 // the engine, serve, and on SIGTERM/SIGINT drain: refuse new work, let running and queued generations
 // finish within the grace period, cancel what is left, close the engine and exit 0.
 import { existsSync } from "node:fs";
+import type { Socket } from "node:net";
 import { basename, resolve } from "node:path";
 
 import { loadEngine } from "../engine/index.js";
@@ -63,6 +64,15 @@ export async function serve(options: ServeOptions): Promise<void> {
   const port = typeof address === "object" && address !== null ? address.port : options.port;
   log.info({ url: `http://${options.host === "0.0.0.0" ? "127.0.0.1" : options.host}:${port}`, port }, "listening");
 
+  // Connections that have not sent a byte yet: a client's pool may open one ahead of need and leave it unused,
+  // and Node counts it neither idle nor done until its headers timeout; a drain closes them (see below).
+  const silent = new Set<Socket>();
+  app.server.on("connection", (socket: Socket) => {
+    silent.add(socket);
+    socket.once("data", () => silent.delete(socket));
+    socket.once("close", () => silent.delete(socket));
+  });
+
   let draining: Promise<void> | null = null;
   const drain = (signal: string): void => {
     if (draining !== null) {
@@ -78,7 +88,13 @@ export async function serve(options: ServeOptions): Promise<void> {
     }, options.shutdownGraceS * 1000);
     // close() closes the connections idle when it is called; one whose stream ends during the drain goes
     // idle later, and a keep-alive client (undici keeps one 71 s) would hold the exit until it left.
-    const closeIdle = setInterval(() => app.server.closeIdleConnections(), 100);
+    // A connection still silent a tick after the drain began carries no request: it is closed too (a request it
+    // sent later would only be refused).
+    const silentAtStart = new Set(silent);
+    const closeIdle = setInterval(() => {
+      app.server.closeIdleConnections();
+      for (const socket of silentAtStart) if (silent.has(socket)) socket.destroy();
+    }, 100);
     draining = (async () => {
       await app.close();
       clearInterval(closeIdle);

@@ -290,6 +290,21 @@ describe("a2d serve lifecycle", () => {
     await expect(fetch(`${url}/health`)).rejects.toThrow();
   });
 
+  it("does not wait on a connection that never sent a request (a client pool's spare one)", async () => {
+    const server = serve();
+    const url = await server.url();
+    await server.waitForLog("ready");
+    const spare = connect(Number(new URL(url).port), "127.0.0.1");
+    await new Promise((resolve, reject) => spare.once("connect", resolve).once("error", reject));
+    const closed = new Promise((resolve) => spare.once("close", resolve));
+    const signalled = performance.now();
+    server.child.kill("SIGTERM");
+    const timeout = new Promise((resolve) => setTimeout(() => resolve("still running after 5 s"), 5000));
+    expect(await Promise.race([server.exited, timeout])).toBe(0);
+    expect(performance.now() - signalled).toBeLessThan(2000);
+    await closed;
+  });
+
   it("cancels what is still running when the grace period ends, telling the client, exit 0", async () => {
     const server = serve(["--shutdown-grace", "0.2"]);
     const url = await server.url();
