@@ -259,6 +259,7 @@ class Transformer(nn.Module):
         cache: KVCache | None = None,
         hidden_states_out: list[torch.Tensor] | None = None,
         window_rows: torch.Tensor | bool | None = None,
+        adapter: bool = True,
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """input_ids/position_ids [b, T]; attn_mask bool [b, T, S] (True = may attend), S = cached + T, or a
         FlexAttention BlockMask of the same shape.
@@ -267,11 +268,14 @@ class Transformer(nn.Module):
         `hidden_states_out`, when given, receives the residual stream entering each layer and leaving the
         last one (num_layers + 1 tensors), for golden files and debugging. With a row adapter, its rows take
         it: the rows holding the mask token (mask adapter), or `window_rows` (window adapter: a bool [b, T],
-        True for every row, or None for none). The gate keeps them until the next forward, so a checkpointed
-        layer recomputes the same rows in backward.
+        True for every row, or None for none); `adapter` False: no row takes it (training's clean stream, which runs
+        the base and holds no mask token: the same numbers without the adapter's products on its rows). The gate
+        keeps them until the next forward, so a checkpointed layer recomputes the same rows in backward.
         """
         cfg = self.config
-        if self.adapter_rule == "mask":
+        if not adapter:
+            self.row_gate.rows = None
+        elif self.adapter_rule == "mask":
             self.row_gate.rows = (input_ids == self.mask_token_id)[..., None].float()
         elif self.adapter_rule == "window":
             self.row_gate.rows = window_rows[..., None].float() if isinstance(window_rows, torch.Tensor) else (window_rows or None)

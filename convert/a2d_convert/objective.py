@@ -448,14 +448,15 @@ class Objective(nn.Module):
         """The hidden states of the [clean | noisy ...] layout for a row adapter model, in two forwards: the
         clean stream under no_grad (it runs the frozen base: no adapter on its rows, so nothing in it needs a
         gradient), its keys and values then the noisy copies' cache. The same numbers as one forward of the
-        whole layout, without the clean stream's backward and its stored activations. Under a window adapter
-        every noisy row is a window row."""
+        whole layout, without the clean stream's backward and its stored activations, nor the adapter's products on
+        its rows (under the mask rule it has no mask token, so they would be multiplied by a zero gate). Under a
+        window adapter every noisy row is a window row."""
         from .model import KVCache
 
         L, R = self.layout.L, self.layout.rows
         with torch.no_grad():
             clean_mask = self.attention_mask(input_ids, row_seg, slice(0, L), L)
-            clean, clean_kv = self.model(input_ids[:, :L], position_ids[:, :L], clean_mask)
+            clean, clean_kv = self.model(input_ids[:, :L], position_ids[:, :L], clean_mask, adapter=False)
         cache = KVCache(len(clean_kv))
         cache.append(clean_kv, L)
         noisy_mask = self.attention_mask(input_ids, row_seg, slice(L, R), R)

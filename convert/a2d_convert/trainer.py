@@ -439,15 +439,24 @@ def model_flops(objective, config: TrainConfig, rows: int, targets: int, attende
     """The model FLOPs of training `rows` packed rows with `targets` target rows and `attended` (clean, noisy)
     (query, key) pairs, counted as the run computes them (recomputation left out): the projections' matrix
     products on every row of the layout, attention's two products (q k and p v) on every attended pair, and
-    the lm_head on target rows. A row adapter's clean stream runs forward only (the frozen base, no gradient);
-    everything else forward and backward: the activations' gradients (twice the forward), plus the weights'
-    gradients of what trains (a full fine-tune: every matrix, twice the forward again; LoRA factors, small,
-    left out). The KL teacher's logits on the target rows are a forward of the lm_head each."""
+    the lm_head on target rows. A row adapter's clean stream runs forward only (the frozen base, no gradient,
+    no adapter); everything else forward and backward: the activations' gradients (twice the forward), plus the
+    weights' gradients of what trains (a full fine-tune: every matrix, twice the forward again). LoRA factors
+    train, so their two products count six times (forward, activations' and factors' gradients) on every row
+    that computes them: the noisy rows of a row adapter (the mask rule computes them on every noisy row and
+    gates them), every row of plain LoRA. The KL teacher's logits on the target rows are a forward of the
+    lm_head each."""
     model = objective.model
     cfg = model.config
     layout = objective.layout
-    body = sum(p.numel() for n, p in model.model.layers.named_parameters() if p.ndim == 2 and "lora_" not in n
-               and not n.endswith(("_a", "_b")))
+    body = factors = 0
+    for name, p in model.model.layers.named_parameters():
+        if p.ndim != 2:
+            continue
+        if "lora_" in name or name.endswith(("_a", "_b")):
+            factors += p.numel()
+        else:
+            body += p.numel()
     head = cfg.vocab_size * cfg.hidden_size
     per_pair = 4 * cfg.num_heads * cfg.head_dim
     frozen = config.lora_rank > 0
@@ -456,6 +465,7 @@ def model_flops(objective, config: TrainConfig, rows: int, targets: int, attende
     clean_pairs, noisy_pairs = attended
     clean_factor = 2 if config.row_adapter else trained
     projections = clean_rows * body * clean_factor + noisy_rows * body * trained
+    projections += (noisy_rows if config.row_adapter else clean_rows + noisy_rows) * factors * 6
     attention = per_pair * (clean_pairs * (1 if config.row_adapter else 3) + noisy_pairs * 3)
     logits = targets * head * (trained + (2 if config.kl_weight > 0 else 0))
     return float(projections + attention + logits)

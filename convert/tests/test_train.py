@@ -382,3 +382,39 @@ def test_a_write_interrupted_before_its_rename_leaves_the_old_pointer(tmp_path, 
     monkeypatch.undo()
     assert read_json(pointer)["step"] == 2
     assert [p.name for p in tmp_path.iterdir()] == ["latest.json"]
+
+
+@pytest.mark.parametrize("adapter", ["window", "mask", "lora", "full"])
+def test_model_flops_are_the_matrix_products_a_step_computes(workspace, tmp_path, adapter):
+    """The trainer's MFU counts the projections' products as torch's FLOP counter sees a training forward and
+    backward compute them (attention and the loss chunks aside), adapter factors included: a row adapter's clean
+    stream forward only and without the adapter, its noisy rows forward and backward, and the factors' gradients."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from a2d_convert.trainer import model_flops
+
+    root, base, data = workspace
+    model_dir = init_model(base, tmp_path / "init", block_size=4, shift_logits=True)
+    model, _, a2d = load_transformer(model_dir)
+    rank = 0 if adapter == "full" else 8
+    if rank:
+        lora_mod.attach(model, lora_mod.LoraConfig(rank=rank, alpha=8.0), a2d.mask_token_id, torch.Generator().manual_seed(1),
+                        rows=None if adapter == "lora" else adapter)
+    rule = {"window": {"window_adapter": True}, "mask": {"mask_adapter": True}}.get(adapter, {})
+    arrays, _ = load_rows(data / TRAIN_FILE, 4)
+    config = TrainConfig(block_size=4, batch_rows=2, lora_rank=rank, **rule)
+    schedule = RowSchedule(arrays, config, a2d.mask_token_id)
+    batch = schedule.batch(0, [0, 1])
+    objective = Objective(model, config, None, schedule.layout)
+    ids, pos, row_seg = (torch.from_numpy(a) for a in (batch.input_ids, batch.position_ids, batch.row_seg))
+    R = schedule.layout.rows
+    with FlopCounterMode(display=False) as counter:
+        if rule:
+            hidden = objective.adapter_pass(ids, pos, row_seg)
+        else:
+            hidden = model(ids, pos, objective.attention_mask(ids, row_seg, slice(0, R), R))[0]
+        hidden.pow(2).mean().backward()
+    counted = counter.get_flop_counts()["Global"]
+    products = sum(v for op, v in counted.items() if op in (torch.ops.aten.mm, torch.ops.aten.addmm))
+    assert products > 0
+    assert model_flops(objective, config, 2, 0, (0, 0)) == products
