@@ -6,8 +6,10 @@
 # LEVELS), then what an adapter costs the forward (bench/device-adapter-cost.sh). Stage first, here:
 # `bash bench/stage-device.sh` (build/device) and `A2D_STAGE_BUILD=0 bash bench/stage-gpu-run.sh` (.device/kit) after
 # `npm run build:cuda`; carry both. At most 8 files come back: $OUT/log.txt (every step's summary), ops-adapter.log,
-# ops-attention.log, parity.json, bench-serve.json, adapter-cost.json, serve.log.
-# Knobs: CHECK_S (70; 0 skips that step), LEVELS (1,2,4,8,16,32), BATCH_S (200), COST_S (150), ADAPTERS ("mask:64 window:64").
+# ops-attention.log, parity.json, bench-serve.json, adapter-cost.json, serve.log, prefill.log. Last, the prefill GEMMs'
+# K split (bench/device-prefill.sh --split 1).
+# Knobs: CHECK_S (70; 0 skips that step), LEVELS (1,2,4,8,16,32), BATCH_S (200), COST_S (150), ADAPTERS ("mask:64
+# window:64"), PREFILL_S (150; 0 skips it).
 set -u
 out="${OUT:-/tmp/a2d-out}"
 work=/tmp/a2d-batching
@@ -42,4 +44,12 @@ OUT="$work/cost" TOTAL_S="${COST_S:-150}" SHAPES="minicpm5-2b smollm2-135m" ADAP
 echo "exit $?" | tee -a "$log"
 cat "$work/cost/summary.txt" >> "$log" 2>/dev/null
 cp "$work/cost/adapter-cost.json" "$out/" 2>/dev/null
-tail -n 40 "$log"
+
+if [ "${PREFILL_S:-150}" != 0 ]; then
+  section "prefill GEMMs with their K split on: parity, and the 2B per chunk size with and without it"
+  OUT="$work/prefill" PREFILL_S="${PREFILL_S:-150}" bash bench/device-prefill.sh --split 1 > "$work/prefill.txt" 2>&1
+  echo "exit $?" | tee -a "$log"
+  sed -n '/==== prefill summary ====/,$p' "$work/prefill/prefill.log" >> "$log" 2>/dev/null
+  cp "$work/prefill/prefill.log" "$out/" 2>/dev/null
+fi
+tail -n 60 "$log"

@@ -5,6 +5,8 @@
 # 2B shape for 1k, 4k and 16k-token prompts. Stage first, here: `bash bench/stage-device.sh`; then through the
 # device tool, carrying build/device:
 #   bash bench/device-prefill.sh            (the log under $OUT; a short table last)
+#   bash bench/device-prefill.sh --split 1  (every parity check with the GEMMs' K split on, and the 2B timings per
+#                                            chunk size with and without it: GemmTuning::prefill_split_blocks_per_sm)
 # The staged engine/bench/prefill_check.cu binary runs if it loads there; otherwise it is built there (about
 # two minutes on 16 cores). Exit status 1 on any mismatch or error.
 set -u

@@ -9,11 +9,13 @@
 //     through a decode forward, as the backend does), the decode forwards alone for comparison, and both
 //     paths per chunk size (where the backend's kPrefillFromRows comes from).
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
-//   prefill_check [--skip-2b] [--quick]     (--probe: exit 0 at once, to see that the binary loads)
+//   prefill_check [--skip-2b] [--quick] [--split N]     (--probe: exit 0 at once, to see that the binary loads;
+//   --split: the GEMMs' K split on, g_split below)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -29,6 +31,9 @@ using namespace a2d::cuda;
 namespace {
 
 int failures = 0;
+// --split N: the prefill GEMMs split K towards N blocks per SM (GemmTuning::prefill_split_blocks_per_sm) in every
+// random model's parity check, and the 2B timings per chunk size add that path beside the unsplit one.
+int g_split = 0;
 
 void check(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
@@ -83,7 +88,9 @@ ModelShape make_shape(int hidden, int inter, int layers, int heads, int kv_heads
 // A DeviceModel of `shape` with random weights made on the device: matrices uniform with standard deviation
 // about 0.6 / sqrt(fan-in), norms around 1, biases small, the embedding of unit scale.
 std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed) {
-  auto model = std::make_unique<DeviceModel>(shape, ModelOptions{});
+  ModelOptions options;
+  options.gemm.prefill_split_blocks_per_sm = g_split;
+  auto model = std::make_unique<DeviceModel>(shape, options);
   const ModelShape& s = shape;
   const int64_t largest = std::max<int64_t>({int64_t(s.vocab) * s.hidden, int64_t(s.intermediate) * s.hidden,
                                              int64_t(s.heads) * s.head_dim * s.hidden});
@@ -335,12 +342,20 @@ void timings(bool quick, std::vector<std::string>& table) {
   }
   // Both paths per chunk size at KV 1024 (kPrefillFromRows in cuda_backend.cu).
   table.push_back("");
-  table.push_back("| 2B rows after 1024 cached | prefill call ms | decode forwards ms |");
-  table.push_back("|---|---|---|");
+  table.push_back(std::string("| 2B rows after 1024 cached | prefill call ms") + (g_split > 0 ? " unsplit | split K" : "") +
+                  " | decode forwards ms |");
+  table.push_back(g_split > 0 ? "|---|---|---|---|" : "|---|---|---|");
   const std::vector<int32_t> tokens = prompt_tokens(2048, s.vocab, 6);
   for (const int rows : {32, 64, 128, 256, 512, 2048}) {
     if (1024 + rows > s.max_context) continue;
+    // With --split, the model was made with the split on: the unsplit call is timed with it off for a moment.
+    ModelOptions unsplit = model->options();
+    unsplit.gemm.prefill_split_blocks_per_sm = 0;
+    const ModelOptions split = model->options();
+    if (g_split > 0) model->reconfigure(unsplit);
     const double fast = time_it([&] { model->prefill(1024, tokens.data(), rows); }, 3);
+    if (g_split > 0) model->reconfigure(split);
+    const double split_ms = g_split > 0 ? 1e3 * time_it([&] { model->prefill(1024, tokens.data(), rows); }, 3) : 0.0;
     const double slow = time_it(
         [&] {
           for (int start = 0; start < rows; start += kMaxRows) {
@@ -348,7 +363,8 @@ void timings(bool quick, std::vector<std::string>& table) {
           }
         },
         3);
-    std::snprintf(line, sizeof line, "| %d | %.2f | %.2f |", rows, 1e3 * fast, 1e3 * slow);
+    if (g_split > 0) std::snprintf(line, sizeof line, "| %d | %.2f | %.2f | %.2f |", rows, 1e3 * fast, split_ms, 1e3 * slow);
+    else std::snprintf(line, sizeof line, "| %d | %.2f | %.2f |", rows, 1e3 * fast, 1e3 * slow);
     std::printf("2B %s\n", line);
     table.push_back(line);
   }
@@ -363,8 +379,9 @@ int main(int argc, char** argv) {
     if (arg == "--probe") return 0;
     if (arg == "--skip-2b") skip_2b = true;
     else if (arg == "--quick") quick = true;
+    else if (arg == "--split" && i + 1 < argc) g_split = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick]\n");
+      std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM]\n");
       return 2;
     }
   }

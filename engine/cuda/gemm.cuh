@@ -61,6 +61,9 @@ struct GemmTuning {
   // 64-row forwards slower.
   int wide_split_blocks_per_sm = 2;
   int wide_split_chunks = 8;
+  // The prefill GEMM's K split (gemm_prefill.cuh, prefill_split): towards this many blocks per SM where its output
+  // blocks are fewer. 0: off (not yet measured on a GPU).
+  int prefill_split_blocks_per_sm = 0;
 };
 
 // How one GEMM launches under a tuning, and the split scratch it needs.

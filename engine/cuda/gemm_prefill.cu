@@ -1,5 +1,7 @@
 #include "gemm_prefill.cuh"
 
+#include <algorithm>
+
 #include "weights.cuh"
 
 namespace a2d::cuda {
@@ -17,6 +19,12 @@ constexpr int kSmemBytes = kStages * (kWeightStage + kInputStage) * 2;     // 12
 // Warp w: tiles 4 (w % 2) .. + 3 of the block, tokens 32 (w / 2) .. + 31.
 constexpr int kWarpTiles = 4;
 constexpr int kWarpGroups = 4;  // groups of 8 tokens
+// A split's partial of one output block: each thread's kWarpTiles x kWarpGroups accumulators of 4, stored as
+// float4 [tile x group][thread] so that a warp's stores and loads are contiguous.
+constexpr int kPartialQuads = kWarpTiles * kWarpGroups;
+constexpr int kPartialFloats = kPartialQuads * kThreads * 4;
+
+int prefill_steps(int k) { return ceil_div(ceil_div(k, 32), kStageChunks); }
 
 template <PrefillEpilogue kEpilogue>
 __global__ void __launch_bounds__(kThreads, 1) gemm_prefill_kernel(const __grid_constant__ PrefillGemmParams p) {
@@ -30,14 +38,20 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_prefill_kernel(const __grid_
   const int chunks = (p.k + 31) / 32;
   const int tile0 = blockIdx.y * kBlockTiles;
   const int token0 = blockIdx.x * kBlockTokens;
-  const int steps = (chunks + kStageChunks - 1) / kStageChunks;
+  // This block's steps: all of them, or its split's range.
+  const int all_steps = (chunks + kStageChunks - 1) / kStageChunks;
+  const int first_step = p.steps_per_split > 0 ? static_cast<int>(blockIdx.z) * p.steps_per_split : 0;
+  const int end_step = p.steps_per_split > 0 ? min(all_steps, first_step + p.steps_per_split) : all_steps;
+  const int steps = end_step - first_step;
 
-  // Stage s (chunks kStageChunks * s ..) into ring slot `slot`: weights [tile][chunk][512], inputs
-  // [chunk][token][32]; zeros past the matrix, past K and past the token rows. One commit group per call.
-  auto load_stage = [&](int s, int slot) {
+  // This block's stage `local` (chunks kStageChunks * (first_step + local) ..) into ring slot `slot`: weights
+  // [tile][chunk][512], inputs [chunk][token][32]; zeros past the matrix, past K, past the block's steps and past
+  // the token rows. One commit group per call.
+  auto load_stage = [&](int local, int slot) {
     bf16* ws = smem + slot * (kWeightStage + kInputStage);
     bf16* xs = ws + kWeightStage;
-    const bool in_range = s < steps;
+    const bool in_range = local < steps;
+    const int s = first_step + local;
     for (int piece = threadIdx.x; piece < kWeightStage / 8; piece += kThreads) {
       const int tile = piece / (kStageChunks * 64);
       const int chunk = piece / 64 % kStageChunks;
@@ -100,6 +114,46 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_prefill_kernel(const __grid_
     }
   }
   cp_async_wait<0>();
+
+  if (p.steps_per_split > 0) {
+    // Publish this split's accumulators; the output block's last split to arrive adds every split's in order.
+    const int block = blockIdx.y * gridDim.x + blockIdx.x;
+    float4* own = reinterpret_cast<float4*>(p.partial) + (static_cast<size_t>(blockIdx.z) * gridDim.x * gridDim.y + block) * kPartialQuads * kThreads;
+#pragma unroll
+    for (int i = 0; i < kWarpTiles; ++i) {
+#pragma unroll
+      for (int j = 0; j < kWarpGroups; ++j) {
+        own[(i * kWarpGroups + j) * kThreads + threadIdx.x] = make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
+      }
+    }
+    __threadfence();
+    __syncthreads();
+    __shared__ int arrived;
+    if (threadIdx.x == 0) arrived = atomicAdd(&p.counters[block], 1);
+    __syncthreads();
+    if (arrived != static_cast<int>(gridDim.z) - 1) return;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < kWarpTiles; ++i) {
+#pragma unroll
+      for (int j = 0; j < kWarpGroups; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+    }
+    for (int split = 0; split < static_cast<int>(gridDim.z); ++split) {
+      const float4* part = reinterpret_cast<const float4*>(p.partial) + (static_cast<size_t>(split) * gridDim.x * gridDim.y + block) * kPartialQuads * kThreads;
+#pragma unroll
+      for (int i = 0; i < kWarpTiles; ++i) {
+#pragma unroll
+        for (int j = 0; j < kWarpGroups; ++j) {
+          const float4 v = __ldcg(part + (i * kWarpGroups + j) * kThreads + threadIdx.x);
+          acc[i][j][0] += v.x;
+          acc[i][j][1] += v.y;
+          acc[i][j][2] += v.z;
+          acc[i][j][3] += v.w;
+        }
+      }
+    }
+    if (threadIdx.x == 0) p.counters[block] = 0;
+  }
 
   // Epilogue from the registers: acc[i][j] holds tile rows g (elements 0, 1) and g + 8 (2, 3) for the
   // tokens 2c and 2c + 1 (elements 0, 2 and 1, 3) of token group j.
@@ -173,13 +227,34 @@ void gemm_prefill_prepare() {
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
 }
 
+PrefillSplit prefill_split(int rows, int n_rows, int k, int blocks_per_sm, int sm_count) {
+  PrefillSplit split;
+  const int blocks = ceil_div(rows, kBlockTokens) * ceil_div(ceil_div(n_rows, 16), kBlockTiles);
+  const int target = blocks_per_sm * sm_count;
+  const int steps = prefill_steps(k);
+  // Only where at least two splits fit in one wave of `target` blocks: a grid that fills most of a wave already
+  // would take two.
+  if (blocks_per_sm <= 0 || 2 * blocks > target || steps < 2 * kPrefillMinSplitSteps) return split;
+  const int wanted = std::min(target / blocks, steps / kPrefillMinSplitSteps);
+  split.steps_per_split = ceil_div(steps, wanted);
+  split.splits = ceil_div(steps, split.steps_per_split);  // every split has at least one step
+  if (split.splits < 2) return PrefillSplit{};
+  split.partial_floats = static_cast<size_t>(split.splits) * blocks * kPartialFloats;
+  split.counters = blocks;
+  return split;
+}
+
 void gemm_prefill(const PrefillGemmParams& p, PrefillEpilogue epilogue, cudaStream_t stream) {
   if (p.k % 8 != 0) throw std::runtime_error("gemm_prefill: k must be a multiple of 8, got " + std::to_string(p.k));
   if (p.rows <= 0) return;
   if (epilogue == PrefillEpilogue::rope_qkv && (p.head_dim % 16 != 0 || p.n_rows % p.head_dim != 0)) {
     throw std::logic_error("gemm_prefill: the RoPE epilogue needs whole heads of a multiple of 16 dims");
   }
-  const dim3 grid(ceil_div(p.rows, kBlockTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockTiles));
+  const int splits = p.steps_per_split > 0 ? ceil_div(prefill_steps(p.k), p.steps_per_split) : 1;
+  if (p.steps_per_split > 0 && (p.partial == nullptr || p.counters == nullptr)) {
+    throw std::logic_error("gemm_prefill: a split K needs its partials and counters");
+  }
+  const dim3 grid(ceil_div(p.rows, kBlockTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockTiles), splits);
   const dim3 block(kThreads);
   using Ep = PrefillEpilogue;
   switch (epilogue) {

@@ -47,7 +47,28 @@ struct PrefillGemmParams {
   bf16* q_out;    // [rows][num_heads][head_dim]
   bf16* k_cache;  // [num_kv_heads][max_context][head_dim]
   bf16* v_cache;
+
+  // Split K (prefill_split): 0 or every step in one block; otherwise each block of grid.z takes this many 64-k
+  // steps, leaves its fp32 accumulators in `partial`, and the last of an output block's splits to arrive adds
+  // them up in split order (the same sums whichever arrives last) and runs the epilogue. `counters` (one per
+  // output block, zero) are left zero.
+  int steps_per_split;
+  float* partial;
+  int* counters;
 };
+
+// How a prefill GEMM splits K: into as many splits as keep its blocks within one wave of `blocks_per_sm` per SM,
+// when its output blocks (128 tokens x 128 weight rows) fill at most half of that wave, each split at least
+// kPrefillMinSplitSteps steps of 64 k. Few rows (a short prompt, the
+// tail of a long one) otherwise leave most SMs idle, each streaming its whole K (bench/NOTES.md, run 86).
+constexpr int kPrefillMinSplitSteps = 2;
+struct PrefillSplit {
+  int splits = 1;
+  int steps_per_split = 0;  // 0: no split
+  size_t partial_floats = 0;
+  int counters = 0;
+};
+PrefillSplit prefill_split(int rows, int n_rows, int k, int blocks_per_sm, int sm_count);
 
 // Raises the kernels' shared-memory limit; call once per process before the first launch.
 void gemm_prefill_prepare();

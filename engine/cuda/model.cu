@@ -204,7 +204,8 @@ DeviceModel::~DeviceModel() {
                         static_cast<void*>(prefill_residual_), static_cast<void*>(prefill_normed_),
                         static_cast<void*>(prefill_qkv_), static_cast<void*>(prefill_q_),
                         static_cast<void*>(prefill_attention_), static_cast<void*>(prefill_act_),
-                        static_cast<void*>(prefill_tokens_), static_cast<void*>(prefill_state_)}) {
+                        static_cast<void*>(prefill_tokens_), static_cast<void*>(prefill_state_),
+                        static_cast<void*>(prefill_split_partial_), static_cast<void*>(prefill_split_counters_)}) {
     if (pointer != nullptr) cudaFree(pointer);
   }
   for (auto& sites : adapters_) {

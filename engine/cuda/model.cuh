@@ -11,6 +11,7 @@
 #include "attention.cuh"
 #include "common.cuh"
 #include "gemm.cuh"
+#include "gemm_prefill.cuh"
 #include "reveal.cuh"
 #include "rope.cuh"
 #include "step_state.cuh"
@@ -198,6 +199,8 @@ class DeviceModel {
   bf16* allocate_weight(int64_t elements);
   void allocate_adapters();
   void allocate_prefill();
+  // A prefill GEMM with its K split as the tuning says (prefill.cu).
+  void prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue);
 
   ModelShape shape_;
   ModelOptions options_;
@@ -264,6 +267,11 @@ class DeviceModel {
   int32_t* prefill_tokens_host_ = nullptr;  // pinned [capacity]
   StepState* prefill_state_ = nullptr;       // device: rows and cached for the rope kernel
   StepState* prefill_state_host_ = nullptr;  // pinned
+  // The prefill GEMMs' split-K scratch (PrefillSplit), grown to the largest split a chunk has needed.
+  float* prefill_split_partial_ = nullptr;
+  size_t prefill_split_partial_floats_ = 0;
+  int* prefill_split_counters_ = nullptr;  // zero between launches
+  int prefill_split_counter_count_ = 0;
 
   // Host-to-device staging: two pinned buffers and their device twins, alternated.
   static constexpr size_t kStagingBytes = size_t(64) << 20;

@@ -52,6 +52,27 @@ void DeviceModel::allocate_prefill() {
   std::memset(prefill_state_host_, 0, sizeof(StepState));
 }
 
+void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue) {
+  const GemmTuning& tuning = options_.gemm;
+  const PrefillSplit split = prefill_split(params.rows, params.n_rows, params.k, tuning.prefill_split_blocks_per_sm, tuning.sm_count);
+  if (split.steps_per_split > 0) {
+    if (split.partial_floats > prefill_split_partial_floats_ || split.counters > prefill_split_counter_count_) {
+      // Grown between kernels of one stream: the launches before this one are done with the old scratch.
+      A2D_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      A2D_CUDA_CHECK(cudaFree(prefill_split_partial_));
+      A2D_CUDA_CHECK(cudaFree(prefill_split_counters_));
+      prefill_split_partial_floats_ = std::max(prefill_split_partial_floats_, split.partial_floats);
+      prefill_split_counter_count_ = std::max(prefill_split_counter_count_, split.counters);
+      A2D_CUDA_CHECK(cudaMalloc(&prefill_split_partial_, prefill_split_partial_floats_ * sizeof(float)));
+      prefill_split_counters_ = zeroed<int>(prefill_split_counter_count_, stream_);
+    }
+    params.steps_per_split = split.steps_per_split;
+    params.partial = prefill_split_partial_;
+    params.counters = prefill_split_counters_;
+  }
+  gemm_prefill(params, epilogue, stream_);
+}
+
 void DeviceModel::prefill(int cached, const int32_t* tokens, int rows) {
   const ModelShape& s = shape_;
   if (prefill_capacity_ == 0) throw std::runtime_error("prefill: the prefill kernels read bf16 weights; this model's are FP8");
@@ -111,12 +132,12 @@ void DeviceModel::prefill(int cached, const int32_t* tokens, int rows) {
       qkv.q_out = prefill_q_;
       qkv.k_cache = layer_k;
       qkv.v_cache = layer_v;
-      gemm_prefill(qkv, PrefillEpilogue::rope_qkv, st);
+      prefill_gemm(qkv, PrefillEpilogue::rope_qkv);
     } else {
       // QK-norm or padded heads: the QKV rows in plain order, then the rope kernel (as enqueue_forward does).
       qkv.out = prefill_qkv_;
       qkv.out_stride = qkv_rows_;
-      gemm_prefill(qkv, PrefillEpilogue::store_bf16, st);
+      prefill_gemm(qkv, PrefillEpilogue::store_bf16);
       const RopeParams rp = rope_params(L, prefill_qkv_, prefill_state_, prefill_q_, layer_k, layer_v);
       rope(rp, rows, st, false);
     }
@@ -140,18 +161,18 @@ void DeviceModel::prefill(int cached, const int32_t* tokens, int rows) {
     o.bias = s.o_bias ? L.o_bias : nullptr;
     o.residual = prefill_residual_;
     o.out_stride = s.hidden;
-    gemm_prefill(o, PrefillEpilogue::residual_add, st);
+    prefill_gemm(o, PrefillEpilogue::residual_add);
 
     rmsnorm_prefill(prefill_residual_, s.hidden, L.post_norm, s.rms_eps, rows, prefill_normed_, st);
     PrefillGemmParams gate_up = gemm_params(L.gate_up, gate_up_rows_, s.intermediate, s.hidden, prefill_normed_, s.hidden);
     gate_up.out = prefill_act_;
     gate_up.out_stride = s.intermediate;
-    gemm_prefill(gate_up, PrefillEpilogue::silu_mul, st);
+    prefill_gemm(gate_up, PrefillEpilogue::silu_mul);
 
     PrefillGemmParams down = gemm_params(L.down, s.hidden, s.hidden, s.intermediate, prefill_act_, s.intermediate);
     down.residual = prefill_residual_;
     down.out_stride = s.hidden;
-    gemm_prefill(down, PrefillEpilogue::residual_add, st);
+    prefill_gemm(down, PrefillEpilogue::residual_add);
   }
 }
 
