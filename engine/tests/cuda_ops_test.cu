@@ -19,9 +19,12 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "attention.cuh"
@@ -1286,7 +1289,7 @@ void rope_cases(Table& table) {
 void rmsnorm_cases(Table& table) {
   // rmsnorm_rows: the residual's rows from the producer's partial sums of squares (per 16-column tile after a
   // residual-add GEMM, one part after the embedding), into the bf16 rows the GEMMs of more than 8 rows read.
-  for (const auto& [hidden, rows, per_tile] : {std::tuple<int, int, bool>{2048, 1, true}, {2048, 13, true}, {2048, 64, true},
+  for (const auto& [hidden, rows, per_tile] : std::initializer_list<std::tuple<int, int, bool>>{{2048, 1, true}, {2048, 13, true}, {2048, 64, true},
                                                {2048, 29, false}, {1000, 9, true}, {520, 64, false}}) {
     table.run("rmsnorm_rows", per_tile ? "tile-ssq" : "one-part-ssq", dims({{"hidden", hidden}, {"rows", rows}}),
               [&, hidden = hidden, rows = rows, per_tile = per_tile](Check& check) {
@@ -1311,7 +1314,7 @@ void rmsnorm_cases(Table& table) {
               });
   }
   // rmsnorm_prefill: a prompt chunk's rows, each row's sum of squares computed by the kernel.
-  for (const auto& [hidden, rows] : {std::pair<int, int>{2048, 1}, {2048, 300}, {2048, 2048}, {520, 7}}) {
+  for (const auto& [hidden, rows] : std::initializer_list<std::pair<int, int>>{{2048, 1}, {2048, 300}, {2048, 2048}, {520, 7}}) {
     table.run("rmsnorm_prefill", "own-ssq", dims({{"hidden", hidden}, {"rows", rows}}), [&, hidden = hidden, rows = rows](Check& check) {
       Rng rng{uint64_t(6500 + hidden + rows)};
       const std::vector<float> residual = random_floats(rng, size_t(rows) * hidden, -3.f, 3.f);
@@ -1329,7 +1332,7 @@ void rmsnorm_cases(Table& table) {
 
 void embed_cases(Table& table) {
   // The 2B table (130560 x 2048) and an odd one; ids include the first and the last.
-  for (const std::pair<int, int>& size : {std::pair<int, int>{130560, 2048}, {1001, 520}}) {
+  for (const std::pair<int, int>& size : std::initializer_list<std::pair<int, int>>{{130560, 2048}, {1001, 520}}) {
     const int vocab = size.first, hidden = size.second;
     Rng rng{uint64_t(7000 + vocab)};
     const std::string shape = dims({{"vocab", vocab}, {"hidden", hidden}});
@@ -1395,7 +1398,7 @@ void embed_cases(Table& table) {
 // the sum of exp(logit - max); a tile with no valid row has index -1). Logits on a coarse grid make ties, which
 // the lowest id must win. The answer: the argmax over all tokens but the mask one and its softmax probability.
 void reveal_cases(Table& table) {
-  for (const auto& [vocab, rows, mask] : {std::tuple<int, int, int>{130560, 1, 130559}, {130560, 7, 3}, {130560, 64, 64000},
+  for (const auto& [vocab, rows, mask] : std::initializer_list<std::tuple<int, int, int>>{{130560, 1, 130559}, {130560, 7, 3}, {130560, 64, 64000},
                                           {1001, 5, 1000}, {17, 3, 16}}) {
     table.run("reveal_argmax", "ties+mask", dims({{"vocab", vocab}, {"rows", rows}}),
               [&, vocab = vocab, rows = rows, mask = mask](Check& check) {
@@ -1508,7 +1511,7 @@ void placement_cases(Table& table) {
       dest_fp8.poison();
       dest_scales.poison();
       const int first_chunk = c.rows / 2;  // two chunks of rows, the second from source_row0 = first_chunk
-      for (const auto& [row0, n] : {std::pair<int, int>{0, first_chunk}, {first_chunk, c.rows - first_chunk}}) {
+      for (const auto& [row0, n] : std::initializer_list<std::pair<int, int>>{{0, first_chunk}, {first_chunk, c.rows - first_chunk}}) {
         RowPlacement at = c.at;
         at.source_row0 = row0;
         if (fp8) {
