@@ -8,7 +8,7 @@ the reference Transformer in bf16 on the GPU, so no model files are needed; prom
 tokens. It prints the prefill time, then for the CUDA-graph decode and for the same steps run eagerly
 (graph=False): total seconds, generated tokens/s and decode ms per step ((total - prefill) / (new tokens - 1),
 no EOS so every row runs to the end). Then whether both paths give identical tokens on a smaller batch, with
-and without an EOS cut, the decode step with cuDNN attention in place of the memory-efficient kernel
+and without an EOS cut, and with the graphed batch compacted at every check (GreedySteps.keep), the decode step with cuDNN attention in place of the memory-efficient kernel
 (model.DECODE_ATTENTION), peak memory, and a one-line summary. With --profile-tokens N, the eager path's first N
 tokens at --rows under torch.profiler: the GPU kernels' time by name (a CUDA graph replays the same kernels).
 Needs torch and numpy only; convert/ is put on sys.path from this file's place. Exit status 1 when a check fails.
@@ -165,9 +165,10 @@ def main() -> int:
     print(f"model {parameters:,} parameters; {rows} prompts of {min(widths)}-{max(widths)} tokens; max_new_tokens {new}",
           flush=True)
 
-    def greedy(batch, tokens, graph=True, eos=frozenset()):
+    def greedy(batch, tokens, graph=True, eos=frozenset(), compact_at=distill.COMPACT_AT):
         # As distillation runs it: each token's probability recorded beside it (the answers alone are compared).
-        return distill.greedy_static(model, batch, tokens, set(eos), pad_id=0, graph=graph, with_confidence=True)[0]
+        return distill.greedy_static(model, batch, tokens, set(eos), pad_id=0, graph=graph, with_confidence=True,
+                                     compact_at=compact_at)[0]
 
     # Lazy initialisation (CUDA context, cuBLAS, kernels, a first capture) outside every timing.
     greedy(prompts, 8)
@@ -204,6 +205,14 @@ def main() -> int:
                         f"with EOS {first_difference(cut_graph, cut_eager)}")
     if cut_eager != [cut_after_eos(e, eos) for e in by_eager]:
         problems.append("EOS cut: an answer is not the uncut answer up to its first EOS")
+    # The batch compacted at every check (compact_at 1: GreedySteps.keep, graphs captured again each time), against
+    # the eager steps that never compact.
+    compacted = greedy(small, new, eos=eos, compact_at=1.0)
+    plain = greedy(small, new, graph=False, eos=eos, compact_at=0.0)
+    print(f"check {len(small)} rows, compacted every {distill.EOS_CHECK_EVERY} steps (graph) == never (eager): "
+          f"{sum(x == y for x, y in zip(compacted, plain))}/{len(small)} rows", flush=True)
+    if compacted != plain:
+        problems.append(f"graph != eager with compaction: first difference {first_difference(compacted, plain)}")
 
     if device == "cuda":
         print(f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)

@@ -130,7 +130,12 @@ def make_sampler(uniform_rows, temperature: float, top_p: float, prompt_width: i
 
 FIRST_SPAN = 128  # the fewest cache slots a decode step attends over; each larger span doubles it, up to the capacity
 WARMUP_STEPS = 2  # eager steps of a span before its CUDA graph is captured
-EOS_CHECK_EVERY = 16  # decode steps between host reads of "has every row emitted EOS"
+EOS_CHECK_EVERY = 16  # decode steps between host reads of "how many rows have not emitted EOS yet"
+# A batch whose running rows have fallen to this share of its rows goes on with those rows alone (GreedySteps.keep):
+# a finished row's steps are otherwise computed and thrown away until the batch's longest answer ends. (The demo's
+# distillation: answers of 170 tokens on average under a 256-token cap, 54 % of them at the cap, so a batch keeps at
+# least half its rows to the end and a share of 0.5 would never compact it.)
+COMPACT_AT = 0.8
 
 
 def decode_spans(width: int, capacity: int) -> list[int]:
@@ -170,6 +175,27 @@ class GreedySteps:
         self.finished = torch.zeros(rows, dtype=torch.bool, device=device)
         self.eos_ids = torch.tensor(sorted(eos) or [-1], dtype=torch.long, device=device)  # -1: no token ends a row
         cache.write_slots = self.slot
+
+    def keep(self, rows) -> "GreedySteps":
+        """The same decoding continued with only `rows` (ascending device indices) of this batch: the cache compacted
+        in place into its first len(rows) rows (views of the same buffers, one layer's rows copied at a time), the
+        rows' tokens, answers so far and slot carried over. This object's buffers, and graphs captured on them, are
+        not to be used after."""
+        n = rows.numel()
+        for layer in self.cache.layers:
+            layer.k[:n] = layer.k.index_select(0, rows)
+            layer.v[:n] = layer.v.index_select(0, rows)
+            layer.k, layer.v = layer.k[:n], layer.v[:n]
+        kept = GreedySteps(self.model, self.cache, self.pads.index_select(0, rows), self.width, self.out.shape[1], set(),
+                           self.confidence is not None)
+        kept.eos_ids = self.eos_ids
+        kept.slot.copy_(self.slot)
+        kept.token.copy_(self.token.index_select(0, rows))
+        kept.out.copy_(self.out.index_select(0, rows))
+        if kept.confidence is not None:
+            kept.confidence.copy_(self.confidence.index_select(0, rows))
+        kept.finished.copy_(self.finished.index_select(0, rows))
+        return kept
 
     def emit(self, hidden) -> None:
         """The next token of every row from its last hidden state, at column slot - (width - 1) of `out`, and with
@@ -229,11 +255,12 @@ class StepGraphs:
 
 
 def greedy_static(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: set[int], pad_id: int,
-                  graph: bool = True, with_confidence: bool = False):
+                  graph: bool = True, with_confidence: bool = False, compact_at: float = COMPACT_AT):
     """Greedy answers of the reference Transformer `model` to `prompts`, one token per row per forward with
     a preallocated KV cache (model.StaticCache): the prompts left-padded into one prefill, pads masked out and
-    positions counted from each prompt's first token. Each response is cut after its first EOS token; the
-    decoding stops once every row has emitted one (checked every EOS_CHECK_EVERY steps).
+    positions counted from each prompt's first token. Each response is cut after its first EOS token; every
+    EOS_CHECK_EVERY steps the rows that have not emitted one are counted: the decoding stops when none is left, and
+    goes on with them alone (GreedySteps.keep) once they are at most `compact_at` of the batch (0: never).
 
     After the eager prefill, every step is GreedySteps.step: fixed shapes, its state in device buffers, so on a
     CUDA device it is replayed from CUDA graphs (StepGraphs; graph=False runs the same steps eagerly, for
@@ -273,18 +300,37 @@ def greedy_static(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, 
         steps = GreedySteps(model, cache, pads, width, max_new_tokens, eos, with_confidence)
         steps.emit(hidden)
         del hidden, new  # the prefill's activations, freed before any capture
-        run = StepGraphs(steps) if graph and device.type == "cuda" else steps.step
+        graphed = graph and device.type == "cuda"
+        run = StepGraphs(steps) if graphed else steps.step
+        rows = torch.arange(B, device=device)  # the prompt of each row of the running batch
+        out = torch.zeros((B, max_new_tokens), dtype=torch.long, device=device)
+        confidence = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device) if with_confidence else None
         done = 1  # columns of steps.out written
-        while done < max_new_tokens and not (done % EOS_CHECK_EVERY == 0 and bool(steps.finished.all())):
+        while done < max_new_tokens:
+            if done % EOS_CHECK_EVERY == 0:
+                running = (~steps.finished).nonzero().squeeze(1)  # the one host sync of these steps
+                if running.numel() == 0:
+                    break
+                # (Not for the last few steps: a compacted batch captures its graphs again.)
+                if running.numel() <= compact_at * rows.numel() and max_new_tokens - done >= 2 * EOS_CHECK_EVERY:
+                    out.index_copy_(0, rows, steps.out)
+                    if confidence is not None:
+                        confidence.index_copy_(0, rows, steps.confidence)
+                    run = None  # the graphs captured on the old buffers go first
+                    steps, rows = steps.keep(running), rows.index_select(0, running)
+                    run = StepGraphs(steps) if graphed else steps.step
             run(next(span for span in spans if span > width - 1 + done))  # the step writes slot width - 1 + done
             done += 1
+        out.index_copy_(0, rows, steps.out)
+        if confidence is not None:
+            confidence.index_copy_(0, rows, steps.confidence)
     responses = []
-    for row in steps.out[:, :done].tolist():
+    for row in out[:, :done].tolist():
         end = next((k for k, t in enumerate(row) if t in eos), None)
         responses.append(row if end is None else row[: end + 1])
     if not with_confidence:
         return responses
-    return responses, [p[: len(r)] for r, p in zip(responses, steps.confidence[:, :done].tolist())]
+    return responses, [p[: len(r)] for r, p in zip(responses, confidence[:, :done].tolist())]
 
 
 def generate_batches(

@@ -261,3 +261,35 @@ def test_static_steps_answer_as_greedy_decoding_alone_across_spans_and_eos():
     every = set(range(97))  # every row emits EOS at once: one prefill and 15 steps before the 16-step check
     assert gen.greedy_static(model, prompts, new, every, pad_id=0) == [a[:1] for a in alone]
     assert len(forwards) == gen.EOS_CHECK_EVERY
+
+
+def test_a_batch_goes_on_with_its_running_rows_alone_with_the_same_answers(base, monkeypatch):
+    """Once most rows have emitted EOS, greedy_static continues with the others alone (GreedySteps.keep: the cache
+    compacted in place): every answer and probability is the one decoding without compaction gives, and the one
+    decoding the prompt alone gives."""
+    from a2d_convert.model import load_transformer
+    from a2d_convert.probes import ar_answer
+
+    model, cfg, _ = load_transformer(base)
+    rng = np.random.default_rng(5)
+    prompts = [[int(t) for t in rng.integers(3, cfg.vocab_size, size=n)] for n in (3, 7, 1, 12, 4, 9, 2, 6)]
+    n_new = 80
+    alone = [ar_answer(model, p, n_new, set())[0] for p in prompts]
+    # EOS tokens that end some answers before the first check (16 steps), some before the second, some never.
+    eos = {alone[0][5], alone[1][9], alone[2][20], alone[3][30]}
+    want = []
+    for full in alone:
+        end = next((k for k, t in enumerate(full) if t in eos), None)
+        want.append(full if end is None else full[: end + 1])
+    assert sum(len(w) <= 32 for w in want) >= 3 and any(len(w) == n_new for w in want)
+    kept_sizes = []
+    keep = gen.GreedySteps.keep
+    monkeypatch.setattr(gen.GreedySteps, "keep", lambda self, rows: kept_sizes.append(rows.numel()) or keep(self, rows))
+    compacted, compacted_p = gen.greedy_static(model, prompts, n_new, eos, pad_id=0, with_confidence=True, compact_at=0.75)
+    assert kept_sizes and all(0 < n < len(prompts) for n in kept_sizes)
+    compactions = len(kept_sizes)
+    plain, plain_p = gen.greedy_static(model, prompts, n_new, eos, pad_id=0, with_confidence=True, compact_at=0)
+    assert len(kept_sizes) == compactions
+    assert compacted == plain == want
+    for a, b in zip(compacted_p, plain_p):
+        assert np.allclose(a, b, atol=1e-6)
