@@ -64,13 +64,13 @@ export async function serve(options: ServeOptions): Promise<void> {
   const port = typeof address === "object" && address !== null ? address.port : options.port;
   log.info({ url: `http://${options.host === "0.0.0.0" ? "127.0.0.1" : options.host}:${port}`, port }, "listening");
 
-  // Connections that have not sent a byte yet: a client's pool may open one ahead of need and leave it unused,
-  // and Node counts it neither idle nor done until its headers timeout; a drain closes them (see below).
-  const silent = new Set<Socket>();
+  // The open connections, for a drain: one that has not sent a byte (a client's pool may open one ahead of need
+  // and leave it unused) is neither idle nor done for Node until its headers timeout, so the drain closes it (see
+  // below). Read by bytesRead, not a 'data' listener, which would take the socket off Node's native HTTP parsing.
+  const sockets = new Set<Socket>();
   app.server.on("connection", (socket: Socket) => {
-    silent.add(socket);
-    socket.once("data", () => silent.delete(socket));
-    socket.once("close", () => silent.delete(socket));
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
   });
 
   let draining: Promise<void> | null = null;
@@ -90,10 +90,10 @@ export async function serve(options: ServeOptions): Promise<void> {
     // idle later, and a keep-alive client (undici keeps one 71 s) would hold the exit until it left.
     // A connection still silent a tick after the drain began carries no request: it is closed too (a request it
     // sent later would only be refused).
-    const silentAtStart = new Set(silent);
+    const silentAtStart = [...sockets].filter((socket) => socket.bytesRead === 0);
     const closeIdle = setInterval(() => {
       app.server.closeIdleConnections();
-      for (const socket of silentAtStart) if (silent.has(socket)) socket.destroy();
+      for (const socket of silentAtStart) if (!socket.destroyed && socket.bytesRead === 0) socket.destroy();
     }, 100);
     draining = (async () => {
       await app.close();
