@@ -305,6 +305,12 @@ def greedy_static(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, 
         rows = torch.arange(B, device=device)  # the prompt of each row of the running batch
         out = torch.zeros((B, max_new_tokens), dtype=torch.long, device=device)
         confidence = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device) if with_confidence else None
+
+        def collect() -> None:  # the running batch's answers so far, into the whole batch's
+            out.index_copy_(0, rows, steps.out)
+            if confidence is not None:
+                confidence.index_copy_(0, rows, steps.confidence)
+
         done = 1  # columns of steps.out written
         while done < max_new_tokens:
             if done % EOS_CHECK_EVERY == 0:
@@ -313,17 +319,13 @@ def greedy_static(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, 
                     break
                 # (Not for the last few steps: a compacted batch captures its graphs again.)
                 if running.numel() <= compact_at * rows.numel() and max_new_tokens - done >= 2 * EOS_CHECK_EVERY:
-                    out.index_copy_(0, rows, steps.out)
-                    if confidence is not None:
-                        confidence.index_copy_(0, rows, steps.confidence)
+                    collect()
                     run = None  # the graphs captured on the old buffers go first
                     steps, rows = steps.keep(running), rows.index_select(0, running)
                     run = StepGraphs(steps) if graphed else steps.step
             run(next(span for span in spans if span > width - 1 + done))  # the step writes slot width - 1 + done
             done += 1
-        out.index_copy_(0, rows, steps.out)
-        if confidence is not None:
-            confidence.index_copy_(0, rows, steps.confidence)
+        collect()
     responses = []
     for row in out[:, :done].tolist():
         end = next((k for k, t in enumerate(row) if t in eos), None)

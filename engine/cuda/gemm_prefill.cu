@@ -24,7 +24,8 @@ constexpr int kWarpGroups = 4;  // groups of 8 tokens
 constexpr int kPartialQuads = kWarpTiles * kWarpGroups;
 constexpr int kPartialFloats = kPartialQuads * kThreads * 4;
 
-int prefill_steps(int k) { return ceil_div(ceil_div(k, 32), kStageChunks); }
+// The 64-k steps of K: the kernel's loop and prefill_split's plan.
+__host__ __device__ int prefill_steps(int k) { return (k + kStageChunks * 32 - 1) / (kStageChunks * 32); }
 
 template <PrefillEpilogue kEpilogue>
 __global__ void __launch_bounds__(kThreads, 1) gemm_prefill_kernel(const __grid_constant__ PrefillGemmParams p) {
@@ -39,7 +40,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_prefill_kernel(const __grid_
   const int tile0 = blockIdx.y * kBlockTiles;
   const int token0 = blockIdx.x * kBlockTokens;
   // This block's steps: all of them, or its split's range.
-  const int all_steps = (chunks + kStageChunks - 1) / kStageChunks;
+  const int all_steps = prefill_steps(p.k);
   const int first_step = p.steps_per_split > 0 ? static_cast<int>(blockIdx.z) * p.steps_per_split : 0;
   const int end_step = p.steps_per_split > 0 ? min(all_steps, first_step + p.steps_per_split) : all_steps;
   const int steps = end_step - first_step;
