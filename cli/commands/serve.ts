@@ -5,10 +5,15 @@ import { type Command, InvalidArgumentError, Option } from "commander";
 import { integerIn, numberIn } from "../parse.js";
 
 /**
- * Generations decoded together by default: where aggregate tokens/s stops rising on the CPU demo model
- * (bench/NOTES.md, "Continuous batching"). A backend that does not batch (CUDA, for now) runs one at a time.
+ * Generations decoded together by default on the CPU: where aggregate tokens/s stops rising on the demo model
+ * (bench/NOTES.md, "Continuous batching").
  */
 export const DEFAULT_MAX_BATCH = 8;
+/**
+ * On CUDA: a KV cache slot each, as many of these as fit in the GPU's memory beside the model (the engine takes
+ * fewer where they do not fit, and /health's max_batch says how many it holds).
+ */
+export const DEFAULT_CUDA_MAX_BATCH = 32;
 
 export function register(program: Command): void {
   program
@@ -20,7 +25,7 @@ export function register(program: Command): void {
     .option("--host <host>", "address to listen on", "0.0.0.0")
     .addOption(new Option("--api-key <key>", "require 'Authorization: Bearer <key>' on /v1 routes").env("A2D_API_KEY"))
     .option("--model-name <id>", "model id shown in /v1/models (default: the folder's name)")
-    .option("--max-batch <n>", `generations decoded at once, one forward serving them all (default: ${DEFAULT_MAX_BATCH})`, integerIn("--max-batch", 1, 256), DEFAULT_MAX_BATCH)
+    .option("--max-batch <n>", `generations decoded at once, one forward serving them all (default: ${DEFAULT_MAX_BATCH} on cpu; on cuda ${DEFAULT_CUDA_MAX_BATCH}, or as many as fit in the GPU's memory)`, integerIn("--max-batch", 1, 256))
     .option("--max-queue <n>", "requests that may wait behind the running ones before 429", integerIn("--max-queue", 0, 1_000_000), 256)
     .option("--shutdown-grace <seconds>", "on SIGTERM, how long running generations may finish before they are cancelled", seconds, 30)
     .option("--threads <n>", "CPU worker threads (cpu device; default: all cores)", integerIn("--threads", 1, 1024))
@@ -38,7 +43,7 @@ export function register(program: Command): void {
         host: opts.host,
         port: opts.port,
         apiKey: opts.apiKey && opts.apiKey !== "" ? opts.apiKey : null,
-        maxBatch: opts.maxBatch,
+        maxBatch: opts.maxBatch ?? (opts.device === "cuda" ? DEFAULT_CUDA_MAX_BATCH : DEFAULT_MAX_BATCH),
         maxQueue: opts.maxQueue,
         shutdownGraceS: opts.shutdownGrace,
         modelName: opts.modelName,

@@ -246,7 +246,7 @@ int a2d_bench_forward(void* handle, int cached, int commit, const int* tokens, i
     model->forward(in);
     std::vector<TokenChoice> choices(logit_count);
     if (logit_count > 0) model->copy_choices(choices.data(), logit_count);
-    if (logits != nullptr && logit_count > 0) model->copy_logits(logits, logit_count);
+    if (logits != nullptr && logit_count > 0) model->copy_logits(logits, 0, logit_count);
     model->synchronize();
     for (int i = 0; i < logit_count; ++i) {
       choice_tokens[i] = choices[i].token;

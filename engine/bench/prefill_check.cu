@@ -157,7 +157,7 @@ void decode_forward(DeviceModel& model, int cached, const int32_t* tokens, int r
 // The prompt as the backend sends it on the prefill path: chunks of `chunk` rows, the last row by a decode forward.
 void prefill_prompt(DeviceModel& model, const std::vector<int32_t>& tokens, int chunk) {
   const int n = static_cast<int>(tokens.size());
-  for (int start = 0; start < n - 1; start += chunk) model.prefill(start, tokens.data() + start, std::min(chunk, n - 1 - start));
+  for (int start = 0; start < n - 1; start += chunk) model.prefill(0, start, tokens.data() + start, std::min(chunk, n - 1 - start));
   decode_forward(model, n - 1, tokens.data() + n - 1, 1, true);
 }
 
@@ -179,7 +179,7 @@ struct Snapshot {
 Snapshot snapshot(DeviceModel& model) {
   Snapshot s;
   s.logits.resize(model.shape().vocab);
-  model.copy_logits(s.logits.data(), 1);
+  model.copy_logits(s.logits.data(), 0, 1);
   model.copy_choices(&s.choice, 1);
   s.kv.resize(model.kv_storage_elements());
   A2D_CUDA_CHECK(cudaMemcpy(s.kv.data(), model.kv_storage(), s.kv.size() * 2, cudaMemcpyDeviceToHost));
@@ -335,7 +335,7 @@ void timings(bool quick, std::vector<std::string>& table) {
     const std::vector<int32_t> tokens = prompt_tokens(longest, s.vocab, 5);
     std::printf("2B, 2048-row prefill chunks along a %d-token prompt (ms):", longest);
     for (int start = 0; start + 2048 <= longest - 1; start += 2048) {
-      const double ms = 1e3 * time_it([&] { model->prefill(start, tokens.data() + start, 2048); }, 1);
+      const double ms = 1e3 * time_it([&] { model->prefill(0, start, tokens.data() + start, 2048); }, 1);
       std::printf(" %.1f", ms);
     }
     std::printf("\n");
@@ -353,9 +353,9 @@ void timings(bool quick, std::vector<std::string>& table) {
     unsplit.gemm.prefill_split_blocks_per_sm = 0;
     const ModelOptions split = model->options();
     if (g_split > 0) model->reconfigure(unsplit);
-    const double fast = time_it([&] { model->prefill(1024, tokens.data(), rows); }, 3);
+    const double fast = time_it([&] { model->prefill(0, 1024, tokens.data(), rows); }, 3);
     if (g_split > 0) model->reconfigure(split);
-    const double split_ms = g_split > 0 ? 1e3 * time_it([&] { model->prefill(1024, tokens.data(), rows); }, 3) : 0.0;
+    const double split_ms = g_split > 0 ? 1e3 * time_it([&] { model->prefill(0, 1024, tokens.data(), rows); }, 3) : 0.0;
     const double slow = time_it(
         [&] {
           for (int start = 0; start < rows; start += kMaxRows) {

@@ -5,6 +5,7 @@ namespace a2d::cuda {
 namespace {
 
 using namespace attention_tile;
+static_assert(kRowsPerBlock == kAttentionRowsPerBlock, "the host cuts a forward's query rows into blocks of this size");
 
 // Keys per split and the number of splits that hold keys; the combine kernel recomputes the same.
 struct SplitPlan {
@@ -17,37 +18,41 @@ __device__ __forceinline__ SplitPlan plan_splits(int kv_total, int max_splits) {
   return {chunk, (kv_total + chunk - 1) / chunk};
 }
 
-// AttentionParams::early_trigger for this launch (the same answer in every block).
-__device__ __forceinline__ bool early_trigger(const AttentionParams& p, const SplitPlan& plan) {
+// AttentionParams::early_trigger for this launch (the same answer in every block: a forward of several sequences,
+// whose blocks plan their splits apart, takes short_kv as never).
+__device__ __forceinline__ bool early_trigger(const AttentionParams& p, const StepState& st, const SplitPlan& plan) {
   return p.early_trigger == AttentionTrigger::always ||
-         (p.early_trigger == AttentionTrigger::short_kv && 4 * plan.active <= p.max_splits);
+         (p.early_trigger == AttentionTrigger::short_kv && st.entries <= 1 && 4 * plan.active <= p.max_splits);
 }
 
 // One warp's share of the block: query rows [row0, row0 + 16) against `kKeys` keys of each tile
-// starting at key offset `key_offset` within the tile. kParts warps share a row tile and split its keys.
+// starting at key offset `key_offset` within the tile. kParts warps share a row tile and split its keys. Every
+// row is one of sequence `entry`'s (rows_valid: the end of its query rows), and its keys are in that one's slot.
 template <int kDim, int kParts>
-__device__ void attention_rows(const AttentionParams& p, bf16* smem, int kv_head, int split, int row0,
-                               int key_part, int key_begin, int key_end, int rows_valid, int group) {
+__device__ void attention_rows(const AttentionParams& p, bf16* smem, const EntryView& entry, int kv_head, int split,
+                               int row0, int key_part, int key_begin, int key_end, int rows_valid, int group) {
   constexpr int kKeys = kTileKeys / kParts;
   constexpr int kStride = kDim + kSmemPad;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int c = lane % 4;
   const StepState& st = *p.state;
-  const int kv_total = st.cached + st.rows;
+  const int kv_total = entry.cached + entry.rows;
 
   // The two query rows of this lane and the last key position each may see.
   int limit[2];
   bool skip_masked[2];  // a row adapter's revealed row: also skips window keys that hold the mask token
   const bf16* q_row[2];
-  const int window_key0 = st.cached + st.commit;
+  const int window_key0 = entry.cached + entry.commit;
   for (int h = 0; h < 2; ++h) {
     const int r = row0 + g + 8 * h;
     const bool valid = r < rows_valid;
-    const int t = valid ? r / group : 0;
-    skip_masked[h] = valid && p.revealed_rule_mask_token >= 0 && t >= st.commit &&
+    const int t = valid ? r / group : entry.row0;  // the token row, and its place in its sequence's forward
+    const int own = t - entry.row0;
+    skip_masked[h] = valid && p.revealed_rule_mask_token >= 0 && own >= entry.commit &&
                      st.tokens[t] != p.revealed_rule_mask_token;
-    limit[h] = !valid ? -1 : (t < st.commit || (skip_masked[h] && p.revealed_rule_causal) ? st.cached + t : kv_total - 1);
+    limit[h] = !valid ? -1
+                      : (own < entry.commit || (skip_masked[h] && p.revealed_rule_causal) ? entry.cached + own : kv_total - 1);
     q_row[h] = p.q + (static_cast<size_t>(t) * p.num_heads + kv_head * group + (valid ? r % group : 0)) * kDim;
   }
   uint32_t qa[kDim / 16][4];
@@ -68,7 +73,7 @@ __device__ void attention_rows(const AttentionParams& p, bf16* smem, int kv_head
   float l[2] = {0.f, 0.f};
   const float scale = p.scale * kLog2e;
 
-  const size_t head_offset = static_cast<size_t>(kv_head) * p.max_context * kDim;
+  const size_t head_offset = entry.slot * p.kv_slot_stride + static_cast<size_t>(kv_head) * p.max_context * kDim;
   const bf16* k_head = p.k_cache + head_offset;
   const bf16* v_head = p.v_cache + head_offset;
   auto load_tile = [&](int tile, int stage) {
@@ -122,7 +127,9 @@ __device__ void attention_rows(const AttentionParams& p, bf16* smem, int kv_head
         const int h = e / 2;
         const int key = key0 + n * 8 + 2 * c + (e % 2);
         bool visible = key <= limit[h] && key < key_end;
-        if (skip_masked[h] && visible && key >= window_key0) visible = st.tokens[key - st.cached] != p.revealed_rule_mask_token;
+        if (skip_masked[h] && visible && key >= window_key0) {
+          visible = st.tokens[entry.row0 + key - entry.cached] != p.revealed_rule_mask_token;
+        }
         const float v = visible ? s[n][e] * scale : -INFINITY;
         s[n][e] = v;
       }
@@ -190,12 +197,18 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const AttentionP
   // while that kernel finishes.
   const StepState& st = *p.state;
   const int group = p.num_heads / p.num_kv_heads;
-  const int rows_valid = st.rows * group;
-  const int kv_total = st.cached + st.rows;
+  // This block's sequence and its first query row: one sequence's rows are cut into blocks of kRowsPerBlock;
+  // several sequences' come as a list of blocks from the host, each within one sequence.
+  const bool several = st.entries > 1;
+  const int z = blockIdx.z;
+  const bool has_block = !several || z < st.attention_blocks;
+  const EntryView entry = entry_view(st, several && has_block ? st.block_entry[z] : 0);
+  const int rows_valid = (entry.row0 + entry.rows) * group;
+  const int kv_total = entry.cached + entry.rows;
   const SplitPlan plan = plan_splits(kv_total, p.max_splits);
-  if (early_trigger(p, plan)) allow_next_grid();
+  if (early_trigger(p, st, plan)) allow_next_grid();
   wait_for_previous_grid();
-  const int row_block = blockIdx.z * kRowsPerBlock;
+  const int row_block = several ? (has_block ? st.block_first[z] : rows_valid) : z * kRowsPerBlock;
   if (row_block >= rows_valid) return;
   const int split = blockIdx.x;
   if (split >= plan.active) return;
@@ -211,12 +224,12 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const AttentionP
   const bool split_keys = p.split_keys && plan.chunk > kTileKeys;
   const int row_tiles = split_keys ? min(kWarps, (rows_valid - row_block + 15) / 16) : kWarps;
   if (row_tiles == 1) {
-    attention_rows<kDim, 4>(p, smem, kv_head, split, row_block, warp, key_begin, key_end, rows_valid, group);
+    attention_rows<kDim, 4>(p, smem, entry, kv_head, split, row_block, warp, key_begin, key_end, rows_valid, group);
   } else if (row_tiles == 2) {
-    attention_rows<kDim, 2>(p, smem, kv_head, split, row_block + 16 * (warp % 2), warp / 2, key_begin, key_end,
+    attention_rows<kDim, 2>(p, smem, entry, kv_head, split, row_block + 16 * (warp % 2), warp / 2, key_begin, key_end,
                             rows_valid, group);
   } else {
-    attention_rows<kDim, 1>(p, smem, kv_head, split, row_block + 16 * warp, 0, key_begin, key_end, rows_valid,
+    attention_rows<kDim, 1>(p, smem, entry, kv_head, split, row_block + 16 * warp, 0, key_begin, key_end, rows_valid,
                             group);
   }
 }
@@ -256,8 +269,9 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const Attentio
   const int kv_head = blockIdx.x;
   const int r = blockIdx.y;
   const int rows = st.rows;
-  const SplitPlan plan = plan_splits(st.cached + rows, p.max_splits);
-  if (early_trigger(p, plan)) allow_next_grid();
+  const EntryView entry = entry_view(st, r < rows * group ? row_entry(st, r / group) : 0);
+  const SplitPlan plan = plan_splits(entry.cached + entry.rows, p.max_splits);
+  if (early_trigger(p, st, plan)) allow_next_grid();
   wait_for_previous_grid();
   if (r >= rows * group) return;
   const size_t split_stride = static_cast<size_t>(p.num_kv_heads) * p.row_capacity;
@@ -296,11 +310,17 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const Attentio
   if (d < p.head_dim) p.out[(static_cast<size_t>(t) * p.num_heads + head) * p.head_dim + d] = __float2bfloat16(acc / total);
 }
 
+// Blocks of query rows for up to max_rows rows of up to max_entries sequences: each sequence's rows cut at most one
+// block more than the rows alone.
+int attention_row_blocks(int max_rows, int group, int max_entries) {
+  return ceil_div(max_rows * group, kRowsPerBlock) + (max_entries > 1 ? max_entries : 0);
+}
+
 template <int kDim>
-void launch_attention(const AttentionParams& p, int max_rows, cudaStream_t stream, bool pdl) {
+void launch_attention(const AttentionParams& p, int max_rows, int max_entries, cudaStream_t stream, bool pdl) {
   constexpr int smem = smem_bytes<kDim>();
   const int group = p.num_heads / p.num_kv_heads;
-  const dim3 grid(p.max_splits, p.num_kv_heads, ceil_div(max_rows * group, kRowsPerBlock));
+  const dim3 grid(p.max_splits, p.num_kv_heads, attention_row_blocks(max_rows, group, max_entries));
   launch(attention_kernel<kDim>, grid, dim3(kWarps * 32), smem, stream, pdl, p);
 }
 
@@ -316,18 +336,21 @@ void attention_prepare() {
                                       smem_bytes<128>()));
 }
 
-int attention_max_splits(int max_rows, int num_heads, int num_kv_heads, int sm_count) {
-  const int row_blocks = ceil_div(max_rows * (num_heads / num_kv_heads), kRowsPerBlock);
+int attention_max_splits(int max_rows, int max_entries, int num_heads, int num_kv_heads, int sm_count) {
+  const int row_blocks = attention_row_blocks(max_rows, num_heads / num_kv_heads, max_entries);
   const int splits = 2 * sm_count / (num_kv_heads * row_blocks);
   return splits < 1 ? 1 : (splits > 256 ? 256 : splits);
 }
 
-void attention(const AttentionParams& p, int max_rows, cudaStream_t stream, bool pdl) {
+void attention(const AttentionParams& p, int max_rows, int max_entries, cudaStream_t stream, bool pdl) {
   if (p.row_capacity < max_rows * (p.num_heads / p.num_kv_heads)) throw std::runtime_error("attention: row capacity");
+  if (max_entries > 1 && attention_row_blocks(max_rows, p.num_heads / p.num_kv_heads, max_entries) > kMaxAttentionBlocks) {
+    throw std::runtime_error("attention: more blocks of query rows than the step state lists");
+  }
   switch (p.head_dim_padded) {
-    case 32: return launch_attention<32>(p, max_rows, stream, pdl);
-    case 64: return launch_attention<64>(p, max_rows, stream, pdl);
-    case 128: return launch_attention<128>(p, max_rows, stream, pdl);
+    case 32: return launch_attention<32>(p, max_rows, max_entries, stream, pdl);
+    case 64: return launch_attention<64>(p, max_rows, max_entries, stream, pdl);
+    case 128: return launch_attention<128>(p, max_rows, max_entries, stream, pdl);
     default:
       throw std::runtime_error("the CUDA backend supports head_dim up to 128, got " + std::to_string(p.head_dim));
   }

@@ -5,7 +5,9 @@
 // Query rows are (token, q head of the KV head's group) pairs, so grouped-query attention shares each
 // K/V tile across the whole group. The mask is the block-causal rule of docs/decoding.md: commit row t
 // sees keys at positions <= cached + t, window rows see every key of this forward. The split count is
-// fixed when a graph is captured; the slice length follows the KV length read from device memory.
+// fixed when a graph is captured; the slice length follows the KV length read from device memory. A forward of
+// several sequences (step_state.cuh) runs each sequence's rows in blocks of their own, over its own slot's keys
+// (split by its own KV length).
 #pragma once
 
 #include "common.cuh"
@@ -21,9 +23,10 @@ enum class AttentionTrigger : int { never = 0, short_kv = 1, always = 2 };
 
 struct AttentionParams {
   const bf16* q;  // [rows][num_heads * head_dim_padded], roped
-  const bf16* k_cache;  // [num_kv_heads][max_context][head_dim_padded] of this layer
+  const bf16* k_cache;  // slot 0's [num_kv_heads][max_context][head_dim_padded] of this layer
   const bf16* v_cache;
   int max_context;
+  size_t kv_slot_stride;  // elements from one slot's cache of this layer to the next's
   int num_heads;
   int num_kv_heads;
   int head_dim;
@@ -49,10 +52,13 @@ struct AttentionParams {
 // Sets the kernels' shared-memory limits; call once per process before the first launch.
 void attention_prepare();
 
-// Split count that gives about two blocks per SM when the KV is long.
-int attention_max_splits(int max_rows, int num_heads, int num_kv_heads, int sm_count);
+// Split count that gives about two blocks per SM when the KV is long, for forwards of up to max_rows rows of up to
+// max_entries sequences.
+int attention_max_splits(int max_rows, int max_entries, int num_heads, int num_kv_heads, int sm_count);
 
-void attention(const AttentionParams& params, int max_rows, cudaStream_t stream, bool pdl);
+// max_entries: the most sequences a forward of this launch holds (1: one; the grid then has a block of query rows
+// more for each).
+void attention(const AttentionParams& params, int max_rows, int max_entries, cudaStream_t stream, bool pdl);
 void attention_combine(const AttentionParams& params, int max_rows, cudaStream_t stream, bool pdl);
 
 }  // namespace a2d::cuda

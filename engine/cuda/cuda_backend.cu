@@ -1,7 +1,8 @@
 // The CUDA Backend behind backend.h: uploads an a2d::Model into a DeviceModel and runs the decode
-// loop's forwards on it. The leading commit rows of a forward, up to its first logits row, run as prefill
-// forwards (DeviceModel::prefill, many-row kernels) where they number at least kPrefillFromRows; the rest as
-// forwards of at most kMaxRows rows (the captured graphs).
+// loop's forwards on it, one sequence or several at once (continuous batching: a KV cache slot each). The leading
+// commit rows of a sequence's forward, up to its first logits row, run as prefill forwards (DeviceModel::prefill,
+// many-row kernels) where they number at least kPrefillFromRows; the rest as forwards of at most kMaxRows rows (the
+// captured graphs), the last part of every sequence of a batch packed together.
 // At temperature 0 a denoising step brings back two numbers per candidate (argmax token and its
 // probability, computed on the GPU); sampling at temperature > 0 brings back the needed logits rows and
 // applies the shared host rule, so every backend makes the same choices from the same logits.
@@ -29,8 +30,9 @@ cuda::SourceType source_type(DType dtype) {
   throw std::runtime_error("unsupported weight dtype");
 }
 
-cuda::ModelShape shape_of(const ModelConfig& config, int64_t max_context) {
+cuda::ModelShape shape_of(const ModelConfig& config, int64_t max_context, int32_t slots) {
   cuda::ModelShape s;
+  s.kv_slots = std::max<int32_t>(1, slots);
   s.hidden = config.hidden_size;
   s.intermediate = config.intermediate_size;
   s.layers = config.num_layers;
@@ -101,65 +103,114 @@ void upload_model(cuda::DeviceModel& device, const Model& model) {
 // about 98 us a row; the prefill call wins from 256 rows (21 against 25 ms) and loses at 128 (18 against 13).
 constexpr int kPrefillFromRows = 256;
 
+// Continuous batching (docs/decoding.md, "Several sequences at once"): each sequence has a KV cache slot of the
+// DeviceModel's. A batch's sequences run their long prompt parts alone (the prefill kernels, then commit-only
+// forwards of kMaxRows rows), and their last parts, each at most kMaxRows rows with the window, packed together into
+// forwards of up to kMaxRows rows: one stream of the weights for every sequence in it.
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const Model& model, int64_t max_context)
-      : Backend(model.config, max_context), device_(shape_of(model.config, max_context), cuda::ModelOptions{}) {
+  CudaBackend(const Model& model, int64_t max_context, int32_t max_batch)
+      : Backend(model.config, max_context),
+        device_(shape_of(model.config, max_context, std::min<int32_t>(max_batch, cuda::kMaxRows)), cuda::ModelOptions{}),
+        slots_(device_.slots()) {
+    if (max_batch < 1) throw std::runtime_error("maxBatch must be at least 1");
     upload_model(device_, model);
     warm_up();
   }
 
-  void forward(const ForwardArgs& args, float* logits) override { run(args, logits); }
+  void forward(const ForwardArgs& args, float* logits) override { forward_batch({SlotForward{0, &args, nullptr}}, logits); }
 
-  int64_t cached_len() const override { return cached_; }
+  int64_t cached_len() const override { return slots_[0].cached; }
   int32_t max_window() const override { return cuda::kMaxRows; }
   // FP8 models have no prefill kernels (prefill_rows() 0): their prompts go through the graphs' largest forwards.
   int32_t prefill_chunk() const override { return device_.prefill_rows() > 0 ? device_.prefill_rows() : cuda::kMaxRows; }
-  void reset_cache() override { cached_ = 0; }
+  void reset_cache() override { reset_slot(0); }
+
+  int32_t max_batch() const override { return static_cast<int32_t>(slots_.size()); }
+  int64_t slot_len(int32_t slot) const override { return slots_.at(slot).cached; }
+  void reset_slot(int32_t slot) override { slots_.at(slot) = Slot{}; }
 
   StepResult step(const ForwardArgs& args, const RevealArgs* reveal) override {
-    const bool sampling = reveal != nullptr && reveal->temperature > 0.0;
-    const int32_t vocab = config().vocab_size;
-    if (sampling) host_logits_.resize(args.logit_rows.size() * static_cast<size_t>(vocab));
-    run(args, sampling ? host_logits_.data() : nullptr);
-    if (args.anchor_row >= 0) {
-      const auto it = std::find(args.logit_rows.begin(), args.logit_rows.end(), args.anchor_row);
-      if (it == args.logit_rows.end()) throw std::logic_error("anchor_row must be one of logit_rows");
-      anchor_choice_ = choices_[it - args.logit_rows.begin()];
-      anchor_on_host_ = false;
-    }
-    if (reveal == nullptr) return {};
+    return step_batch({SlotForward{0, &args, reveal}}).front();
+  }
 
-    const int32_t n = static_cast<int32_t>(reveal->candidates.size());
+  void forward_batch(const std::vector<SlotForward>& batch, float* logits) override {
+    const int32_t vocab = config().vocab_size;
+    std::vector<float*> destinations;
+    size_t first = 0;
+    for (const SlotForward& entry : batch) {
+      destinations.push_back(logits == nullptr ? nullptr : logits + first * vocab);
+      first += entry.args->logit_rows.size();
+    }
+    run(batch, destinations);
+  }
+
+  // At temperature 0 a candidate's token and confidence are the GPU's argmax and probability (two numbers a row);
+  // a sampling entry brings its logits rows to the host and applies the shared host rule, so every backend makes
+  // the same choices from the same logits.
+  std::vector<StepResult> step_batch(const std::vector<SlotForward>& batch) override {
+    const int32_t vocab = config().vocab_size;
+    std::vector<float*> destinations(batch.size(), nullptr);
+    for (size_t e = 0; e < batch.size(); ++e) {
+      const RevealArgs* reveal = batch[e].reveal;
+      if (reveal == nullptr || reveal->temperature <= 0.0) continue;
+      std::vector<float>& buffer = slots_.at(batch[e].slot).host_logits;
+      buffer.resize(batch[e].args->logit_rows.size() * static_cast<size_t>(vocab));
+      destinations[e] = buffer.data();
+    }
+    run(batch, destinations);
+    std::vector<StepResult> results(batch.size());
+    for (size_t e = 0; e < batch.size(); ++e) {
+      const RevealArgs* reveal = batch[e].reveal;
+      if (reveal != nullptr) results[e] = reveal_entry(slots_[batch[e].slot], *reveal, destinations[e] != nullptr);
+    }
+    return results;
+  }
+
+ private:
+  // One KV cache slot: its tokens cached, the last forward's choices of its logits rows, and its anchor.
+  struct Slot {
+    int64_t cached = 0;
+    std::vector<cuda::TokenChoice> choices;  // per logits row of its last forward
+    std::vector<float> host_logits;          // its logits rows, when it samples
+    cuda::TokenChoice anchor_choice{-1, 0.f};
+    std::vector<float> host_anchor;
+    bool anchor_on_host = false;
+  };
+
+  StepResult reveal_entry(Slot& slot, const RevealArgs& reveal, bool sampling) {
+    const int32_t vocab = config().vocab_size;
+    const int32_t n = static_cast<int32_t>(reveal.candidates.size());
     std::vector<Choice> picked(n);
     std::vector<double> confidences(n);
     for (int32_t c = 0; c < n; ++c) {
-      const int32_t source = reveal->candidate_rows[c];
+      const int32_t source = reveal.candidate_rows[c];
       if (!sampling) {
-        const cuda::TokenChoice choice = source == kAnchorLogits ? anchor_choice_ : choices_.at(source);
+        const cuda::TokenChoice choice = source == kAnchorLogits ? slot.anchor_choice : slot.choices.at(source);
         picked[c] = {choice.token, static_cast<double>(choice.confidence)};
       } else {
-        const float* row = source == kAnchorLogits ? anchor_logits() : host_logits_.data() + size_t(source) * vocab;
-        picked[c] = choose_token(row, vocab, reveal->mask_token_id, reveal->temperature, reveal->top_p,
-                                 reveal->sample_draws.at(c));
+        const float* row = source == kAnchorLogits ? anchor_logits(slot) : slot.host_logits.data() + size_t(source) * vocab;
+        picked[c] = choose_token(row, vocab, reveal.mask_token_id, reveal.temperature, reveal.top_p, reveal.sample_draws.at(c));
       }
       confidences[c] = picked[c].confidence;
     }
-    const std::vector<double>& priorities = reveal->priority_draws.empty() ? confidences : reveal->priority_draws;
+    const std::vector<double>& priorities = reveal.priority_draws.empty() ? confidences : reveal.priority_draws;
     StepResult result;
-    for (int32_t c : select_reveals(confidences, priorities, reveal->threshold, reveal->min_reveal)) {
-      result.revealed.push_back({reveal->candidates[c], picked[c].token, picked[c].confidence});
+    for (int32_t c : select_reveals(confidences, priorities, reveal.threshold, reveal.min_reveal)) {
+      result.revealed.push_back({reveal.candidates[c], picked[c].token, picked[c].confidence});
     }
     return result;
   }
 
- private:
-  // Every graph runs once before the engine reports ready, so no first-launch cost lands on a request.
+  // Every graph runs once before the engine reports ready, so no first-launch cost lands on a request: each row
+  // bucket alone, and with as many sequences as each of its captured sequence counts holds (window rows on empty
+  // slots, which the next sequence of a slot overwrites).
   void warm_up() {
     std::vector<int32_t> tokens(cuda::kMaxRows, 0);
     std::vector<int32_t> rows(cuda::kMaxRows);
     for (int i = 0; i < cuda::kMaxRows; ++i) rows[i] = i;
     const int64_t limit = std::min<int64_t>(cuda::kMaxRows, max_context());
+    const int slots = device_.slots();
     for (int bucket = 8; bucket <= limit; bucket += 8) {
       cuda::ForwardInputs in;
       in.tokens = tokens.data();
@@ -168,97 +219,189 @@ class CudaBackend final : public Backend {
       in.logit_count = bucket;
       in.write_logits = true;
       device_.forward(in);
+      for (int e = 1; e < cuda::kEntryBuckets; ++e) {
+        const int count = std::min({1 << e, slots, bucket});
+        if (count <= (1 << (e - 1))) break;
+        std::vector<cuda::ForwardEntry> entries(count);
+        for (int i = 0; i < count; ++i) entries[i] = {i, 0, 0, bucket / count + (i < bucket % count ? 1 : 0)};
+        in.entries = entries.data();
+        in.entry_count = count;
+        device_.forward(in);
+      }
     }
-    // And the prefill kernels once (their first launch loads them); the cache stays empty (cached_ is 0).
+    // And the prefill kernels once (their first launch loads them); the cache stays empty (cached is 0).
     const int prefill = static_cast<int>(std::min<int64_t>(device_.prefill_rows(), kPrefillFromRows));
-    if (prefill > 0) device_.prefill(0, tokens.data(), std::min<int>(prefill, static_cast<int>(tokens.size())));
+    if (prefill > 0) device_.prefill(0, 0, tokens.data(), std::min<int>(prefill, static_cast<int>(tokens.size())));
     device_.synchronize();
   }
 
-  const float* anchor_logits() {
-    if (!anchor_on_host_) {
-      host_anchor_.resize(config().vocab_size);
-      device_.copy_anchor_logits(host_anchor_.data());
-      anchor_on_host_ = true;
+  const float* anchor_logits(Slot& slot) {
+    if (!slot.anchor_on_host) {
+      slot.host_anchor.resize(config().vocab_size);
+      device_.copy_anchor_logits(static_cast<int>(&slot - slots_.data()), slot.host_anchor.data());
+      slot.anchor_on_host = true;
     }
-    return host_anchor_.data();
+    return slot.host_anchor.data();
   }
 
-  // Runs the forward in chunks of at most kMaxRows rows: commit-only chunks first, then the rest of the
-  // commit with the whole window. Collects the choices of every logits row and, when `logits` is set,
-  // their fp32 logits.
-  void run(const ForwardArgs& args, float* logits) {
-    const int C = static_cast<int>(args.commit.size());
-    const int W = static_cast<int>(args.window.size());
-    if (W > cuda::kMaxRows) {
-      throw std::runtime_error("the CUDA backend runs blocks of up to " + std::to_string(cuda::kMaxRows) +
-                               " tokens; got a window of " + std::to_string(W));
+  // The part of one sequence's rows that one device forward runs: rows [start, start + rows) of its commit ++ window
+  // tokens, the first `commit` of them committed, and its logits rows among them (indices into its logit_rows).
+  struct Part {
+    size_t entry;
+    int start;
+    int rows;
+    int commit;
+    size_t first_logit;
+    size_t logits;
+  };
+
+  // The leading parts of each sequence alone (the prefill kernels for long commits before its first logits row,
+  // then commit-only forwards of kMaxRows rows), then the last parts of all, packed into forwards of at most
+  // kMaxRows rows in the batch's order. Collects every logits row's choice into its slot, and the fp32 logits of an
+  // entry whose destination is set.
+  void run(const std::vector<SlotForward>& batch, const std::vector<float*>& destinations) {
+    std::vector<bool> taken(slots_.size(), false);
+    std::vector<std::vector<int32_t>> tokens(batch.size());
+    std::vector<Part> last_parts;
+    for (size_t e = 0; e < batch.size(); ++e) {
+      const int32_t slot_index = batch[e].slot;
+      if (slot_index < 0 || slot_index >= max_batch() || taken[slot_index]) {
+        throw std::logic_error("forward_batch: slot " + std::to_string(slot_index) + " is not a free slot of 0.." +
+                               std::to_string(max_batch() - 1));
+      }
+      taken[slot_index] = true;
+      const ForwardArgs& args = *batch[e].args;
+      Slot& slot = slots_[slot_index];
+      const int C = static_cast<int>(args.commit.size());
+      const int W = static_cast<int>(args.window.size());
+      if (W > cuda::kMaxRows) {
+        throw std::runtime_error("the CUDA backend runs blocks of up to " + std::to_string(cuda::kMaxRows) +
+                                 " tokens; got a window of " + std::to_string(W));
+      }
+      if (slot.cached + C + W > max_context()) {
+        throw std::runtime_error("forward needs " + std::to_string(slot.cached + C + W) +
+                                 " positions, more than the engine's context of " + std::to_string(max_context()));
+      }
+      for (size_t i = 1; i < args.logit_rows.size(); ++i) {
+        if (args.logit_rows[i] <= args.logit_rows[i - 1]) throw std::runtime_error("logit_rows must be ascending row indices");
+      }
+      if (!args.logit_rows.empty() && (args.logit_rows.front() < 0 || args.logit_rows.back() >= C + W)) {
+        throw std::runtime_error("forward: logit row out of range");
+      }
+      if (args.anchor_row >= 0 && std::find(args.logit_rows.begin(), args.logit_rows.end(), args.anchor_row) == args.logit_rows.end()) {
+        throw std::logic_error("anchor_row must be one of logit_rows");
+      }
+      tokens[e] = args.commit;
+      tokens[e].insert(tokens[e].end(), args.window.begin(), args.window.end());
+      slot.choices.assign(args.logit_rows.size(), cuda::TokenChoice{-1, 0.f});
+
+      // The commit rows before the first logits row, through the prefill kernels when they are many.
+      const int first_logit = args.logit_rows.empty() ? C : std::min(C, args.logit_rows.front());
+      const int prefilled = device_.prefill_rows() > 0 && first_logit >= kPrefillFromRows ? first_logit : 0;
+      for (int start = 0; start < prefilled;) {
+        const int rows = std::min(device_.prefill_rows(), prefilled - start);
+        device_.prefill(slot_index, static_cast<int>(slot.cached), tokens[e].data() + start, rows);
+        slot.cached += rows;
+        start += rows;
+      }
+      size_t next_logit = 0;
+      for (int start = prefilled; start < C + W;) {
+        const int commit_left = C - start;
+        const bool last = commit_left + W <= cuda::kMaxRows;
+        const int rows = last ? C + W - start : std::min(cuda::kMaxRows, commit_left);
+        Part part{e, start, rows, last ? commit_left : rows, next_logit, 0};
+        while (next_logit < args.logit_rows.size() && args.logit_rows[next_logit] < start + rows) ++next_logit;
+        part.logits = next_logit - part.first_logit;
+        if (last) {
+          last_parts.push_back(part);
+        } else {
+          run_forward(batch, destinations, tokens, {part});
+        }
+        start += rows;
+      }
     }
-    if (cached_ + C + W > max_context()) {
-      throw std::runtime_error("forward needs " + std::to_string(cached_ + C + W) +
-                               " positions, more than the engine's context of " + std::to_string(max_context()));
+    std::vector<Part> group;
+    int group_rows = 0;
+    for (const Part& part : last_parts) {
+      if (group_rows + part.rows > cuda::kMaxRows) {
+        run_forward(batch, destinations, tokens, group);
+        group.clear();
+        group_rows = 0;
+      }
+      group.push_back(part);
+      group_rows += part.rows;
     }
-    std::vector<int32_t> tokens(args.commit);
-    tokens.insert(tokens.end(), args.window.begin(), args.window.end());
+    if (!group.empty()) run_forward(batch, destinations, tokens, group);
+  }
+
+  // One device forward of parts of different sequences (one part: the sequence alone, on its slot).
+  void run_forward(const std::vector<SlotForward>& batch, const std::vector<float*>& destinations,
+                   const std::vector<std::vector<int32_t>>& tokens, const std::vector<Part>& parts) {
     const int32_t vocab = config().vocab_size;
-    choices_.assign(args.logit_rows.size(), cuda::TokenChoice{-1, 0.f});
-
-    // The commit rows before the first logits row, through the prefill kernels when they are many.
-    const int first_logit = args.logit_rows.empty() ? C : std::min(C, args.logit_rows.front());
-    const int prefilled = device_.prefill_rows() > 0 && first_logit >= kPrefillFromRows ? first_logit : 0;
-    for (int start = 0; start < prefilled;) {
-      const int rows = std::min(device_.prefill_rows(), prefilled - start);
-      device_.prefill(static_cast<int>(cached_), tokens.data() + start, rows);
-      cached_ += rows;
-      start += rows;
-    }
-
-    size_t next_logit = 0;
-    for (int start = prefilled; start < C + W;) {
-      const int commit_left = C - start;
-      const bool last = commit_left + W <= cuda::kMaxRows;
-      const int rows = last ? C + W - start : std::min(cuda::kMaxRows, commit_left);
-      std::vector<int32_t> local;
-      int anchor_index = -1;
-      const size_t first_logit = next_logit;
-      while (next_logit < args.logit_rows.size() && args.logit_rows[next_logit] < start + rows) {
-        if (args.logit_rows[next_logit] == args.anchor_row) anchor_index = static_cast<int>(local.size());
-        local.push_back(args.logit_rows[next_logit] - start);
-        ++next_logit;
+    std::vector<int32_t> rows_tokens, logit_rows;
+    std::vector<cuda::ForwardEntry> entries;
+    std::vector<std::pair<int32_t, int>> anchors;  // (slot, index in this forward's logits rows)
+    bool write_logits = false;
+    for (const Part& part : parts) {
+      const ForwardArgs& args = *batch[part.entry].args;
+      const int32_t slot = batch[part.entry].slot;
+      const int row0 = static_cast<int>(rows_tokens.size());
+      rows_tokens.insert(rows_tokens.end(), tokens[part.entry].begin() + part.start,
+                         tokens[part.entry].begin() + part.start + part.rows);
+      for (size_t i = part.first_logit; i < part.first_logit + part.logits; ++i) {
+        if (args.logit_rows[i] == args.anchor_row) anchors.emplace_back(slot, static_cast<int>(logit_rows.size()));
+        logit_rows.push_back(row0 + args.logit_rows[i] - part.start);
       }
-      cuda::ForwardInputs in;
-      in.cached = static_cast<int>(cached_);
-      in.commit = last ? commit_left : rows;
-      in.tokens = tokens.data() + start;
-      in.rows = rows;
-      in.logit_rows = local.data();
-      in.logit_count = static_cast<int>(local.size());
-      in.write_logits = logits != nullptr || anchor_index >= 0;
-      device_.forward(in);
-      if (anchor_index >= 0) device_.keep_anchor(anchor_index);
-      if (!local.empty()) {
-        device_.copy_choices(choices_.data() + first_logit, static_cast<int>(local.size()));
-        if (logits != nullptr) device_.copy_logits(logits + first_logit * vocab, static_cast<int>(local.size()));
-      }
-      cached_ += in.commit;
-      start += rows;
+      entries.push_back({slot, static_cast<int>(slots_[slot].cached), part.commit, part.rows});
+      write_logits = write_logits || (destinations[part.entry] != nullptr && part.logits > 0);
     }
-    if (next_logit != args.logit_rows.size()) throw std::runtime_error("logit_rows must be ascending row indices");
+    cuda::ForwardInputs in;
+    in.tokens = rows_tokens.data();
+    in.rows = static_cast<int>(rows_tokens.size());
+    in.logit_rows = logit_rows.data();
+    in.logit_count = static_cast<int>(logit_rows.size());
+    in.write_logits = write_logits || !anchors.empty();
+    if (entries.size() == 1) {
+      in.slot = entries[0].slot;
+      in.cached = entries[0].cached;
+      in.commit = entries[0].commit;
+    } else {
+      in.entries = entries.data();
+      in.entry_count = static_cast<int>(entries.size());
+    }
+    device_.forward(in);
+    for (const auto& [slot, index] : anchors) device_.keep_anchor(slot, index);
+    if (!logit_rows.empty()) {
+      choices_.resize(logit_rows.size());
+      device_.copy_choices(choices_.data(), static_cast<int>(logit_rows.size()));
+    }
+    size_t first = 0;  // the part's first row among this forward's logits rows
+    for (const Part& part : parts) {
+      Slot& slot = slots_[batch[part.entry].slot];
+      std::copy_n(choices_.begin() + first, part.logits, slot.choices.begin() + part.first_logit);
+      if (destinations[part.entry] != nullptr && part.logits > 0) {
+        device_.copy_logits(destinations[part.entry] + part.first_logit * vocab, static_cast<int>(first),
+                            static_cast<int>(part.logits));
+      }
+      first += part.logits;
+      slot.cached += part.commit;
+    }
+    for (const auto& anchor : anchors) {
+      Slot& slot = slots_[anchor.first];
+      slot.anchor_choice = choices_[anchor.second];
+      slot.anchor_on_host = false;
+    }
   }
 
   cuda::DeviceModel device_;
-  int64_t cached_ = 0;
-  std::vector<cuda::TokenChoice> choices_;  // per logits row of the last forward
-  std::vector<float> host_logits_;
-  cuda::TokenChoice anchor_choice_{-1, 0.f};
-  std::vector<float> host_anchor_;
-  bool anchor_on_host_ = false;
+  std::vector<Slot> slots_;
+  std::vector<cuda::TokenChoice> choices_;  // the last device forward's logits rows
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(const Model& model, const BackendOptions& options) {
-  return std::make_unique<CudaBackend>(model, resolve_max_context(model.config, options.max_context));
+  return std::make_unique<CudaBackend>(model, resolve_max_context(model.config, options.max_context), options.max_batch);
 }
 
 }  // namespace a2d

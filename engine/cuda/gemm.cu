@@ -134,108 +134,152 @@ __device__ __forceinline__ void multiply_chunk(float (&acc)[kTiles][4], const ui
 }
 
 // What the epilogues read of the step state, read by each kernel at its start (the host wrote the state
-// before the forward's first kernel): in the epilogue the read would be one more dependent round trip.
+// before the forward's first kernel): in the epilogue the read would be one more dependent round trip. A forward of
+// several sequences reads each row's own position and slot there instead (place_of).
 struct StepView {
   int cached;
+  int slot;
+  int entries;
   bool write_logits;
 };
-__device__ __forceinline__ StepView step_view(const GemmParams& p) { return {p.state->cached, p.state->write_logits != 0}; }
+__device__ __forceinline__ StepView step_view(const GemmParams& p) {
+  return {p.state->cached, p.state->slot, p.state->entries, p.state->write_logits != 0};
+}
 
-// A fused row adapter (GemmParams::adapter_tiles). The adapter tiles write t with plain stores; a weight tile reads
-// the t values it needs until none holds kAdapterPending, so one L2 round trip both checks and fetches them. The
-// adapter tiles hold the lowest block indices, so they were all dispatched before any weight tile's last block (the
-// one that runs the epilogue) and never wait themselves: the wait ends.
-__device__ __forceinline__ bool pending(float v) { return __float_as_uint(v) == kAdapterPending; }
+// Row t's position in its sequence and its sequence's KV cache slot.
+struct RowPlace {
+  int position;
+  int slot;
+};
+__device__ __forceinline__ RowPlace place_of(const GemmParams& p, const StepView& view, int t) {
+  if (view.entries <= 1) return {view.cached + t, view.slot};
+  const StepState& st = *p.state;
+  const EntryView e = entry_view(st, st.row_entry[t]);
+  return {e.cached + t - e.row0, e.slot};
+}
 
-// tile_sum[r][t] += sum_i B[row][i] t[t][offset(row) + i] for the tile's rows and active token columns: each (row,
-// token) pair is summed by a group of lanes, 8 rank values a lane, loads all issued in one round (B from global
-// memory, t from L2) and the group reduced with shuffles. Every lane of the team takes the same trip count.
+// A fused row adapter (GemmParams::adapter_tiles). The adapter tiles write t, then count themselves written
+// (adapter_sync[1]); a weight tile's epilogue waits for that count once, then adds B t for its 16 rows on tensor
+// cores, every token column at once: one round of L2 loads whatever the rank or the token count. (Summing each
+// (row, token) pair in lane groups, with a check of every t value it read, cost one dependent L2 round trip per
+// pass: three passes at block 4 and seventeen at block 32, most of what the adapter cost; bench/NOTES.md.) The
+// adapter tiles hold the lowest block indices, so they were all dispatched before any weight tile's last block
+// (the one that runs the epilogue) and never wait themselves: the wait ends.
+
+// Asks L2 for a weight tile's B rows and offsets while the K loop streams its weights, so that the epilogue finds
+// them there. Called before the K loop by every thread of the team.
+__device__ __forceinline__ void prefetch_low_rank_rows(const GemmParams& p, int tile, int rank, int team) {
+  const int row0 = tile * kGemmTileRows;
+  if (p.adapter_tiles == 0 || row0 >= p.n_rows) return;
+  const int rows = min(kGemmTileRows, p.n_rows - row0);
+  const char* b = reinterpret_cast<const char*>(p.adapter_b + static_cast<size_t>(row0) * p.adapter_rank);
+  const int lines = ceil_div(rows * p.adapter_rank * 2, 128);
+  for (int i = rank; i <= lines; i += team) {
+    const void* at = i < lines ? static_cast<const void*>(b + 128 * i) : static_cast<const void*>(p.adapter_offset + row0);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
+  }
+}
+
+// The two bf16 values of B row `row` at k and k + 1 (zeros past the rank), as one mma operand register.
+__device__ __forceinline__ uint32_t low_rank_b_pair(const GemmParams& p, int row, int k) {
+  const unsigned short* b = reinterpret_cast<const unsigned short*>(p.adapter_b) + static_cast<size_t>(row) * p.adapter_rank;
+  const uint32_t lo = k < p.adapter_rank ? __ldg(b + k) : 0u;
+  const uint32_t hi = k + 1 < p.adapter_rank ? __ldg(b + k + 1) : 0u;
+  return lo | (hi << 16);
+}
+
+// tile_sum[r][t] += sum_i B[row][i] t[t][offset(row) + i] for the tile's rows and active token columns, once the
+// adapter tiles have written t. Warp w of the team takes the token blocks w, w + warps, ...: an m16n8k16 mma per
+// 16 rank values with B's 16 rows as the A operand and t's 8 token columns as the B operand, t split into a bf16
+// high part and the bf16 of the rest (fp32-grade products: B is bf16 already). Rows of one tile may belong to
+// different targets (gate rows 0..7 and up rows 8..15): one pass of mmas per distinct offset, the other rows'
+// operands zero.
 template <int kCols, typename Sync>
 __device__ __forceinline__ void add_low_rank(const GemmParams& p, int tile, float (*tile_sum)[kCols + 1], int active_cols,
                                              int rank, int team, Sync sync) {
-  const int R = p.adapter_rank;
-  const int chunks = (R + 7) / 8;
-  int lanes = 1;  // a power of two, at most 32
-  while (lanes < chunks && lanes < 32) lanes *= 2;
-  const int items = kGemmTileRows * active_cols * lanes;
-  for (int base = 0; base < items; base += team) {
-    const int e = base + rank;
-    const int pair = e / lanes, lane_in_pair = e % lanes;
-    const int r = pair % kGemmTileRows, t = pair / kGemmTileRows;
-    const int row = tile * kGemmTileRows + r;
-    float sum = 0.f;
-    if (e < items && row < p.n_rows) {
-      const bf16* b = p.adapter_b + static_cast<size_t>(row) * R;
-      const float* tv = p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank + p.adapter_offset[row];
-      for (int c = lane_in_pair; c < chunks; c += lanes) {
-        const int i = 8 * c;
-        if (R % 8 == 0) {  // then t's rows and offsets are multiples of 8 floats too: 16-byte loads
-          const uint4 bv = __ldg(reinterpret_cast<const uint4*>(b + i));
-          float4 t0, t1;
-          for (;;) {
-            t0 = __ldcg(reinterpret_cast<const float4*>(tv + i));
-            t1 = __ldcg(reinterpret_cast<const float4*>(tv + i + 4));
-            if (!(pending(t0.x) || pending(t0.y) || pending(t0.z) || pending(t0.w) || pending(t1.x) || pending(t1.y) ||
-                  pending(t1.z) || pending(t1.w))) {
-              break;
-            }
-            __nanosleep(32);
-          }
-          const float2 b0 = unpack_bf16(bv.x), b1 = unpack_bf16(bv.y), b2 = unpack_bf16(bv.z), b3 = unpack_bf16(bv.w);
-          sum += b0.x * t0.x + b0.y * t0.y + b1.x * t0.z + b1.y * t0.w + b2.x * t1.x + b2.y * t1.y + b3.x * t1.z + b3.y * t1.w;
-        } else {
-          for (int j = i; j < min(i + 8, R); ++j) {
-            float v;
-            while (pending(v = __ldcg(tv + j))) __nanosleep(32);
-            sum += __bfloat162float(b[j]) * v;
-          }
-        }
-      }
-    }
-    for (int offset = lanes / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (e < items && lane_in_pair == 0 && row < p.n_rows) tile_sum[r][t] += sum;
+  if (rank == 0) {
+    const volatile unsigned* written = p.adapter_sync + 1;
+    while (*written < static_cast<unsigned>(p.adapter_tiles)) __nanosleep(32);
+    __threadfence();
   }
   sync();
+  const int lane = rank % 32, g = lane / 4, c = lane % 4;
+  const int row_lo = tile * kGemmTileRows + g, row_hi = row_lo + 8;
+  const bool has_lo = row_lo < p.n_rows, has_hi = row_hi < p.n_rows;
+  const int offset_lo = has_lo ? p.adapter_offset[row_lo] : 0;
+  const int offset_hi = has_hi ? p.adapter_offset[row_hi] : 0;
+  const int R = p.adapter_rank;
+  for (int j = rank / 32; j * 8 < active_cols; j += team / 32) {
+    const int t = j * 8 + g;  // this lane's token column of the B operand
+    const float* t_row = p.adapter_t + static_cast<size_t>(t < active_cols ? t : 0) * p.adapter_total_rank;
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    bool need_lo = has_lo, need_hi = has_hi;
+    for (;;) {
+      const int offset = __reduce_min_sync(0xffffffffu, min(need_lo ? offset_lo : INT_MAX, need_hi ? offset_hi : INT_MAX));
+      if (offset == INT_MAX) break;
+      const bool use_lo = need_lo && offset_lo == offset, use_hi = need_hi && offset_hi == offset;
+      auto t_pair = [&](int k) {
+        return make_float2(t < active_cols && k < R ? __ldcg(t_row + offset + k) : 0.f,
+                           t < active_cols && k + 1 < R ? __ldcg(t_row + offset + k + 1) : 0.f);
+      };
+      for (int k0 = 0; k0 < R; k0 += 16) {
+        const uint32_t a0 = use_lo ? low_rank_b_pair(p, row_lo, k0 + 2 * c) : 0u;
+        const uint32_t a1 = use_hi ? low_rank_b_pair(p, row_hi, k0 + 2 * c) : 0u;
+        const uint32_t a2 = use_lo ? low_rank_b_pair(p, row_lo, k0 + 2 * c + 8) : 0u;
+        const uint32_t a3 = use_hi ? low_rank_b_pair(p, row_hi, k0 + 2 * c + 8) : 0u;
+        const float2 t0 = t_pair(k0 + 2 * c), t1 = t_pair(k0 + 2 * c + 8);
+        const uint32_t b0 = pack_bf16(t0.x, t0.y), b1 = pack_bf16(t1.x, t1.y);
+        const float2 h0 = unpack_bf16(b0), h1 = unpack_bf16(b1);
+        mma_bf16_16816(d, a0, a1, a2, a3, b0, b1);
+        mma_bf16_16816(d, a0, a1, a2, a3, pack_bf16(t0.x - h0.x, t0.y - h0.y), pack_bf16(t1.x - h1.x, t1.y - h1.y));
+      }
+      need_lo = need_lo && !use_lo;
+      need_hi = need_hi && !use_hi;
+    }
+    // d: rows g and g + 8, token columns j * 8 + 2c and + 1 (inside tile_sum's kCols + 1 columns).
+    tile_sum[g][j * 8 + 2 * c] += d[0];
+    tile_sum[g][j * 8 + 2 * c + 1] += d[1];
+    tile_sum[g + 8][j * 8 + 2 * c] += d[2];
+    tile_sum[g + 8][j * 8 + 2 * c + 1] += d[3];
+  }
 }
 
-// Counts this weight tile done; the team of the last one puts the pending mark back into every t value this launch
-// wrote (the active token columns of every factor row), for the next launch. `last_of` hands rank 0's count to the team.
-template <typename Sync, typename FromRank0>
-__device__ __forceinline__ void weight_tile_done(const GemmParams& p, int active_cols, int rank, int team, Sync sync,
-                                                 FromRank0 from_rank0) {
+// Counts this weight tile done; the last one resets both counts for the next launch (every weight tile has read
+// t by then, and every adapter tile has counted itself). `from_rank0` hands rank 0's count to the team.
+template <typename FromRank0>
+__device__ __forceinline__ void weight_tile_done(const GemmParams& p, int rank, FromRank0 from_rank0) {
   const unsigned tiles = static_cast<unsigned>(ceil_div(p.n_rows, kGemmTileRows));
   unsigned done = 0;
   if (rank == 0) done = atomicAdd(p.adapter_sync, 1u);
-  if (from_rank0(done) != tiles - 1) return;
-  const int count = active_cols * p.adapter_total_rank;
-  for (int e = rank; e < count; e += team) {
-    const int t = e / p.adapter_total_rank, i = e % p.adapter_total_rank;
-    __stcg(p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank + i, __uint_as_float(kAdapterPending));
-  }
-  if (rank == 0) *p.adapter_sync = 0;
-  sync();
+  if (from_rank0(done) != tiles - 1 || rank != 0) return;
+  p.adapter_sync[0] = 0;
+  p.adapter_sync[1] = 0;
 }
 
 // The epilogue of adapter tile `a_tile`: its 16 rows of t = A x for the token rows the adapter acts on, zeros for
-// the others.
-template <int kCols>
+// the others; then the tile counts itself written.
+template <int kCols, typename Sync>
 __device__ __forceinline__ void adapter_tile_epilogue(const GemmParams& p, int a_tile, float (*tile_sum)[kCols + 1],
-                                                      int active_cols, int rank, int team) {
+                                                      int active_cols, int rank, int team, Sync sync) {
   const StepState& st = *p.state;
   for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
     const int r = e % kGemmTileRows, t = e / kGemmTileRows;
     const int i = a_tile * kGemmTileRows + r;
     if (i >= p.adapter_total_rank) continue;
-    const bool acts = t >= st.commit && (p.adapter_mask_token < 0 || st.tokens[t] == p.adapter_mask_token);
+    const bool acts = row_in_window(st, t) && (p.adapter_mask_token < 0 || st.tokens[t] == p.adapter_mask_token);
     __stcg(p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank + i, acts ? tile_sum[r][t] : 0.f);
   }
+  __threadfence();
+  sync();
+  if (rank == 0) atomicAdd(p.adapter_sync + 1, 1u);
 }
 
 // The epilogue of one finished 16-row tile, run by a team of `team` threads (a whole block, or one warp of
 // the wide kernel), `rank` being this thread's index in it and `sync` the team's barrier: the bias, then
-// the epilogue's own work. tile_sum[r][t] holds row r of the tile for token column t; tile_scratch is a
+// the epilogue's own work (kAdapter: a fused adapter's B t first, where the GEMM has one; never in an FP8 one).
+// tile_sum[r][t] holds row r of the tile for token column t; tile_scratch is a
 // second buffer of the same shape the epilogue may overwrite.
-template <GemmEpilogue kEpilogue, int kCols, typename Sync, typename FromRank0>
+template <GemmEpilogue kEpilogue, int kCols, bool kAdapter, typename Sync, typename FromRank0>
 __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepView& view, int tile,
                                               float (*tile_sum)[kCols + 1], float (*tile_scratch)[kCols + 1],
                                               int active_cols, int rank, int team, Sync sync, FromRank0 from_rank0) {
@@ -250,10 +294,10 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
       if (p.bias != nullptr) v += __bfloat162float(p.bias[row]);
     }
   }
-  if (p.adapter_tiles > 0) {
+  if (kAdapter && p.adapter_tiles > 0) {
     sync();
     add_low_rank<kCols>(p, tile, tile_sum, active_cols, rank, team, sync);
-    weight_tile_done(p, active_cols, rank, team, sync, from_rank0);
+    weight_tile_done(p, rank, from_rank0);
   }
   sync();
 
@@ -298,7 +342,6 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
     const int first_row = tile * kGemmTileRows;
     const int head = first_row / p.head_dim;
     const int j = first_row % p.head_dim / kGemmTileRows;
-    const int cached = view.cached;
     if (head < p.num_heads + p.num_kv_heads) {
       // Tile rows r and r + 8 are the dims i = 8j + r and i + half of one q or k head (the rope-pair order of
       // row_placement.h, in which the upload placed them).
@@ -306,12 +349,13 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
       for (int e = rank; e < 8 * active_cols; e += team) {
         const int r = e % 8, t = e / 8;
         const int i = rope_pair_dim(first_row % p.head_dim + r, half);
-        const int position = cached + t;  // RoPE position and k slot
+        const RowPlace at = place_of(p, view, t);  // RoPE position and k slot
         const float x1 = tile_sum[r][t], x2 = tile_sum[r + 8][t];
-        const float2 cs = p.rope_table[static_cast<size_t>(position) * half + i];
+        const float2 cs = p.rope_table[static_cast<size_t>(at.position) * half + i];
         bf16* out = head < p.num_heads
                         ? p.q_out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim
-                        : p.k_cache + (static_cast<size_t>(head - p.num_heads) * p.max_context + cached + t) * p.head_dim;
+                        : p.k_cache + at.slot * p.kv_slot_stride +
+                              (static_cast<size_t>(head - p.num_heads) * p.max_context + at.position) * p.head_dim;
         out[i] = __float2bfloat16(x1 * cs.x - x2 * cs.y);
         out[i + half] = __float2bfloat16(x2 * cs.x + x1 * cs.y);
       }
@@ -319,8 +363,9 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
       const int kv_head = head - p.num_heads - p.num_kv_heads;
       for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
         const int r = e % kGemmTileRows, t = e / kGemmTileRows;
-        p.v_cache[(static_cast<size_t>(kv_head) * p.max_context + cached + t) * p.head_dim + j * kGemmTileRows + r] =
-            __float2bfloat16(tile_sum[r][t]);
+        const RowPlace at = place_of(p, view, t);
+        p.v_cache[at.slot * p.kv_slot_stride + (static_cast<size_t>(kv_head) * p.max_context + at.position) * p.head_dim +
+                  j * kGemmTileRows + r] = __float2bfloat16(tile_sum[r][t]);
       }
     }
   } else {
@@ -448,6 +493,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   // The weights do not depend on earlier kernels: start streaming them before waiting. Nor does the
   // row count: the host wrote the step state before the forward's first kernel.
   load_weights(chunk_begin);
+  if (!kFp8 && !adapter_tile) prefetch_low_rank_rows(p, tile, threadIdx.x, blockDim.x);
   const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
   const StepView view = step_view(p);
   wait_for_previous_grid();
@@ -545,15 +591,15 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
       return;
     }
   }
-  if (adapter_tile) {
-    adapter_tile_epilogue<kCols>(p, tile, partial[0], active_cols, threadIdx.x, blockDim.x);
+  if (!kFp8 && adapter_tile) {
+    adapter_tile_epilogue<kCols>(p, tile, partial[0], active_cols, threadIdx.x, blockDim.x, [] { __syncthreads(); });
   } else {
     const auto from_thread0 = [&](unsigned value) {
       if (threadIdx.x == 0) arrived = value;
       __syncthreads();
       return arrived;
     };
-    tile_epilogue<kEpilogue, kCols>(p, view, tile, partial[0], partial[1], active_cols, threadIdx.x, blockDim.x,
+    tile_epilogue<kEpilogue, kCols, !kFp8>(p, view, tile, partial[0], partial[1], active_cols, threadIdx.x, blockDim.x,
                                    [] { __syncthreads(); }, from_thread0);
   }
   A2D_TRACE(record(true));
@@ -611,6 +657,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
     load_stream16_if(wa[u], w, has_tile && u < n);
     load_stream16_if(wb[u], w + kChunkBytes / 2, has_tile && u < n);
   }
+  if (!kFp8 && has_tile && !adapter_tile) prefetch_low_rank_rows(p, tile, lane, 32);
   const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
   const StepView view = step_view(p);
   wait_for_previous_grid();
@@ -682,10 +729,10 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
       !merge_split_k<kCols>(p, stored, blockIdx.y, sums, active_cols, lane, 32, [] { __syncwarp(); }, warp_from_lane0)) {
     return;
   }
-  if (adapter_tile) {
-    adapter_tile_epilogue<kCols>(p, tile, sums, active_cols, lane, 32);
+  if (!kFp8 && adapter_tile) {
+    adapter_tile_epilogue<kCols>(p, tile, sums, active_cols, lane, 32, [] { __syncwarp(); });
   } else {
-    tile_epilogue<kEpilogue, kCols>(p, view, tile, sums, partial[warp][1], active_cols, lane, 32, [] { __syncwarp(); },
+    tile_epilogue<kEpilogue, kCols, !kFp8>(p, view, tile, sums, partial[warp][1], active_cols, lane, 32, [] { __syncwarp(); },
                                    warp_from_lane0);
   }
 }
@@ -780,12 +827,6 @@ void dispatch_rows(const GemmParams& p, const GemmPlan& plan, GemmInput input, G
 }
 
 }  // namespace
-
-void fill_adapter_pending(float* t, size_t count, cudaStream_t stream) {
-  const std::vector<uint32_t> marks(count, kAdapterPending);
-  A2D_CUDA_CHECK(cudaMemcpyAsync(t, marks.data(), count * sizeof(uint32_t), cudaMemcpyHostToDevice, stream));
-  A2D_CUDA_CHECK(cudaStreamSynchronize(stream));
-}
 
 GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bool fp8) {
   const int chunks = ceil_div(k, fp8 ? chunk_cols<true>() : chunk_cols<false>());

@@ -79,11 +79,6 @@ struct GemmPlan {
 // every row the GEMM streams (a fused adapter's tiles included: gemm_rows).
 GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bool fp8);
 
-// The bits of a t value a fused adapter's tiles have not written yet: a NaN payload no arithmetic produces.
-constexpr uint32_t kAdapterPending = 0x7fc0deadu;
-// Marks `count` t values pending (a new t buffer; the GEMMs keep it so after every launch).
-void fill_adapter_pending(float* t, size_t count, cudaStream_t stream);
-
 // The rows a GEMM of n_rows output rows streams with a fused adapter of total_rank factor rows: the weight's tiles,
 // then the adapter's (GemmParams::adapter_tiles).
 inline int adapter_tile_count(int total_rank) { return (total_rank + kGemmTileRows - 1) / kGemmTileRows; }
@@ -130,33 +125,35 @@ struct GemmParams {
   ArgmaxPartial* argmax_out;  // logits: [n_tiles][kMaxRows]
   int mask_token_id;          // logits: excluded from the argmax (its logit counts as -inf)
 
-  // rope_qkv: rows are heads of head_dim (q heads, then k, then v), q and k in rope-pair order; row t sits
-  // at position state->cached + t. head_dim is a multiple of 16 and needs no padding.
+  // rope_qkv: rows are heads of head_dim (q heads, then k, then v), q and k in rope-pair order; row t sits at its
+  // position in its sequence (step_state.cuh), its k and v in its sequence's slot. head_dim is a multiple of 16 and
+  // needs no padding.
   const float2* rope_table;  // [max_context][head_dim / 2] (cos, sin)
   int head_dim;
   int num_heads;
   int num_kv_heads;
   int max_context;
   bf16* q_out;    // [rows][num_heads][head_dim]
-  bf16* k_cache;  // [num_kv_heads][max_context][head_dim]
+  bf16* k_cache;  // slot 0's [num_kv_heads][max_context][head_dim] of this layer
   bf16* v_cache;
+  size_t kv_slot_stride;  // elements from one slot's cache of this layer to the next's
 
   // A row adapter fused into this GEMM (docs/model-format.md): the weight holds `adapter_tiles` more 16-row
   // tiles after its ceil(n_rows / 16) tiles, the factors A of the targets this GEMM carries stacked
   // [adapter_total_rank][k] in the same layout. Those tiles take the lowest block indices, so they are dispatched
   // before every weight tile, and their epilogue writes t[token row][i] = (A x)[i] for the token rows the adapter
   // acts on (window rows: t >= state->commit; with adapter_mask_token >= 0 only those holding it) and 0 for the
-  // others, over t's kAdapterPending marks. Every weight tile's epilogue reads the t values it needs until none is
-  // pending and adds, before its own work, sum_i adapter_b[n][i] * t[row][adapter_offset[n] + i] to its output
-  // row n; the last weight tile (counted in adapter_sync) marks t pending again for the next launch and resets
-  // the count. adapter_tiles 0: no adapter.
+  // others, then counts the tile written (adapter_sync[1]). Every weight tile's epilogue waits until every adapter
+  // tile is counted and adds, before its own work, sum_i adapter_b[n][i] * t[row][adapter_offset[n] + i] to its
+  // output row n (on tensor cores, t as a bf16 pair of high part and rest); the last weight tile (counted in
+  // adapter_sync[0]) resets both counts for the next launch. adapter_tiles 0: no adapter.
   int adapter_tiles;
   const bf16* adapter_b;      // [n_rows][adapter_rank]: each output row's own target's B row (zeros: none)
   const int* adapter_offset;  // [n_rows]: where that target's factors start in t's row
   int adapter_rank;           // rank of one target
   int adapter_total_rank;     // t's row length: the ranks of every target this GEMM carries
-  float* adapter_t;           // [kMaxRows][adapter_total_rank], kAdapterPending between launches (fill_adapter_pending)
-  unsigned* adapter_sync;     // weight tiles done; zero between launches
+  float* adapter_t;           // [kMaxRows][adapter_total_rank]: only this launch's adapter tiles' values are read
+  unsigned* adapter_sync;     // [2]: weight tiles done, adapter tiles written; both zero between launches
   int adapter_mask_token;
 
   // Split K (set by gemm() from the tuning): [n_tiles][splits][kMaxRows][16] fp32 partials and one

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 
@@ -129,15 +130,26 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   startup_.weight_bytes = weight_arena_elements_ * 2;
   allocate_adapters();
 
-  // KV cache and RoPE table for the whole context.
-  kv_elements_ = int64_t(2) * s.layers * s.kv_heads * s.max_context * head_dim_padded_;
+  // KV cache and RoPE table for the whole context: as many slots as were asked for and fit, leaving room for the
+  // activations and graphs that follow (a few hundred MB) and some to spare.
+  if (s.kv_slots < 1 || s.kv_slots > kMaxRows) throw std::runtime_error("kv_slots must be 1.." + std::to_string(kMaxRows));
+  kv_slot_elements_ = int64_t(s.kv_heads) * s.max_context * head_dim_padded_;
+  const size_t slot_bytes = size_t(2) * s.layers * kv_slot_elements_ * sizeof(bf16);
+  size_t free_bytes = 0, total_bytes = 0;
+  A2D_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const size_t reserve = (size_t(1) << 30) + total_bytes / 32;
+  const size_t fitting = free_bytes > reserve ? (free_bytes - reserve) / slot_bytes : 0;
+  slots_ = static_cast<int>(std::max<size_t>(1, std::min<size_t>(s.kv_slots, fitting)));
+  kv_elements_ = int64_t(2) * s.layers * slots_ * kv_slot_elements_;
   kv_cache_ = device_alloc<bf16>(kv_elements_, stream_);
   rope_table_ = device_alloc<float2>(size_t(s.max_context) * (s.head_dim / 2), stream_);
   fill_rope_table(rope_table_, s.max_context, s.head_dim, s.rope_theta, stream_);
 
   // Activations of one forward, sized for kMaxRows rows.
   for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
-    attention_splits_[bucket] = attention_max_splits(bucket * 8, s.heads, s.kv_heads, sm_count_);
+    for (int e = 0; e < kEntryBuckets; ++e) {
+      attention_splits_[bucket][e] = attention_max_splits(bucket * 8, 1 << e, s.heads, s.kv_heads, sm_count_);
+    }
   }
   A2D_CUDA_CHECK(cudaMalloc(&state_, sizeof(StepState)));
   A2D_CUDA_CHECK(cudaMallocHost(&state_host_, sizeof(StepState)));
@@ -153,12 +165,14 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   // Splits x KV heads x rows: the largest over the buckets, each bucket's grid covers rows up to its size.
   size_t partial_slots = 0;
   for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
-    partial_slots = std::max(partial_slots, size_t(attention_splits_[bucket]) * s.kv_heads * attention_row_capacity_);
+    for (int e = 0; e < kEntryBuckets; ++e) {
+      partial_slots = std::max(partial_slots, size_t(attention_splits_[bucket][e]) * s.kv_heads * attention_row_capacity_);
+    }
   }
   attention_partial_o_ = device_alloc<float>(partial_slots * head_dim_padded_, stream_);
   attention_partial_ml_ = device_alloc<float2>(partial_slots, stream_);
   logits_ = device_alloc<float>(size_t(kMaxRows) * s.vocab, stream_);
-  anchor_logits_ = device_alloc<float>(s.vocab, stream_);
+  anchor_logits_ = device_alloc<float>(size_t(slots_) * s.vocab, stream_);
   argmax_partials_ = device_alloc<ArgmaxPartial>(size_t(vocab_tiles_) * kMaxRows, stream_);
   choices_ = device_alloc<TokenChoice>(kMaxRows, stream_);
   options_.gemm.sm_count = sm_count_;
@@ -182,9 +196,11 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
 DeviceModel::~DeviceModel() {
   // Errors are ignored here: a destructor must not throw, and the process may be tearing down the context.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  for (CapturedForward& captured : graphs_) {
-    if (captured.exec != nullptr) cudaGraphExecDestroy(captured.exec);
-    if (captured.graph != nullptr) cudaGraphDestroy(captured.graph);
+  for (auto& bucket : graphs_) {
+    for (CapturedForward& captured : bucket) {
+      if (captured.exec != nullptr) cudaGraphExecDestroy(captured.exec);
+      if (captured.graph != nullptr) cudaGraphDestroy(captured.graph);
+    }
   }
   for (int i = 0; i < 2; ++i) {
     if (staging_host_[i] != nullptr) cudaFreeHost(staging_host_[i]);
@@ -399,8 +415,7 @@ void DeviceModel::allocate_adapters() {
     }
   }
   adapter_t_ = device_alloc<float>(size_t(kMaxRows) * largest, stream_);
-  fill_adapter_pending(adapter_t_, size_t(kMaxRows) * largest, stream_);
-  adapter_sync_ = device_alloc<unsigned>(1, stream_);
+  adapter_sync_ = device_alloc<unsigned>(2, stream_);
 }
 
 void DeviceModel::upload_adapter(AdapterTarget target, int layer, const WeightSource& a, const WeightSource& b) {
@@ -498,15 +513,21 @@ void DeviceModel::prepare_gemm_scratch() {
 void DeviceModel::capture_graphs() {
   if (!options_.graphs) return;
   const double started = now_s();
-  for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) capture_graph(bucket);
+  for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
+    for (int entries = 0; entries < kEntryBuckets; ++entries) {
+      if (captures(bucket, entries)) capture_graph(bucket, entries);
+    }
+  }
   startup_.capture_s = now_s() - started;
 }
 
 void DeviceModel::destroy_graphs() {
-  for (CapturedForward& captured : graphs_) {
-    if (captured.exec != nullptr) A2D_CUDA_CHECK(cudaGraphExecDestroy(captured.exec));
-    if (captured.graph != nullptr) A2D_CUDA_CHECK(cudaGraphDestroy(captured.graph));
-    captured = CapturedForward{};
+  for (auto& bucket : graphs_) {
+    for (CapturedForward& captured : bucket) {
+      if (captured.exec != nullptr) A2D_CUDA_CHECK(cudaGraphExecDestroy(captured.exec));
+      if (captured.graph != nullptr) A2D_CUDA_CHECK(cudaGraphDestroy(captured.graph));
+      captured = CapturedForward{};
+    }
   }
 }
 
@@ -530,15 +551,17 @@ RopeParams DeviceModel::rope_params(const LayerWeights& L, const bf16* qkv, cons
   rp.k_cache = k_cache;
   rp.v_cache = v_cache;
   rp.max_context = s.max_context;
+  rp.kv_slot_stride = size_t(kv_slot_elements_);
   return rp;
 }
 
-void DeviceModel::enqueue_forward(int max_rows) {
+void DeviceModel::enqueue_forward(int max_rows, int entries) {
   const ModelShape& s = shape_;
   const int bucket = ceil_div(max_rows, 8);
   const bool pdl = options_.pdl;
   cudaStream_t st = stream_;
-  const int64_t kv_layer = int64_t(s.kv_heads) * s.max_context * head_dim_padded_;
+  // A layer's K (or V): every slot's, slot after slot; a row's kernels add its slot's offset (step_state.cuh).
+  const int64_t kv_layer = int64_t(slots_) * kv_slot_elements_;
   bf16* k_cache = kv_cache_;
   bf16* v_cache = kv_cache_ + kv_layer * s.layers;
 
@@ -592,6 +615,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
       qkv.q_out = q_roped_;
       qkv.k_cache = k_cache + kv_layer * l;
       qkv.v_cache = v_cache + kv_layer * l;
+      qkv.kv_slot_stride = size_t(kv_slot_elements_);
     }
     const AdapterSite* sites = adapters_.empty() ? nullptr : adapters_[l].data();
     // The row adapter of one GEMM, fused into it: t = A x from its extra tiles, B t in its epilogue (gemm.cuh).
@@ -620,13 +644,14 @@ void DeviceModel::enqueue_forward(int max_rows) {
     ap.k_cache = rp.k_cache;
     ap.v_cache = rp.v_cache;
     ap.max_context = s.max_context;
+    ap.kv_slot_stride = size_t(kv_slot_elements_);
     ap.num_heads = s.heads;
     ap.num_kv_heads = s.kv_heads;
     ap.head_dim = s.head_dim;
     ap.head_dim_padded = head_dim_padded_;
     ap.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
     ap.state = state_;
-    ap.max_splits = attention_splits_[bucket];
+    ap.max_splits = attention_splits_[bucket][entries];
     ap.row_capacity = attention_row_capacity_;
     ap.partial_o = attention_partial_o_;
     ap.partial_ml = attention_partial_ml_;
@@ -635,7 +660,7 @@ void DeviceModel::enqueue_forward(int max_rows) {
     ap.split_keys = options_.attention_split_keys;
     ap.revealed_rule_mask_token = s.adapter_rank > 0 ? s.mask_token_id : -1;
     ap.revealed_rule_causal = !s.adapter_on_window;
-    attention(ap, max_rows, st, pdl);
+    attention(ap, max_rows, 1 << entries, st, pdl);
     attention_combine(ap, max_rows, st, pdl);
 
     GemmParams o = gemm_params(L.o, L.o_fp8, s.hidden, s.hidden, s.heads * s.head_dim, 4 * l + 1);
@@ -688,28 +713,57 @@ void DeviceModel::enqueue_forward(int max_rows) {
   reveal_argmax(RevealParams{argmax_partials_, vocab_tiles_, state_, choices_}, max_rows, st, pdl);
 }
 
-void DeviceModel::capture_graph(int bucket) {
+void DeviceModel::capture_graph(int bucket, int entries) {
   cudaGraph_t graph = nullptr;
   A2D_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   try {
-    enqueue_forward(bucket * 8);
+    enqueue_forward(bucket * 8, entries);
   } catch (...) {
     cudaStreamEndCapture(stream_, &graph);
     if (graph != nullptr) cudaGraphDestroy(graph);
     throw;
   }
   A2D_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  graphs_[bucket].graph = graph;  // kept for captured(): the instance's nodes are named by the graph's
-  A2D_CUDA_CHECK(cudaGraphInstantiate(&graphs_[bucket].exec, graph, 0));
+  CapturedForward& captured = graphs_[bucket][entries];
+  captured.graph = graph;  // kept for captured(): the instance's nodes are named by the graph's
+  A2D_CUDA_CHECK(cudaGraphInstantiate(&captured.exec, graph, 0));
+}
+
+// The step state of a forward of several sequences: each row's entry, each entry's fields, and the attention's
+// blocks of query rows (each entry's (token, q head) rows cut into blocks of 64, attention_tile.cuh).
+void DeviceModel::describe_entries(const ForwardInputs& in, StepState& st) const {
+  const int group = shape_.heads / shape_.kv_heads;
+  std::vector<bool> taken(slots_, false);
+  int row = 0;
+  for (int e = 0; e < in.entry_count; ++e) {
+    const ForwardEntry& entry = in.entries[e];
+    if (entry.slot < 0 || entry.slot >= slots_ || taken[entry.slot]) {
+      throw std::runtime_error("forward: slot " + std::to_string(entry.slot) + " is not a free slot of 0.." +
+                               std::to_string(slots_ - 1));
+    }
+    taken[entry.slot] = true;
+    if (entry.rows < 1 || entry.commit < 0 || entry.commit > entry.rows || entry.cached < 0 ||
+        int64_t(entry.cached) + entry.rows > shape_.max_context) {
+      throw std::runtime_error("forward: entry " + std::to_string(e) + " needs " + std::to_string(entry.cached + entry.rows) +
+                               " positions, or has its rows out of range (KV cache of " + std::to_string(shape_.max_context) + ")");
+    }
+    add_entry(st, e, EntryView{entry.slot, entry.cached, entry.commit, row, entry.rows}, group);
+    row += entry.rows;
+  }
+  if (row != in.rows) throw std::logic_error("forward: the entries' rows do not add up to the forward's");
 }
 
 void DeviceModel::forward(const ForwardInputs& in) {
   if (in.rows < 1 || in.rows > kMaxRows) throw std::runtime_error("forward: rows must be 1.." + std::to_string(kMaxRows));
-  if (in.commit < 0 || in.commit > in.rows) throw std::runtime_error("forward: commit rows out of range");
-  if (in.cached < 0 || int64_t(in.cached) + in.rows > shape_.max_context) {
+  const bool several = in.entry_count > 1;
+  if (in.entry_count == 1) throw std::logic_error("forward: one sequence goes in cached, commit and slot");
+  if (!several && (in.commit < 0 || in.commit > in.rows)) throw std::runtime_error("forward: commit rows out of range");
+  if (!several && (in.cached < 0 || int64_t(in.cached) + in.rows > shape_.max_context)) {
     throw std::runtime_error("forward: " + std::to_string(in.cached + in.rows) +
                              " positions exceed the KV cache of " + std::to_string(shape_.max_context));
   }
+  if (!several && (in.slot < 0 || in.slot >= slots_)) throw std::runtime_error("forward: slot out of range");
+  if (in.entry_count > in.rows) throw std::runtime_error("forward: more sequences than rows");
   if (in.logit_count < 0 || in.logit_count > in.rows) throw std::runtime_error("forward: logit row count out of range");
   for (int i = 0; i < in.rows; ++i) {
     if (in.tokens[i] < 0 || in.tokens[i] >= shape_.vocab) throw std::runtime_error("forward: token id out of range");
@@ -717,28 +771,34 @@ void DeviceModel::forward(const ForwardInputs& in) {
   // The previous forward's copy from the pinned state must be done before it is rewritten.
   A2D_CUDA_CHECK(cudaStreamSynchronize(stream_));
   StepState& st = *state_host_;
-  st.cached = in.cached;
-  st.commit = in.commit;
+  st.cached = several ? 0 : in.cached;
+  st.commit = several ? 0 : in.commit;
+  st.slot = several ? 0 : in.slot;
   st.rows = in.rows;
   st.logit_count = in.logit_count;
   st.write_logits = in.write_logits ? 1 : 0;
+  st.entries = several ? in.entry_count : 1;
   std::memcpy(st.tokens, in.tokens, sizeof(int32_t) * in.rows);
   for (int i = 0; i < in.logit_count; ++i) {
     if (in.logit_rows[i] < 0 || in.logit_rows[i] >= in.rows) throw std::runtime_error("forward: logit row out of range");
     st.logit_rows[i] = in.logit_rows[i];
   }
-  A2D_CUDA_CHECK(cudaMemcpyAsync(state_, state_host_, sizeof(StepState), cudaMemcpyHostToDevice, stream_));
+  if (several) describe_entries(in, st);
+  // One sequence's kernels read nothing past logit_rows: the copy leaves the arrays of several out.
+  const size_t state_bytes = several ? sizeof(StepState) : offsetof(StepState, row_entry);
+  A2D_CUDA_CHECK(cudaMemcpyAsync(state_, state_host_, state_bytes, cudaMemcpyHostToDevice, stream_));
   const int bucket = ceil_div(in.rows, 8);
-  if (options_.graphs && graphs_[bucket].exec != nullptr) {
-    A2D_CUDA_CHECK(cudaGraphLaunch(graphs_[bucket].exec, stream_));
+  const int entries = several ? entry_bucket(in.entry_count) : 0;
+  if (options_.graphs && graphs_[bucket][entries].exec != nullptr) {
+    A2D_CUDA_CHECK(cudaGraphLaunch(graphs_[bucket][entries].exec, stream_));
   } else {
-    enqueue_forward(bucket * 8);
+    enqueue_forward(bucket * 8, entries);
   }
 }
 
-void DeviceModel::copy_logits(float* host, int count) {
-  A2D_CUDA_CHECK(cudaMemcpyAsync(host, logits_, sizeof(float) * size_t(count) * shape_.vocab, cudaMemcpyDeviceToHost,
-                                 stream_));
+void DeviceModel::copy_logits(float* host, int first, int count) {
+  A2D_CUDA_CHECK(cudaMemcpyAsync(host, logits_ + size_t(first) * shape_.vocab, sizeof(float) * size_t(count) * shape_.vocab,
+                                 cudaMemcpyDeviceToHost, stream_));
   synchronize();
 }
 
@@ -747,13 +807,16 @@ void DeviceModel::copy_choices(TokenChoice* host, int count) {
   synchronize();
 }
 
-void DeviceModel::keep_anchor(int index) {
-  A2D_CUDA_CHECK(cudaMemcpyAsync(anchor_logits_, logits_ + size_t(index) * shape_.vocab, sizeof(float) * shape_.vocab,
-                                 cudaMemcpyDeviceToDevice, stream_));
+void DeviceModel::keep_anchor(int slot, int index) {
+  if (slot < 0 || slot >= slots_) throw std::runtime_error("keep_anchor: slot out of range");
+  A2D_CUDA_CHECK(cudaMemcpyAsync(anchor_logits_ + size_t(slot) * shape_.vocab, logits_ + size_t(index) * shape_.vocab,
+                                 sizeof(float) * shape_.vocab, cudaMemcpyDeviceToDevice, stream_));
 }
 
-void DeviceModel::copy_anchor_logits(float* host) {
-  A2D_CUDA_CHECK(cudaMemcpyAsync(host, anchor_logits_, sizeof(float) * shape_.vocab, cudaMemcpyDeviceToHost, stream_));
+void DeviceModel::copy_anchor_logits(int slot, float* host) {
+  if (slot < 0 || slot >= slots_) throw std::runtime_error("copy_anchor_logits: slot out of range");
+  A2D_CUDA_CHECK(cudaMemcpyAsync(host, anchor_logits_ + size_t(slot) * shape_.vocab, sizeof(float) * shape_.vocab,
+                                 cudaMemcpyDeviceToHost, stream_));
   synchronize();
 }
 

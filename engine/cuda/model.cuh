@@ -1,8 +1,10 @@
-// The model on the GPU: bf16 (or an FP8 model's e4m3 GEMM) weights in the kernels' layout, the KV cache for the whole context, the
-// activation buffers of one forward, and one CUDA graph per tensor-core row bucket (8, 16, ..., 64 rows)
-// replayed with the forward's inputs in device memory (StepState).
+// The model on the GPU: bf16 (or an FP8 model's e4m3 GEMM) weights in the kernels' layout, the KV cache for the whole
+// context in one slot per sequence decoded at once, the activation buffers of one forward, and one CUDA graph per
+// tensor-core row bucket (8, 16, ..., 64 rows) and number of sequences (1, 2, 4, ... up to the slots) replayed with
+// the forward's inputs in device memory (StepState).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -34,7 +36,10 @@ struct ModelShape {
   bool o_bias = false;
   bool qk_norm = false;
   int mask_token_id = -1;
-  int max_context = 0;
+  int max_context = 0;  // per slot
+  // KV cache slots asked for: sequences one forward may hold (continuous batching). The model holds as many as fit
+  // in the GPU's free memory after everything else, at least one (DeviceModel::slots()).
+  int kv_slots = 1;
   // A row adapter: the rank of each target, which projections carry it (bit i: AdapterTarget i; 0: none), and its
   // rule: every window row (the window adapter) or the rows holding the mask token (the mask adapter).
   int adapter_rank = 0;
@@ -74,16 +79,37 @@ struct ModelOptions {
   GemmTrace gemm_trace;  // per-block GEMM records (trace.cuh): only builds with A2D_GEMM_TRACE write them
 };
 
-// The inputs of one forward of at most kMaxRows rows (see StepState).
+// One sequence's part of a forward of several (ForwardInputs::entries): its slot, its cached tokens before the
+// forward, and its rows, commit rows first.
+struct ForwardEntry {
+  int slot = 0;
+  int cached = 0;
+  int commit = 0;
+  int rows = 0;
+};
+
+// The inputs of one forward of at most kMaxRows rows (see StepState): one sequence on `slot` (entry_count 0), or the
+// rows of entry_count sequences one after another (entries; cached, commit and slot unused).
 struct ForwardInputs {
   int cached = 0;
   int commit = 0;
-  const int32_t* tokens = nullptr;  // commit tokens then window tokens
+  int slot = 0;
+  const int32_t* tokens = nullptr;  // commit tokens then window tokens (of each entry in turn)
   int rows = 0;
   const int32_t* logit_rows = nullptr;
   int logit_count = 0;
   bool write_logits = false;
+  const ForwardEntry* entries = nullptr;
+  int entry_count = 0;
 };
+
+// The sequence counts a forward's graph is captured for: 1, 2, 4, ... 64 (the most a forward of kMaxRows rows holds).
+constexpr int kEntryBuckets = 7;
+inline int entry_bucket(int entries) {
+  int bucket = 0;
+  while ((1 << bucket) < entries) ++bucket;
+  return bucket;
+}
 
 // Most rows of one prefill forward (DeviceModel::prefill); the model's buffers for them are allocated at
 // construction (about 80 MB on the 2B shape).
@@ -117,17 +143,19 @@ class DeviceModel {
 
   // Enqueues one forward; results are read with the copy functions below (which synchronize).
   void forward(const ForwardInputs& inputs);
-  void copy_logits(float* host, int count);
+  void copy_logits(float* host, int first, int count);  // logits rows first.. of the last forward
   void copy_choices(TokenChoice* host, int count);
   // Enqueues the causal forward of `rows` (<= prefill_rows()) prompt tokens after `cached` ones, on the
   // many-row kernels (gemm_prefill.cuh, attention_prefill.cuh): their keys and values go into the KV cache at
-  // positions cached.., and no logits are computed. Commit rows only: a row adapter acts on none of them.
-  void prefill(int cached, const int32_t* tokens, int rows);
+  // positions cached.. of slot `slot`, and no logits are computed. Commit rows only: a row adapter acts on none of them.
+  void prefill(int slot, int cached, const int32_t* tokens, int rows);
   int prefill_rows() const { return prefill_capacity_; }
-  // Keeps logits row `index` of the last forward on the device (the next block's anchor row).
-  void keep_anchor(int index);
-  void copy_anchor_logits(float* host);
+  // Keeps logits row `index` of the last forward on the device as slot `slot`'s anchor (the next block's anchor row).
+  void keep_anchor(int slot, int index);
+  void copy_anchor_logits(int slot, float* host);
   void synchronize();
+  // KV cache slots: sequences one forward may hold (ModelShape::kv_slots, as many as fitted).
+  int slots() const { return slots_; }
 
   const ModelShape& shape() const { return shape_; }
   const StartupTimes& startup() const { return startup_; }
@@ -136,13 +164,13 @@ class DeviceModel {
   bf16* kv_storage() const { return kv_cache_; }
   int64_t kv_storage_elements() const { return kv_elements_; }
   const char* device_name() const { return device_name_; }
-  // The captured forward of a row bucket (up to 8 * bucket rows): the graph and its instance, both null
-  // without graphs. engine/bench disables nodes of an instance for its per-kernel timing breakdowns.
+  // The captured forward of a row bucket (up to 8 * bucket rows) of one sequence: the graph and its instance, both
+  // null without graphs. engine/bench disables nodes of an instance for its per-kernel timing breakdowns.
   struct CapturedForward {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
   };
-  const CapturedForward& captured(int bucket) const { return graphs_[bucket]; }
+  const CapturedForward& captured(int bucket) const { return graphs_[bucket][0]; }
 
  private:
   // A GEMM weight of an FP8 model: e4m3 in the FP8 tiled layout and one fp32 scale per row, both in GEMM row order.
@@ -180,13 +208,16 @@ class DeviceModel {
   int site_rank(int site) const;
   bf16* site_weight(int layer, int site) const;
 
-  void enqueue_forward(int max_rows);
+  // Graphs are captured for sequence counts 1 << entries (entry_bucket) that a forward of max_rows rows can hold.
+  bool captures(int bucket, int entries) const { return entries == 0 || (1 << (entries - 1)) < std::min(slots_, bucket * 8); }
+  void enqueue_forward(int max_rows, int entries);
+  void describe_entries(const ForwardInputs& in, StepState& st) const;
   // The rope kernel's parameters for layer L: RoPE (and QK-norm) on the q and k heads of `qkv`, q to q_out, k and
   // v into the layer's cache rows; positions from `state` (enqueue_forward and prefill).
   RopeParams rope_params(const LayerWeights& L, const bf16* qkv, const StepState* state, bf16* q_out, bf16* k_cache,
                          bf16* v_cache) const;
   void capture_graphs();
-  void capture_graph(int bucket);
+  void capture_graph(int bucket, int entries);
   void destroy_graphs();
   void place(const WeightSource& source, int64_t rows, int64_t cols, bf16* destination, RowPlacement placement,
              bool tiled);
@@ -222,8 +253,10 @@ class DeviceModel {
   float* adapter_t_ = nullptr;                              // [kMaxRows][largest site_rank]: GemmParams::adapter_t
   unsigned* adapter_sync_ = nullptr;                        // GemmParams::adapter_sync
 
-  bf16* kv_cache_ = nullptr;  // K then V: [layers][kv_heads][max_context][head_dim_padded] each
+  bf16* kv_cache_ = nullptr;  // K then V: [layers][slots][kv_heads][max_context][head_dim_padded] each
   int64_t kv_elements_ = 0;
+  int slots_ = 1;
+  int64_t kv_slot_elements_ = 0;  // one slot's K (or V) of one layer
   float2* rope_table_ = nullptr;
 
   int head_dim_padded_ = 0;
@@ -233,7 +266,7 @@ class DeviceModel {
   int hidden_tiles_ = 0;
   int vocab_tiles_ = 0;
   int attention_row_capacity_ = 0;
-  int attention_splits_[kMaxRows / 8 + 1] = {};
+  int attention_splits_[kMaxRows / 8 + 1][kEntryBuckets] = {};
 
   StepState* state_ = nullptr;       // device
   StepState* state_host_ = nullptr;  // pinned
@@ -248,7 +281,7 @@ class DeviceModel {
   float* attention_partial_o_ = nullptr;
   float2* attention_partial_ml_ = nullptr;
   float* logits_ = nullptr;
-  float* anchor_logits_ = nullptr;
+  float* anchor_logits_ = nullptr;  // [slots][vocab]
   ArgmaxPartial* argmax_partials_ = nullptr;
   TokenChoice* choices_ = nullptr;
   float* gemm_split_partials_ = nullptr;  // split-K scratch, sized for the current tuning
@@ -281,7 +314,7 @@ class DeviceModel {
   int staging_next_ = 0;
   double upload_started_ = -1;
 
-  std::array<CapturedForward, kMaxRows / 8 + 1> graphs_ = {};
+  std::array<std::array<CapturedForward, kEntryBuckets>, kMaxRows / 8 + 1> graphs_ = {};
 };
 
 }  // namespace a2d::cuda

@@ -73,9 +73,10 @@ void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogu
   gemm_prefill(params, epilogue, stream_);
 }
 
-void DeviceModel::prefill(int cached, const int32_t* tokens, int rows) {
+void DeviceModel::prefill(int slot, int cached, const int32_t* tokens, int rows) {
   const ModelShape& s = shape_;
   if (prefill_capacity_ == 0) throw std::runtime_error("prefill: the prefill kernels read bf16 weights; this model's are FP8");
+  if (slot < 0 || slot >= slots_) throw std::runtime_error("prefill: slot out of range");
   if (rows < 1 || rows > prefill_capacity_) {
     throw std::runtime_error("prefill: rows must be 1.." + std::to_string(prefill_capacity_));
   }
@@ -91,16 +92,19 @@ void DeviceModel::prefill(int cached, const int32_t* tokens, int rows) {
   std::memcpy(prefill_tokens_host_, tokens, sizeof(int32_t) * rows);
   A2D_CUDA_CHECK(cudaMemcpyAsync(prefill_tokens_, prefill_tokens_host_, sizeof(int32_t) * rows, cudaMemcpyHostToDevice,
                                  stream_));
-  StepState& state = *prefill_state_host_;  // what the rope kernel reads: commit rows at cached + t
-  state.cached = cached;
+  StepState& state = *prefill_state_host_;  // what the rope kernel reads: commit rows at cached + t (of slot 0 of
+  state.cached = cached;                    // the layer pointers below, which are the slot's)
   state.commit = rows;
   state.rows = rows;
+  state.slot = 0;
+  state.entries = 1;
   A2D_CUDA_CHECK(cudaMemcpyAsync(prefill_state_, prefill_state_host_, sizeof(StepState), cudaMemcpyHostToDevice, stream_));
 
   cudaStream_t st = stream_;
-  const int64_t kv_layer = int64_t(s.kv_heads) * s.max_context * head_dim_padded_;
-  bf16* k_cache = kv_cache_;
-  bf16* v_cache = kv_cache_ + kv_layer * s.layers;
+  // This slot's K and V of layer 0; a layer's slots lie one after another (model.cu, enqueue_forward).
+  const int64_t kv_layer = int64_t(slots_) * kv_slot_elements_;
+  bf16* k_cache = kv_cache_ + kv_slot_elements_ * slot;
+  bf16* v_cache = kv_cache_ + kv_layer * s.layers + kv_slot_elements_ * slot;
   auto gemm_params = [&](const bf16* weight, int n_rows, int n_out, int k, const bf16* x, int x_stride) {
     PrefillGemmParams g{};
     g.weight = weight;

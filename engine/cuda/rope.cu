@@ -17,9 +17,10 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kernel(const RopeParams p) {
   const int t = item / heads;
   const int head = item % heads;
   const int rows = p.state->rows;  // from the host, not from the previous kernel
-  const int position = p.state->cached + t;  // its RoPE position and its k and v slot in the cache
   wait_for_previous_grid();
   if (t >= rows) return;
+  const EntryView entry = entry_view(*p.state, row_entry(*p.state, t));
+  const int position = entry.cached + t - entry.row0;  // its RoPE position and its k and v place in its slot's cache
   const int half = p.head_dim / 2;
   const bf16* in = p.qkv + static_cast<size_t>(t) * heads * p.head_dim + static_cast<size_t>(head) * p.head_dim;
 
@@ -30,7 +31,7 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kernel(const RopeParams p) {
     out = p.q_out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim_padded;
   } else {
     const int kv_head = is_v ? head - p.num_heads - p.num_kv_heads : head - p.num_heads;
-    bf16* cache = is_v ? p.v_cache : p.k_cache;
+    bf16* cache = (is_v ? p.v_cache : p.k_cache) + entry.slot * p.kv_slot_stride;
     out = cache + (static_cast<size_t>(kv_head) * p.max_context + position) * p.head_dim_padded;
   }
 

@@ -1,7 +1,8 @@
 // RoPE (HF rotate-half layout) on the q and k heads of the fused QKV output, with the optional per-head
 // QK-norm (qwen3) before it; writes the roped q for attention and appends k and v to the KV cache at
-// the rows' absolute positions. Heads are stored padded to `head_dim_padded` (a multiple of 32, zeros
-// beyond head_dim) so attention works on whole tensor-core tiles for any head size.
+// the rows' absolute positions, each in its own sequence's slot (step_state.cuh). Heads are stored padded to
+// `head_dim_padded` (a multiple of 32, zeros beyond head_dim) so attention works on whole tensor-core tiles for
+// any head size.
 #pragma once
 
 #include "common.cuh"
@@ -21,9 +22,10 @@ struct RopeParams {
   float norm_eps;
   const StepState* state;
   bf16* q_out;    // [rows][num_heads * head_dim_padded]
-  bf16* k_cache;  // [num_kv_heads][max_context][head_dim_padded] of this layer
+  bf16* k_cache;  // slot 0's [num_kv_heads][max_context][head_dim_padded] of this layer
   bf16* v_cache;
   int max_context;
+  size_t kv_slot_stride;  // elements from one slot's cache of this layer to the next's (each row writes its own slot's)
 };
 
 void rope(const RopeParams& params, int max_rows, cudaStream_t stream, bool pdl);

@@ -460,6 +460,9 @@ struct GemmShape {
   bool bias = false;
   int adapter_rank = 0;  // > 0: a row adapter of this rank on each target of the GEMM (q, k, v / gate, up / one)
   bool adapter_window = false;  // its rule: every window row (true) or the window rows holding the mask token
+  // The rows as two sequences of one forward (continuous batching, step_state.cuh), each with commit rows and a
+  // window: the adapter acts on both windows. Not for rope_qkv (its check reads one sequence's cache).
+  bool two_sequences = false;
 };
 
 // The targets a GEMM's adapter carries, as the engine's sites do (model.cu): [first logical row, rows) each.
@@ -553,7 +556,7 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
     return std::string(fp8 ? "e4m3 " : "bf16 ") +
            (normalised ? (staged_ssq(rows) ? "norm-in staged " : "norm-in ") : "bf16-in ") + plan_name(plan) +
            (s.bias ? " +bias" : "") + (s.adapter_rank > 0 ? (s.adapter_window ? " +window-adapter" : " +mask-adapter") : "") +
-           (argmax_only(rows) ? " argmax-only" : "");
+           (s.two_sequences ? " two-sequences" : "") + (argmax_only(rows) ? " argmax-only" : "");
   };
   bool any = false;
   for (int rows : row_counts) {
@@ -624,9 +627,30 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
     table.run(op, variant, s.name + " rows" + std::to_string(rows), [&](Check& check) {
       const int max_rows = bucket_rows(rows);
       // Rows 0..commit-1 committed, the window alternates the mask token and others (the adapter acts on the first).
+      // Two sequences: rows [0, rows / 2) and the rest, each its first half committed.
       const int commit = rows / 2;
       StepState state = make_state(cached, commit, rows);
-      for (int t = 0; t < rows; ++t) state.tokens[t] = t >= commit && (t - commit) % 2 == 0 ? mask_token : 100 + t;
+      std::vector<bool> window(rows);
+      for (int t = 0; t < rows; ++t) window[t] = t >= commit;
+      if (s.two_sequences) {
+        const int split = rows / 2;
+        state.entries = 2;
+        for (int e = 0; e < 2; ++e) {
+          state.entry_slot[e] = 1 - e;
+          state.entry_cached[e] = cached + 7 * e;
+          state.entry_row0[e] = e == 0 ? 0 : split;
+          state.entry_rows[e] = e == 0 ? split : rows - split;
+          state.entry_commit[e] = state.entry_rows[e] / 2;
+          for (int t = state.entry_row0[e]; t < state.entry_row0[e] + state.entry_rows[e]; ++t) {
+            state.row_entry[t] = e;
+            window[t] = t - state.entry_row0[e] >= state.entry_commit[e];
+          }
+        }
+      }
+      for (int t = 0, in_window = 0; t < rows; ++t) {
+        in_window = window[t] ? in_window + 1 : 0;
+        state.tokens[t] = window[t] && in_window % 2 == 1 ? mask_token : 100 + t;
+      }
       std::vector<int> logit_rows;
       if (s.epilogue == GemmEpilogue::logits) {
         logit_rows.push_back(0);
@@ -721,11 +745,12 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
 
       // The row adapter, fused: t = A x for the rows its rule names from the adapter tiles, B t in the epilogue.
       std::unique_ptr<DeviceArray<float>> adapter_t;
-      DeviceArray<unsigned> adapter_sync{1};
+      DeviceArray<unsigned> adapter_sync{2};
       adapter_sync.zero();
       if (R > 0) {
+        // NaN everywhere: a weight tile that read a t value no adapter tile of this launch wrote shows in its rows.
         adapter_t = std::make_unique<DeviceArray<float>>(size_t(kMaxRows) * total_rank);
-        fill_adapter_pending(adapter_t->get(), size_t(kMaxRows) * total_rank, g_stream);
+        adapter_t->poison();
         g.adapter_tiles = adapter_tile_count(total_rank);
         g.adapter_b = as_bf16(*adapter_b_device);
         g.adapter_offset = adapter_offset_device->get();
@@ -768,8 +793,8 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
           }
         }
         std::vector<int64_t> adapted;  // the rows the rule names: every window row, or those holding the mask token
-        for (int t = commit; t < rows; ++t) {
-          if (s.adapter_window || state.tokens[t] == mask_token) adapted.push_back(t);
+        for (int t = 0; t < rows; ++t) {
+          if (window[t] && (s.adapter_window || state.tokens[t] == mask_token)) adapted.push_back(t);
         }
         for (size_t j = 0; j < targets.size(); ++j) {
           LowRank lr;
@@ -780,14 +805,8 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
           lr.b.data = adapter_b.bits.data() + size_t(targets[j].first) * R;
           a2d::cpu::low_rank_add(pool, x_adapter.data(), s.k, adapted, lr, y.data() + targets[j].first, logical_rows);
         }
-        // The launch leaves t marked pending and its count at zero for the next one (GemmParams::adapter_t).
-        const std::vector<float> t_after = adapter_t->download();
-        check.require(std::all_of(t_after.begin(), t_after.end(), [](float v) {
-                        uint32_t bits;
-                        std::memcpy(&bits, &v, 4);
-                        return bits == kAdapterPending;
-                      }), "t was not marked pending again after the launch");
-        check.require(adapter_sync.download() == std::vector<unsigned>{0}, "the adapter's count was not reset");
+        // The launch leaves both counts at zero for the next one (GemmParams::adapter_sync).
+        check.require(adapter_sync.download() == std::vector<unsigned>{0, 0}, "the adapter's counts were not reset");
       }
 
       if (s.epilogue == GemmEpilogue::store_bf16 || s.epilogue == GemmEpilogue::silu_mul) {
@@ -896,6 +915,11 @@ void decode_gemm_cases(Table& table, ThreadPool& pool) {
   gemm_cases(table, pool, {"2B gate_up+window-adapter r64", GemmEpilogue::silu_mul, 2048, 6144, 0, 0, 0, false, 64, true}, false, {9, 40}, 2007);
   gemm_cases(table, pool, {"135M qkv+window-adapter r64", GemmEpilogue::rope_qkv, 576, 0, 9, 3, 64, false, 64, true}, false, {5, 12}, 2008);
   gemm_cases(table, pool, {"odd n200 k456+window-adapter r4", GemmEpilogue::store_bf16, 456, 200, 0, 0, 0, true, 4, true}, false, {3, 9}, 2009);
+  // Two sequences in one forward: each one's window rows take the adapter, its commit rows do not.
+  gemm_cases(table, pool, {"2B o+mask-adapter r64", GemmEpilogue::residual_add, 2048, 2048, 0, 0, 0, false, 64, false, true}, false,
+             {6, 24}, 2010);
+  gemm_cases(table, pool, {"2B gate_up+window-adapter r64", GemmEpilogue::silu_mul, 2048, 6144, 0, 0, 0, false, 64, true, true}, false,
+             {10, 40}, 2011);
 }
 
 // ------------------------------------------------------------------------------------------- prefill GEMM
@@ -1063,6 +1087,52 @@ AttentionInputs attention_inputs(Rng& rng, const AttentionShape& s, int rows, in
   return in;
 }
 
+// One decode attention launch (attention + attention_combine) as the op table's cases run it: every buffer it
+// writes poisoned first, the output read back whole (rows past the forward's included, to check they stay untouched).
+struct DecodeAttentionLaunch {
+  const AttentionShape& shape;
+  int max_rows, max_entries, max_context;
+  size_t kv_slot_stride;  // 0: one sequence
+  AdapterRule rule;
+  int mask_token;
+  bool split_keys;
+};
+std::vector<uint16_t> run_decode_attention(const DecodeAttentionLaunch& l, const StepState& state, DeviceArray<uint16_t>& q,
+                                           DeviceArray<uint16_t>& k, DeviceArray<uint16_t>& v) {
+  const int H = l.shape.heads, KV = l.shape.kv_heads, D = l.shape.head_dim, P = l.shape.padded();
+  DeviceArray<StepState> state_device(std::vector<StepState>{state});
+  AttentionParams p{};
+  p.q = as_bf16(q);
+  p.k_cache = as_bf16(k);
+  p.v_cache = as_bf16(v);
+  p.max_context = l.max_context;
+  p.kv_slot_stride = l.kv_slot_stride;
+  p.num_heads = H;
+  p.num_kv_heads = KV;
+  p.head_dim = D;
+  p.head_dim_padded = P;
+  p.scale = 1.f / std::sqrt(static_cast<float>(D));
+  p.state = state_device.get();
+  p.max_splits = attention_max_splits(l.max_rows, l.max_entries, H, KV, g_sm_count);
+  p.row_capacity = l.max_rows * (H / KV);
+  DeviceArray<float> partial_o(size_t(p.max_splits) * KV * p.row_capacity * P);
+  DeviceArray<float2> partial_ml(size_t(p.max_splits) * KV * p.row_capacity);
+  partial_o.poison();
+  partial_ml.poison();
+  DeviceArray<uint16_t> out(size_t(l.max_rows) * H * D);
+  out.poison();
+  p.partial_o = partial_o.get();
+  p.partial_ml = partial_ml.get();
+  p.out = as_bf16(out);
+  p.early_trigger = AttentionTrigger::short_kv;
+  p.split_keys = l.split_keys;
+  p.revealed_rule_mask_token = l.rule != AdapterRule::none ? l.mask_token : -1;
+  p.revealed_rule_causal = l.rule == AdapterRule::mask;
+  attention(p, l.max_rows, l.max_entries, g_stream, true);
+  attention_combine(p, l.max_rows, g_stream, true);
+  return out.download();
+}
+
 // Decode attention (attention + attention_combine) over a cache of `cached` positions and the forward's own rows:
 // commit rows causal, window rows see the whole forward; under a row adapter's rule a window row that is not the
 // mask token skips the window positions holding it, attending causally under the mask adapter's.
@@ -1071,8 +1141,8 @@ void decode_attention_case(Table& table, ThreadPool& pool, const AttentionShape&
   const std::string variant = std::string(rule == AdapterRule::none ? "block-causal" : rule == AdapterRule::mask ? "mask-rule" : "window-rule") +
                               (split_keys ? "" : " no-split-keys");
   table.run("attention", variant, s.name() + " " + dims({{"n", cached}, {"rows", rows}, {"commit", commit}}), [&](Check& check) {
-    const int H = s.heads, KV = s.kv_heads, D = s.head_dim, P = s.padded();
-    const int max_rows = bucket_rows(rows), group = H / KV;
+    const int H = s.heads, KV = s.kv_heads, D = s.head_dim;
+    const int max_rows = bucket_rows(rows);
     const int positions = cached + rows, max_context = positions + 70;
     const int mask_token = 5;
     Rng rng{seed};
@@ -1083,40 +1153,76 @@ void decode_attention_case(Table& table, ThreadPool& pool, const AttentionShape&
       state.tokens[t] = t >= commit && rng.below(2) == 0 ? mask_token : 100 + t;
       if (t >= commit) revealed.push_back(state.tokens[t] != mask_token);
     }
-    DeviceArray<StepState> state_device(std::vector<StepState>{state});
-    AttentionParams p{};
-    p.q = as_bf16(*in.q_device);
-    p.k_cache = as_bf16(*in.k_device);
-    p.v_cache = as_bf16(*in.v_device);
-    p.max_context = max_context;
-    p.num_heads = H;
-    p.num_kv_heads = KV;
-    p.head_dim = D;
-    p.head_dim_padded = P;
-    p.scale = 1.f / std::sqrt(static_cast<float>(D));
-    p.state = state_device.get();
-    p.max_splits = attention_max_splits(max_rows, H, KV, g_sm_count);
-    p.row_capacity = max_rows * group;
-    DeviceArray<float> partial_o(size_t(p.max_splits) * KV * p.row_capacity * P);
-    DeviceArray<float2> partial_ml(size_t(p.max_splits) * KV * p.row_capacity);
-    partial_o.poison();
-    partial_ml.poison();
-    DeviceArray<uint16_t> out(size_t(max_rows) * H * D);
-    out.poison();
-    p.partial_o = partial_o.get();
-    p.partial_ml = partial_ml.get();
-    p.out = as_bf16(out);
-    p.early_trigger = AttentionTrigger::short_kv;
-    p.split_keys = split_keys;
-    p.revealed_rule_mask_token = rule != AdapterRule::none ? mask_token : -1;
-    p.revealed_rule_causal = rule == AdapterRule::mask;
-    attention(p, max_rows, g_stream, true);
-    attention_combine(p, max_rows, g_stream, true);
-    const std::vector<uint16_t> got = out.download();
+    const DecodeAttentionLaunch launch{s, max_rows, 1, max_context, 0, rule, mask_token, split_keys};
+    const std::vector<uint16_t> got = run_decode_attention(launch, state, *in.q_device, *in.k_device, *in.v_device);
 
     std::vector<float> want(size_t(rows) * H * D);
     a2d::cpu::attention(pool, in.q.data(), in.k.data(), in.v.data(), cached, commit, rows, H, KV, D, want.data(),
                         rule != AdapterRule::none ? &revealed : nullptr, rule);
+    check.add(bf16_to_double(std::vector<uint16_t>(got.begin(), got.begin() + want.size())), to_double(want), kAttention);
+    check.require(untouched(got, want.size(), got.size()), "rows past the forward's count were written");
+  });
+}
+
+// Decode attention over several sequences in one forward (continuous batching, step_state.cuh): sequence i's rows
+// follow sequence i-1's, each with its own cached length, commit rows and KV cache slot (not in slot order, one slot
+// left out); every sequence's output must equal the CPU op run on it alone. `max_entries` is the launch's capacity
+// (the graph's sequence count), at least the sequences given.
+struct BatchEntry {
+  int slot, cached, rows, commit;
+};
+void decode_attention_batch_case(Table& table, ThreadPool& pool, const AttentionShape& s, const std::vector<BatchEntry>& entries,
+                                 int max_entries, AdapterRule rule, uint64_t seed) {
+  std::string shape = s.name();
+  int rows = 0, slots = 0, longest = 0;
+  for (const BatchEntry& e : entries) {
+    shape += " [s" + std::to_string(e.slot) + " n" + std::to_string(e.cached) + " r" + std::to_string(e.rows) + " c" +
+             std::to_string(e.commit) + "]";
+    rows += e.rows;
+    slots = std::max(slots, e.slot + 1);
+    longest = std::max(longest, e.cached + e.rows);
+  }
+  const std::string variant = std::string(rule == AdapterRule::none ? "batch block-causal" : rule == AdapterRule::mask ? "batch mask-rule" : "batch window-rule") +
+                              " e" + std::to_string(max_entries);
+  table.run("attention", variant, shape, [&](Check& check) {
+    const int H = s.heads, KV = s.kv_heads, D = s.head_dim, P = s.padded();
+    const int max_rows = bucket_rows(rows), group = H / KV, max_context = longest + 40;
+    const int mask_token = 5;
+    const size_t slot_stride = size_t(KV) * max_context * P;
+    Rng rng{seed};
+    StepState state = make_state(0, 0, rows);
+    state.entries = static_cast<int>(entries.size());
+    std::vector<uint16_t> q_all, k_all(slot_stride * slots, 0xffff), v_all(k_all.size(), 0xffff);
+    std::vector<AttentionInputs> inputs;
+    std::vector<std::vector<uint8_t>> revealed(entries.size());
+    int row0 = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const BatchEntry& e = entries[i];
+      inputs.push_back(attention_inputs(rng, s, e.rows, e.cached + e.rows, max_context));
+      const std::vector<uint16_t> q = inputs.back().q_device->download(), k = inputs.back().k_device->download(),
+                                  v = inputs.back().v_device->download();
+      q_all.insert(q_all.end(), q.begin(), q.end());
+      std::copy(k.begin(), k.end(), k_all.begin() + slot_stride * e.slot);
+      std::copy(v.begin(), v.end(), v_all.begin() + slot_stride * e.slot);
+      add_entry(state, static_cast<int>(i), EntryView{e.slot, e.cached, e.commit, row0, e.rows}, group);
+      for (int t = 0; t < e.rows; ++t) {
+        state.tokens[row0 + t] = t >= e.commit && rng.below(2) == 0 ? mask_token : 100 + t;
+        if (t >= e.commit) revealed[i].push_back(state.tokens[row0 + t] != mask_token);
+      }
+      row0 += e.rows;
+    }
+    DeviceArray<uint16_t> q_device(q_all), k_device(k_all), v_device(v_all);
+    const DecodeAttentionLaunch launch{s, max_rows, max_entries, max_context, slot_stride, rule, mask_token, true};
+    const std::vector<uint16_t> got = run_decode_attention(launch, state, q_device, k_device, v_device);
+
+    std::vector<float> want;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const BatchEntry& e = entries[i];
+      std::vector<float> alone(size_t(e.rows) * H * D);
+      a2d::cpu::attention(pool, inputs[i].q.data(), inputs[i].k.data(), inputs[i].v.data(), e.cached, e.commit, e.rows, H, KV,
+                          D, alone.data(), rule != AdapterRule::none ? &revealed[i] : nullptr, rule);
+      want.insert(want.end(), alone.begin(), alone.end());
+    }
     check.add(bf16_to_double(std::vector<uint16_t>(got.begin(), got.begin() + want.size())), to_double(want), kAttention);
     check.require(untouched(got, want.size(), got.size()), "rows past the forward's count were written");
   });
@@ -1169,6 +1275,13 @@ void attention_cases(Table& table, ThreadPool& pool) {
   decode_attention_case(table, pool, two_b, 1000, 9, 4, AdapterRule::window, true, ++seed);
   decode_attention_case(table, pool, two_b, 4000, 17, 8, AdapterRule::window, true, ++seed);
   decode_attention_case(table, pool, d64, 300, 9, 4, AdapterRule::window, true, ++seed);
+  // Several sequences in one forward: 2B heads, short and long caches (one split each, many), the window rules.
+  decode_attention_batch_case(table, pool, two_b, {{2, 37, 5, 1}, {0, 1000, 5, 0}, {3, 0, 4, 0}}, 4, AdapterRule::none, ++seed);
+  decode_attention_batch_case(table, pool, two_b, {{1, 4000, 9, 4}, {0, 12, 6, 1}, {5, 300, 5, 1}, {2, 70, 5, 2}, {4, 9000, 7, 2}},
+                              8, AdapterRule::window, ++seed);
+  decode_attention_batch_case(table, pool, two_b, {{0, 100, 16, 8}, {1, 2000, 24, 12}, {2, 5, 24, 0}}, 4, AdapterRule::mask, ++seed);
+  decode_attention_batch_case(table, pool, d64, {{3, 130, 5, 1}, {1, 65, 5, 1}}, 2, AdapterRule::window, ++seed);
+  decode_attention_batch_case(table, pool, d24, {{0, 17, 3, 1}, {1, 300, 33, 20}, {2, 0, 2, 0}}, 4, AdapterRule::none, ++seed);
   prefill_attention_case(table, pool, two_b, 0, 1, ++seed);
   prefill_attention_case(table, pool, two_b, 0, 300, ++seed);
   prefill_attention_case(table, pool, two_b, 129, 517, ++seed);
