@@ -441,11 +441,15 @@ def section_backend(lib, workdir):
         prompts = [torch.randint(0, cfg["vocab"] - 2, (int(torch.randint(3, 40, (1,), generator=gen)),),
                                  generator=gen).tolist() for _ in range(12)]
         results[name] = compare_backends(lib, path, commit, window, prompts, cfg["vocab"], 48, name)
+        results[name]["batch"] = compare_batch(lib, path, cfg, gen, name)
         # The sliding window (advance slide): commits of any length each step, windows partly revealed; at a
         # lower threshold, so that steps reveal several tokens. Mask adapter folders with the leftmost top-up.
         write_folder(path + "_slide", cfg, W, remasking="leftmost" if cfg.get("mask_adapter") else "low_confidence", advance="slide")
         results[name + "_slide"] = compare_backends(lib, path + "_slide", commit, window, prompts, cfg["vocab"], 48,
                                                     name + " slide", threshold=0.5)
+    off = [name for name, r in results.items() if not r.get("batch", {}).get("ok", True)]
+    if off:
+        raise AssertionError(f"batched logits differ from alone beyond {BATCH_TOLERANCE}: {', '.join(off)}")
     return results
 
 
@@ -459,6 +463,43 @@ def backend_logits_error(lib, path, commit, window, vocab):
                  (ctypes.c_int * w)(*window), w, ctypes.c_void_p(logits.data_ptr()))
         out[device] = logits
     return max(rel_errors(out["cuda"], out["cpu"]))
+
+
+# Batched against alone: at most this relative error of a logits row on the CUDA backend (a forward of more rows
+# splits its bf16 sums differently; the tiny forwards' own tolerance against the reference), none on the CPU backend.
+BATCH_TOLERANCE = {"cuda": 1e-2, "cpu": 0.0}
+
+
+def compare_batch(lib, path, cfg, gen, name, n_seq=5):
+    """Continuous batching through the Backend interface on both backends: n_seq sequences of different prompt
+    lengths (one long enough to be chunked) each make a prompt forward and a decoding forward, all on one backend's
+    slots at once and each alone; every logits row of the two must agree (BATCH_TOLERANCE)."""
+    mask, vocab = cfg["mask"], cfg["vocab"]
+    first = [150, 3, 37, 1, 70][:n_seq]
+    second = [2, 0, 1, 4, 1][:n_seq]
+    width = 5 if cfg.get("window_adapter") else 4
+
+    def window():  # masked positions and a revealed one; the window adapter's opens with its anchor token
+        w = [mask, int(torch.randint(0, vocab - 2, (1,), generator=gen)), mask, mask]
+        return ([int(torch.randint(0, vocab - 2, (1,), generator=gen))] + w) if width == 5 else w
+
+    tokens, rows = [], 0
+    for f, c in zip(first, second):
+        tokens += torch.randint(0, vocab - 2, (f,), generator=gen).tolist() + window()
+        tokens += torch.randint(0, vocab - 2, (c,), generator=gen).tolist() + window()
+        rows += 2 * width + c
+    result = {}
+    for device in ("cpu", "cuda"):
+        together = torch.empty(rows, vocab, dtype=torch.float32)
+        alone = torch.empty(rows, vocab, dtype=torch.float32)
+        lib.call("a2d_bench_backend_batch_logits", path.encode(), device.encode(), n_seq, (ctypes.c_int * n_seq)(*first),
+                 (ctypes.c_int * n_seq)(*second), width, (ctypes.c_int * len(tokens))(*tokens),
+                 ctypes.c_void_p(together.data_ptr()), ctypes.c_void_p(alone.data_ptr()))
+        result[device] = max(rel_errors(together, alone))
+    log(f"  backend {name:14s}: {n_seq} sequences batched vs alone, logits rel_err cuda {result['cuda']:.2e}, "
+        f"cpu {result['cpu']:.2e}")
+    result["ok"] = all(result[d] <= BATCH_TOLERANCE[d] for d in BATCH_TOLERANCE)
+    return result
 
 
 def compare_backends(lib, path, commit, window, prompts, vocab, max_new, name, threshold=0.9):

@@ -4,9 +4,10 @@
 # layer's KV cache rows), the CUDA backend against the CPU backend on a tiny folder, then prompt tokens/s on the
 # 2B shape for 1k, 4k and 16k-token prompts. Stage first, here: `bash bench/stage-device.sh`; then through the
 # device tool, carrying build/device:
-#   bash bench/device-prefill.sh            (the log under $OUT; a short table last)
-#   bash bench/device-prefill.sh --split 1  (every parity check with the GEMMs' K split on, and the 2B timings per
-#                                            chunk size with and without it: GemmTuning::prefill_split_blocks_per_sm)
+#   bash bench/device-prefill.sh            (the log under $OUT; a short table last. Every parity check with the
+#                                            GEMMs' K split as the engine sets it, GemmTuning::prefill_split_blocks_per_sm,
+#                                            and the 2B timings per chunk size with and without it)
+#   bash bench/device-prefill.sh --split 0  (the same with the split off)
 # The staged engine/bench/prefill_check.cu binary runs if it loads there; otherwise it is built there (about
 # two minutes on 16 cores). Exit status 1 on any mismatch or error.
 set -u

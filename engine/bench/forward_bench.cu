@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -389,9 +390,10 @@ int a2d_bench_load_folder(const char* dir, double* seconds, char* error, int siz
 
 namespace {
 
-std::unique_ptr<a2d::Backend> make_backend(const a2d::Model& model, const char* device) {
+std::unique_ptr<a2d::Backend> make_backend(const a2d::Model& model, const char* device, int32_t max_batch = 1) {
   a2d::BackendOptions options;
   options.max_context = 8192;
+  options.max_batch = max_batch;
   if (std::string(device) == "cuda") return a2d::make_cuda_backend(model, options);
   return a2d::make_cpu_backend(model, options);
 }
@@ -410,6 +412,61 @@ int a2d_bench_backend_logits(const char* dir, const char* device, const int* com
     args.window.assign(window, window + n_window);
     for (int r = 0; r < n_commit + n_window; ++r) args.logit_rows.push_back(r);
     backend->forward(args, logits);
+  });
+}
+
+// Continuous batching against alone through the Backend interface. Sequence e makes two forwards: its prompt
+// (`first[e]` tokens, chunked when long) with a window of `width`, then a commit of `second[e]` tokens with another
+// window. `tokens` holds, sequence after sequence, [prompt | window | commit | window]. The forwards run once with
+// every sequence at a time on slots 0..n_seq-1 of one backend (forward_batch), once with each sequence alone on a
+// backend of one slot; each writes, sequence after sequence, the logits of the first forward's window rows and of
+// every row of the second, row-major [sum over e of (2 width + second[e])][vocab].
+int a2d_bench_backend_batch_logits(const char* dir, const char* device, int n_seq, const int* first, const int* second,
+                                   int width, const int* tokens, float* together, float* alone, char* error, int size) {
+  return guarded(error, size, [&] {
+    std::unique_ptr<a2d::Model> model = a2d::load_model(dir);
+    const size_t vocab = static_cast<size_t>(model->config.vocab_size);
+    std::vector<a2d::ForwardArgs> forwards(2 * static_cast<size_t>(n_seq));
+    std::vector<size_t> offset(n_seq + 1, 0);  // row offset of sequence e in the output
+    const int* at = tokens;
+    for (int e = 0; e < n_seq; ++e) {
+      for (int k = 0; k < 2; ++k) {
+        a2d::ForwardArgs& args = forwards[2 * e + k];
+        const int commit = k == 0 ? first[e] : second[e];
+        args.commit.assign(at, at + commit);
+        args.window.assign(at + commit, at + commit + width);
+        at += commit + width;
+        for (int r = k == 0 ? commit : 0; r < commit + width; ++r) args.logit_rows.push_back(r);
+      }
+      offset[e + 1] = offset[e] + forwards[2 * e].logit_rows.size() + forwards[2 * e + 1].logit_rows.size();
+    }
+    {
+      std::unique_ptr<a2d::Backend> backend = make_backend(*model, device, n_seq);
+      if (backend->max_batch() < n_seq) throw std::runtime_error("the backend holds fewer slots than sequences");
+      std::vector<float> logits;
+      for (int k = 0; k < 2; ++k) {
+        std::vector<a2d::SlotForward> batch;
+        size_t rows = 0;
+        for (int e = 0; e < n_seq; ++e) {
+          batch.push_back({e, &forwards[2 * e + k], nullptr});
+          rows += forwards[2 * e + k].logit_rows.size();
+        }
+        logits.resize(rows * vocab);
+        backend->forward_batch(batch, logits.data());
+        size_t row = 0;
+        for (int e = 0; e < n_seq; ++e) {
+          const size_t n = forwards[2 * e + k].logit_rows.size();
+          const size_t into = offset[e] + (k == 0 ? 0 : forwards[2 * e].logit_rows.size());
+          std::copy_n(logits.data() + row * vocab, n * vocab, together + into * vocab);
+          row += n;
+        }
+      }
+    }
+    for (int e = 0; e < n_seq; ++e) {
+      std::unique_ptr<a2d::Backend> backend = make_backend(*model, device);
+      backend->forward(forwards[2 * e], alone + offset[e] * vocab);
+      backend->forward(forwards[2 * e + 1], alone + (offset[e] + forwards[2 * e].logit_rows.size()) * vocab);
+    }
   });
 }
 

@@ -10,7 +10,7 @@
 //     paths per chunk size (where the backend's kPrefillFromRows comes from).
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
 //   prefill_check [--skip-2b] [--quick] [--split N]     (--probe: exit 0 at once, to see that the binary loads;
-//   --split: the GEMMs' K split on, g_split below)
+//   --split N: the GEMMs' K split towards N blocks per SM, g_split below)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -31,9 +31,10 @@ using namespace a2d::cuda;
 namespace {
 
 int failures = 0;
-// --split N: the prefill GEMMs split K towards N blocks per SM (GemmTuning::prefill_split_blocks_per_sm) in every
-// random model's parity check, and the 2B timings per chunk size add that path beside the unsplit one.
-int g_split = 0;
+// --split N: the prefill GEMMs split K towards N blocks per SM (GemmTuning::prefill_split_blocks_per_sm; the
+// engine's default unless given, 0: off) in every random model's parity check, and the 2B timings per chunk size
+// add that path beside the unsplit one.
+int g_split = GemmTuning{}.prefill_split_blocks_per_sm;
 
 void check(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());

@@ -98,10 +98,10 @@ void upload_model(cuda::DeviceModel& device, const Model& model) {
 }
 
 // Commit rows from which a forward's leading rows take the prefill kernels. Measured on the H200, 2B shape,
-// after 1024 cached (bench/NOTES.md, "CUDA prefill, first run"): a prefill call costs about 15 ms plus 24 us a
-// row (its weight blocks of 128 rows leave most SMs idle when the tokens are few), the 64-row decode forwards
-// about 98 us a row; the prefill call wins from 256 rows (21 against 25 ms) and loses at 128 (18 against 13).
-constexpr int kPrefillFromRows = 256;
+// after 1024 cached (bench/NOTES.md, run 111): with its GEMMs' K split a prefill call costs about 9.6 ms at 64
+// rows and 10.3 at 128, the 64-row decode forwards about 97 us a row (6.2 and 12.4 ms); the prefill call wins
+// from 128 rows and loses at 64.
+constexpr int kPrefillFromRows = 128;
 
 // Continuous batching (docs/decoding.md, "Several sequences at once"): each sequence has a KV cache slot of the
 // DeviceModel's. A batch's sequences run their long prompt parts alone (the prefill kernels, then commit-only
@@ -255,7 +255,7 @@ class CudaBackend final : public Backend {
     size_t logits;
   };
 
-  // The leading parts of each sequence alone (the prefill kernels for long commits before its first logits row,
+  // Every entry checked first; then the leading parts of each sequence alone (the prefill kernels for long commits before its first logits row,
   // then commit-only forwards of kMaxRows rows), then the last parts of all, packed into forwards of at most
   // kMaxRows rows in the batch's order. Collects every logits row's choice into its slot, and the fp32 logits of an
   // entry whose destination is set.
@@ -271,7 +271,7 @@ class CudaBackend final : public Backend {
       }
       taken[slot_index] = true;
       const ForwardArgs& args = *batch[e].args;
-      Slot& slot = slots_[slot_index];
+      const Slot& slot = slots_[slot_index];
       const int C = static_cast<int>(args.commit.size());
       const int W = static_cast<int>(args.window.size());
       if (W > cuda::kMaxRows) {
@@ -291,6 +291,14 @@ class CudaBackend final : public Backend {
       if (args.anchor_row >= 0 && std::find(args.logit_rows.begin(), args.logit_rows.end(), args.anchor_row) == args.logit_rows.end()) {
         throw std::logic_error("anchor_row must be one of logit_rows");
       }
+    }
+    // Only once every entry has passed: a bad one leaves every slot's cache as it was.
+    for (size_t e = 0; e < batch.size(); ++e) {
+      const int32_t slot_index = batch[e].slot;
+      const ForwardArgs& args = *batch[e].args;
+      Slot& slot = slots_[slot_index];
+      const int C = static_cast<int>(args.commit.size());
+      const int W = static_cast<int>(args.window.size());
       tokens[e] = args.commit;
       tokens[e].insert(tokens[e].end(), args.window.begin(), args.window.end());
       slot.choices.assign(args.logit_rows.size(), cuda::TokenChoice{-1, 0.f});
