@@ -461,7 +461,8 @@ struct GemmShape {
   int adapter_rank = 0;  // > 0: a row adapter of this rank on each target of the GEMM (q, k, v / gate, up / one)
   bool adapter_window = false;  // its rule: every window row (true) or the window rows holding the mask token
   // The rows as two sequences of one forward (continuous batching, step_state.cuh), each with commit rows and a
-  // window: the adapter acts on both windows. Not for rope_qkv (its check reads one sequence's cache).
+  // window, on KV cache slots of their own at positions of their own: the adapter acts on both windows, and
+  // rope_qkv rotates each row by its sequence's position and writes K and V into its sequence's slot.
   bool two_sequences = false;
 };
 
@@ -506,11 +507,11 @@ std::string plan_name(const GemmPlan& plan) {
 // The rope_qkv epilogue's outputs against the CPU op: RoPE on the reference projections' q and k heads at
 // positions cached + t, then q (rows x H x D) and each row's k and v in cache slot cached + t of its KV head;
 // the cache slots before the forward's must keep their poison.
-void check_rope_qkv(Check& check, std::vector<float>& y, int rows, int logical_rows, int cached, int H, int KV, int D,
-                    int max_context, const DeviceArray<uint16_t>& out, const DeviceArray<uint16_t>& k_cache,
-                    const DeviceArray<uint16_t>& v_cache) {
-  std::vector<int64_t> positions(rows);
-  for (int t = 0; t < rows; ++t) positions[t] = cached + t;
+// Row t sits at `positions[t]` of KV cache slot `slots[t]` (slot_stride elements a slot); each slot's rows start at
+// its first position, before which its cache must stay as it was.
+void check_rope_qkv(Check& check, std::vector<float>& y, int rows, int logical_rows, const std::vector<int64_t>& positions,
+                    const std::vector<int>& slots, size_t slot_stride, int H, int KV, int D, int max_context,
+                    const DeviceArray<uint16_t>& out, const DeviceArray<uint16_t>& k_cache, const DeviceArray<uint16_t>& v_cache) {
   a2d::cpu::rope(y.data(), rows, logical_rows, H + KV, D, positions.data(), 1e6);
   const std::vector<uint16_t> q_got = out.download(), k_got = k_cache.download(), v_got = v_cache.download();
   std::vector<double> got, want;
@@ -521,7 +522,7 @@ void check_rope_qkv(Check& check, std::vector<float>& y, int rows, int logical_r
     }
     for (int h = 0; h < KV; ++h) {
       for (int d = 0; d < D; ++d) {
-        const size_t slot = (size_t(h) * max_context + cached + t) * D + d;
+        const size_t slot = slots[t] * slot_stride + (size_t(h) * max_context + positions[t]) * D + d;
         got.push_back(bf16_value(k_got[slot]));
         want.push_back(y[size_t(t) * logical_rows + (H + h) * D + d]);
         got.push_back(bf16_value(v_got[slot]));
@@ -530,8 +531,22 @@ void check_rope_qkv(Check& check, std::vector<float>& y, int rows, int logical_r
     }
   }
   check.add(got, want, kBf16Out);
-  check.require(untouched(k_got, 0, size_t(cached) * D) && untouched(v_got, 0, size_t(cached) * D),
-                "cache slots before the forward's were written");
+  for (int t = 0; t < rows; ++t) {
+    if (t > 0 && slots[t] == slots[t - 1]) continue;  // a sequence's first row: its slot's positions before it
+    const size_t first = slots[t] * slot_stride, count = size_t(positions[t]) * D;
+    check.require(untouched(k_got, first, first + count) && untouched(v_got, first, first + count),
+                  "cache positions before the forward's were written (slot " + std::to_string(slots[t]) + ")");
+  }
+}
+
+// One sequence on slot 0 at positions cached + t.
+void check_rope_qkv(Check& check, std::vector<float>& y, int rows, int logical_rows, int cached, int H, int KV, int D,
+                    int max_context, const DeviceArray<uint16_t>& out, const DeviceArray<uint16_t>& k_cache,
+                    const DeviceArray<uint16_t>& v_cache) {
+  std::vector<int64_t> positions(rows);
+  for (int t = 0; t < rows; ++t) positions[t] = cached + t;
+  check_rope_qkv(check, y, rows, logical_rows, positions, std::vector<int>(rows, 0), 0, H, KV, D, max_context, out, k_cache,
+                 v_cache);
 }
 
 void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, const std::vector<int>& row_counts,
@@ -618,7 +633,6 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
   DeviceArray<uint16_t> norm_device(norm.bits);
 
   const int tiles = ceil_div(layout.n_rows, kGemmTileRows);
-  const int kv_rows = s.heads > 0 ? s.kv_heads * s.head_dim : 0;
   const int cached = 29;
   const int max_context = cached + kMaxRows + 3;
   for (int rows : row_counts) {
@@ -716,7 +730,8 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
       logits.poison();
       DeviceArray<ArgmaxPartial> partials(size_t(tiles) * kMaxRows);
       partials.poison();
-      DeviceArray<uint16_t> k_cache(size_t(std::max(1, s.kv_heads)) * max_context * std::max(1, s.head_dim));
+      const size_t slot_stride = size_t(std::max(1, s.kv_heads)) * max_context * std::max(1, s.head_dim);
+      DeviceArray<uint16_t> k_cache((s.two_sequences ? 2 : 1) * slot_stride);
       DeviceArray<uint16_t> v_cache(k_cache.size());
       k_cache.poison();
       v_cache.poison();
@@ -732,6 +747,7 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
         g.q_out = as_bf16(out);
         g.k_cache = as_bf16(k_cache);
         g.v_cache = as_bf16(v_cache);
+        g.kv_slot_stride = slot_stride;
       } else if (s.epilogue == GemmEpilogue::residual_add) {
         g.residual_out = residual_out.get();
         g.ssq_out = ssq_out.get();
@@ -839,7 +855,18 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
         check.add(sg, sw, kSumOfSquares);
       } else if (s.epilogue == GemmEpilogue::rope_qkv) {
         // RoPE (the CPU op) on the q and k heads at positions cached + t, then q for attention and k, v in the cache.
-        check_rope_qkv(check, y, rows, logical_rows, cached, s.heads, s.kv_heads, s.head_dim, max_context, out, k_cache, v_cache);
+        std::vector<int64_t> positions(rows);
+        std::vector<int> slots(rows, 0);
+        for (int t = 0; t < rows; ++t) {
+          positions[t] = cached + t;
+          if (s.two_sequences) {
+            const int e = state.row_entry[t];
+            positions[t] = state.entry_cached[e] + t - state.entry_row0[e];
+            slots[t] = state.entry_slot[e];
+          }
+        }
+        check_rope_qkv(check, y, rows, logical_rows, positions, slots, slot_stride, s.heads, s.kv_heads, s.head_dim,
+                       max_context, out, k_cache, v_cache);
       } else {
         // logits[t][n] for the mapped rows, then reveal_argmax over the GEMM's partials: the token must be one
         // whose reference logit is the top one (within the logits' tolerance), never the mask token, and its
@@ -920,6 +947,10 @@ void decode_gemm_cases(Table& table, ThreadPool& pool) {
              {6, 24}, 2010);
   gemm_cases(table, pool, {"2B gate_up+window-adapter r64", GemmEpilogue::silu_mul, 2048, 6144, 0, 0, 0, false, 64, true, true}, false,
              {10, 40}, 2011);
+  // The fused RoPE epilogue of two sequences: each row at its own sequence's position, K and V into its slot.
+  gemm_cases(table, pool, {"2B qkv+window-adapter r64", GemmEpilogue::rope_qkv, 2048, 0, 16, 2, 128, false, 64, true, true}, false,
+             {10, 40}, 2012);
+  gemm_cases(table, pool, {"odd h3/1 d64 k200", GemmEpilogue::rope_qkv, 200, 0, 3, 1, 64, false, 0, false, true}, false, {6, 33}, 2013);
 }
 
 // ------------------------------------------------------------------------------------------- prefill GEMM
