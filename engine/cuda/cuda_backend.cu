@@ -255,44 +255,20 @@ class CudaBackend final : public Backend {
     size_t logits;
   };
 
-  // Every entry checked first; then the leading parts of each sequence alone (the prefill kernels for long commits before its first logits row,
-  // then commit-only forwards of kMaxRows rows), then the last parts of all, packed into forwards of at most
-  // kMaxRows rows in the batch's order. Collects every logits row's choice into its slot, and the fp32 logits of an
-  // entry whose destination is set.
+  // Every entry checked first (check_batch, and the window's bound); then the leading parts of each sequence alone
+  // (the prefill kernels for long commits before its first logits row, then commit-only forwards of kMaxRows rows),
+  // then the last parts of all, packed into forwards of at most kMaxRows rows in the batch's order. Collects every
+  // logits row's choice into its slot, and the fp32 logits of an entry whose destination is set.
   void run(const std::vector<SlotForward>& batch, const std::vector<float*>& destinations) {
-    std::vector<bool> taken(slots_.size(), false);
-    std::vector<std::vector<int32_t>> tokens(batch.size());
-    std::vector<Part> last_parts;
-    for (size_t e = 0; e < batch.size(); ++e) {
-      const int32_t slot_index = batch[e].slot;
-      if (slot_index < 0 || slot_index >= max_batch() || taken[slot_index]) {
-        throw std::logic_error("forward_batch: slot " + std::to_string(slot_index) + " is not a free slot of 0.." +
-                               std::to_string(max_batch() - 1));
-      }
-      taken[slot_index] = true;
-      const ForwardArgs& args = *batch[e].args;
-      const Slot& slot = slots_[slot_index];
-      const int C = static_cast<int>(args.commit.size());
-      const int W = static_cast<int>(args.window.size());
-      if (W > cuda::kMaxRows) {
+    check_batch(batch);
+    for (const SlotForward& entry : batch) {
+      if (entry.args->window.size() > static_cast<size_t>(cuda::kMaxRows)) {
         throw std::runtime_error("the CUDA backend runs blocks of up to " + std::to_string(cuda::kMaxRows) +
-                                 " tokens; got a window of " + std::to_string(W));
-      }
-      if (slot.cached + C + W > max_context()) {
-        throw std::runtime_error("forward needs " + std::to_string(slot.cached + C + W) +
-                                 " positions, more than the engine's context of " + std::to_string(max_context()));
-      }
-      for (size_t i = 1; i < args.logit_rows.size(); ++i) {
-        if (args.logit_rows[i] <= args.logit_rows[i - 1]) throw std::runtime_error("logit_rows must be ascending row indices");
-      }
-      if (!args.logit_rows.empty() && (args.logit_rows.front() < 0 || args.logit_rows.back() >= C + W)) {
-        throw std::runtime_error("forward: logit row out of range");
-      }
-      if (args.anchor_row >= 0 && std::find(args.logit_rows.begin(), args.logit_rows.end(), args.anchor_row) == args.logit_rows.end()) {
-        throw std::logic_error("anchor_row must be one of logit_rows");
+                                 " tokens; got a window of " + std::to_string(entry.args->window.size()));
       }
     }
-    // Only once every entry has passed: a bad one leaves every slot's cache as it was.
+    std::vector<std::vector<int32_t>> tokens(batch.size());
+    std::vector<Part> last_parts;
     for (size_t e = 0; e < batch.size(); ++e) {
       const int32_t slot_index = batch[e].slot;
       const ForwardArgs& args = *batch[e].args;

@@ -35,6 +35,35 @@ void Backend::reset_slot(int32_t slot) {
   reset_cache();
 }
 
+void Backend::check_batch(const std::vector<SlotForward>& batch) const {
+  std::vector<bool> taken(static_cast<size_t>(max_batch()), false);
+  for (const SlotForward& entry : batch) {
+    if (entry.slot < 0 || entry.slot >= max_batch() || taken[entry.slot]) {
+      throw std::logic_error("forward_batch: slot " + std::to_string(entry.slot) + " is not a free slot of 0.." +
+                             std::to_string(max_batch() - 1));
+    }
+    taken[entry.slot] = true;
+    const ForwardArgs& args = *entry.args;
+    const int64_t n = slot_len(entry.slot);
+    const int64_t T = static_cast<int64_t>(args.commit.size() + args.window.size());
+    if (n + T > max_context()) {
+      throw std::runtime_error("forward of " + std::to_string(T) + " tokens after " + std::to_string(n) +
+                               " cached exceeds the engine's context of " + std::to_string(max_context()));
+    }
+    for (size_t i = 0; i < args.logit_rows.size(); ++i) {
+      const int32_t row = args.logit_rows[i];
+      if (row < 0 || row >= T) {
+        throw std::runtime_error("logits row " + std::to_string(row) + " is outside the forward's " + std::to_string(T) +
+                                 " rows");
+      }
+      if (i > 0 && row <= args.logit_rows[i - 1]) throw std::runtime_error("logit_rows must be ascending row indices");
+    }
+    if (args.anchor_row >= 0 && std::find(args.logit_rows.begin(), args.logit_rows.end(), args.anchor_row) == args.logit_rows.end()) {
+      throw std::logic_error("anchor_row must be one of logit_rows");
+    }
+  }
+}
+
 void Backend::forward_batch(const std::vector<SlotForward>& batch, float* logits) {
   if (batch.size() != 1 || batch.front().slot != 0) {
     throw std::logic_error("this backend runs one sequence per forward (max_batch 1)");

@@ -116,6 +116,11 @@ class Backend {
  protected:
   Backend(const ModelConfig& config, int64_t max_context) : config_(config), max_context_(max_context) {}
 
+  // What every forward_batch checks before it runs anything, so that a bad entry leaves every slot's cache as it
+  // was: each slot one of 0..max_batch()-1 and used once, every entry within the context, its logit_rows ascending
+  // rows of its forward and its anchor_row one of them (or -1).
+  void check_batch(const std::vector<SlotForward>& batch) const;
+
   // The host path of step and step_batch: forward_batch into host buffers, the anchor rows, the host reveal rule.
   std::vector<StepResult> host_steps(const std::vector<SlotForward>& batch);
 

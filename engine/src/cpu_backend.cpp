@@ -71,27 +71,10 @@ class CpuBackend final : public Backend {
     rows_.assign(E, 0);
     first_.assign(E + 1, 0);
     logit_counts_.assign(E, 0);
-    std::vector<bool> taken(slots_.size(), false);
+    check_batch(batch);
     for (size_t e = 0; e < E; ++e) {
-      const SlotForward& entry = batch[e];
-      if (entry.slot < 0 || entry.slot >= max_batch() || taken[entry.slot]) {
-        throw std::logic_error("forward_batch: slot " + std::to_string(entry.slot) + " is not a free slot of 0.." +
-                               std::to_string(max_batch() - 1));
-      }
-      taken[entry.slot] = true;
-      const ForwardArgs& args = *entry.args;
-      const int64_t n = slots_[entry.slot].cached;
+      const ForwardArgs& args = *batch[e].args;
       const int64_t T = static_cast<int64_t>(args.commit.size() + args.window.size());
-      if (n + T > max_context()) {
-        throw std::runtime_error("forward of " + std::to_string(T) + " tokens after " + std::to_string(n) +
-                                 " cached exceeds the engine's context of " + std::to_string(max_context()));
-      }
-      for (int32_t row : args.logit_rows) {
-        if (row < 0 || row >= T) {
-          throw std::runtime_error("logits row " + std::to_string(row) + " is outside the forward's " +
-                                   std::to_string(T) + " rows");
-        }
-      }
       rows_[e] = T;
       first_[e + 1] = first_[e] + T;
       logit_counts_[e] = static_cast<int64_t>(args.logit_rows.size());
