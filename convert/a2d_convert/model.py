@@ -16,6 +16,7 @@ backend to the same math.
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Sequence
 
@@ -206,7 +207,9 @@ class StaticKV:
     addresses from one token to the next and can be replayed from a CUDA graph (distill.greedy_static)."""
 
     def __init__(self, k: torch.Tensor, v: torch.Tensor, owner: "StaticCache") -> None:
-        self.k, self.v, self.owner = k, v, owner
+        # The owner by a weak proxy: a strong one would make a cycle (owner.layers -> self -> owner) that only
+        # the cyclic collector frees, so a loop of large batches (distill) held every earlier batch's cache.
+        self.k, self.v, self.owner = k, v, weakref.proxy(owner)
 
     def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         slots = self.owner.write_slots

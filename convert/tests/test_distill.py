@@ -210,6 +210,36 @@ def greedy_alone(model, prompt: list[int], max_new_tokens: int) -> list[int]:
     return ids[len(prompt):]
 
 
+def test_a_batch_cache_is_freed_when_its_answers_return(monkeypatch):
+    """Each greedy_static call frees its KV cache as it returns, without the cyclic collector: distill runs one
+    large batch after another, and a cache held until a collection (the cache and its layers referring to each
+    other) kept several batches' caches in GPU memory at once."""
+    import gc
+    import weakref
+
+    from a2d_convert import model as reference
+
+    made = []
+    init = reference.StaticCache.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(weakref.ref(self))
+
+    monkeypatch.setattr(reference.StaticCache, "__init__", record)
+    model = random_gqa_model(2)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for n in (3, 6):
+            gen.greedy_static(model, [[5, 9, 14][:n % 3 + 1], [7] * n], 20, set(), pad_id=0, graph=False, with_confidence=True)
+        alive = sum(ref() is not None for ref in made)
+    finally:
+        if enabled:
+            gc.enable()
+    assert made and alive == 0
+
+
 def test_greedy_answers_carry_the_probability_of_each_token():
     """greedy_static(with_confidence=True): beside each answer, the softmax probability the model gave each of its
     tokens, as decoding the prompt alone computes it; cut after EOS with the answer."""
