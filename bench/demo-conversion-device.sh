@@ -11,11 +11,11 @@
 # A later call on the same warm machine resumes: /root/w keeps the base, the data and the run, so it
 # continues training from the last checkpoint (TRAIN_S seconds) and with PROBES=1 ends with
 # evaluate-probes on the GPU and the final export. Knobs: CALL_S (default 570), and any of the recipe's
-# (defaults here: DISTILL_N=40000 DISTILL_SAMPLES=0 DISTILL_BATCH=4096 DISTILL_SLOTS=1600000 DISTILL_S=150 STEPS=400
+# (defaults here: DISTILL_N=40000 DISTILL_SAMPLES=0 DISTILL_BATCH=4096 DISTILL_SLOTS=400000 DISTILL_S=150 STEPS=400
 # LR=8e-4 SAVE_EVERY=50 PROBES=0 PROBES_PER_FAMILY=16 PROBE_TOKENS=48 THRESHOLDS=0.3,0.5,0.7,0.9 PROBE_BATCH=512
 # AC=0 MICRO_ROWS=32; batches of 2,048 rows made 83 k tokens/s on an H200 where 1,024 made 67 k, and 4,096 rows ran
-# out of memory on the batch of the longest prompts (bench/NOTES.md, conversion 20): 4,096 rows bounded to 1.6 M cache
-# slots, about 70 GB at the 135M's 23 KB a slot).
+# out of memory on the batch of the longest prompts (bench/NOTES.md, conversion 20). 4,096 rows bounded to 400 k cache
+# slots peaked at 67 GB (conversion 21, while each batch's cache still outlived it; 1 M slots ran out of memory then).)
 # VARIANTS (below) trains several configurations side by side (spread over the GPUs in turn, several on one
 # GPU when there are more variants than GPUs: a 135M model leaves most of an H200 idle) and lets the probes
 # choose.
@@ -31,7 +31,7 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader
 gpus=$(nvidia-smi -L | wc -l)
 export SOURCE=/root/base.gguf WORK=/root/w OUT DEADLINE=$(( start + ${CALL_S:-570} ))
 export NGPU=${NGPU:-$gpus} DISTILL_N=${DISTILL_N:-40000} DISTILL_SAMPLES=${DISTILL_SAMPLES:-0}
-export DISTILL_BATCH=${DISTILL_BATCH:-4096} DISTILL_SLOTS=${DISTILL_SLOTS:-1600000} DISTILL_S=${DISTILL_S:-150} STEPS=${STEPS:-400} LR=${LR:-8e-4}
+export DISTILL_BATCH=${DISTILL_BATCH:-4096} DISTILL_SLOTS=${DISTILL_SLOTS:-400000} DISTILL_S=${DISTILL_S:-150} STEPS=${STEPS:-400} LR=${LR:-8e-4}
 export SAVE_EVERY=${SAVE_EVERY:-50} PROBES=${PROBES:-0} PROBES_PER_FAMILY=${PROBES_PER_FAMILY:-16}
 export PROBE_TOKENS=${PROBE_TOKENS:-48} THRESHOLDS=${THRESHOLDS:-0.3,0.5,0.7,0.9} PROBE_BATCH=${PROBE_BATCH:-512}
 # An H200 holds a 135M model's activations for 32 rows of 3 x 512 positions without checkpointing (47 GB):
