@@ -188,8 +188,53 @@ __device__ __forceinline__ uint32_t low_rank_b_pair(const GemmParams& p, int row
   return lo | (hi << 16);
 }
 
+// At most this many token columns, a tile's B t sums go to lane groups (add_low_rank_by_lanes), more to the tensor
+// cores: with 8 or fewer an mma's token block is mostly padding and one warp of the team would do all of it (run
+// 110: the tensor-core sums made the 2B's block-4 forward 3.8 ms against 3.2 with lane groups, block 32 7.8 against
+// 10.0).
+constexpr int kLowRankLaneColumns = 8;
+
+// tile_sum[r][t] += sum_i B[row][i] t[t][offset(row) + i] for few token columns: each (row, token) pair summed by a
+// group of lanes, 8 rank values a lane with 16-byte loads (B from global memory, t from L2, all issued in one round),
+// the group reduced with shuffles. Every lane of the team takes the same trip count.
+template <int kCols>
+__device__ __forceinline__ void add_low_rank_by_lanes(const GemmParams& p, int tile, float (*tile_sum)[kCols + 1],
+                                                      int active_cols, int rank, int team) {
+  const int R = p.adapter_rank;
+  const int chunks = (R + 7) / 8;
+  int lanes = 1;  // a power of two, at most 32: the groups line up with the warps' lanes
+  while (lanes < chunks && lanes < 32) lanes *= 2;
+  const int items = kGemmTileRows * active_cols * lanes;
+  for (int base = 0; base < items; base += team) {
+    const int e = base + rank;
+    const int pair = e / lanes, lane_in_pair = e % lanes;
+    const int r = pair % kGemmTileRows, t = pair / kGemmTileRows;
+    const int row = tile * kGemmTileRows + r;
+    float sum = 0.f;
+    if (e < items && row < p.n_rows) {
+      const bf16* b = p.adapter_b + static_cast<size_t>(row) * R;
+      const float* tv = p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank + p.adapter_offset[row];
+      for (int c = lane_in_pair; c < chunks; c += lanes) {
+        const int i = 8 * c;
+        if (R % 8 == 0) {  // then t's rows and offsets are multiples of 8 floats too: 16-byte loads
+          const uint4 bv = __ldg(reinterpret_cast<const uint4*>(b + i));
+          const float4 t0 = __ldcg(reinterpret_cast<const float4*>(tv + i));
+          const float4 t1 = __ldcg(reinterpret_cast<const float4*>(tv + i + 4));
+          const float2 b0 = unpack_bf16(bv.x), b1 = unpack_bf16(bv.y), b2 = unpack_bf16(bv.z), b3 = unpack_bf16(bv.w);
+          sum += b0.x * t0.x + b0.y * t0.y + b1.x * t0.z + b1.y * t0.w + b2.x * t1.x + b2.y * t1.y + b3.x * t1.z + b3.y * t1.w;
+        } else {
+          for (int j = i; j < min(i + 8, R); ++j) sum += __bfloat162float(b[j]) * __ldcg(tv + j);
+        }
+      }
+    }
+    for (int offset = lanes / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (e < items && lane_in_pair == 0 && row < p.n_rows) tile_sum[r][t] += sum;
+  }
+}
+
 // tile_sum[r][t] += sum_i B[row][i] t[t][offset(row) + i] for the tile's rows and active token columns, once the
-// adapter tiles have written t. Warp w of the team takes the token blocks w, w + warps, ...: an m16n8k16 mma per
+// adapter tiles have written t (more than kLowRankLaneColumns of them: on tensor cores; else by lane groups).
+// Warp w of the team takes the token blocks w, w + warps, ...: an m16n8k16 mma per
 // 16 rank values with B's 16 rows as the A operand and t's 8 token columns as the B operand, t split into a bf16
 // high part and the bf16 of the rest (fp32-grade products: B is bf16 already). Rows of one tile may belong to
 // different targets (gate rows 0..7 and up rows 8..15): one pass of mmas per distinct offset, the other rows'
@@ -203,6 +248,10 @@ __device__ __forceinline__ void add_low_rank(const GemmParams& p, int tile, floa
     __threadfence();
   }
   sync();
+  if (active_cols <= kLowRankLaneColumns) {
+    add_low_rank_by_lanes<kCols>(p, tile, tile_sum, active_cols, rank, team);
+    return;
+  }
   const int lane = rank % 32, g = lane / 4, c = lane % 4;
   const int row_lo = tile * kGemmTileRows + g, row_hi = row_lo + 8;
   const bool has_lo = row_lo < p.n_rows, has_hi = row_hi < p.n_rows;

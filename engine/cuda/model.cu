@@ -130,18 +130,7 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   startup_.weight_bytes = weight_arena_elements_ * 2;
   allocate_adapters();
 
-  // KV cache and RoPE table for the whole context: as many slots as were asked for and fit, leaving room for the
-  // activations and graphs that follow (a few hundred MB) and some to spare.
   if (s.kv_slots < 1 || s.kv_slots > kMaxRows) throw std::runtime_error("kv_slots must be 1.." + std::to_string(kMaxRows));
-  kv_slot_elements_ = int64_t(s.kv_heads) * s.max_context * head_dim_padded_;
-  const size_t slot_bytes = size_t(2) * s.layers * kv_slot_elements_ * sizeof(bf16);
-  size_t free_bytes = 0, total_bytes = 0;
-  A2D_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const size_t reserve = (size_t(1) << 30) + total_bytes / 32;
-  const size_t fitting = free_bytes > reserve ? (free_bytes - reserve) / slot_bytes : 0;
-  slots_ = static_cast<int>(std::max<size_t>(1, std::min<size_t>(s.kv_slots, fitting)));
-  kv_elements_ = int64_t(2) * s.layers * slots_ * kv_slot_elements_;
-  kv_cache_ = device_alloc<bf16>(kv_elements_, stream_);
   rope_table_ = device_alloc<float2>(size_t(s.max_context) * (s.head_dim / 2), stream_);
   fill_rope_table(rope_table_, s.max_context, s.head_dim, s.rope_theta, stream_);
 
@@ -172,7 +161,6 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   attention_partial_o_ = device_alloc<float>(partial_slots * head_dim_padded_, stream_);
   attention_partial_ml_ = device_alloc<float2>(partial_slots, stream_);
   logits_ = device_alloc<float>(size_t(kMaxRows) * s.vocab, stream_);
-  anchor_logits_ = device_alloc<float>(size_t(slots_) * s.vocab, stream_);
   argmax_partials_ = device_alloc<ArgmaxPartial>(size_t(vocab_tiles_) * kMaxRows, stream_);
   choices_ = device_alloc<TokenChoice>(kMaxRows, stream_);
   options_.gemm.sm_count = sm_count_;
@@ -189,6 +177,19 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
     A2D_CUDA_CHECK(cudaMalloc(&staging_device_[i], kStagingBytes));
     A2D_CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_[i], cudaEventDisableTiming));
   }
+
+  // KV cache for the whole context, last: as many slots as were asked for and fit beside everything above, leaving
+  // room for the graphs that follow and some to spare (a GPU shared with other processes).
+  kv_slot_elements_ = int64_t(s.kv_heads) * s.max_context * head_dim_padded_;
+  const size_t slot_bytes = size_t(2) * s.layers * (kv_slot_elements_ * sizeof(bf16)) + size_t(s.vocab) * sizeof(float);
+  size_t free_bytes = 0, total_bytes = 0;
+  A2D_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const size_t reserve = (size_t(1) << 30) + total_bytes / 32;
+  const size_t fitting = free_bytes > reserve ? (free_bytes - reserve) / slot_bytes : 0;
+  slots_ = static_cast<int>(std::max<size_t>(1, std::min<size_t>(s.kv_slots, fitting)));
+  kv_elements_ = int64_t(2) * s.layers * slots_ * kv_slot_elements_;
+  kv_cache_ = device_alloc<bf16>(kv_elements_, stream_);
+  anchor_logits_ = device_alloc<float>(size_t(slots_) * s.vocab, stream_);
   A2D_CUDA_CHECK(cudaStreamSynchronize(stream_));
   startup_.context_s = now_s() - started;
 }
