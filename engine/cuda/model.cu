@@ -197,6 +197,7 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
 DeviceModel::~DeviceModel() {
   // Errors are ignored here: a destructor must not throw, and the process may be tearing down the context.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  release_prefill_events();
   for (auto& bucket : graphs_) {
     for (CapturedForward& captured : bucket) {
       if (captured.exec != nullptr) cudaGraphExecDestroy(captured.exec);

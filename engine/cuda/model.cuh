@@ -123,6 +123,14 @@ struct StartupTimes {
   int64_t weight_bytes = 0;
 };
 
+// GPU time of prefill calls by kernel kind, summed over the calls since timing was switched on
+// (DeviceModel::time_prefill; engine/bench/prefill_check.cu prints it per call).
+struct PrefillTimes {
+  enum Kind { embed_norms, qkv, attention, o, gate_up, down, kinds };
+  std::array<double, kinds> ms{};
+  int calls = 0;
+};
+
 class DeviceModel {
  public:
   DeviceModel(const ModelShape& shape, const ModelOptions& options);
@@ -150,6 +158,11 @@ class DeviceModel {
   // positions cached.. of slot `slot`, and no logits are computed. Commit rows only: a row adapter acts on none of them.
   void prefill(int slot, int cached, const int32_t* tokens, int rows);
   int prefill_rows() const { return prefill_capacity_; }
+  // Times every kernel of the prefill calls that follow by kind (an event pair around each), until switched off;
+  // prefill_times() synchronizes and returns the sums since the last switch on. For benchmarks: it costs a launch
+  // pair per kernel.
+  void time_prefill(bool on);
+  PrefillTimes prefill_times();
   // Keeps logits row `index` of the last forward on the device as slot `slot`'s anchor (the next block's anchor row).
   void keep_anchor(int slot, int index);
   void copy_anchor_logits(int slot, float* host);
@@ -305,6 +318,15 @@ class DeviceModel {
   size_t prefill_split_partial_floats_ = 0;
   int* prefill_split_counters_ = nullptr;  // zero between launches
   int prefill_split_counter_count_ = 0;
+  // time_prefill: each timed kernel's kind and event pair, and the calls since it was switched on.
+  struct PrefillEvent {
+    int kind;
+    cudaEvent_t start, stop;
+  };
+  bool prefill_timing_ = false;
+  std::vector<PrefillEvent> prefill_events_;
+  int prefill_timed_calls_ = 0;
+  void release_prefill_events();
 
   // Host-to-device staging: two pinned buffers and their device twins, alternated.
   static constexpr size_t kStagingBytes = size_t(64) << 20;

@@ -101,6 +101,18 @@ void DeviceModel::prefill(int slot, int cached, const int32_t* tokens, int rows)
   A2D_CUDA_CHECK(cudaMemcpyAsync(prefill_state_, prefill_state_host_, sizeof(StepState), cudaMemcpyHostToDevice, stream_));
 
   cudaStream_t st = stream_;
+  // time_prefill: an event pair around each kernel, by kind.
+  auto timed = [&](int kind, auto&& launch_kernel) {
+    if (!prefill_timing_) return launch_kernel();
+    PrefillEvent e{kind, nullptr, nullptr};
+    A2D_CUDA_CHECK(cudaEventCreate(&e.start));
+    A2D_CUDA_CHECK(cudaEventCreate(&e.stop));
+    A2D_CUDA_CHECK(cudaEventRecord(e.start, st));
+    launch_kernel();
+    A2D_CUDA_CHECK(cudaEventRecord(e.stop, st));
+    prefill_events_.push_back(e);
+  };
+  if (prefill_timing_) ++prefill_timed_calls_;
   // This slot's K and V of layer 0; a layer's slots lie one after another (model.cu, enqueue_forward).
   const int64_t kv_layer = int64_t(slots_) * kv_slot_elements_;
   bf16* k_cache = kv_cache_ + kv_slot_elements_ * slot;
@@ -117,13 +129,13 @@ void DeviceModel::prefill(int slot, int cached, const int32_t* tokens, int rows)
     return g;
   };
 
-  embed_tokens(embed_, s.hidden, prefill_tokens_, rows, prefill_residual_, st);
+  timed(PrefillTimes::embed_norms, [&] { embed_tokens(embed_, s.hidden, prefill_tokens_, rows, prefill_residual_, st); });
   for (int l = 0; l < s.layers; ++l) {
     const LayerWeights& L = layers_[l];
     bf16* layer_k = k_cache + kv_layer * l;
     bf16* layer_v = v_cache + kv_layer * l;
 
-    rmsnorm_prefill(prefill_residual_, s.hidden, L.input_norm, s.rms_eps, rows, prefill_normed_, st);
+    timed(PrefillTimes::embed_norms, [&] { rmsnorm_prefill(prefill_residual_, s.hidden, L.input_norm, s.rms_eps, rows, prefill_normed_, st); });
     PrefillGemmParams qkv = gemm_params(L.qkv, qkv_rows_, qkv_rows_, s.hidden, prefill_normed_, s.hidden);
     qkv.bias = s.qkv_bias ? L.qkv_bias : nullptr;
     if (fused_rope_) {
@@ -136,14 +148,16 @@ void DeviceModel::prefill(int slot, int cached, const int32_t* tokens, int rows)
       qkv.q_out = prefill_q_;
       qkv.k_cache = layer_k;
       qkv.v_cache = layer_v;
-      prefill_gemm(qkv, PrefillEpilogue::rope_qkv);
+      timed(PrefillTimes::qkv, [&] { prefill_gemm(qkv, PrefillEpilogue::rope_qkv); });
     } else {
       // QK-norm or padded heads: the QKV rows in plain order, then the rope kernel (as enqueue_forward does).
       qkv.out = prefill_qkv_;
       qkv.out_stride = qkv_rows_;
-      prefill_gemm(qkv, PrefillEpilogue::store_bf16);
       const RopeParams rp = rope_params(L, prefill_qkv_, prefill_state_, prefill_q_, layer_k, layer_v);
-      rope(rp, rows, st, false);
+      timed(PrefillTimes::qkv, [&] {
+        prefill_gemm(qkv, PrefillEpilogue::store_bf16);
+        rope(rp, rows, st, false);
+      });
     }
 
     PrefillAttentionParams ap{};
@@ -159,25 +173,53 @@ void DeviceModel::prefill(int slot, int cached, const int32_t* tokens, int rows)
     ap.cached = cached;
     ap.rows = rows;
     ap.out = prefill_attention_;
-    attention_prefill(ap, st);
+    timed(PrefillTimes::attention, [&] { attention_prefill(ap, st); });
 
     PrefillGemmParams o = gemm_params(L.o, s.hidden, s.hidden, s.heads * s.head_dim, prefill_attention_, s.heads * s.head_dim);
     o.bias = s.o_bias ? L.o_bias : nullptr;
     o.residual = prefill_residual_;
     o.out_stride = s.hidden;
-    prefill_gemm(o, PrefillEpilogue::residual_add);
+    timed(PrefillTimes::o, [&] { prefill_gemm(o, PrefillEpilogue::residual_add); });
 
-    rmsnorm_prefill(prefill_residual_, s.hidden, L.post_norm, s.rms_eps, rows, prefill_normed_, st);
+    timed(PrefillTimes::embed_norms, [&] { rmsnorm_prefill(prefill_residual_, s.hidden, L.post_norm, s.rms_eps, rows, prefill_normed_, st); });
     PrefillGemmParams gate_up = gemm_params(L.gate_up, gate_up_rows_, s.intermediate, s.hidden, prefill_normed_, s.hidden);
     gate_up.out = prefill_act_;
     gate_up.out_stride = s.intermediate;
-    prefill_gemm(gate_up, PrefillEpilogue::silu_mul);
+    timed(PrefillTimes::gate_up, [&] { prefill_gemm(gate_up, PrefillEpilogue::silu_mul); });
 
     PrefillGemmParams down = gemm_params(L.down, s.hidden, s.hidden, s.intermediate, prefill_act_, s.intermediate);
     down.residual = prefill_residual_;
     down.out_stride = s.hidden;
-    prefill_gemm(down, PrefillEpilogue::residual_add);
+    timed(PrefillTimes::down, [&] { prefill_gemm(down, PrefillEpilogue::residual_add); });
   }
+}
+
+void DeviceModel::release_prefill_events() {
+  for (const PrefillEvent& e : prefill_events_) {
+    cudaEventDestroy(e.start);
+    cudaEventDestroy(e.stop);
+  }
+  prefill_events_.clear();
+  prefill_timed_calls_ = 0;
+}
+
+void DeviceModel::time_prefill(bool on) {
+  A2D_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  release_prefill_events();
+  prefill_timing_ = on;
+}
+
+PrefillTimes DeviceModel::prefill_times() {
+  A2D_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  PrefillTimes times;
+  for (const PrefillEvent& e : prefill_events_) {
+    float ms = 0;
+    A2D_CUDA_CHECK(cudaEventElapsedTime(&ms, e.start, e.stop));
+    times.ms[e.kind] += ms;
+  }
+  times.calls = prefill_timed_calls_;
+  release_prefill_events();
+  return times;
 }
 
 }  // namespace a2d::cuda
