@@ -23,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "convert"))
 from a2d_convert.config import load_config  # noqa: E402
+from a2d_convert.decode import choose_token  # noqa: E402
 from a2d_convert.model import BlockForward, load_transformer  # noqa: E402
 from a2d_convert.prompts import load_prompt_codec  # noqa: E402
 
@@ -61,23 +62,19 @@ def main() -> int:
         for p in range(len(answer)):
             context = prompt + answer[:p]
             for state, first in (("all masked", 0), ("first revealed", 1)):
-                if first and p >= len(answer):
-                    continue
                 window = [context[-1]] + answer[p : p + first] + [mask] * (B - first)
                 offsets = [j for j in range(first, B) if p + j < len(answer)]
                 if not offsets:
                     continue
                 with torch.no_grad():
-                    logits = BlockForward(model)(context[:-1], window, [len(context) - 1 + j for j in offsets]).clone()
-                logits[:, mask] = float("-inf")
-                probs = torch.softmax(logits.double(), dim=-1)
-                confidence, token = probs.max(dim=-1)
+                    logits = BlockForward(model)(context[:-1], window, [len(context) - 1 + j for j in offsets]).numpy()
                 for i, j in enumerate(offsets):
-                    c = float(confidence[i])
+                    # The decoder's own choice and confidence at temperature 0 (what its threshold compares).
+                    token, c = choose_token(logits[i], mask, 0.0, 1.0, None)
                     b = next(k for k in range(len(BINS) - 1) if c < BINS[k + 1])
                     cell = counts[state][j][b]
                     cell[0] += 1
-                    cell[1] += int(int(token[i]) == answer[p + j])
+                    cell[1] += int(token == answer[p + j])
         print(f"\r{n + 1}/{len(rows)} answers", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     labels = [f"{BINS[k]:.1f}-{min(BINS[k + 1], 1.0):.1f}" for k in range(len(BINS) - 1)]
