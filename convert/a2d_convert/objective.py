@@ -308,10 +308,10 @@ def causal_segment_mask(segment_ids: torch.Tensor) -> torch.Tensor:
     return (same & (idx[:, None] >= idx[None, :])) | torch.eye(L, dtype=torch.bool, device=segment_ids.device)[None]
 
 
-def _chunk_terms(head, hidden, targets, weights, teacher_hidden, teacher_head, confidence: bool, temperature: float):
+def _chunk_terms(head, hidden, targets, weights, valid, teacher_hidden, teacher_head, confidence: bool, temperature: float):
     """Sums over a chunk of target rows: weighted CE, plain CE, KL(teacher || model), and the entropy of
     softmax(logits / temperature) on the rows whose argmax is already the target (the certainty term; 0
-    unless `confidence`)."""
+    unless `confidence`). `valid` (1 or 0 per row, or None: every row) leaves padding rows out of every sum."""
     logits = head(hidden).float()
     logp = F.log_softmax(logits, dim=-1)
     ce = -logp.gather(1, targets[:, None])[:, 0]
@@ -319,26 +319,41 @@ def _chunk_terms(head, hidden, targets, weights, teacher_hidden, teacher_head, c
     if teacher_hidden is not None:
         with torch.no_grad():
             t_logp = F.log_softmax(teacher_head(teacher_hidden).float(), dim=-1)
-        kl = (t_logp.exp() * (t_logp - logp)).sum()
+        row_kl = (t_logp.exp() * (t_logp - logp)).sum(-1)
+        kl = (row_kl if valid is None else row_kl * valid).sum()
     certainty = torch.zeros((), device=hidden.device)
     if confidence:
         soft = logp if temperature == 1.0 else F.log_softmax(logits / temperature, dim=-1)
-        entropy = -(soft.exp() * soft).sum(-1)
-        certainty = (entropy * (logp.detach().argmax(-1) == targets)).sum()
-    return (weights * ce).sum(), ce.detach().sum(), kl, certainty
+        entropy = -(soft.exp() * soft).sum(-1) * (logp.detach().argmax(-1) == targets)
+        certainty = (entropy if valid is None else entropy * valid).sum()
+    plain = ce.detach()
+    return (weights * ce).sum(), (plain if valid is None else plain * valid).sum(), kl, certainty
 
 
 def chunked_terms(head, hidden, index, targets, weights, teacher_hidden=None, teacher_index=None, teacher_head=None, chunk=4096,
                   confidence=False, temperature=1.0, terms=None):
     """Sums of `_chunk_terms` (or `terms`, its compiled form) over chunks of target rows; each chunk is
-    checkpointed so its [rows, vocab] logits live only while that chunk is computed (forward and backward)."""
+    checkpointed so its [rows, vocab] logits live only while that chunk is computed (forward and backward).
+    With `terms` every chunk is `chunk` rows, the last one padded with rows of weight 0 left out of every sum:
+    one shape, so the compiled function never recompiles mid-run. (It did once per new row count: a last chunk
+    of one row is a shape of its own, and its compile stalled a run for ten minutes, bench/NOTES.md run 117.)"""
     terms_fn = terms or _chunk_terms
     totals = [torch.zeros((), device=hidden.device) for _ in range(4)]
     for start in range(0, index.numel(), chunk):
         sl = slice(start, start + chunk)
-        t_rows = None if teacher_hidden is None else teacher_hidden[teacher_index[sl]]
+        rows, t_idx, tgt, w, valid = index[sl], None if teacher_index is None else teacher_index[sl], targets[sl], weights[sl], None
+        if terms is not None:
+            n = rows.numel()
+            pad = chunk - n
+            valid = torch.ones(chunk, device=hidden.device)
+            if pad:
+                valid[n:] = 0
+                rows, tgt = F.pad(rows, (0, pad)), F.pad(tgt, (0, pad))
+                w = F.pad(w, (0, pad))
+                t_idx = None if t_idx is None else F.pad(t_idx, (0, pad))
+        t_rows = None if teacher_hidden is None else teacher_hidden[t_idx]
         terms_out = torch.utils.checkpoint.checkpoint(
-            terms_fn, head, hidden[index[sl]], targets[sl], weights[sl], t_rows, teacher_head, confidence, temperature,
+            terms_fn, head, hidden[rows], tgt, w, valid, t_rows, teacher_head, confidence, temperature,
             use_reentrant=False,
         )
         totals = [a + b for a, b in zip(totals, terms_out)]
@@ -367,7 +382,7 @@ class Objective(nn.Module):
     def compile_terms(self) -> None:
         """The loss chunks through torch.compile: the log-softmaxes, the KL and the certainty entropy over a
         chunk's [rows, vocab] logits fused into a few passes instead of one kernel (and one fp32 tensor) each.
-        The target rows' count varies per micro-batch: dynamic in that dimension only, from the second size on.
+        Every chunk it sees has the same number of rows (chunked_terms pads the last), so it compiles once.
         The compiler's stride padding is off: with a2d's mask token the vocabulary is odd (49,152 + 1), and the
         padded logits' stride (49,216) then differed between the checkpointed chunk's forward and its recompute,
         which failed the backward's stride check on the GPU (bench/terms_padding_check.py, bench/NOTES.md)."""

@@ -242,6 +242,8 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
         checkpoint_layers(model)
     compiled = config.compile in ("on", "layers") or (config.compile == "auto" and rt.device.type == "cuda")
     if compiled:
+        # Every recompile names its cause in the log: one mid-run is a stall of seconds to minutes.
+        torch._logging.set_logs(recompiles=True)
         for layer in model.model.layers:
             layer.compile(dynamic=False)
     model.to(rt.device)

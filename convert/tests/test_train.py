@@ -301,6 +301,40 @@ def test_certainty_term_is_the_entropy_of_rows_already_right():
     assert off.item() == 0.0
 
 
+def test_compiled_loss_chunks_have_one_shape_whatever_the_row_count():
+    """With a compiled terms function every chunk is padded to the chunk's rows, so row counts whose last chunk
+    holds 1, 2 or 3 rows compile one graph (a last chunk of one row used to be a shape of its own: a mid-run
+    compile), and the padding rows change no sum and no gradient against the eager, unpadded chunks."""
+    from torch._dynamo.testing import CompileCounter
+
+    from a2d_convert.objective import _chunk_terms, chunked_terms
+
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    terms = torch.compile(_chunk_terms, backend=counter)
+    head = torch.nn.Linear(8, 11, bias=False)
+    teacher = torch.nn.Linear(8, 11, bias=False)
+    for rows in (9, 10, 7, 4):
+        hidden = torch.randn(rows + 3, 8, requires_grad=True)
+        t_hidden = torch.randn(rows + 3, 8)
+        index = torch.randperm(rows + 3)[:rows]
+        targets = torch.randint(0, 11, (rows,))
+        weights = torch.rand(rows)
+        sums = []
+        for fn in (None, terms):
+            hidden.grad = None
+            out = chunked_terms(head, hidden, index, targets, weights, t_hidden, index, teacher, chunk=4, confidence=True,
+                                temperature=0.5, terms=fn)
+            (out[0] + out[2] + out[3]).backward()
+            sums.append((torch.stack([o.detach() for o in out]), hidden.grad.clone()))
+        (eager, eager_grad), (padded, padded_grad) = sums
+        torch.testing.assert_close(padded, eager, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(padded_grad, eager_grad, rtol=1e-5, atol=1e-6)
+        assert eager[2] > 0 and eager[1] > 0
+    assert counter.frame_count == 1
+
+
 def test_run_with_every_extra_term_logs_each(workspace):
     """KL, next-token and certainty terms together: each logged per target, finite, and the run trains."""
     root, base, data = workspace

@@ -246,7 +246,7 @@ def assert_grads_close(grads, expected):
 
 def test_compiled_loss_chunks_give_the_eager_loss_and_gradients(workspace, tmp_path):
     """Objective.compile_terms (torch.compile of the loss chunks: CE, KL to the base, certainty) gives the eager
-    loss, statistics and adapter gradients; the chunk is small, so the last chunk's other size recompiles too."""
+    loss, statistics and adapter gradients; the chunk is small, so the last chunk is padded."""
     root, base, data = workspace
     arrays, _ = load_rows(data / TRAIN_FILE, 4)
     config = TrainConfig(block_size=4, batch_rows=2, window_adapter=True, lora_rank=4, mask_pattern="decoder", t_min=0.1,
