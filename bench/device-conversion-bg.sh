@@ -35,7 +35,12 @@ if [ "${MODE:-poll}" = start ]; then
     fi
     echo finished >> /root/bg/done' _ "$bg/repo" < /dev/null > /dev/null 2>&1 &
   echo $! > "$bg/pid"
-  sleep 2
+  # A recipe that fails on its arguments (a prompt count, a flag) exits within seconds: watch START_WAIT s for
+  # that, so that this call says so instead of the next poll, minutes later.
+  for _ in $(seq 1 "${START_WAIT:-30}"); do
+    grep -q "recipe exit" "$bg/done" 2>/dev/null && { tail -n 20 /root/bg/recipe.log; echo "the background job ended at once: $(head -n 1 "$bg/done")"; exit 1; }
+    sleep 1
+  done
   echo "started the background job (pid $(cat "$bg/pid")); poll with: bash bench/device-conversion-bg.sh"
   exit 0
 fi

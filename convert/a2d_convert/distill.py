@@ -350,8 +350,10 @@ def generate_batches(
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = None  # transformers' model, loaded only when a batch samples
+    loading = time.time()
     reference, _, _ = load_transformer(base, device)
     reference = reference.to(dtype)
+    print(json.dumps({"distill": label, "model_loaded_s": round(time.time() - loading, 2), "device": device}), file=sys.stderr, flush=True)
     eos = set(settings.eos_ids)
     slowest = 0.0
     for n, batch in enumerate(batches):

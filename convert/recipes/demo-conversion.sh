@@ -119,11 +119,12 @@ save_delta() {  # DIR: the delta's weights into OUT in 15 MB parts, its sha256 a
 status() { echo "$*" >> "$WORK/status.txt"; save_results; }
 trap 'save_results' EXIT
 
+# The prompts first: a count the generator cannot write fails here, in a second, not after the import.
+PROMPTS=${PROMPTS:-$WORK/prompts.jsonl}
+[ -f "$PROMPTS" ] || python3 "$here/make_prompts.py" --out "$PROMPTS" --count "$DISTILL_N"
 if [ ! -f "$WORK/base/config.json" ]; then
   stamp import; py import --source "$SOURCE" --out "$WORK/base" --force
 fi
-PROMPTS=${PROMPTS:-$WORK/prompts.jsonl}
-[ -f "$PROMPTS" ] || python3 "$here/make_prompts.py" --out "$PROMPTS" --count "$DISTILL_N"
 
 distill_source() {  # WORKERS BATCH SECONDS SLOTS
   echo "$PROMPTS,kind=distill,base=$WORK/base,name=self-distill,license=Apache-2.0,max_rows=$DISTILL_N,max_new_tokens=$DISTILL_TOKENS,temperature=0,batch_size=$2,batch_slots=$4,samples=$DISTILL_SAMPLES,sample_temperature=0.8,sample_top_p=0.95,workers=$1,time_limit_s=$3"

@@ -170,3 +170,12 @@ def test_checkpoint_probes_ship_the_checkpoint_the_probes_rank_first(tmp_path):
     assert chosen in json.dumps(lineage)
     assert "final export verified" in files["status.txt"].decode()
     assert hashlib.sha256(delta_from(out)).hexdigest() == files["delta.sha256"].decode().split()[0]
+
+
+def test_a_prompt_count_the_generator_cannot_write_fails_before_the_import(tmp_path):
+    """DISTILL_N past the prompt generator's distinct prompts stops the recipe at once with the generator's message,
+    before the base is imported (on the GPU machine that is minutes of device time saved)."""
+    status, output = run_recipe(tmp_path, tmp_path / "out", DISTILL_N="10000000", SOURCE=str(tmp_path / "no-such-base"))
+    assert status != 0
+    assert "distinct prompts can be written; ask for fewer" in output
+    assert not (tmp_path / "w" / "base").exists()
