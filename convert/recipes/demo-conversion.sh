@@ -31,7 +31,10 @@
 #   DISTILL_N, DISTILL_TOKENS, DISTILL_SAMPLES (sampled responses per prompt besides the greedy one),
 #   DISTILL_BATCH (rows per generate call), DISTILL_SLOTS (KV cache slots per generate call, rows x (longest prompt +
 #   DISTILL_TOKENS); 0: no bound), DISTILL_WORKERS (processes; 0: 2 per GPU), DISTILL_S (its time limit)
-#   STEPS (the LR schedule's length; time decides where a call stops), MINUTES (training cap per call),
+#   STEPS (the LR schedule's length; time decides where a call stops; auto: as many steps as the first training
+#   call's time holds, (its seconds - TRAIN_TAIL_S - COMPILE_S) / STEP_S, kept for the calls that resume it),
+#   STEP_S (seconds an optimizer step takes in this configuration on this GPU; needed by STEPS=auto), COMPILE_S
+#   (the compile's share of the first steps, default 45), MINUTES (training cap per call),
 #   TRAIN (0: no training this call), TRAIN_S (training seconds this call; 0: all the time left), BATCH_ROWS, MICRO_ROWS, SEQ_LEN, LR, RANK,
 #   AC (1: activation checkpointing), SAVE_EVERY, MIN_TRAIN_S (train only with this much time, default 60),
 #   TRAIN_TAIL_S (setup + final save allowance kept off the trainer's own time limit, default 75)
@@ -190,6 +193,16 @@ elif [ "$s" -ge "$MIN_TRAIN_S" ]; then
   if [ -f "$WORK/run/latest.json" ]; then
     resume=(--resume)
     done_s=$(python3 -c 'import json,sys,pathlib; r=pathlib.Path(sys.argv[1]); p=json.load(open(r/"latest.json"))["path"]; print(json.load(open(r/p/"checkpoint.json"))["progress"].get("elapsed_s", 0))' "$WORK/run")
+  fi
+  if [ "$STEPS" = auto ]; then
+    # The schedule sized once, by the first training call, so that its LR decay ends inside that call.
+    if [ ! -f "$WORK/steps.txt" ]; then
+      [ -n "${STEP_S:-}" ] || { stamp "train: STEPS=auto needs STEP_S, the seconds one optimizer step takes here (0.66 for BATCH_ROWS=128 SEQ_LEN=512 on the 135M, H200: bench/NOTES.md run 113)"; status "no STEP_S"; exit 1; }
+      python3 -c "import sys; print(max(1, int((int(sys.argv[1]) - int(sys.argv[2]) - int(sys.argv[3])) / float(sys.argv[4]))))" \
+        "$s" "$TRAIN_TAIL_S" "${COMPILE_S:-45}" "$STEP_S" > "$WORK/steps.txt"
+    fi
+    STEPS=$(cat "$WORK/steps.txt")
+    stamp "train: STEPS=auto: $STEPS steps (${STEP_S:-?} s each in $s s)"
   fi
   # Setup (processes, model, FSDP) runs before the trainer's clock starts; the last log interval, the
   # held-out evaluation and the final save come after it stops: TRAIN_TAIL_S for both.
