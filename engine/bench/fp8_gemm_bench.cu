@@ -26,34 +26,18 @@
 #include <thread>
 #include <vector>
 
+#include "bench_values.cuh"
 #include "fp8.cuh"
 #include "gemm.cuh"
 #include "weights.cuh"
 
 using namespace a2d::cuda;
+using namespace a2d::bench;
 
 namespace {
 
-__host__ __device__ inline uint64_t mix64(uint64_t z) {  // SplitMix64's finaliser
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-struct Rng {  // SplitMix64: the same inputs on every run
-  uint64_t state;
-  uint64_t next() { return mix64(state++); }
-  float uniform() { return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f); }
-};
-
-// Weight element i of a matrix, from integer operations only, so the device that fills a matrix and the host
-// that checks it agree bit for bit: a bf16 of magnitude 2^-12 .. 2^-4, or an e4m3 code whose exponent is mostly
-// 3..8 (values 2^-4 .. 2^2, as a row scaled to 448 holds) with subnormals and 448 now and then; row scales
-// (256 + u) x 2^-17, u < 256.
-__host__ __device__ inline uint16_t weight_bf16(uint64_t seed, uint64_t i) {
-  const uint64_t h = mix64(seed * 0x100000001B3ull + i);
-  return static_cast<uint16_t>((h & 0x8000) | ((115 + (h >> 16) % 8) << 7) | ((h >> 24) & 0x7f));
-}
+// Weights: bf16 from bench_values.cuh's weight_bf16, or an e4m3 code whose exponent is mostly 3..8 (values 2^-4 ..
+// 2^2, as a row scaled to 448 holds) with subnormals and 448 now and then; row scales (256 + u) x 2^-17, u < 256.
 __host__ __device__ inline uint8_t weight_code(uint64_t seed, uint64_t i) {
   const uint64_t h = mix64(seed * 0x100000001B3ull + i + 0x5555);
   const unsigned e = (h >> 8) % 64 < 60 ? 3 + (h >> 16) % 6 : (h >> 16) % 16;
@@ -64,17 +48,6 @@ __host__ __device__ inline float weight_scale(uint64_t seed, uint64_t row) {
   return static_cast<float>(256 + mix64(seed * 0x9E37ull + row) % 256) * (1.0f / 131072.0f);
 }
 
-uint16_t bf16_bits(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-float bf16_value(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float v;
-  std::memcpy(&v, &bits, 4);
-  return v;
-}
 // A finite e4m3 code's value from the format's definition (OCP FP8 E4M3: bias 7, S.1111.111 is NaN).
 double e4m3_value(uint8_t code) {
   const int e = (code >> 3) & 0xf, m = code & 7;
@@ -84,14 +57,6 @@ double e4m3_value(uint8_t code) {
 bool e4m3_finite(uint8_t code) { return (code & 0x7f) != 0x7f; }
 
 #define CHECK_CUDA(call) A2D_CUDA_CHECK(call)
-
-template <typename T>
-T* device_copy(const std::vector<T>& host) {
-  T* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, host.size() * sizeof(T)));
-  CHECK_CUDA(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
 
 // ---------------------------------------------------------------------------------------------- CODES
 

@@ -7,18 +7,33 @@
 namespace a2d::cuda {
 namespace {
 
+// The block's token rows, ring depth and blocks per SM are the engine's choice below; engine/bench/gemm_prefill_bench.cu
+// builds other values of them (-DA2D_PREFILL_BLOCK_TOKENS=64 ...) to time them against it.
+#ifndef A2D_PREFILL_BLOCK_TOKENS
+#define A2D_PREFILL_BLOCK_TOKENS 128
+#endif
+#ifndef A2D_PREFILL_STAGES
+#define A2D_PREFILL_STAGES 4
+#endif
+#ifndef A2D_PREFILL_MIN_BLOCKS
+#define A2D_PREFILL_MIN_BLOCKS 1
+#endif
 constexpr int kThreads = 256;
-constexpr int kBlockTiles = 8;              // weight tiles (16 rows each) per block: 128 rows
-constexpr int kBlockTokens = 128;           // token rows per block
-constexpr int kStageChunks = 2;             // 32-column chunks per stage: 64 k
-constexpr int kStages = 4;
+constexpr int kBlockTiles = 8;                          // weight tiles (16 rows each) per block: 128 rows
+constexpr int kBlockTokens = A2D_PREFILL_BLOCK_TOKENS;  // token rows per block
+constexpr int kStageChunks = 2;                         // 32-column chunks per stage: 64 k
+constexpr int kStages = A2D_PREFILL_STAGES;
+constexpr int kMinBlocks = A2D_PREFILL_MIN_BLOCKS;      // __launch_bounds__'s blocks per SM
+static_assert(kBlockTokens == 32 || kBlockTokens == 64 || kBlockTokens == 128, "a block's tokens: 4 warps of 8-token groups");
+static_assert(kStages >= 2, "the ring needs a stage in flight beside the one computed");
 constexpr int kChunkElements = 16 * 32;     // one chunk of one tile: 1 KiB
 constexpr int kWeightStage = kBlockTiles * kStageChunks * kChunkElements;  // bf16 per stage
 constexpr int kInputStage = kStageChunks * kBlockTokens * 32;
-constexpr int kSmemBytes = kStages * (kWeightStage + kInputStage) * 2;     // 128 KiB
-// Warp w: tiles 4 (w % 2) .. + 3 of the block, tokens 32 (w / 2) .. + 31.
+constexpr int kSmemBytes = kStages * (kWeightStage + kInputStage) * 2;     // 128 KiB (128 tokens, 4 stages)
+static_assert(kSmemBytes * kMinBlocks <= 227 * 1024, "the ring of every resident block must fit in shared memory");
+// Warp w: tiles 4 (w % 2) .. + 3 of the block, tokens kBlockTokens / 4 * (w / 2) onwards.
 constexpr int kWarpTiles = 4;
-constexpr int kWarpGroups = 4;  // groups of 8 tokens
+constexpr int kWarpGroups = kBlockTokens / 32;  // groups of 8 tokens
 // A split's partial of one output block: each thread's kWarpTiles x kWarpGroups accumulators of 4, stored as
 // float4 [tile x group][thread] so that a warp's stores and loads are contiguous.
 constexpr int kPartialQuads = kWarpTiles * kWarpGroups;
@@ -28,7 +43,7 @@ constexpr int kPartialFloats = kPartialQuads * kThreads * 4;
 __host__ __device__ int prefill_steps(int k) { return (k + kStageChunks * 32 - 1) / (kStageChunks * 32); }
 
 template <PrefillEpilogue kEpilogue>
-__global__ void __launch_bounds__(kThreads, 1) gemm_prefill_kernel(const __grid_constant__ PrefillGemmParams p) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks) gemm_prefill_kernel(const __grid_constant__ PrefillGemmParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* smem = reinterpret_cast<bf16*>(smem_raw);
   const int warp = threadIdx.x / 32;

@@ -1,0 +1,226 @@
+// The prefill GEMM's standalone harness (engine/cuda/gemm_prefill.cu), for the GPU machine: it is built once per
+// block shape (the engine's, then others through -DA2D_PREFILL_BLOCK_TOKENS / _STAGES / _MIN_BLOCKS; bench/stage-device.sh
+// builds the set as build/device/gemm_prefill_bench_<variant>), so that one call times them side by side:
+//   CHECK  each GEMM of the MiniCPM5-2B layer (qkv, o, gate_up, down) at 32, 160 and 2,048 rows, with K split as
+//          the engine plans it (prefill_split at this variant's blocks per SM) and unsplit, store_bf16 epilogue:
+//          512 sampled outputs against an fp64 reference of the same stored values (the relative error of the
+//          sampled vector at most 5e-3, bf16's rounding), and the outputs past the rows keep their poison.
+//   TIME   microseconds a GEMM at 32, 64, 160, 512 and 2,048 rows, split and unsplit: a CUDA graph of 42 launches
+//          over distinct copies of the weight (a forward's 42 layers, past the 50 MB L2), replayed 20 times.
+// Prints CHECK and TIME lines, then a table row per (GEMM, rows); exit status 1 on any failed check.
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iengine/cuda -Iengine/bench [-DA2D_PREFILL_...] \
+//     -o build/device/gemm_prefill_bench engine/bench/gemm_prefill_bench.cu engine/cuda/gemm_prefill.cu
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench_values.cuh"
+#include "gemm_prefill.cuh"
+#include "weights.cuh"
+
+#ifndef A2D_PREFILL_BLOCK_TOKENS
+#define A2D_PREFILL_BLOCK_TOKENS 128
+#endif
+#ifndef A2D_PREFILL_STAGES
+#define A2D_PREFILL_STAGES 4
+#endif
+#ifndef A2D_PREFILL_MIN_BLOCKS
+#define A2D_PREFILL_MIN_BLOCKS 1
+#endif
+
+using namespace a2d::cuda;
+using namespace a2d::bench;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int n, k;
+};
+const Shape kShapes[] = {{"qkv", 2560, 2048}, {"o", 2048, 2048}, {"gate_up", 12288, 2048}, {"down", 2048, 6144}};
+const int kCheckRows[] = {32, 160, 2048};
+const int kTimeRows[] = {32, 64, 160, 512, 2048};
+constexpr int kLayers = 42;
+constexpr int kReplays = 20;
+constexpr int kMaxRows = 2048;
+
+__global__ void fill_weight_kernel(bf16* w, int n, int k, uint64_t seed) {
+  const int64_t count = static_cast<int64_t>(n) * k;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint16_t bits = weight_bf16(seed, i);
+    w[tiled_index(i / k, i % k, k)] = *reinterpret_cast<const bf16*>(&bits);
+  }
+}
+
+// One shape's weight copies (copy c from seed c + 1), its inputs, outputs and split scratch.
+struct Setup {
+  Shape shape;
+  std::vector<bf16*> weights;
+  std::vector<uint16_t> x_host;  // [kMaxRows][k]
+  bf16* x = nullptr;
+  bf16* out = nullptr;  // [kMaxRows + 1][n]: the row past the last holds the poison
+  float* partial = nullptr;
+  int* counters = nullptr;
+};
+
+Setup make_setup(const Shape& s) {
+  Setup setup{s};
+  const size_t bytes = tiled_elements(s.n, s.k) * sizeof(bf16);
+  const int copies = static_cast<int>(std::min<size_t>(kLayers, (200ull << 20) / bytes + 1));
+  for (int c = 0; c < copies; ++c) {
+    bf16* w = nullptr;
+    A2D_CUDA_CHECK(cudaMalloc(&w, bytes));
+    A2D_CUDA_CHECK(cudaMemset(w, 0, bytes));
+    fill_weight_kernel<<<1024, 256>>>(w, s.n, s.k, static_cast<uint64_t>(c) + 1);
+    A2D_CUDA_CHECK(cudaGetLastError());
+    setup.weights.push_back(w);
+  }
+  Rng rng{static_cast<uint64_t>(s.n) * 131 + s.k};
+  setup.x_host.resize(static_cast<size_t>(kMaxRows) * s.k);
+  for (auto& h : setup.x_host) h = bf16_bits(2.0f * rng.uniform() - 1.0f);
+  setup.x = reinterpret_cast<bf16*>(device_copy(setup.x_host));
+  A2D_CUDA_CHECK(cudaMalloc(&setup.out, static_cast<size_t>(kMaxRows + 1) * s.n * sizeof(bf16)));
+  // The most scratch any row count asks for: the split plans at the check and time row counts.
+  size_t partial = 1, counters = 1;
+  int sms = 0;
+  A2D_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  for (int rows : kTimeRows) {
+    const PrefillSplit split = prefill_split(rows, s.n, s.k, A2D_PREFILL_MIN_BLOCKS, sms);
+    partial = std::max(partial, split.partial_floats);
+    counters = std::max<size_t>(counters, split.counters);
+  }
+  A2D_CUDA_CHECK(cudaMalloc(&setup.partial, partial * sizeof(float)));
+  A2D_CUDA_CHECK(cudaMalloc(&setup.counters, counters * sizeof(int)));
+  A2D_CUDA_CHECK(cudaMemset(setup.counters, 0, counters * sizeof(int)));  // the kernel leaves them zero
+  A2D_CUDA_CHECK(cudaDeviceSynchronize());
+  return setup;
+}
+
+void free_setup(Setup& s) {
+  for (bf16* w : s.weights) cudaFree(w);
+  cudaFree(s.x);
+  cudaFree(s.out);
+  cudaFree(s.partial);
+  cudaFree(s.counters);
+}
+
+PrefillGemmParams params_for(const Setup& s, int copy, int rows, bool split) {
+  PrefillGemmParams p{};
+  p.weight = s.weights[copy % s.weights.size()];
+  p.n_rows = p.n_out = s.shape.n;
+  p.k = s.shape.k;
+  p.x = s.x;
+  p.x_stride = s.shape.k;
+  p.rows = rows;
+  p.out = s.out;
+  p.out_stride = s.shape.n;
+  if (split) {
+    int sms = 0;
+    A2D_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    p.steps_per_split = prefill_split(rows, s.shape.n, s.shape.k, A2D_PREFILL_MIN_BLOCKS, sms).steps_per_split;
+    p.partial = s.partial;
+    p.counters = s.counters;
+  }
+  return p;
+}
+
+// The sampled outputs of weight copy 0 at `rows` against the fp64 reference; true when within tolerance.
+bool check(const Setup& s, int rows, bool split) {
+  const int n = s.shape.n, k = s.shape.k;
+  std::vector<uint16_t> poison(static_cast<size_t>(rows + 1) * n, 0x7fc1);  // a quiet NaN in every output
+  A2D_CUDA_CHECK(cudaMemcpy(s.out, poison.data(), poison.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+  gemm_prefill(params_for(s, 0, rows, split), PrefillEpilogue::store_bf16, nullptr);
+  A2D_CUDA_CHECK(cudaGetLastError());
+  std::vector<uint16_t> out(poison.size());
+  A2D_CUDA_CHECK(cudaMemcpy(out.data(), s.out, out.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+  Rng rng{static_cast<uint64_t>(rows) * 7 + n};
+  double err = 0, norm = 0;
+  bool finite = true;
+  for (int i = 0; i < 512; ++i) {
+    const int t = static_cast<int>(rng.next() % rows), col = static_cast<int>(rng.next() % n);
+    double want = 0;
+    for (int j = 0; j < k; ++j) {
+      want += static_cast<double>(bf16_value(s.x_host[static_cast<size_t>(t) * k + j])) *
+              bf16_value(weight_bf16(1, static_cast<uint64_t>(col) * k + j));
+    }
+    const double got = bf16_value(out[static_cast<size_t>(t) * n + col]);
+    finite = finite && std::isfinite(got);
+    err += (got - want) * (got - want);
+    norm += want * want;
+  }
+  bool poison_kept = true;
+  for (int col = 0; col < n; ++col) poison_kept = poison_kept && out[static_cast<size_t>(rows) * n + col] == 0x7fc1;
+  const double rel = std::sqrt(err / std::max(norm, 1e-30));
+  const bool ok = finite && poison_kept && rel <= 5e-3;
+  std::printf("CHECK %-8s %5d rows %-7s rel err %.2e%s%s  %s\n", s.shape.name, rows, split ? "split" : "unsplit", rel,
+              finite ? "" : ", non-finite output", poison_kept ? "" : ", a row past the last written", ok ? "ok" : "FAIL");
+  return ok;
+}
+
+// Microseconds a GEMM: a graph of kLayers launches over the weight copies, replayed kReplays times.
+double time_us(const Setup& s, int rows, bool split) {
+  cudaStream_t stream;
+  A2D_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  A2D_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int layer = 0; layer < kLayers; ++layer) gemm_prefill(params_for(s, layer, rows, split), PrefillEpilogue::store_bf16, stream);
+  A2D_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  A2D_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  A2D_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+  cudaEvent_t start, stop;
+  A2D_CUDA_CHECK(cudaEventCreate(&start));
+  A2D_CUDA_CHECK(cudaEventCreate(&stop));
+  A2D_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int r = 0; r < kReplays; ++r) A2D_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  A2D_CUDA_CHECK(cudaEventRecord(stop, stream));
+  A2D_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  A2D_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return ms * 1000.0 / (kLayers * kReplays);
+}
+
+}  // namespace
+
+int main() {
+  const std::string variant = "tokens " + std::to_string(A2D_PREFILL_BLOCK_TOKENS) + ", stages " + std::to_string(A2D_PREFILL_STAGES) +
+                              ", blocks/SM " + std::to_string(A2D_PREFILL_MIN_BLOCKS);
+  std::printf("gemm_prefill_bench: %s\n", variant.c_str());
+  int failures = 0;
+  std::vector<std::string> table = {"| variant | GEMM | rows | unsplit us | split us | weights TB/s (best) | TFLOP/s (best) |",
+                                    "|---|---|---|---|---|---|---|"};
+  try {
+    gemm_prefill_prepare();
+    for (const Shape& shape : kShapes) {
+      Setup setup = make_setup(shape);
+      for (int rows : kCheckRows) {
+        for (bool split : {false, true}) failures += !check(setup, rows, split);
+      }
+      for (int rows : kTimeRows) {
+        const double unsplit = time_us(setup, rows, false), split = time_us(setup, rows, true);
+        const double best = std::min(unsplit, split);
+        const double bytes = static_cast<double>(tiled_elements(shape.n, shape.k)) * sizeof(bf16);
+        const double flops = 2.0 * rows * shape.n * shape.k;
+        std::printf("TIME  %-8s %5d rows  unsplit %8.2f us  split %8.2f us\n", shape.name, rows, unsplit, split);
+        char line[256];
+        std::snprintf(line, sizeof line, "| %s | %s | %d | %.2f | %.2f | %.2f | %.1f |", variant.c_str(), shape.name, rows, unsplit,
+                      split, bytes / best / 1e6, flops / best / 1e6);
+        table.push_back(line);
+      }
+      free_setup(setup);
+    }
+  } catch (const std::exception& e) {
+    std::printf("FAIL error: %s\n", e.what());
+    ++failures;
+  }
+  for (const std::string& row : table) std::printf("%s\n", row.c_str());
+  std::printf("failures: %d\n", failures);
+  return failures == 0 ? 0 : 1;
+}
