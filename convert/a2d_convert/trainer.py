@@ -242,8 +242,10 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
         checkpoint_layers(model)
     compiled = config.compile in ("on", "layers") or (config.compile == "auto" and rt.device.type == "cuda")
     if compiled:
-        # Every recompile names its cause in the log: one mid-run is a stall of seconds to minutes.
-        torch._logging.set_logs(recompiles=True)
+        # Every recompile names its cause in the log: one mid-run is a stall of seconds to minutes. (TORCH_LOGS, when
+        # set, is the user's choice and stays.)
+        if not os.environ.get("TORCH_LOGS"):
+            torch._logging.set_logs(recompiles=True)
         for layer in model.model.layers:
             layer.compile(dynamic=False)
     model.to(rt.device)
