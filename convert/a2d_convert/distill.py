@@ -327,10 +327,10 @@ def greedy_static(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, 
             run(next(span for span in spans if span > width - 1 + done))  # the step writes slot width - 1 + done
             done += 1
         collect()
-    responses = []
-    for row in out[:, :done].tolist():
-        end = next((k for k, t in enumerate(row) if t in eos), None)
-        responses.append(row if end is None else row[: end + 1])
+    # Each response cut after its first EOS: the lengths found on the device, so the host only slices lists.
+    is_eos = torch.isin(out[:, :done], torch.tensor(sorted(eos), dtype=out.dtype, device=out.device))
+    lengths = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, done)
+    responses = [row[:n] for row, n in zip(out[:, :done].tolist(), lengths.tolist())]
     if not with_confidence:
         return responses
     return responses, [p[: len(r)] for r, p in zip(responses, confidence[:, :done].tolist())]
