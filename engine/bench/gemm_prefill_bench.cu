@@ -20,16 +20,6 @@
 #include "gemm_prefill.cuh"
 #include "weights.cuh"
 
-#ifndef A2D_PREFILL_BLOCK_TOKENS
-#define A2D_PREFILL_BLOCK_TOKENS 128
-#endif
-#ifndef A2D_PREFILL_STAGES
-#define A2D_PREFILL_STAGES 4
-#endif
-#ifndef A2D_PREFILL_MIN_BLOCKS
-#define A2D_PREFILL_MIN_BLOCKS 1
-#endif
-
 using namespace a2d::cuda;
 using namespace a2d::bench;
 

@@ -7,17 +7,6 @@
 namespace a2d::cuda {
 namespace {
 
-// The block's token rows, ring depth and blocks per SM are the engine's choice below; engine/bench/gemm_prefill_bench.cu
-// builds other values of them (-DA2D_PREFILL_BLOCK_TOKENS=64 ...) to time them against it.
-#ifndef A2D_PREFILL_BLOCK_TOKENS
-#define A2D_PREFILL_BLOCK_TOKENS 128
-#endif
-#ifndef A2D_PREFILL_STAGES
-#define A2D_PREFILL_STAGES 4
-#endif
-#ifndef A2D_PREFILL_MIN_BLOCKS
-#define A2D_PREFILL_MIN_BLOCKS 1
-#endif
 constexpr int kThreads = 256;
 constexpr int kBlockTiles = 8;                          // weight tiles (16 rows each) per block: 128 rows
 constexpr int kBlockTokens = A2D_PREFILL_BLOCK_TOKENS;  // token rows per block

@@ -18,6 +18,18 @@
 
 #include "common.cuh"
 
+// The block's token rows, ring depth and blocks per SM: the engine's values; engine/bench/gemm_prefill_bench.cu is
+// built with others (-DA2D_PREFILL_BLOCK_TOKENS=64 ...) to time them against these.
+#ifndef A2D_PREFILL_BLOCK_TOKENS
+#define A2D_PREFILL_BLOCK_TOKENS 128
+#endif
+#ifndef A2D_PREFILL_STAGES
+#define A2D_PREFILL_STAGES 4
+#endif
+#ifndef A2D_PREFILL_MIN_BLOCKS
+#define A2D_PREFILL_MIN_BLOCKS 1
+#endif
+
 namespace a2d::cuda {
 
 enum class PrefillEpilogue { store_bf16, silu_mul, residual_add, rope_qkv };
