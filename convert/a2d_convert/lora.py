@@ -157,14 +157,17 @@ def _mask_embedding_hook(module: nn.Embedding, inputs, output):
 
 
 def attach(model: nn.Module, config: LoraConfig, mask_token_id: int, generator: torch.Generator | None = None,
-           rows: str | None = None) -> None:
+           rows: str | None = None, freeze: bool = True) -> None:
     """Freeze the model and add trainable adapters (and norms / the mask row when configured). With `rows`
     "mask" or "window", a row adapter of that rule (module docstring): the norms stay the base's, whatever the
-    config says, since the rows the adapter leaves alone must run the base exactly."""
+    config says, since the rows the adapter leaves alone must run the base exactly. `freeze=False` adds the
+    adapters to a model that has some already (a plain LoRA beside a window adapter: train --clean-lora), whose
+    factors stay trainable."""
     if rows not in (None, "mask", "window"):
         raise ValueError(f"attach: rows must be None, 'mask' or 'window', not {rows!r}")
-    for p in model.parameters():
-        p.requires_grad_(False)
+    if freeze:
+        for p in model.parameters():
+            p.requires_grad_(False)
     for name, module in target_modules(model, config.targets):
         out_features, in_features = module.weight.shape
         a = torch.empty(config.rank, in_features, device=module.weight.device)

@@ -9,6 +9,7 @@ skips the tiles no row sees: the same mask either way (a test holds the two to e
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -469,7 +470,8 @@ class Objective(nn.Module):
         from .model import KVCache
 
         L, R = self.layout.L, self.layout.rows
-        with torch.no_grad():
+        # With --clean-lora the clean stream's rows carry the all-row LoRA: they train, so they keep their graph.
+        with contextlib.nullcontext() if self.config.clean_lora else torch.no_grad():
             clean_mask = self.attention_mask(input_ids, row_seg, slice(0, L), L)
             clean, clean_kv = self.model(input_ids[:, :L], position_ids[:, :L], clean_mask, adapter=False)
         cache = KVCache(len(clean_kv))
@@ -488,7 +490,7 @@ class Objective(nn.Module):
         else:
             R = self.layout.rows
             hidden, _ = self.model(input_ids, position_ids, self.attention_mask(input_ids, row_seg, slice(0, R), R))
-        if adapter:
+        if adapter and not cfg.clean_lora:
             # The clean stream runs the base exactly (no adapter on its rows, the norms frozen, no mask
             # tokens in it), so it is the KL teacher's own forward: no second pass.
             t_hidden = hidden[:, :L].detach().reshape(-1, hidden.shape[-1]) if cfg.kl_weight > 0 else None

@@ -47,6 +47,7 @@ class TrainConfig:
     lora_targets: str = field(default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", metadata={"help": "comma-separated projections that get LoRA factors"})
     mask_adapter: bool = field(default=False, metadata={"help": "the LoRA factors only on rows holding the mask token, unmasked rows causal over the unmasked ones, shipped unmerged: every real token runs the exact base (docs/decoding.md, Mask adapter)"})
     window_adapter: bool = field(default=False, metadata={"help": "the LoRA factors on every window row, the window opening with its anchor, real window tokens seeing every real window token and masked ones the whole window, shipped unmerged: the KV cache is the exact base's and every masked position is predicted from a row that sees the whole window (docs/decoding.md, Window adapter)"})
+    clean_lora: bool = field(default=False, metadata={"help": "with --window-adapter: also a plain LoRA of the same rank on every row, merged into the shipped weights, so that the committed rows' keys and values train too (the KL teacher is then the model with both adapters off)"})
     lora_train_mask_embedding: bool = field(default=True, metadata={"help": "with LoRA, also train the mask token's embedding row"})
     precision: str = field(default="auto", metadata={"help": "auto (bf16 autocast on CUDA, fp32 on CPU), bf16 or fp32"})
     activation_checkpointing: bool = field(default=True, metadata={"help": "recompute each layer in backward"})
@@ -109,6 +110,8 @@ def check_config(config: TrainConfig) -> None:
         for name in ("ar_weight", "clean_kl_weight"):
             if getattr(config, name) > 0:
                 raise A2DError(f"--{name.replace('_', '-')} acts on the clean stream, which a row adapter never changes; drop it or {flag}")
+    if config.clean_lora and not config.window_adapter:
+        raise A2DError("--clean-lora is the all-row LoRA beside a window adapter; add --window-adapter (plain LoRA is --lora-rank alone)")
     if config.window_adapter and not config.shift_logits:
         raise A2DError("--window-adapter predicts each position from the row before it (its anchor row opens the window); drop --no-shift-logits")
     if config.precision not in ("auto", "bf16", "fp32"):

@@ -3,6 +3,7 @@ logs and lineage. The objective itself is objective.py; the design is in train.p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -229,6 +230,10 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
             train_mask_embedding=config.lora_train_mask_embedding,
         )
         lora_mod.attach(model, lora_config, a2d.mask_token_id, torch.Generator().manual_seed(config.seed), rows=config.row_adapter)
+        if config.clean_lora:
+            # Registered after the window adapter's, so its hook adds onto every row's output, as the merged weight will.
+            clean = dataclasses.replace(lora_config, train_norms=False, train_mask_embedding=False)
+            lora_mod.attach(model, clean, a2d.mask_token_id, torch.Generator().manual_seed(config.seed + 1), freeze=False)
         if use_bf16(config, rt.device):
             frozen_bf16(model)
     elif config.kl_weight > 0 or config.clean_kl_weight > 0:

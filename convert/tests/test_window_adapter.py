@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from a2d_convert import lora as lora_mod
 from a2d_convert.data import TRAIN_FILE, load_rows
@@ -32,14 +33,23 @@ def window_model(base, tmp_path, b_std=0.5, seed=1):
     return model, a2d
 
 
-def test_window_layout_reproduces_decoding_forwards(workspace, tmp_path):
+@pytest.mark.parametrize("clean_lora", [False, True])
+def test_window_layout_reproduces_decoding_forwards(workspace, tmp_path, clean_lora):
     """Every noisy block of the window layout (its anchor row, then its positions) gives the logits the decoder's
     (commit, window) forward gives: commit = the sample's tokens before the anchor, window = the anchor and the
-    block as masked in that copy, under the window rule with the adapter on every window row."""
+    block as masked in that copy, under the window rule with the adapter on every window row; with --clean-lora's
+    all-row LoRA (random factors) too, which the committed rows carry as well."""
     root, base, data = workspace
     model, a2d = window_model(base, tmp_path)
+    if clean_lora:
+        lora_mod.attach(model, lora_mod.LoraConfig(rank=4, alpha=4.0, train_norms=False, train_mask_embedding=False),
+                        a2d.mask_token_id, torch.Generator().manual_seed(2), freeze=False)
+        with torch.no_grad():
+            for _, module in lora_mod.target_modules(model, lora_mod.TARGETS):
+                module.lora_B.normal_(0, 0.5)
     arrays, _ = load_rows(data / TRAIN_FILE, 4)
-    config = TrainConfig(block_size=4, batch_rows=2, window_adapter=True, lora_rank=4, mask_pattern="decoder", t_min=0.1, t_max=0.9)
+    config = TrainConfig(block_size=4, batch_rows=2, window_adapter=True, lora_rank=4, mask_pattern="decoder", t_min=0.1, t_max=0.9,
+                         clean_lora=clean_lora)
     schedule = RowSchedule(arrays, config, a2d.mask_token_id)
     layout = schedule.layout
     L = arrays["input_ids"].shape[1]
@@ -47,8 +57,12 @@ def test_window_layout_reproduces_decoding_forwards(workspace, tmp_path):
     batch = schedule.batch(0, [0])
     objective = Objective(model, config, None, layout)
     ids, pos, row_seg = (torch.from_numpy(a) for a in (batch.input_ids, batch.position_ids, batch.row_seg))
+    hidden = objective.adapter_pass(ids, pos, row_seg)
+    # The clean stream keeps its graph exactly when its rows train (the all-row LoRA), and costs none otherwise.
+    hidden[:, :L].sum().backward(retain_graph=True)
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters()) == clean_lora
     with torch.no_grad():
-        logits = model.logits(objective.adapter_pass(ids, pos, row_seg)[0])
+        logits = model.logits(hidden.detach()[0])
     clean = batch.input_ids[0]
     seg = batch.segment_ids[0]
     checked = 0
@@ -196,6 +210,36 @@ def test_a_window_adapter_trains_and_exports_unmerged(workspace, tmp_path):
     assert len(result.token_ids) >= 1 and result.forward_passes >= 1
     with pytest.raises(Exception, match="window-adapter"):
         train(tiny_config(root, base, data, "window-ar", max_steps=1, lora_rank=4, window_adapter=True, ar_weight=1.0))
+
+
+def test_a_clean_lora_trains_every_row_and_ships_merged_beside_the_window_adapter(workspace, tmp_path):
+    """train --window-adapter --clean-lora: the all-row LoRA's factors and the window adapter's both train (the
+    clean stream keeps its graph; the KL teacher is the model with both off); the export merges the LoRA into the
+    base's weights and ships the window adapter unmerged, `rebuild` gives it bit for bit, and it decodes."""
+    from a2d_convert.decode import decode
+    from a2d_convert.export import export, rebuild
+    from a2d_convert.weights import read_tensors
+
+    root, base, data = workspace
+    folder = train(tiny_config(root, base, data, "clean-lora", max_steps=6, lora_rank=4, kl_weight=0.5, lr=1e-2,
+                               window_adapter=True, clean_lora=True, mask_pattern="decoder"))
+    trained = load_file(folder / "adapter.safetensors")
+    assert any(n.endswith(".lora_B") and t.abs().sum() > 0 for n, t in trained.items())
+    assert any(n.endswith(".window_b") and t.abs().sum() > 0 for n, t in trained.items())
+    out = export(folder, tmp_path / "model", delta_dir=tmp_path / "delta")
+    rebuilt = rebuild(base, tmp_path / "delta", tmp_path / "rebuilt")
+    assert (rebuilt / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+    shipped, init = read_tensors(out), read_tensors(root / "clean-lora" / "init")
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(shipped[name], init[name]) and shipped["model.layers.1.mlp.down_proj.window_b"].abs().sum() > 0
+    assert not any(n.endswith((".lora_A", ".lora_B")) for n in shipped)
+    model, _, a2d = load_transformer(out)
+    assert a2d.anchor_in_window and model.adapter_rule == "window"
+    params = DecodeParams(max_tokens=8, block_size=4, threshold=0.5, advance="slide")
+    result = decode(BlockForward(model), [3, 4, 5], params, mask_token_id=a2d.mask_token_id, shift_logits=True, anchor_in_window=True)
+    assert len(result.token_ids) >= 1
+    with pytest.raises(Exception, match="--clean-lora"):
+        train(tiny_config(root, base, data, "clean-alone", max_steps=1, lora_rank=4, clean_lora=True))
 
 
 def mask_used_before(segment_ids: torch.Tensor, block: int, copies: int, revealed: torch.Tensor | None) -> torch.Tensor:
