@@ -449,21 +449,24 @@ def model_flops(objective, config: TrainConfig, rows: int, targets: int, attende
     (query, key) pairs, counted as the run computes them (recomputation left out): the projections' matrix
     products on every row of the layout, attention's two products (q k and p v) on every attended pair, and
     the lm_head on target rows. A row adapter's clean stream runs forward only (the frozen base, no gradient,
-    no adapter); everything else forward and backward: the activations' gradients (twice the forward), plus the
-    weights' gradients of what trains (a full fine-tune: every matrix, twice the forward again). LoRA factors
-    train, so their two products count six times (forward, activations' and factors' gradients) on every row
-    that computes them: the noisy rows of a row adapter (the mask rule computes them on every noisy row and
-    gates them), every row of plain LoRA. The KL teacher's logits on the target rows are a forward of the
-    lm_head each."""
+    no adapter) unless --clean-lora trains it; everything else forward and backward: the activations' gradients
+    (twice the forward), plus the weights' gradients of what trains (a full fine-tune: every matrix, twice the
+    forward again). Adapter factors train, so their two products count six times (forward, activations' and
+    factors' gradients) on every row that computes them: a row adapter's on the noisy rows (the mask rule computes
+    them on every noisy row and gates them), a plain LoRA's (alone, or --clean-lora's) on every row. The KL teacher's
+    logits on the target rows are a forward of the lm_head each; with --clean-lora the teacher is a forward of its
+    own over the clean stream (adapters off)."""
     model = objective.model
     cfg = model.config
     layout = objective.layout
-    body = factors = 0
+    body = row_factors = lora_factors = 0
     for name, p in model.model.layers.named_parameters():
         if p.ndim != 2:
             continue
-        if "lora_" in name or name.endswith(("_a", "_b")):
-            factors += p.numel()
+        if "lora_" in name:
+            lora_factors += p.numel()
+        elif name.endswith(("_a", "_b")):
+            row_factors += p.numel()
         else:
             body += p.numel()
     head = cfg.vocab_size * cfg.hidden_size
@@ -472,12 +475,15 @@ def model_flops(objective, config: TrainConfig, rows: int, targets: int, attende
     trained = 4 if frozen else 6  # forward + activations' gradients (+ weights' gradients)
     clean_rows, noisy_rows = rows * layout.L, rows * layout.noisy_copies * layout.copy_rows
     clean_pairs, noisy_pairs = attended
-    clean_factor = 2 if config.row_adapter else trained
-    projections = clean_rows * body * clean_factor + noisy_rows * body * trained
-    projections += (noisy_rows if config.row_adapter else clean_rows + noisy_rows) * factors * 6
-    attention = per_pair * (clean_pairs * (1 if config.row_adapter else 3) + noisy_pairs * 3)
+    clean_trains = not config.row_adapter or config.clean_lora
+    projections = clean_rows * body * (trained if clean_trains else 2) + noisy_rows * body * trained
+    projections += noisy_rows * row_factors * 6 + (clean_rows + noisy_rows) * lora_factors * 6
+    attention = per_pair * (clean_pairs * (3 if clean_trains else 1) + noisy_pairs * 3)
+    teacher = 0
+    if config.clean_lora and config.kl_weight > 0:
+        teacher = clean_rows * body * 2 + per_pair * clean_pairs
     logits = targets * head * (trained + (2 if config.kl_weight > 0 else 0))
-    return float(projections + attention + logits)
+    return float(projections + attention + teacher + logits)
 
 
 class Profile:

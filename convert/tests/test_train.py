@@ -418,11 +418,12 @@ def test_a_write_interrupted_before_its_rename_leaves_the_old_pointer(tmp_path, 
     assert [p.name for p in tmp_path.iterdir()] == ["latest.json"]
 
 
-@pytest.mark.parametrize("adapter", ["window", "mask", "lora", "full"])
+@pytest.mark.parametrize("adapter", ["window", "window+clean", "mask", "lora", "full"])
 def test_model_flops_are_the_matrix_products_a_step_computes(workspace, tmp_path, adapter):
     """The trainer's MFU counts the projections' products as torch's FLOP counter sees a training forward and
     backward compute them (attention and the loss chunks aside), adapter factors included: a row adapter's clean
-    stream forward only and without the adapter, its noisy rows forward and backward, and the factors' gradients."""
+    stream forward only and without the adapter (with --clean-lora forward and backward, its LoRA on every row),
+    its noisy rows forward and backward, and the factors' gradients."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from a2d_convert.trainer import model_flops
@@ -433,8 +434,12 @@ def test_model_flops_are_the_matrix_products_a_step_computes(workspace, tmp_path
     rank = 0 if adapter == "full" else 8
     if rank:
         lora_mod.attach(model, lora_mod.LoraConfig(rank=rank, alpha=8.0), a2d.mask_token_id, torch.Generator().manual_seed(1),
-                        rows=None if adapter == "lora" else adapter)
-    rule = {"window": {"window_adapter": True}, "mask": {"mask_adapter": True}}.get(adapter, {})
+                        rows=None if adapter == "lora" else adapter.removesuffix("+clean"))
+    if adapter == "window+clean":
+        lora_mod.attach(model, lora_mod.LoraConfig(rank=rank, alpha=8.0, train_norms=False, train_mask_embedding=False),
+                        a2d.mask_token_id, torch.Generator().manual_seed(2), freeze=False)
+    rule = {"window": {"window_adapter": True}, "window+clean": {"window_adapter": True, "clean_lora": True},
+            "mask": {"mask_adapter": True}}.get(adapter, {})
     arrays, _ = load_rows(data / TRAIN_FILE, 4)
     config = TrainConfig(block_size=4, batch_rows=2, lora_rank=rank, **rule)
     schedule = RowSchedule(arrays, config, a2d.mask_token_id)
