@@ -47,6 +47,7 @@ __global__ void fill_weight_kernel(bf16* w, int n, int k, uint64_t seed) {
 // One shape's weight copies (copy c from seed c + 1), its inputs, outputs and split scratch.
 struct Setup {
   Shape shape;
+  int sms = 0;  // the device's SMs, which the split plan divides its blocks over
   std::vector<bf16*> weights;
   std::vector<uint16_t> x_host;  // [kMaxRows][k]
   bf16* x = nullptr;
@@ -57,6 +58,7 @@ struct Setup {
 
 Setup make_setup(const Shape& s) {
   Setup setup{s};
+  A2D_CUDA_CHECK(cudaDeviceGetAttribute(&setup.sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t bytes = tiled_elements(s.n, s.k) * sizeof(bf16);
   const int copies = static_cast<int>(std::min<size_t>(kLayers, (200ull << 20) / bytes + 1));
   for (int c = 0; c < copies; ++c) {
@@ -74,10 +76,8 @@ Setup make_setup(const Shape& s) {
   A2D_CUDA_CHECK(cudaMalloc(&setup.out, static_cast<size_t>(kMaxRows + 1) * s.n * sizeof(bf16)));
   // The most scratch any row count asks for: the split plans at the check and time row counts.
   size_t partial = 1, counters = 1;
-  int sms = 0;
-  A2D_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   for (int rows : kTimeRows) {
-    const PrefillSplit split = prefill_split(rows, s.n, s.k, A2D_PREFILL_MIN_BLOCKS, sms);
+    const PrefillSplit split = prefill_split(rows, s.n, s.k, A2D_PREFILL_MIN_BLOCKS, setup.sms);
     partial = std::max(partial, split.partial_floats);
     counters = std::max<size_t>(counters, split.counters);
   }
@@ -107,9 +107,7 @@ PrefillGemmParams params_for(const Setup& s, int copy, int rows, bool split) {
   p.out = s.out;
   p.out_stride = s.shape.n;
   if (split) {
-    int sms = 0;
-    A2D_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    p.steps_per_split = prefill_split(rows, s.shape.n, s.shape.k, A2D_PREFILL_MIN_BLOCKS, sms).steps_per_split;
+    p.steps_per_split = prefill_split(rows, s.shape.n, s.shape.k, A2D_PREFILL_MIN_BLOCKS, s.sms).steps_per_split;
     p.partial = s.partial;
     p.counters = s.counters;
   }
