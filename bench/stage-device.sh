@@ -32,17 +32,11 @@ for convert in cvt shift; do
     "$root/engine/bench/fp8_gemm_bench.cu" "$root/engine/cuda/gemm.cu" &
 done
 wait
-# The prefill GEMM harness (engine/bench/gemm_prefill_bench.cu) at the engine's block shape (t128s4b1: tokens,
-# stages, blocks per SM) and others, for bench/device-prefill-gemm.sh.
-for variant in t128s4b1 t64s4b1 t32s4b1 t64s3b2 t32s4b2 t64s6b1; do
-  tokens=${variant#t}; tokens=${tokens%%s*}; stages=${variant#*s}; stages=${stages%%b*}; blocks=${variant##*b}
-  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xfatbin -compress-all -Xcompiler -static-libstdc++,-static-libgcc \
-    -DA2D_PREFILL_BLOCK_TOKENS="$tokens" -DA2D_PREFILL_STAGES="$stages" -DA2D_PREFILL_MIN_BLOCKS="$blocks" \
-    -I"$root/engine/cuda" -I"$root/engine/bench" -o "$root/build/device/gemm_prefill_bench_$variant" \
-    "$root/engine/bench/gemm_prefill_bench.cu" "$root/engine/cuda/gemm_prefill.cu" &
-  [ "$(jobs -r | wc -l)" -ge "${A2D_BUILD_JOBS:-2}" ] && wait -n
-done
-wait
+# The prefill GEMM harness (engine/bench/gemm_prefill_bench.cu: every block shape of kPrefillShapes), for
+# bench/device-prefill-gemm.sh.
+nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xfatbin -compress-all -Xcompiler -static-libstdc++,-static-libgcc \
+  -I"$root/engine/cuda" -I"$root/engine/bench" -o "$root/build/device/gemm_prefill_bench" \
+  "$root/engine/bench/gemm_prefill_bench.cu" "$root/engine/cuda/gemm_prefill.cu"
 # BASE_REF=COMMIT also builds the harness library of that commit into build/device/base/ (bench/fp8_check.py
 # --base-lib: the bf16 path's logits must not change).
 if [ -n "${BASE_REF:-}" ]; then

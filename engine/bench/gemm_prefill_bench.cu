@@ -1,14 +1,15 @@
-// The prefill GEMM's standalone harness (engine/cuda/gemm_prefill.cu), for the GPU machine: it is built once per
-// block shape (the engine's, then others through -DA2D_PREFILL_BLOCK_TOKENS / _STAGES / _MIN_BLOCKS; bench/stage-device.sh
-// builds the set as build/device/gemm_prefill_bench_<variant>), so that one call times them side by side:
+// The prefill GEMM's standalone harness (engine/cuda/gemm_prefill.cu), for the GPU machine (bench/stage-device.sh
+// builds it as build/device/gemm_prefill_bench; bench/device-prefill-gemm.sh runs it): every block shape the kernel
+// is built at (kPrefillShapes) side by side, and the shape the engine picks by rows (prefill_shape):
 //   CHECK  each GEMM of the MiniCPM5-2B layer (qkv, o, gate_up, down) at 32, 160 and 2,048 rows, with K split as
-//          the engine plans it (prefill_split at this variant's blocks per SM) and unsplit, store_bf16 epilogue:
+//          the engine plans it (prefill_split at the shape's blocks per SM) and unsplit, store_bf16 epilogue:
 //          512 sampled outputs against an fp64 reference of the same stored values (the relative error of the
 //          sampled vector at most 5e-3, bf16's rounding), and the outputs past the rows keep their poison.
 //   TIME   microseconds a GEMM at 32, 64, 160, 512 and 2,048 rows, split and unsplit: a CUDA graph of 42 launches
 //          over distinct copies of the weight (a forward's 42 layers, past the 50 MB L2), replayed 20 times.
-// Prints CHECK and TIME lines, then a table row per (GEMM, rows); exit status 1 on any failed check.
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iengine/cuda -Iengine/bench [-DA2D_PREFILL_...] \
+// Prints CHECK and TIME lines, then a table row per (shape, GEMM, rows), then the by-rows pick's time a layer;
+// exit status 1 on any failed check.
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iengine/cuda -Iengine/bench \
 //     -o build/device/gemm_prefill_bench engine/bench/gemm_prefill_bench.cu engine/cuda/gemm_prefill.cu
 #include <algorithm>
 #include <cmath>
@@ -76,10 +77,12 @@ Setup make_setup(const Shape& s) {
   A2D_CUDA_CHECK(cudaMalloc(&setup.out, static_cast<size_t>(kMaxRows + 1) * s.n * sizeof(bf16)));
   // The most scratch any row count asks for: the split plans at the check and time row counts.
   size_t partial = 1, counters = 1;
-  for (int rows : kTimeRows) {
-    const PrefillSplit split = prefill_split(rows, s.n, s.k, A2D_PREFILL_MIN_BLOCKS, setup.sms);
-    partial = std::max(partial, split.partial_floats);
-    counters = std::max<size_t>(counters, split.counters);
+  for (const PrefillShape& shape : kPrefillShapes) {
+    for (int rows : kTimeRows) {
+      const PrefillSplit split = prefill_split(rows, s.n, s.k, shape.blocks_per_sm, setup.sms, shape);
+      partial = std::max(partial, split.partial_floats);
+      counters = std::max<size_t>(counters, split.counters);
+    }
   }
   A2D_CUDA_CHECK(cudaMalloc(&setup.partial, partial * sizeof(float)));
   A2D_CUDA_CHECK(cudaMalloc(&setup.counters, counters * sizeof(int)));
@@ -96,7 +99,7 @@ void free_setup(Setup& s) {
   cudaFree(s.counters);
 }
 
-PrefillGemmParams params_for(const Setup& s, int copy, int rows, bool split) {
+PrefillGemmParams params_for(const Setup& s, const PrefillShape& shape, int copy, int rows, bool split) {
   PrefillGemmParams p{};
   p.weight = s.weights[copy % s.weights.size()];
   p.n_rows = p.n_out = s.shape.n;
@@ -107,7 +110,7 @@ PrefillGemmParams params_for(const Setup& s, int copy, int rows, bool split) {
   p.out = s.out;
   p.out_stride = s.shape.n;
   if (split) {
-    p.steps_per_split = prefill_split(rows, s.shape.n, s.shape.k, A2D_PREFILL_MIN_BLOCKS, s.sms).steps_per_split;
+    p.steps_per_split = prefill_split(rows, s.shape.n, s.shape.k, shape.blocks_per_sm, s.sms, shape).steps_per_split;
     p.partial = s.partial;
     p.counters = s.counters;
   }
@@ -115,11 +118,11 @@ PrefillGemmParams params_for(const Setup& s, int copy, int rows, bool split) {
 }
 
 // The sampled outputs of weight copy 0 at `rows` against the fp64 reference; true when within tolerance.
-bool check(const Setup& s, int rows, bool split) {
+bool check(const Setup& s, const PrefillShape& shape, int rows, bool split) {
   const int n = s.shape.n, k = s.shape.k;
   std::vector<uint16_t> poison(static_cast<size_t>(rows + 1) * n, 0x7fc1);  // a quiet NaN in every output
   A2D_CUDA_CHECK(cudaMemcpy(s.out, poison.data(), poison.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
-  gemm_prefill(params_for(s, 0, rows, split), PrefillEpilogue::store_bf16, nullptr);
+  gemm_prefill(params_for(s, shape, 0, rows, split), PrefillEpilogue::store_bf16, nullptr, shape);
   A2D_CUDA_CHECK(cudaGetLastError());
   std::vector<uint16_t> out(poison.size());
   A2D_CUDA_CHECK(cudaMemcpy(out.data(), s.out, out.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
@@ -142,18 +145,20 @@ bool check(const Setup& s, int rows, bool split) {
   for (int col = 0; col < n; ++col) poison_kept = poison_kept && out[static_cast<size_t>(rows) * n + col] == 0x7fc1;
   const double rel = std::sqrt(err / std::max(norm, 1e-30));
   const bool ok = finite && poison_kept && rel <= 5e-3;
-  std::printf("CHECK %-8s %5d rows %-7s rel err %.2e%s%s  %s\n", s.shape.name, rows, split ? "split" : "unsplit", rel,
+  std::printf("CHECK %3d tokens %-8s %5d rows %-7s rel err %.2e%s%s  %s\n", shape.block_tokens, s.shape.name, rows, split ? "split" : "unsplit", rel,
               finite ? "" : ", non-finite output", poison_kept ? "" : ", a row past the last written", ok ? "ok" : "FAIL");
   return ok;
 }
 
 // Microseconds a GEMM: a graph of kLayers launches over the weight copies, replayed kReplays times.
-double time_us(const Setup& s, int rows, bool split) {
+double time_us(const Setup& s, const PrefillShape& shape, int rows, bool split) {
   cudaStream_t stream;
   A2D_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
   A2D_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int layer = 0; layer < kLayers; ++layer) gemm_prefill(params_for(s, layer, rows, split), PrefillEpilogue::store_bf16, stream);
+  for (int layer = 0; layer < kLayers; ++layer) {
+    gemm_prefill(params_for(s, shape, layer, rows, split), PrefillEpilogue::store_bf16, stream, shape);
+  }
   A2D_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec;
   A2D_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -175,32 +180,46 @@ double time_us(const Setup& s, int rows, bool split) {
   return ms * 1000.0 / (kLayers * kReplays);
 }
 
+std::string shape_name(const PrefillShape& shape) {
+  return "tokens " + std::to_string(shape.block_tokens) + ", stages " + std::to_string(shape.stages) + ", blocks/SM " +
+         std::to_string(shape.blocks_per_sm);
+}
+
 }  // namespace
 
 int main() {
-  const std::string variant = "tokens " + std::to_string(A2D_PREFILL_BLOCK_TOKENS) + ", stages " + std::to_string(A2D_PREFILL_STAGES) +
-                              ", blocks/SM " + std::to_string(A2D_PREFILL_MIN_BLOCKS);
-  std::printf("gemm_prefill_bench: %s\n", variant.c_str());
+  std::printf("gemm_prefill_bench\n");
   int failures = 0;
-  std::vector<std::string> table = {"| variant | GEMM | rows | unsplit us | split us | weights TB/s (best) | TFLOP/s (best) |",
+  std::vector<std::string> table = {"| shape | GEMM | rows | unsplit us | split us | weights TB/s (best) | TFLOP/s (best) |",
                                     "|---|---|---|---|---|---|---|"};
+  // The by-rows pick (prefill_shape, split as planned): microseconds of the layer's four GEMMs at each row count.
+  std::vector<double> picked(std::size(kTimeRows), 0.0), engine(std::size(kTimeRows), 0.0);
   try {
     gemm_prefill_prepare();
-    for (const Shape& shape : kShapes) {
-      Setup setup = make_setup(shape);
-      for (int rows : kCheckRows) {
-        for (bool split : {false, true}) failures += !check(setup, rows, split);
+    for (const Shape& gemm : kShapes) {
+      Setup setup = make_setup(gemm);
+      for (const PrefillShape& shape : kPrefillShapes) {
+        for (int rows : kCheckRows) {
+          for (bool split : {false, true}) failures += !check(setup, shape, rows, split);
+        }
       }
-      for (int rows : kTimeRows) {
-        const double unsplit = time_us(setup, rows, false), split = time_us(setup, rows, true);
-        const double best = std::min(unsplit, split);
-        const double bytes = static_cast<double>(tiled_elements(shape.n, shape.k)) * sizeof(bf16);
-        const double flops = 2.0 * rows * shape.n * shape.k;
-        std::printf("TIME  %-8s %5d rows  unsplit %8.2f us  split %8.2f us\n", shape.name, rows, unsplit, split);
-        char line[256];
-        std::snprintf(line, sizeof line, "| %s | %s | %d | %.2f | %.2f | %.2f | %.1f |", variant.c_str(), shape.name, rows, unsplit,
-                      split, bytes / best / 1e6, flops / best / 1e6);
-        table.push_back(line);
+      for (const PrefillShape& shape : kPrefillShapes) {
+        for (size_t r = 0; r < std::size(kTimeRows); ++r) {
+          const int rows = kTimeRows[r];
+          const double unsplit = time_us(setup, shape, rows, false), split = time_us(setup, shape, rows, true);
+          const double best = std::min(unsplit, split);
+          const double bytes = static_cast<double>(tiled_elements(gemm.n, gemm.k)) * sizeof(bf16);
+          const double flops = 2.0 * rows * gemm.n * gemm.k;
+          std::printf("TIME  %s  %-8s %5d rows  unsplit %8.2f us  split %8.2f us\n", shape_name(shape).c_str(), gemm.name, rows,
+                      unsplit, split);
+          char line[256];
+          std::snprintf(line, sizeof line, "| %s | %s | %d | %.2f | %.2f | %.2f | %.1f |", shape_name(shape).c_str(), gemm.name,
+                        rows, unsplit, split, bytes / best / 1e6, flops / best / 1e6);
+          table.push_back(line);
+          const PrefillShape pick = prefill_shape(rows, true);
+          if (pick.block_tokens == shape.block_tokens) picked[r] += split;
+          if (shape.block_tokens == kPrefillShapes[0].block_tokens) engine[r] += split;
+        }
       }
       free_setup(setup);
     }
@@ -209,6 +228,10 @@ int main() {
     ++failures;
   }
   for (const std::string& row : table) std::printf("%s\n", row.c_str());
+  std::printf("\n| rows | a layer's four GEMMs, 128-token blocks (us) | by rows (prefill_shape) | ratio |\n|---|---|---|---|\n");
+  for (size_t r = 0; r < std::size(kTimeRows); ++r) {
+    std::printf("| %d | %.1f | %.1f | %.2f |\n", kTimeRows[r], engine[r], picked[r], picked[r] > 0 ? engine[r] / picked[r] : 0.0);
+  }
   std::printf("failures: %d\n", failures);
   return failures == 0 ? 0 : 1;
 }

@@ -8,7 +8,7 @@ x @ W^T. A wrong index shows as errors of the order of the values; fp32 sums in 
 """
 import numpy as np
 
-kBlockTiles, kBlockTokens, kStageChunks, CE, kThreads = 8, 128, 2, 512, 256
+kBlockTiles, kStageChunks, CE, kThreads = 8, 2, 512, 256
 kMinSplitSteps = 2  # kPrefillMinSplitSteps
 
 
@@ -16,9 +16,9 @@ def ceil_div(a, b):
     return (a + b - 1) // b
 
 
-def prefill_split(rows, n_rows, k, blocks_per_sm, sm_count):
-    """gemm_prefill.cu's prefill_split: (splits, steps_per_split), steps_per_split 0 for no split."""
-    blocks = ceil_div(rows, kBlockTokens) * ceil_div(ceil_div(n_rows, 16), kBlockTiles)
+def prefill_split(rows, n_rows, k, blocks_per_sm, sm_count, T=128):
+    """gemm_prefill.cu's prefill_split for blocks of T token rows: (splits, steps_per_split), 0 for no split."""
+    blocks = ceil_div(rows, T) * ceil_div(ceil_div(n_rows, 16), kBlockTiles)
     target = blocks_per_sm * sm_count
     steps = ceil_div(ceil_div(k, 32), kStageChunks)
     if blocks_per_sm <= 0 or 2 * blocks > target or steps < 2 * kMinSplitSteps:
@@ -43,7 +43,8 @@ def mma(acc, a, b):
         acc[lane][0] += D[g, 2*c]; acc[lane][1] += D[g, 2*c+1]; acc[lane][2] += D[g+8, 2*c]; acc[lane][3] += D[g+8, 2*c+1]
 
 
-def emulate(N, K, M, steps_per_split, seed=0):
+def emulate(N, K, M, steps_per_split, T=128, seed=0):
+    G = T // 32  # a warp's groups of 8 tokens
     rng = np.random.default_rng(seed)
     W = rng.standard_normal((N, K)).astype(np.float32)
     X = rng.standard_normal((M, K)).astype(np.float32)
@@ -59,41 +60,41 @@ def emulate(N, K, M, steps_per_split, seed=0):
             Wt[tiled_index(r, c)] = W[r, c]
     all_steps = (chunks + 1) // 2
     splits = ceil_div(all_steps, steps_per_split) if steps_per_split > 0 else 1
-    grid_x, grid_y = ceil_div(M, 128), ceil_div(tiles, 8)
-    partial = np.full(splits * grid_x * grid_y * 16 * kThreads * 4, np.nan, np.float32)
+    grid_x, grid_y = ceil_div(M, T), ceil_div(tiles, 8)
+    partial = np.full(splits * grid_x * grid_y * 4 * G * kThreads * 4, np.nan, np.float32)
     out = np.full((M, N), np.nan, np.float32)
 
     def block_acc(bx, by, z):
         """One block's accumulators after its K loop: {(warp, i, j): [32 lanes][4]}."""
-        tile0, token0 = by * 8, bx * 128
+        tile0, token0 = by * 8, bx * T
         first = z * steps_per_split if steps_per_split > 0 else 0
         end = min(all_steps, first + steps_per_split) if steps_per_split > 0 else all_steps
-        acc = {(w, i, j): np.zeros((32, 4)) for w in range(8) for i in range(4) for j in range(4)}
+        acc = {(w, i, j): np.zeros((32, 4)) for w in range(8) for i in range(4) for j in range(G)}
         for local in range(end - first):
             s = first + local
-            ws = np.zeros(8 * 2 * CE, np.float32); xs = np.zeros(2 * 128 * 32, np.float32)
+            ws = np.zeros(8 * 2 * CE, np.float32); xs = np.zeros(2 * T * 32, np.float32)
             for piece in range(1024):
                 tile, chunk, e = piece // 128, piece // 64 % 2, piece % 64 * 8
                 gc = s * 2 + chunk
                 if tile0 + tile < tiles and gc < chunks:
                     off = ((tile0 + tile) * chunks + gc) * CE + e
                     ws[(tile * 2 + chunk) * CE + e:(tile * 2 + chunk) * CE + e + 8] = Wt[off:off + 8]
-            for piece in range(1024):
-                chunk, token, quarter = piece // 512, piece // 4 % 128, piece % 4
+            for piece in range(2 * T * 4):
+                chunk, token, quarter = piece // (T * 4), piece // 4 % T, piece % 4
                 k = (s * 2 + chunk) * 32 + quarter * 8
                 if token0 + token < M and k < K:
-                    xs[(chunk * 128 + token) * 32 + quarter * 8:(chunk * 128 + token) * 32 + quarter * 8 + 8] = X[token0 + token, k:k + 8]
+                    xs[(chunk * T + token) * 32 + quarter * 8:(chunk * T + token) * 32 + quarter * 8 + 8] = X[token0 + token, k:k + 8]
             for w in range(8):
-                wt, wtok = (w % 2) * 4, (w // 2) * 32
+                wt, wtok = (w % 2) * 4, (w // 2) * (T // 4)
                 for chunk in range(2):
                     for i in range(4):
-                        for j in range(4):
+                        for j in range(G):
                             a1 = []; a2 = []; b1 = []; b2 = []
                             for lane in range(32):
                                 g, c = lane // 4, lane % 4
                                 base = ((wt + i) * 2 + chunk) * CE + lane * 8
                                 wa = ws[base:base + 8]; wb = ws[base + 256:base + 264]
-                                xv = xs[(chunk * 128 + wtok + j * 8 + g) * 32 + c * 8:][:8]
+                                xv = xs[(chunk * T + wtok + j * 8 + g) * 32 + c * 8:][:8]
                                 # uint4 .x = elements 0,1; .y = 2,3; .z = 4,5; .w = 6,7
                                 a1.append([wa[0:2], wb[0:2], wa[2:4], wb[2:4]]); b1.append([xv[0:2], xv[2:4]])
                                 a2.append([wa[4:6], wb[4:6], wa[6:8], wb[6:8]]); b2.append([xv[4:6], xv[6:8]])
@@ -102,11 +103,11 @@ def emulate(N, K, M, steps_per_split, seed=0):
 
     def quad(z, block, i, j, tid):
         """Index of the float4 (tile i, group j, thread tid) of split z's partial of `block`."""
-        return ((z * grid_x * grid_y + block) * 16 + i * 4 + j) * kThreads + tid
+        return ((z * grid_x * grid_y + block) * 4 * G + i * G + j) * kThreads + tid
 
     for by in range(grid_y):
         for bx in range(grid_x):
-            tile0, token0 = by * 8, bx * 128
+            tile0, token0 = by * 8, bx * T
             block = by * grid_x + bx
             if splits == 1:
                 acc = block_acc(bx, by, 0)
@@ -117,18 +118,18 @@ def emulate(N, K, M, steps_per_split, seed=0):
                         for lane in range(32):
                             q = quad(z, block, i, j, w * 32 + lane)
                             partial[q * 4:q * 4 + 4] = a[lane]
-                acc = {(w, i, j): np.zeros((32, 4)) for w in range(8) for i in range(4) for j in range(4)}
+                acc = {(w, i, j): np.zeros((32, 4)) for w in range(8) for i in range(4) for j in range(G)}
                 for z in range(splits):  # the last to arrive adds them in split order
                     for (w, i, j), a in acc.items():
                         for lane in range(32):
                             q = quad(z, block, i, j, w * 32 + lane)
                             a[lane] += partial[q * 4:q * 4 + 4]
             for w in range(8):
-                wt, wtok = (w % 2) * 4, (w // 2) * 32
+                wt, wtok = (w % 2) * 4, (w // 2) * (T // 4)
                 for i in range(4):
                     tile = tile0 + wt + i
                     if tile >= tiles: continue
-                    for j in range(4):
+                    for j in range(G):
                         for lane in range(32):
                             g, c = lane // 4, lane % 4
                             row0, row1 = tile * 16 + g, tile * 16 + g + 8
@@ -143,8 +144,10 @@ def emulate(N, K, M, steps_per_split, seed=0):
 # The 2B shape's prefill GEMMs at a short chunk, as the plan splits them at one block per SM on 132 SMs.
 for name, n_rows, k in (("qkv", 2560, 2048), ("o", 2048, 2048), ("gate/up", 12288, 2048), ("down", 2048, 6144)):
     print(f"plan, 2B {name} at 64 / 256 / 1024 rows:", [prefill_split(r, n_rows, k, 1, 132) for r in (64, 256, 1024)])
-# Partial weight block, partial K stage, partial token block; unsplit, then K split unevenly (9 steps as 4 + 4 + 1).
-for N, K, M, per in ((40, 200, 150, 0), (40, 520, 150, 4)):
-    err, nans, splits = emulate(N, K, M, per)
-    print(f"N {N} K {K} M {M}, {splits} split(s): max abs err {err:.2e}, nan {nans}")
-    assert err < 1e-3 and nans == 0, "gemm_prefill's index math is wrong"
+# Partial weight block, partial K stage, partial token block; unsplit, then K split unevenly (9 steps as 4 + 4 + 1);
+# at every block shape's token rows (gemm_prefill.cuh, kPrefillShapes).
+for T in (128, 64, 32):
+    for N, K, M, per in ((40, 200, 150, 0), (40, 520, 150, 4)):
+        err, nans, splits = emulate(N, K, M, per, T)
+        print(f"{T}-token blocks, N {N} K {K} M {M}, {splits} split(s): max abs err {err:.2e}, nan {nans}")
+        assert err < 1e-3 and nans == 0, "gemm_prefill's index math is wrong"

@@ -9,8 +9,9 @@
 //     through a decode forward, as the backend does), the decode forwards alone for comparison, and both
 //     paths per chunk size (where the backend's kPrefillFromRows comes from).
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
-//   prefill_check [--skip-2b] [--quick] [--split N]     (--probe: exit 0 at once, to see that the binary loads;
-//   --split N: the GEMMs' K split towards N blocks per SM, g_split below)
+//   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1]     (--probe: exit 0 at once, to see that the binary
+//   loads; --split N: the GEMMs' K split towards N blocks per SM, g_split below; --shapes: their block shape by the
+//   call's rows, g_shapes below)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -35,6 +36,9 @@ int failures = 0;
 // engine's default unless given, 0: off) in every random model's parity check, and the 2B timings per chunk size
 // add that path beside the unsplit one.
 int g_split = GemmTuning{}.prefill_split_blocks_per_sm;
+// --shapes 0|1: the prefill GEMMs' block shape by the call's rows (GemmTuning::prefill_shape_by_rows; the engine's
+// default unless given) everywhere.
+bool g_shapes = GemmTuning{}.prefill_shape_by_rows;
 
 void check(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
@@ -91,6 +95,7 @@ ModelShape make_shape(int hidden, int inter, int layers, int heads, int kv_heads
 std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed) {
   ModelOptions options;
   options.gemm.prefill_split_blocks_per_sm = g_split;
+  options.gemm.prefill_shape_by_rows = g_shapes;
   auto model = std::make_unique<DeviceModel>(shape, options);
   const ModelShape& s = shape;
   const int64_t largest = std::max<int64_t>({int64_t(s.vocab) * s.hidden, int64_t(s.intermediate) * s.hidden,
@@ -405,8 +410,9 @@ int main(int argc, char** argv) {
     if (arg == "--skip-2b") skip_2b = true;
     else if (arg == "--quick") quick = true;
     else if (arg == "--split" && i + 1 < argc) g_split = std::atoi(argv[++i]);
+    else if (arg == "--shapes" && i + 1 < argc) g_shapes = std::atoi(argv[++i]) != 0;
     else {
-      std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM]\n");
+      std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1]\n");
       return 2;
     }
   }
@@ -415,6 +421,7 @@ int main(int argc, char** argv) {
     std::vector<Case> cases;
     ModelShape gqa = make_shape(256, 512, 2, 4, 2, 128, 512);  // RoPE in the QKV epilogue, head_dim 128
     cases.push_back({"gqa hd128", gqa, 700, 256});
+    cases.push_back({"gqa hd128, short chunks", gqa, 300, 30});  // the 32-token block shape with --shapes 1
     ModelShape bias = make_shape(256, 384, 2, 8, 2, 64, 400);
     bias.qkv_bias = bias.o_bias = bias.tied_embeddings = true;
     cases.push_back({"qkv+o bias, tied, hd64", bias, 600, 300});
@@ -431,6 +438,7 @@ int main(int argc, char** argv) {
       ModelShape big = make_shape(2048, 6144, 42, 16, 2, 128, 130560);
       big.rope_theta = 5e6;
       parity(Case{"2B shape", big, 2100, 2048}, table);
+      parity(Case{"2B shape, short chunks", big, 300, 40}, table);  // 40 rows and a 19-row tail: both small shapes
       timings(quick, table);
     }
   } catch (const std::exception& e) {

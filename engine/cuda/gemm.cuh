@@ -65,6 +65,12 @@ struct GemmTuning {
   // blocks are fewer. 0: off. On the H200, 2B shape after 1024 cached, a 64-row prefill call took 9.6 ms split
   // against 18.1 unsplit, 128 rows 10.3 against 19.1; from 2048 rows nothing splits (bench/NOTES.md, run 111).
   int prefill_split_blocks_per_sm = 1;
+  // The prefill GEMM's block shape by the call's rows (gemm_prefill.cuh, prefill_shape): 32 token rows a block up
+  // to 32 rows, 64 (two blocks a SM) up to 256, then 128; off: 128 for every call. The split above then aims at
+  // the shape's blocks per SM times prefill_split_blocks_per_sm. Run 120 (H100, standalone) put a layer's GEMMs at
+  // 32 rows at 73 us against 128; off until prefill_check --shapes 1 has held the engine's prefill to its decode
+  // forwards with it on (bench/NOTES.md, twenty-third session).
+  bool prefill_shape_by_rows = false;
 };
 
 // How one GEMM launches under a tuning, and the split scratch it needs.

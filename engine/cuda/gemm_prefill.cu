@@ -1,6 +1,8 @@
 #include "gemm_prefill.cuh"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "weights.cuh"
 
@@ -8,31 +10,37 @@ namespace a2d::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kBlockTiles = 8;                          // weight tiles (16 rows each) per block: 128 rows
-constexpr int kBlockTokens = A2D_PREFILL_BLOCK_TOKENS;  // token rows per block
-constexpr int kStageChunks = 2;                         // 32-column chunks per stage: 64 k
-constexpr int kStages = A2D_PREFILL_STAGES;
-constexpr int kMinBlocks = A2D_PREFILL_MIN_BLOCKS;      // __launch_bounds__'s blocks per SM
-static_assert(kBlockTokens == 32 || kBlockTokens == 64 || kBlockTokens == 128, "a block's tokens: 4 warps of 8-token groups");
-static_assert(kStages >= 2, "the ring needs a stage in flight beside the one computed");
-constexpr int kChunkElements = 16 * 32;     // one chunk of one tile: 1 KiB
+constexpr int kBlockTiles = 8;    // weight tiles (16 rows each) per block: 128 rows
+constexpr int kStageChunks = 2;   // 32-column chunks per stage: 64 k
+constexpr int kChunkElements = 16 * 32;  // one chunk of one tile: 1 KiB
 constexpr int kWeightStage = kBlockTiles * kStageChunks * kChunkElements;  // bf16 per stage
-constexpr int kInputStage = kStageChunks * kBlockTokens * 32;
-constexpr int kSmemBytes = kStages * (kWeightStage + kInputStage) * 2;     // 128 KiB (128 tokens, 4 stages)
-static_assert(kSmemBytes * kMinBlocks <= 227 * 1024, "the ring of every resident block must fit in shared memory");
-// Warp w: tiles 4 (w % 2) .. + 3 of the block, tokens kBlockTokens / 4 * (w / 2) onwards.
+// Warp w: tiles 4 (w % 2) .. + 3 of the block, tokens block_tokens / 4 * (w / 2) onwards.
 constexpr int kWarpTiles = 4;
-constexpr int kWarpGroups = kBlockTokens / 32;  // groups of 8 tokens
-// A split's partial of one output block: each thread's kWarpTiles x kWarpGroups accumulators of 4, stored as
-// float4 [tile x group][thread] so that a warp's stores and loads are contiguous.
-constexpr int kPartialQuads = kWarpTiles * kWarpGroups;
-constexpr int kPartialFloats = kPartialQuads * kThreads * 4;
 
+// The sizes that follow from a block shape (PrefillShape).
+template <int kBlockTokens, int kStages, int kMinBlocks>
+struct Layout {
+  static_assert(kBlockTokens == 32 || kBlockTokens == 64 || kBlockTokens == 128, "a block's tokens: 4 warps of 8-token groups");
+  static_assert(kStages >= 2, "the ring needs a stage in flight beside the one computed");
+  static constexpr int input_stage = kStageChunks * kBlockTokens * 32;
+  static constexpr int smem_bytes = kStages * (kWeightStage + input_stage) * 2;  // 128 KiB (128 tokens, 4 stages)
+  static_assert(smem_bytes * kMinBlocks <= 227 * 1024, "the ring of every resident block must fit in shared memory");
+  static constexpr int warp_groups = kBlockTokens / 32;  // groups of 8 tokens
+  // A split's partial of one output block: each thread's kWarpTiles x warp_groups accumulators of 4, stored as
+  // float4 [tile x group][thread] so that a warp's stores and loads are contiguous.
+  static constexpr int partial_quads = kWarpTiles * warp_groups;
+};
 // The 64-k steps of K: the kernel's loop and prefill_split's plan.
 __host__ __device__ int prefill_steps(int k) { return (k + kStageChunks * 32 - 1) / (kStageChunks * 32); }
 
-template <PrefillEpilogue kEpilogue>
+size_t partial_floats(int block_tokens) { return static_cast<size_t>(kWarpTiles) * (block_tokens / 32) * kThreads * 4; }
+
+template <PrefillEpilogue kEpilogue, int kBlockTokens, int kStages, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) gemm_prefill_kernel(const __grid_constant__ PrefillGemmParams p) {
+  using L = Layout<kBlockTokens, kStages, kMinBlocks>;
+  constexpr int kInputStage = L::input_stage;
+  constexpr int kWarpGroups = L::warp_groups;
+  constexpr int kPartialQuads = L::partial_quads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* smem = reinterpret_cast<bf16*>(smem_raw);
   const int warp = threadIdx.x / 32;
@@ -219,22 +227,59 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gemm_prefill_kernel(cons
   }
 }
 
+// Every epilogue's kernel at one shape: prepare (the shared-memory limit) or launch.
+template <int kBlockTokens, int kStages, int kMinBlocks>
+struct ShapeKernels {
+  using L = Layout<kBlockTokens, kStages, kMinBlocks>;
+  template <PrefillEpilogue kEpilogue>
+  static constexpr auto kernel = gemm_prefill_kernel<kEpilogue, kBlockTokens, kStages, kMinBlocks>;
+
+  static bool matches(const PrefillShape& s) {
+    return s.block_tokens == kBlockTokens && s.stages == kStages && s.blocks_per_sm == kMinBlocks;
+  }
+  static void prepare() {
+    using Ep = PrefillEpilogue;
+    for (const void* k : {reinterpret_cast<const void*>(kernel<Ep::store_bf16>), reinterpret_cast<const void*>(kernel<Ep::silu_mul>),
+                          reinterpret_cast<const void*>(kernel<Ep::residual_add>), reinterpret_cast<const void*>(kernel<Ep::rope_qkv>)}) {
+      A2D_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, L::smem_bytes));
+    }
+  }
+  static void run(const PrefillGemmParams& p, PrefillEpilogue epilogue, int splits, cudaStream_t stream) {
+    const dim3 grid(ceil_div(p.rows, kBlockTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockTiles), splits);
+    const dim3 block(kThreads);
+    using Ep = PrefillEpilogue;
+    switch (epilogue) {
+      case Ep::store_bf16: return launch(kernel<Ep::store_bf16>, grid, block, L::smem_bytes, stream, false, p);
+      case Ep::silu_mul: return launch(kernel<Ep::silu_mul>, grid, block, L::smem_bytes, stream, false, p);
+      case Ep::residual_add: return launch(kernel<Ep::residual_add>, grid, block, L::smem_bytes, stream, false, p);
+      case Ep::rope_qkv: return launch(kernel<Ep::rope_qkv>, grid, block, L::smem_bytes, stream, false, p);
+    }
+  }
+};
+// kPrefillShapes, in its order.
+using Shape128 = ShapeKernels<128, 4, 1>;
+using Shape64 = ShapeKernels<64, 3, 2>;
+using Shape32 = ShapeKernels<32, 4, 1>;
+
+bool is_built_shape(const PrefillShape& s) { return Shape128::matches(s) || Shape64::matches(s) || Shape32::matches(s); }
+
 }  // namespace
 
 void gemm_prefill_prepare() {
-  A2D_CUDA_CHECK(cudaFuncSetAttribute(gemm_prefill_kernel<PrefillEpilogue::store_bf16>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  A2D_CUDA_CHECK(cudaFuncSetAttribute(gemm_prefill_kernel<PrefillEpilogue::silu_mul>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  A2D_CUDA_CHECK(cudaFuncSetAttribute(gemm_prefill_kernel<PrefillEpilogue::residual_add>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  A2D_CUDA_CHECK(cudaFuncSetAttribute(gemm_prefill_kernel<PrefillEpilogue::rope_qkv>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  Shape128::prepare();
+  Shape64::prepare();
+  Shape32::prepare();
 }
 
-PrefillSplit prefill_split(int rows, int n_rows, int k, int blocks_per_sm, int sm_count) {
+PrefillShape prefill_shape(int rows, bool by_rows) {
+  if (!by_rows || rows > 256) return kPrefillShapes[0];
+  return rows > 32 ? kPrefillShapes[1] : kPrefillShapes[2];
+}
+
+PrefillSplit prefill_split(int rows, int n_rows, int k, int blocks_per_sm, int sm_count, PrefillShape shape) {
+  if (!is_built_shape(shape)) throw std::invalid_argument("prefill_split: not one of kPrefillShapes");
   PrefillSplit split;
-  const int blocks = ceil_div(rows, kBlockTokens) * ceil_div(ceil_div(n_rows, 16), kBlockTiles);
+  const int blocks = ceil_div(rows, shape.block_tokens) * ceil_div(ceil_div(n_rows, 16), kBlockTiles);
   const int target = blocks_per_sm * sm_count;
   const int steps = prefill_steps(k);
   // Only where at least two splits fit in one wave of `target` blocks: a grid that fills most of a wave already
@@ -244,13 +289,14 @@ PrefillSplit prefill_split(int rows, int n_rows, int k, int blocks_per_sm, int s
   split.steps_per_split = ceil_div(steps, wanted);
   split.splits = ceil_div(steps, split.steps_per_split);  // every split has at least one step
   if (split.splits < 2) return PrefillSplit{};
-  split.partial_floats = static_cast<size_t>(split.splits) * blocks * kPartialFloats;
+  split.partial_floats = static_cast<size_t>(split.splits) * blocks * partial_floats(shape.block_tokens);
   split.counters = blocks;
   return split;
 }
 
-void gemm_prefill(const PrefillGemmParams& p, PrefillEpilogue epilogue, cudaStream_t stream) {
+void gemm_prefill(const PrefillGemmParams& p, PrefillEpilogue epilogue, cudaStream_t stream, PrefillShape shape) {
   if (p.k % 8 != 0) throw std::runtime_error("gemm_prefill: k must be a multiple of 8, got " + std::to_string(p.k));
+  if (!is_built_shape(shape)) throw std::invalid_argument("gemm_prefill: not one of kPrefillShapes");
   if (p.rows <= 0) return;
   if (epilogue == PrefillEpilogue::rope_qkv && (p.head_dim % 16 != 0 || p.n_rows % p.head_dim != 0)) {
     throw std::logic_error("gemm_prefill: the RoPE epilogue needs whole heads of a multiple of 16 dims");
@@ -259,15 +305,9 @@ void gemm_prefill(const PrefillGemmParams& p, PrefillEpilogue epilogue, cudaStre
   if (p.steps_per_split > 0 && (p.partial == nullptr || p.counters == nullptr)) {
     throw std::logic_error("gemm_prefill: a split K needs its partials and counters");
   }
-  const dim3 grid(ceil_div(p.rows, kBlockTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockTiles), splits);
-  const dim3 block(kThreads);
-  using Ep = PrefillEpilogue;
-  switch (epilogue) {
-    case Ep::store_bf16: return launch(gemm_prefill_kernel<Ep::store_bf16>, grid, block, kSmemBytes, stream, false, p);
-    case Ep::silu_mul: return launch(gemm_prefill_kernel<Ep::silu_mul>, grid, block, kSmemBytes, stream, false, p);
-    case Ep::residual_add: return launch(gemm_prefill_kernel<Ep::residual_add>, grid, block, kSmemBytes, stream, false, p);
-    case Ep::rope_qkv: return launch(gemm_prefill_kernel<Ep::rope_qkv>, grid, block, kSmemBytes, stream, false, p);
-  }
+  if (Shape128::matches(shape)) return Shape128::run(p, epilogue, splits, stream);
+  if (Shape64::matches(shape)) return Shape64::run(p, epilogue, splits, stream);
+  return Shape32::run(p, epilogue, splits, stream);
 }
 
 }  // namespace a2d::cuda

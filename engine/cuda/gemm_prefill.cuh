@@ -7,28 +7,15 @@
 // (about half a gigabyte for libcublasLt) would ship in the offline folder and load at every cold start.
 // The target, 20k prompt tokens/s on the 2B shape, is about 100 TFLOP/s: a tenth of the tensor cores.
 //
-// A block multiplies 128 weight rows (8 tiles) by 128 token rows, 64 k per stage through a 4-stage cp.async
-// ring in shared memory (weights and inputs both 512 contiguous bytes per warp read, no bank conflicts);
-// each of its 8 warps owns 4 tiles x 32 tokens (64 rows x 32 tokens of accumulators) and runs the epilogue
-// from its registers. Fragments are those of the decode GEMMs (mma.sync m16n8k16, the weight as the 16-row
+// A block multiplies 128 weight rows (8 tiles) by 32, 64 or 128 token rows (PrefillShape), 64 k per stage through
+// a cp.async ring in shared memory (weights and inputs both 512 contiguous bytes per warp read, no bank
+// conflicts); each of its 8 warps owns 4 tiles x a quarter of the tokens and runs the epilogue from its registers. Fragments are those of the decode GEMMs (mma.sync m16n8k16, the weight as the 16-row
 // A operand, the k permutation of gemm.cu), so a thread holds output rows g and g + 8 of a tile for the same
 // tokens: the RoPE pairs of the rope-pair row order and the gate/up pairs of the SiLU layout meet in one
 // thread, and the epilogues compute what the decode GEMMs' epilogues compute.
 #pragma once
 
 #include "common.cuh"
-
-// The block's token rows, ring depth and blocks per SM: the engine's values; engine/bench/gemm_prefill_bench.cu is
-// built with others (-DA2D_PREFILL_BLOCK_TOKENS=64 ...) to time them against these.
-#ifndef A2D_PREFILL_BLOCK_TOKENS
-#define A2D_PREFILL_BLOCK_TOKENS 128
-#endif
-#ifndef A2D_PREFILL_STAGES
-#define A2D_PREFILL_STAGES 4
-#endif
-#ifndef A2D_PREFILL_MIN_BLOCKS
-#define A2D_PREFILL_MIN_BLOCKS 1
-#endif
 
 namespace a2d::cuda {
 
@@ -69,8 +56,24 @@ struct PrefillGemmParams {
   int* counters;
 };
 
+// A block's shape: token rows (32, 64 or 128), cp.async ring stages, blocks per SM (__launch_bounds__). The kernel
+// is built at kPrefillShapes only. Run 120 (bench/NOTES.md, H100, the 2B layer's four GEMMs) timed them: at 32 rows
+// 32-token blocks take 73 us a layer against 128 us for 128-token blocks (a block of 128 token rows holding 32 real
+// ones issues four times the instructions that carry anything, and the block is issue-bound: run 121); at 64-160
+// rows 64-token blocks two a SM are best; from 512 rows 128-token blocks. A deeper ring (6 stages) was slower everywhere.
+struct PrefillShape {
+  int block_tokens = 128;
+  int stages = 4;
+  int blocks_per_sm = 1;
+};
+inline constexpr PrefillShape kPrefillShapes[] = {{128, 4, 1}, {64, 3, 2}, {32, 4, 1}};
+
+// The shape for a GEMM of `rows` token rows: the 128-token one for every call, or with `by_rows`
+// (GemmTuning::prefill_shape_by_rows) 32 tokens up to 32 rows, 64 up to 256, then 128.
+PrefillShape prefill_shape(int rows, bool by_rows);
+
 // How a prefill GEMM splits K: into as many splits as keep its blocks within one wave of `blocks_per_sm` per SM,
-// when its output blocks (128 tokens x 128 weight rows) fill at most half of that wave, each split at least
+// when its output blocks (the shape's tokens x 128 weight rows) fill at most half of that wave, each split at least
 // kPrefillMinSplitSteps steps of 64 k. Few rows (a short prompt, the
 // tail of a long one) otherwise leave most SMs idle, each streaming its whole K (bench/NOTES.md, run 86).
 constexpr int kPrefillMinSplitSteps = 2;
@@ -80,11 +83,13 @@ struct PrefillSplit {
   size_t partial_floats = 0;
   int counters = 0;
 };
-PrefillSplit prefill_split(int rows, int n_rows, int k, int blocks_per_sm, int sm_count);
+PrefillSplit prefill_split(int rows, int n_rows, int k, int blocks_per_sm, int sm_count, PrefillShape shape = {});
 
-// Raises the kernels' shared-memory limit; call once per process before the first launch.
+// Raises the kernels' shared-memory limit (every shape's); call once per process before the first launch.
 void gemm_prefill_prepare();
 
-void gemm_prefill(const PrefillGemmParams& params, PrefillEpilogue epilogue, cudaStream_t stream);
+// `shape`: one of kPrefillShapes (std::invalid_argument otherwise); a split K (params.steps_per_split) planned by
+// prefill_split for the same shape.
+void gemm_prefill(const PrefillGemmParams& params, PrefillEpilogue epilogue, cudaStream_t stream, PrefillShape shape = {});
 
 }  // namespace a2d::cuda

@@ -54,7 +54,9 @@ void DeviceModel::allocate_prefill() {
 
 void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue) {
   const GemmTuning& tuning = options_.gemm;
-  const PrefillSplit split = prefill_split(params.rows, params.n_rows, params.k, tuning.prefill_split_blocks_per_sm, tuning.sm_count);
+  const PrefillShape shape = prefill_shape(params.rows, tuning.prefill_shape_by_rows);
+  const PrefillSplit split = prefill_split(params.rows, params.n_rows, params.k,
+                                           tuning.prefill_split_blocks_per_sm * shape.blocks_per_sm, tuning.sm_count, shape);
   if (split.steps_per_split > 0) {
     if (split.partial_floats > prefill_split_partial_floats_ || split.counters > prefill_split_counter_count_) {
       // Grown between kernels of one stream: the launches before this one are done with the old scratch.
@@ -70,7 +72,7 @@ void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogu
     params.partial = prefill_split_partial_;
     params.counters = prefill_split_counters_;
   }
-  gemm_prefill(params, epilogue, stream_);
+  gemm_prefill(params, epilogue, stream_, shape);
 }
 
 void DeviceModel::prefill(int slot, int cached, const int32_t* tokens, int rows) {

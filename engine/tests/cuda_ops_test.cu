@@ -955,7 +955,7 @@ void decode_gemm_cases(Table& table, ThreadPool& pool) {
 
 // ------------------------------------------------------------------------------------------- prefill GEMM
 
-struct PrefillShape {
+struct PrefillGemmCase {
   std::string name;
   PrefillEpilogue epilogue;
   int k;
@@ -974,7 +974,7 @@ const char* prefill_epilogue_name(PrefillEpilogue e) {
   return "?";
 }
 
-void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillShape& s, const std::vector<int>& row_counts,
+void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s, const std::vector<int>& row_counts,
                         uint64_t seed) {
   const std::string op = std::string("gemm_prefill ") + prefill_epilogue_name(s.epilogue);
   const std::string variant = std::string("bf16") + (s.bias ? " +bias" : "");
@@ -1010,14 +1010,10 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillShape& s, c
       p.rows = rows;
       const int out_cols = s.epilogue == PrefillEpilogue::rope_qkv ? s.heads * s.head_dim : layout.n_out;
       DeviceArray<uint16_t> out(size_t(rows) * out_cols);
-      out.poison();
       DeviceArray<float> residual(size_t(rows) * layout.n_out);
       const std::vector<float> residual_before = random_floats(rng, residual.size(), -1.f, 1.f);
-      residual.upload(residual_before);
       DeviceArray<uint16_t> k_cache(size_t(std::max(1, s.kv_heads)) * max_context * std::max(1, s.head_dim));
       DeviceArray<uint16_t> v_cache(k_cache.size());
-      k_cache.poison();
-      v_cache.poison();
       std::unique_ptr<DeviceArray<float>> rope_table;
       p.out_stride = out_cols;
       if (s.epilogue == PrefillEpilogue::rope_qkv) {
@@ -1037,28 +1033,36 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillShape& s, c
       } else {
         p.out = as_bf16(out);
       }
-      gemm_prefill(p, s.epilogue, g_stream);
-      A2D_CUDA_CHECK(cudaStreamSynchronize(g_stream));
-
       std::vector<float> y(size_t(rows) * logical_rows);
       a2d::cpu::matmuls(pool, x.values.data(), rows, {a2d::cpu::Projection{&wt, s.bias ? bias.values.data() : nullptr, y.data()}});
-      if (s.epilogue == PrefillEpilogue::store_bf16 || s.epilogue == PrefillEpilogue::silu_mul) {
-        const std::vector<float> want = s.epilogue == PrefillEpilogue::silu_mul ? silu_mul_reference(y, rows, s.n) : y;
-        check.add(bf16_to_double(out.download()), to_double(want), kBf16Out);
-      } else if (s.epilogue == PrefillEpilogue::residual_add) {
-        const std::vector<float> got = residual.download();
-        std::vector<double> want(got.size());
-        for (size_t i = 0; i < want.size(); ++i) want[i] = double(residual_before[i]) + y[i];
-        check.add(to_double(got), want, kFp32Gemm);
-      } else {
-        check_rope_qkv(check, y, rows, logical_rows, cached, s.heads, s.kv_heads, s.head_dim, max_context, out, k_cache, v_cache);
+
+      // Every block shape the kernel is built at (kPrefillShapes), each from fresh outputs.
+      for (const a2d::cuda::PrefillShape& shape : kPrefillShapes) {
+        out.poison();
+        k_cache.poison();
+        v_cache.poison();
+        residual.upload(residual_before);
+        gemm_prefill(p, s.epilogue, g_stream, shape);
+        A2D_CUDA_CHECK(cudaStreamSynchronize(g_stream));
+        if (s.epilogue == PrefillEpilogue::store_bf16 || s.epilogue == PrefillEpilogue::silu_mul) {
+          const std::vector<float> want = s.epilogue == PrefillEpilogue::silu_mul ? silu_mul_reference(y, rows, s.n) : y;
+          check.add(bf16_to_double(out.download()), to_double(want), kBf16Out);
+        } else if (s.epilogue == PrefillEpilogue::residual_add) {
+          const std::vector<float> got = residual.download();
+          std::vector<double> want(got.size());
+          for (size_t i = 0; i < want.size(); ++i) want[i] = double(residual_before[i]) + y[i];
+          check.add(to_double(got), want, kFp32Gemm);
+        } else {
+          check_rope_qkv(check, y, rows, logical_rows, cached, s.heads, s.kv_heads, s.head_dim, max_context, out, k_cache, v_cache);
+        }
       }
     });
   }
 }
 
 void all_prefill_gemm_cases(Table& table, ThreadPool& pool) {
-  // Rows: one, a partial 128-row block, several blocks with a partial last one, the 2048-row chunk.
+  // Rows: one, a partial 128-row block, several blocks with a partial last one, the 2048-row chunk; each at every
+  // block shape (32, 64 and 128 token rows).
   prefill_gemm_cases(table, pool, {"2B qkv n2560 k2048", PrefillEpilogue::rope_qkv, 2048, 0, 16, 2, 128}, {1, 130, 2048}, 3001);
   prefill_gemm_cases(table, pool, {"qkv+bias n2560 k2048", PrefillEpilogue::store_bf16, 2048, 2560, 0, 0, 0, true}, {77, 517}, 3002);
   prefill_gemm_cases(table, pool, {"2B o n2048 k2048", PrefillEpilogue::residual_add, 2048, 2048}, {1, 300}, 3003);
