@@ -62,6 +62,7 @@ class TrainConfig:
     save_every: int = field(default=0, metadata={"help": "steps between checkpoints; 0: only at the end"})
     keep_checkpoints: int = field(default=3, metadata={"help": "newest checkpoints kept; 0: all"})
     time_limit_min: float = field(default=0.0, metadata={"help": "stop and save once this many minutes have passed (checked at log steps); 0: none"})
+    steps_from_time: bool = field(default=False, metadata={"help": "size the LR schedule (and the mask-rate curriculum) to --time-limit-min: after the first steps, --max-steps becomes as many steps as the time left holds at the measured step time (the --max-steps given is the ceiling); a resumed run keeps the size it was given"})
     profile_steps: str = field(default="", metadata={"help": "A:B profiles optimizer steps A to B-1 (torch.profiler): the kernels' GPU time by name, the GPU's busy share and each phase's wall time go to OUT/profile.txt; empty: no profile"})
     threads: int = field(default=0, metadata={"help": "CPU torch threads; 0: torch's default"})
     peak_tflops: float = field(default=790.0, metadata={"help": "the device's bf16 matrix rate, TFLOP/s, for the logged model FLOPs utilisation (790: an 8192^3 product measured on an H200; 989 is the datasheet's dense peak)"})
@@ -85,6 +86,8 @@ def check_config(config: TrainConfig) -> None:
     if config.t_max_start >= 0 and not config.t_min <= config.t_max_start <= config.t_max:
         raise A2DError(f"--t-max-start {config.t_max_start}: the curriculum rises from it to --t-max {config.t_max}, so it must lie "
                        f"between --t-min {config.t_min} and --t-max (or -1: no curriculum)")
+    if config.steps_from_time and config.time_limit_min <= 0:
+        raise A2DError("--steps-from-time sizes the schedule to --time-limit-min; give a time limit above 0")
     if config.curriculum_steps < 0:
         raise A2DError(f"--curriculum-steps {config.curriculum_steps}: must be 0 (the whole schedule) or more")
     if config.attention not in ("auto", "flex", "dense"):

@@ -317,6 +317,19 @@ def lr_at(config: TrainConfig, step: int) -> float:
     return floor + (config.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+# --steps-from-time: the step time is measured over SIZE_STEPS steps that start SIZE_FROM steps into the call (past
+# the first steps' compiles), and the schedule sized then, before a warmup of more steps than that ends.
+SIZE_FROM, SIZE_STEPS = 3, 10
+
+
+def steps_that_fit(step: int, step_s: float, left_s: float, log_every: int, ceiling: int) -> int:
+    """--steps-from-time: the schedule's length once `step` steps are done, one takes `step_s` seconds and `left_s`
+    of the time limit are left: the steps that fit in 95 % of it (later steps may run a little slower) less one log
+    interval (the time limit is checked at log lines), at least one more, at most `ceiling` (--max-steps)."""
+    fit = int(left_s * 0.95 / max(step_s, 1e-9)) - log_every
+    return min(ceiling, step + max(fit, 1))
+
+
 def to_device(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
     def move(a: np.ndarray, dtype) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(a)).to(dtype)
@@ -618,6 +631,24 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
     loss_sum = torch.zeros((), device=rt.device)
     last_folder = None
     bar = tqdm(total=config.max_steps, initial=step, desc="train", unit="step", disable=not rt.main, dynamic_ncols=True)
+
+    def set_max_steps(n: int) -> None:
+        """The schedule's length from here on (--steps-from-time): the LR decay, the curriculum and the stop."""
+        nonlocal config
+        config = replace(config, max_steps=n)
+        objective.config = schedule.config = config
+        progress["max_steps"] = n
+        bar.total = n
+        bar.refresh()
+        if rt.main:
+            write_json(out / "train_config.json", {**asdict(config), "world_size": rt.world, "init": str(init_dir)})
+
+    size_at = None  # the steps between which --steps-from-time times a step, or None
+    if config.steps_from_time and "max_steps" in progress:
+        set_max_steps(int(progress["max_steps"]))
+    elif config.steps_from_time:
+        size_at = (step + SIZE_FROM, step + SIZE_FROM + SIZE_STEPS)
+    size_t0 = 0.0
     if rt.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(rt.device)
     stop = False
@@ -655,6 +686,18 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
         window_steps += 1
         progress["tokens"] = progress.get("tokens", 0) + tokens_per_step
         bar.update(1)
+        if size_at is not None and step in size_at:
+            if rt.device.type == "cuda":
+                torch.cuda.synchronize(rt.device)
+            now = time.perf_counter()
+            if step == size_at[0]:
+                size_t0 = now
+            else:
+                step_s = all_reduce_sum(rt, torch.tensor((now - size_t0) / SIZE_STEPS, device=rt.device)).item() / rt.world
+                set_max_steps(steps_that_fit(step, step_s, config.time_limit_min * 60 - (now - started), config.log_every, config.max_steps))
+                size_at = None
+                if rt.main:
+                    tqdm.write(json.dumps({"event": "sized", "step": step, "step_s": step_s, "max_steps": config.max_steps}))
         is_last = step == config.max_steps
         if step % config.log_every == 0 or is_last:
             reduced = all_reduce_sum(rt, torch.cat([stats_sum, loss_sum[None], torch.tensor(counts, device=rt.device, dtype=torch.float32)]))

@@ -32,9 +32,8 @@
 #   DISTILL_BATCH (rows per generate call), DISTILL_SLOTS (KV cache slots per generate call, rows x (longest prompt +
 #   DISTILL_TOKENS); 0: no bound), DISTILL_WORKERS (processes; 0: 2 per GPU), DISTILL_S (its time limit)
 #   STEPS (the LR schedule's length; time decides where a call stops; auto: as many steps as the first training
-#   call's time holds, (its seconds - TRAIN_TAIL_S - COMPILE_S) / STEP_S, kept for the calls that resume it),
-#   STEP_S (seconds an optimizer step takes in this configuration on this GPU; needed by STEPS=auto), COMPILE_S
-#   (the compile's share of the first steps, default 45), MINUTES (training cap per call),
+#   call's time holds at the step time the trainer measures after its first steps, `train --steps-from-time`, kept by
+#   the calls that resume it), MINUTES (training cap per call),
 #   TRAIN (0: no training this call), TRAIN_S (training seconds this call; 0: all the time left), BATCH_ROWS, MICRO_ROWS, SEQ_LEN, LR, RANK,
 #   AC (1: activation checkpointing), SAVE_EVERY, MIN_TRAIN_S (train only with this much time, default 60),
 #   TRAIN_TAIL_S (setup + final save allowance kept off the trainer's own time limit, default 75)
@@ -194,21 +193,19 @@ elif [ "$s" -ge "$MIN_TRAIN_S" ]; then
     resume=(--resume)
     done_s=$(python3 -c 'import json,sys,pathlib; r=pathlib.Path(sys.argv[1]); p=json.load(open(r/"latest.json"))["path"]; print(json.load(open(r/p/"checkpoint.json"))["progress"].get("elapsed_s", 0))' "$WORK/run")
   fi
+  size=()
   if [ "$STEPS" = auto ]; then
-    # The schedule sized once, by the first training call, so that its LR decay ends inside that call.
-    if [ ! -f "$WORK/steps.txt" ]; then
-      [ -n "${STEP_S:-}" ] || { stamp "train: STEPS=auto needs STEP_S, the seconds one optimizer step takes here (0.66 for BATCH_ROWS=128 SEQ_LEN=512 on the 135M, H200: bench/NOTES.md run 113)"; status "no STEP_S"; exit 1; }
-      python3 -c "import sys; print(max(1, int((int(sys.argv[1]) - int(sys.argv[2]) - int(sys.argv[3])) / float(sys.argv[4]))))" \
-        "$s" "$TRAIN_TAIL_S" "${COMPILE_S:-45}" "$STEP_S" > "$WORK/steps.txt"
-    fi
-    STEPS=$(cat "$WORK/steps.txt")
-    stamp "train: STEPS=auto: $STEPS steps (${STEP_S:-?} s each in $s s)"
+    # The trainer sizes the schedule to the first training call's time and keeps that size when it resumes.
+    STEPS=1000000; size=(--steps-from-time)
+    stamp "train: STEPS=auto: the schedule sized to the first training call's time (train --steps-from-time)"
   fi
   # Setup (processes, model, FSDP) runs before the trainer's clock starts; the last log interval, the
   # held-out evaluation and the final save come after it stops: TRAIN_TAIL_S for both.
   limit_min=$(python3 -c "print(round(max($done_s + $s - $TRAIN_TAIL_S, $done_s + 10) / 60, 3))")
-  stamp "train: $NGPU process(es), up to $STEPS steps, $s s this call (time limit ${limit_min} min of training in all)${resume:+, resumed}"
-  train_cmd "$NGPU" "$WORK/run" --max-steps "$STEPS" --time-limit-min "$limit_min" --save-every "$SAVE_EVERY" --threads "$THREADS" ${resume[@]+"${resume[@]}"}
+  steps_text="up to $STEPS steps"; [ ${#size[@]} -gt 0 ] && steps_text="the steps the trainer sizes"
+  stamp "train: $NGPU process(es), $steps_text, $s s this call (time limit ${limit_min} min of training in all)${resume:+, resumed}"
+  train_cmd "$NGPU" "$WORK/run" --max-steps "$STEPS" --time-limit-min "$limit_min" --save-every "$SAVE_EVERY" --threads "$THREADS" ${resume[@]+"${resume[@]}"} \
+    ${size[@]+"${size[@]}"}
   bounded "$s" "${cmd[@]}" 2>&1 | tee -a "$WORK/train.log" | grep --line-buffered -E '^!!|"step"|"event"|Error|error' || true
   # A run that left no checkpoint at all failed before its first save: once more with only the layers compiled
   # (the loss chunks eager), then with nothing compiled, each failure's last error line in the timings.
@@ -217,7 +214,7 @@ elif [ "$s" -ge "$MIN_TRAIN_S" ]; then
     stamp "train: no checkpoint ($(grep -aE '^[A-Za-z]*(Error|Exception)' "$WORK/train.log" | tail -n 1 | cut -c1-160)); once more with --compile $fallback"
     s=$(budget "$cap" "$RESERVE_S")
     train_cmd "$NGPU" "$WORK/run" --max-steps "$STEPS" --time-limit-min "$(python3 -c "print(round(max($s - $TRAIN_TAIL_S, 10) / 60, 3))")" \
-      --save-every "$SAVE_EVERY" --threads "$THREADS" --compile "$fallback"
+      --save-every "$SAVE_EVERY" --threads "$THREADS" --compile "$fallback" ${size[@]+"${size[@]}"}
     bounded "$s" "${cmd[@]}" 2>&1 | tee -a "$WORK/train.log" | grep --line-buffered -E '^!!|"step"|"event"|Error|error' || true
   done
   status "train stopped at step $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step"])' "$WORK/run/latest.json" 2>/dev/null || echo none)"

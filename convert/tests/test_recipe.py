@@ -182,16 +182,15 @@ def test_a_prompt_count_the_generator_cannot_write_fails_before_the_import(tmp_p
 
 
 def test_auto_steps_size_the_schedule_to_the_first_training_call(tmp_path):
-    """STEPS=auto: (training seconds - TRAIN_TAIL_S - COMPILE_S) / STEP_S steps, fixed by the first training call (the
-    run's train_config holds them) and kept by a call that resumes it; without STEP_S the recipe stops and names it."""
+    """STEPS=auto: the trainer sizes the schedule to the first training call's time (train --steps-from-time; the
+    run's train_config holds the size) and a call that resumes it keeps that size."""
     make_tiny_base(tmp_path / "hf")
-    rc, log = run_recipe(tmp_path, tmp_path / "out0", PROBES="0", STEPS="auto", TRAIN_S="30")
-    assert rc != 0 and "STEPS=auto needs STEP_S" in log and not (tmp_path / "w" / "run").exists()
-    rc, log = run_recipe(tmp_path, tmp_path / "out1", PROBES="0", STEPS="auto", STEP_S="2.5", COMPILE_S="5", TRAIN_TAIL_S="5",
-                         TRAIN_S="30")
+    rc, log = run_recipe(tmp_path, tmp_path / "out1", PROBES="0", STEPS="auto", TRAIN_TAIL_S="5", TRAIN_S="30")
     assert rc == 0, log
-    assert "STEPS=auto: 8 steps" in log  # (30 - 5 - 5) / 2.5
-    assert json.loads((tmp_path / "w" / "run" / "train_config.json").read_text())["max_steps"] == 8
-    rc, log = run_recipe(tmp_path, tmp_path / "out2", PROBES="0", STEPS="auto", STEP_S="0.1", TRAIN_S="20")
+    assert "STEPS=auto: the schedule sized" in log and '"event": "sized"' in (tmp_path / "w" / "train.log").read_text()
+    sized = json.loads((tmp_path / "w" / "run" / "train_config.json").read_text())["max_steps"]
+    assert 14 <= sized < 1000000
+    rc, log = run_recipe(tmp_path, tmp_path / "out2", PROBES="0", STEPS="auto", TRAIN_S="20")
     assert rc == 0, log
-    assert "STEPS=auto: 8 steps" in log and "resumed" in log
+    assert "resumed" in log
+    assert json.loads((tmp_path / "w" / "run" / "train_config.json").read_text())["max_steps"] == sized

@@ -457,3 +457,33 @@ def test_model_flops_are_the_matrix_products_a_step_computes(workspace, tmp_path
     products = sum(v for op, v in counted.items() if op in (torch.ops.aten.mm, torch.ops.aten.addmm))
     assert products > 0
     assert model_flops(objective, config, 2, 0, (0, 0)) == products
+
+
+def test_steps_that_fit_leave_a_log_interval_and_a_margin():
+    from a2d_convert.trainer import steps_that_fit
+
+    assert steps_that_fit(13, 0.5, 100.0, 5, 10**6) == 13 + 190 - 5  # 95 s of 0.5 s steps, less a log interval
+    assert steps_that_fit(13, 0.5, 100.0, 5, 150) == 150  # the ceiling (--max-steps)
+    assert steps_that_fit(13, 10.0, 20.0, 5, 10**6) == 14  # always one more
+    with pytest.raises(A2DError, match="--steps-from-time sizes the schedule to --time-limit-min"):
+        check_config(TrainConfig(base="b", data="d", out="o", steps_from_time=True))
+
+
+def test_steps_from_time_size_the_schedule_and_a_resume_keeps_it(workspace):
+    """--steps-from-time: a step is timed after the first ones, the schedule (LR decay, stop) becomes what the time
+    limit holds, train_config.json and the checkpoints record it, and a resumed run keeps it instead of sizing again."""
+    root, base, data = workspace
+    config = tiny_config(root, base, data, "sized", max_steps=100000, log_every=1, save_every=0, time_limit_min=0.1,
+                         steps_from_time=True)
+    folder = train(config)
+    sized = json.loads((root / "sized" / "train_config.json").read_text())["max_steps"]
+    assert 14 <= sized < 100000
+    log = [json.loads(line) for line in (root / "sized" / LOG_FILE).read_text().splitlines()]
+    assert log[-1]["step"] == sized or log[-1]["time_limit_reached"]
+    record = json.loads((folder / "checkpoint.json").read_text())
+    assert record["progress"]["max_steps"] == sized and record["config"]["max_steps"] == sized
+    if log[-1]["step"] == sized:  # the schedule ran out: the LR is at its floor
+        assert log[-1]["lr"] == pytest.approx(config.lr * config.min_lr_ratio, rel=1e-2)
+    # A resume with another time limit keeps the size (and, its schedule done, stops at once).
+    train(replace(config, time_limit_min=10.0), resume=True)
+    assert json.loads((root / "sized" / "train_config.json").read_text())["max_steps"] == sized
