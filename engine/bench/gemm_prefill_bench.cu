@@ -145,8 +145,9 @@ bool check(const Setup& s, const PrefillShape& shape, int rows, bool split) {
   for (int col = 0; col < n; ++col) poison_kept = poison_kept && out[static_cast<size_t>(rows) * n + col] == 0x7fc1;
   const double rel = std::sqrt(err / std::max(norm, 1e-30));
   const bool ok = finite && poison_kept && rel <= 5e-3;
-  std::printf("CHECK %3d tokens %-8s %5d rows %-7s rel err %.2e%s%s  %s\n", shape.block_tokens, s.shape.name, rows, split ? "split" : "unsplit", rel,
-              finite ? "" : ", non-finite output", poison_kept ? "" : ", a row past the last written", ok ? "ok" : "FAIL");
+  std::printf("CHECK %3d tokens %-8s %5d rows %-7s rel err %.2e%s%s  %s\n", shape.block_tokens, s.shape.name, rows,
+              split ? "split" : "unsplit", rel, finite ? "" : ", non-finite output",
+              poison_kept ? "" : ", a row past the last written", ok ? "ok" : "FAIL");
   return ok;
 }
 
@@ -210,8 +211,8 @@ int main() {
           const double best = std::min(unsplit, split);
           const double bytes = static_cast<double>(tiled_elements(gemm.n, gemm.k)) * sizeof(bf16);
           const double flops = 2.0 * rows * gemm.n * gemm.k;
-          std::printf("TIME  %s  %-8s %5d rows  unsplit %8.2f us  split %8.2f us\n", shape_name(shape).c_str(), gemm.name, rows,
-                      unsplit, split);
+          std::printf("TIME  %s  %-8s %5d rows  unsplit %8.2f us  split %8.2f us\n", shape_name(shape).c_str(), gemm.name,
+                      rows, unsplit, split);
           char line[256];
           std::snprintf(line, sizeof line, "| %s | %s | %d | %.2f | %.2f | %.2f | %.1f |", shape_name(shape).c_str(), gemm.name,
                         rows, unsplit, split, bytes / best / 1e6, flops / best / 1e6);

@@ -239,8 +239,10 @@ struct ShapeKernels {
   }
   static void prepare() {
     using Ep = PrefillEpilogue;
-    for (const void* k : {reinterpret_cast<const void*>(kernel<Ep::store_bf16>), reinterpret_cast<const void*>(kernel<Ep::silu_mul>),
-                          reinterpret_cast<const void*>(kernel<Ep::residual_add>), reinterpret_cast<const void*>(kernel<Ep::rope_qkv>)}) {
+    for (const void* k : {reinterpret_cast<const void*>(kernel<Ep::store_bf16>),
+                          reinterpret_cast<const void*>(kernel<Ep::silu_mul>),
+                          reinterpret_cast<const void*>(kernel<Ep::residual_add>),
+                          reinterpret_cast<const void*>(kernel<Ep::rope_qkv>)}) {
       A2D_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, L::smem_bytes));
     }
   }

@@ -9,10 +9,11 @@
 //
 // A block multiplies 128 weight rows (8 tiles) by 32, 64 or 128 token rows (PrefillShape), 64 k per stage through
 // a cp.async ring in shared memory (weights and inputs both 512 contiguous bytes per warp read, no bank
-// conflicts); each of its 8 warps owns 4 tiles x a quarter of the tokens and runs the epilogue from its registers. Fragments are those of the decode GEMMs (mma.sync m16n8k16, the weight as the 16-row
-// A operand, the k permutation of gemm.cu), so a thread holds output rows g and g + 8 of a tile for the same
-// tokens: the RoPE pairs of the rope-pair row order and the gate/up pairs of the SiLU layout meet in one
-// thread, and the epilogues compute what the decode GEMMs' epilogues compute.
+// conflicts); each of its 8 warps owns 4 tiles x a quarter of the tokens and runs the epilogue from its
+// registers. Fragments are those of the decode GEMMs (mma.sync m16n8k16, the weight as the 16-row A operand,
+// the k permutation of gemm.cu), so a thread holds output rows g and g + 8 of a tile for the same tokens: the
+// RoPE pairs of the rope-pair row order and the gate/up pairs of the SiLU layout meet in one thread, and the
+// epilogues compute what the decode GEMMs' epilogues compute.
 #pragma once
 
 #include "common.cuh"
