@@ -7,7 +7,8 @@
 #   MODEL=.cache/demo/model BASE=.cache/demo/base OUT=/tmp/parallelism bash bench/parallelism-table.sh
 # (BASE: the imported AR base, `a2d_convert import --source .cache/demo/base.gguf --out .cache/demo/base`.)
 # Knobs: THRESHOLDS (0.5,0.7,0.8,0.9,0.95), RULES (leftmost low_confidence), MINS (1 2), THREADS (2),
-# MAX_TOKENS (48; open prompts OPEN_TOKENS, 128).
+# MAX_TOKENS (48; open prompts OPEN_TOKENS, 128), CALIBRATION (0: no calibration table; it takes minutes and
+# depends only on the model, so one run of several that split the decodings between them is enough).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 model=${MODEL:-$root/.cache/demo/model}
@@ -37,7 +38,7 @@ for set in "${sets[@]}"; do
 done
 "$py" "$root/bench/parallelism_table.py" "$out" | tee "$out/table.md"
 # A window adapter's calibration by offset on the held-out answers of the base (bench/window_calibration.py).
-if grep -q '"window_adapter"' "$model/config.json" 2>/dev/null; then
+if [ "${CALIBRATION:-1}" != 0 ] && grep -q '"window_adapter"' "$model/config.json" 2>/dev/null; then
   echo | tee -a "$out/table.md"
   "$py" "$root/bench/window_calibration.py" --model "$model" --base-answers "$out/heldout-base.jsonl" \
     --threads "${THREADS:-2}" 2> /dev/null | tee -a "$out/table.md"
