@@ -1,6 +1,7 @@
 #include "gemm_prefill.cuh"
 
 #include <algorithm>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -16,6 +17,10 @@ constexpr int kChunkElements = 16 * 32;  // one chunk of one tile: 1 KiB
 constexpr int kWeightStage = kBlockTiles * kStageChunks * kChunkElements;  // bf16 per stage
 // Warp w: tiles 4 (w % 2) .. + 3 of the block, tokens block_tokens / 4 * (w / 2) onwards.
 constexpr int kWarpTiles = 4;
+// A split's partial of one output block: each thread's kWarpTiles x (block_tokens / 32) accumulators of 4, stored
+// as float4 [tile x group][thread] so that a warp's stores and loads are contiguous. The kernel's indexing and
+// prefill_split's scratch both read it.
+__host__ __device__ constexpr int partial_quads(int block_tokens) { return kWarpTiles * (block_tokens / 32); }
 
 // The sizes that follow from a block shape (PrefillShape).
 template <int kBlockTokens, int kStages, int kMinBlocks>
@@ -26,21 +31,16 @@ struct Layout {
   static constexpr int smem_bytes = kStages * (kWeightStage + input_stage) * 2;  // 128 KiB (128 tokens, 4 stages)
   static_assert(smem_bytes * kMinBlocks <= 227 * 1024, "the ring of every resident block must fit in shared memory");
   static constexpr int warp_groups = kBlockTokens / 32;  // groups of 8 tokens
-  // A split's partial of one output block: each thread's kWarpTiles x warp_groups accumulators of 4, stored as
-  // float4 [tile x group][thread] so that a warp's stores and loads are contiguous.
-  static constexpr int partial_quads = kWarpTiles * warp_groups;
 };
 // The 64-k steps of K: the kernel's loop and prefill_split's plan.
 __host__ __device__ int prefill_steps(int k) { return (k + kStageChunks * 32 - 1) / (kStageChunks * 32); }
-
-size_t partial_floats(int block_tokens) { return static_cast<size_t>(kWarpTiles) * (block_tokens / 32) * kThreads * 4; }
 
 template <PrefillEpilogue kEpilogue, int kBlockTokens, int kStages, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) gemm_prefill_kernel(const __grid_constant__ PrefillGemmParams p) {
   using L = Layout<kBlockTokens, kStages, kMinBlocks>;
   constexpr int kInputStage = L::input_stage;
   constexpr int kWarpGroups = L::warp_groups;
-  constexpr int kPartialQuads = L::partial_quads;
+  constexpr int kPartialQuads = partial_quads(kBlockTokens);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* smem = reinterpret_cast<bf16*>(smem_raw);
   const int warp = threadIdx.x / 32;
@@ -259,9 +259,12 @@ struct ShapeKernels {
   }
 };
 // kPrefillShapes, in its order.
-using Shape128 = ShapeKernels<128, 4, 1>;
-using Shape64 = ShapeKernels<64, 3, 2>;
-using Shape32 = ShapeKernels<32, 4, 1>;
+template <int i>
+using ShapeAt = ShapeKernels<kPrefillShapes[i].block_tokens, kPrefillShapes[i].stages, kPrefillShapes[i].blocks_per_sm>;
+using Shape128 = ShapeAt<0>;
+using Shape64 = ShapeAt<1>;
+using Shape32 = ShapeAt<2>;
+static_assert(std::size(kPrefillShapes) == 3, "every shape of kPrefillShapes is built here");
 
 bool is_built_shape(const PrefillShape& s) { return Shape128::matches(s) || Shape64::matches(s) || Shape32::matches(s); }
 
@@ -291,7 +294,7 @@ PrefillSplit prefill_split(int rows, int n_rows, int k, int blocks_per_sm, int s
   split.steps_per_split = ceil_div(steps, wanted);
   split.splits = ceil_div(steps, split.steps_per_split);  // every split has at least one step
   if (split.splits < 2) return PrefillSplit{};
-  split.partial_floats = static_cast<size_t>(split.splits) * blocks * partial_floats(shape.block_tokens);
+  split.partial_floats = static_cast<size_t>(split.splits) * blocks * partial_quads(shape.block_tokens) * kThreads * 4;
   split.counters = blocks;
   return split;
 }
