@@ -617,8 +617,12 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
     copies = 3 if config.complementary else 2
     tokens_per_step = config.batch_rows * seq_len
     log_path = out / LOG_FILE
-    if rt.main:
+
+    def write_train_config() -> None:
         write_json(out / "train_config.json", {**asdict(config), "world_size": rt.world, "init": str(init_dir)})
+
+    if rt.main:
+        write_train_config()
         n_params = sum(p.numel() for p in objective.parameters())
         n_train = sum(p.numel() for p in trainable)
         print(json.dumps({"event": "start", "step": step, "params": n_params, "trainable": n_train, "world_size": rt.world, "device": str(rt.device), "rows": schedule.rows, "seq_len": seq_len, "accumulation": accum}), flush=True)
@@ -641,7 +645,7 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
         bar.total = n
         bar.refresh()
         if rt.main:
-            write_json(out / "train_config.json", {**asdict(config), "world_size": rt.world, "init": str(init_dir)})
+            write_train_config()
 
     size_at = None  # the steps between which --steps-from-time times a step, or None
     if config.steps_from_time and "max_steps" in progress:
