@@ -67,10 +67,10 @@ struct GemmTuning {
   int prefill_split_blocks_per_sm = 1;
   // The prefill GEMM's block shape by the call's rows (gemm_prefill.cuh, prefill_shape): 32 token rows a block up
   // to 32 rows, 64 (two blocks a SM) up to 256, then 128; off: 128 for every call. The split above then aims at
-  // the shape's blocks per SM times prefill_split_blocks_per_sm. Run 120 (H100, standalone) put a layer's GEMMs at
-  // 32 rows at 73 us against 128; off until prefill_check --shapes 1 has held the engine's prefill to its decode
-  // forwards with it on (bench/NOTES.md, twenty-third session).
-  bool prefill_shape_by_rows = false;
+  // the shape's blocks per SM times prefill_split_blocks_per_sm. On the H100, 2B shape after 1024 cached, a 32-row
+  // prefill call took 5.9 ms against 9.7 in 128-token blocks, 64 rows 7.2 against 9.7, 128 rows 8.9 against 10.3;
+  // nothing changes from 512 rows (bench/NOTES.md, run 122, prefill_check --shapes 1 with every parity check).
+  bool prefill_shape_by_rows = true;
 };
 
 // How one GEMM launches under a tuning, and the split scratch it needs.
