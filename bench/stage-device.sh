@@ -32,11 +32,11 @@ for convert in cvt shift; do
     "$root/engine/bench/fp8_gemm_bench.cu" "$root/engine/cuda/gemm.cu" &
 done
 wait
-# The prefill GEMM harness (engine/bench/gemm_prefill_bench.cu: every block shape of kPrefillShapes), for
-# bench/device-prefill-gemm.sh.
+# The prefill GEMM harness (engine/bench/gemm_prefill_bench.cu: every block shape of kPrefillShapes and the
+# warpgroup kernel's), for bench/device-prefill-gemm.sh.
 nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xfatbin -compress-all -Xcompiler -static-libstdc++,-static-libgcc \
   -I"$root/engine/cuda" -I"$root/engine/bench" -o "$root/build/device/gemm_prefill_bench" \
-  "$root/engine/bench/gemm_prefill_bench.cu" "$root/engine/cuda/gemm_prefill.cu"
+  "$root/engine/bench/gemm_prefill_bench.cu" "$root/engine/cuda/gemm_prefill.cu" "$root/engine/cuda/gemm_wgmma.cu"
 # BASE_REF=COMMIT also builds the harness library of that commit into build/device/base/ (bench/fp8_check.py
 # --base-lib: the bf16 path's logits must not change).
 if [ -n "${BASE_REF:-}" ]; then

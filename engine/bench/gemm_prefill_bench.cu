@@ -1,16 +1,19 @@
-// The prefill GEMM's standalone harness (engine/cuda/gemm_prefill.cu), for the GPU machine (bench/stage-device.sh
-// builds it as build/device/gemm_prefill_bench; bench/device-prefill-gemm.sh runs it): every block shape the kernel
-// is built at (kPrefillShapes) side by side, and the shape the engine picks by rows (prefill_shape):
+// The prefill GEMM's standalone harness (engine/cuda/gemm_prefill.cu, gemm_wgmma.cu), for the GPU machine
+// (bench/stage-device.sh builds it as build/device/gemm_prefill_bench; bench/device-prefill-gemm.sh runs it): every
+// block shape the mma.sync kernel is built at (kPrefillShapes) and the warpgroup kernel at each of kWgmmaTokens
+// (no K split: its "split" column repeats the unsplit one) side by side, and the shape the engine picks by rows
+// (prefill_shape):
 //   CHECK  each GEMM of the MiniCPM5-2B layer (qkv, o, gate_up, down) at 32, 160 and 2,048 rows, with K split as
 //          the engine plans it (prefill_split at the shape's blocks per SM) and unsplit, store_bf16 epilogue:
 //          512 sampled outputs against an fp64 reference of the same stored values (the relative error of the
 //          sampled vector at most 5e-3, bf16's rounding), and the outputs past the rows keep their poison.
 //   TIME   microseconds a GEMM at 32, 64, 160, 512 and 2,048 rows, split and unsplit: a CUDA graph of 42 launches
 //          over distinct copies of the weight (a forward's 42 layers, past the 50 MB L2), replayed 20 times.
-// Prints CHECK and TIME lines, then a table row per (shape, GEMM, rows), then the by-rows pick's time a layer;
-// exit status 1 on any failed check.
+// Prints CHECK and TIME lines, then a table row per (shape, GEMM, rows), then the by-rows pick's time a layer beside
+// the warpgroup kernel's best; exit status 1 on any failed check.
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iengine/cuda -Iengine/bench \
-//     -o build/device/gemm_prefill_bench engine/bench/gemm_prefill_bench.cu engine/cuda/gemm_prefill.cu
+//     -o build/device/gemm_prefill_bench engine/bench/gemm_prefill_bench.cu engine/cuda/gemm_prefill.cu \
+//     engine/cuda/gemm_wgmma.cu
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -36,6 +39,24 @@ const int kTimeRows[] = {32, 64, 160, 512, 2048};
 constexpr int kLayers = 42;
 constexpr int kReplays = 20;
 constexpr int kMaxRows = 2048;
+
+// One kernel configuration: a shape of the mma.sync kernel, or the warpgroup kernel at `wgmma_tokens` a block.
+struct Variant {
+  PrefillShape shape;
+  int wgmma_tokens = 0;
+  std::string name() const {
+    if (wgmma_tokens > 0) return "wgmma, tokens " + std::to_string(wgmma_tokens);
+    return "tokens " + std::to_string(shape.block_tokens) + ", stages " + std::to_string(shape.stages) + ", blocks/SM " +
+           std::to_string(shape.blocks_per_sm);
+  }
+};
+
+std::vector<Variant> variants() {
+  std::vector<Variant> all;
+  for (const PrefillShape& shape : kPrefillShapes) all.push_back({shape, 0});
+  for (int tokens : kWgmmaTokens) all.push_back({PrefillShape{}, tokens});
+  return all;
+}
 
 __global__ void fill_weight_kernel(bf16* w, int n, int k, uint64_t seed) {
   const int64_t count = static_cast<int64_t>(n) * k;
@@ -99,7 +120,8 @@ void free_setup(Setup& s) {
   cudaFree(s.counters);
 }
 
-PrefillGemmParams params_for(const Setup& s, const PrefillShape& shape, int copy, int rows, bool split) {
+PrefillGemmParams params_for(const Setup& s, const Variant& v, int copy, int rows, bool split) {
+  const PrefillShape& shape = v.shape;
   PrefillGemmParams p{};
   p.weight = s.weights[copy % s.weights.size()];
   p.n_rows = p.n_out = s.shape.n;
@@ -109,7 +131,7 @@ PrefillGemmParams params_for(const Setup& s, const PrefillShape& shape, int copy
   p.rows = rows;
   p.out = s.out;
   p.out_stride = s.shape.n;
-  if (split) {
+  if (split && v.wgmma_tokens == 0) {
     p.steps_per_split = prefill_split(rows, s.shape.n, s.shape.k, shape.blocks_per_sm, s.sms, shape).steps_per_split;
     p.partial = s.partial;
     p.counters = s.counters;
@@ -117,12 +139,21 @@ PrefillGemmParams params_for(const Setup& s, const PrefillShape& shape, int copy
   return p;
 }
 
+void run(const Setup& s, const Variant& v, int copy, int rows, bool split, cudaStream_t stream) {
+  const PrefillGemmParams p = params_for(s, v, copy, rows, split);
+  if (v.wgmma_tokens > 0) {
+    gemm_prefill_wgmma(p, PrefillEpilogue::store_bf16, stream, v.wgmma_tokens);
+  } else {
+    gemm_prefill(p, PrefillEpilogue::store_bf16, stream, v.shape);
+  }
+}
+
 // The sampled outputs of weight copy 0 at `rows` against the fp64 reference; true when within tolerance.
-bool check(const Setup& s, const PrefillShape& shape, int rows, bool split) {
+bool check(const Setup& s, const Variant& v, int rows, bool split) {
   const int n = s.shape.n, k = s.shape.k;
   std::vector<uint16_t> poison(static_cast<size_t>(rows + 1) * n, 0x7fc1);  // a quiet NaN in every output
   A2D_CUDA_CHECK(cudaMemcpy(s.out, poison.data(), poison.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
-  gemm_prefill(params_for(s, shape, 0, rows, split), PrefillEpilogue::store_bf16, nullptr, shape);
+  run(s, v, 0, rows, split, nullptr);
   A2D_CUDA_CHECK(cudaGetLastError());
   std::vector<uint16_t> out(poison.size());
   A2D_CUDA_CHECK(cudaMemcpy(out.data(), s.out, out.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
@@ -145,20 +176,20 @@ bool check(const Setup& s, const PrefillShape& shape, int rows, bool split) {
   for (int col = 0; col < n; ++col) poison_kept = poison_kept && out[static_cast<size_t>(rows) * n + col] == 0x7fc1;
   const double rel = std::sqrt(err / std::max(norm, 1e-30));
   const bool ok = finite && poison_kept && rel <= 5e-3;
-  std::printf("CHECK %3d tokens %-8s %5d rows %-7s rel err %.2e%s%s  %s\n", shape.block_tokens, s.shape.name, rows,
+  std::printf("CHECK %-36s %-8s %5d rows %-7s rel err %.2e%s%s  %s\n", v.name().c_str(), s.shape.name, rows,
               split ? "split" : "unsplit", rel, finite ? "" : ", non-finite output",
               poison_kept ? "" : ", a row past the last written", ok ? "ok" : "FAIL");
   return ok;
 }
 
 // Microseconds a GEMM: a graph of kLayers launches over the weight copies, replayed kReplays times.
-double time_us(const Setup& s, const PrefillShape& shape, int rows, bool split) {
+double time_us(const Setup& s, const Variant& v, int rows, bool split) {
   cudaStream_t stream;
   A2D_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
   A2D_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   for (int layer = 0; layer < kLayers; ++layer) {
-    gemm_prefill(params_for(s, shape, layer, rows, split), PrefillEpilogue::store_bf16, stream, shape);
+    run(s, v, layer, rows, split, stream);
   }
   A2D_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec;
@@ -181,11 +212,6 @@ double time_us(const Setup& s, const PrefillShape& shape, int rows, bool split) 
   return ms * 1000.0 / (kLayers * kReplays);
 }
 
-std::string shape_name(const PrefillShape& shape) {
-  return "tokens " + std::to_string(shape.block_tokens) + ", stages " + std::to_string(shape.stages) + ", blocks/SM " +
-         std::to_string(shape.blocks_per_sm);
-}
-
 }  // namespace
 
 int main() {
@@ -195,33 +221,45 @@ int main() {
                                     "|---|---|---|---|---|---|---|"};
   // The by-rows pick (prefill_shape, split as planned): microseconds of the layer's four GEMMs at each row count.
   std::vector<double> picked(std::size(kTimeRows), 0.0), engine(std::size(kTimeRows), 0.0);
+  // The warpgroup kernel: each GEMM at its fastest block tokens, summed over the layer.
+  std::vector<double> wgmma_best(std::size(kTimeRows), 0.0);
   try {
     gemm_prefill_prepare();
     for (const Shape& gemm : kShapes) {
       Setup setup = make_setup(gemm);
-      for (const PrefillShape& shape : kPrefillShapes) {
+      for (const Variant& v : variants()) {
         for (int rows : kCheckRows) {
-          for (bool split : {false, true}) failures += !check(setup, shape, rows, split);
+          for (bool split : {false, true}) {
+            if (!split || v.wgmma_tokens == 0) failures += !check(setup, v, rows, split);
+          }
         }
       }
-      for (const PrefillShape& shape : kPrefillShapes) {
+      std::vector<double> gemm_wgmma(std::size(kTimeRows), 1e30);
+      for (const Variant& v : variants()) {
+        const PrefillShape& shape = v.shape;
         for (size_t r = 0; r < std::size(kTimeRows); ++r) {
           const int rows = kTimeRows[r];
-          const double unsplit = time_us(setup, shape, rows, false), split = time_us(setup, shape, rows, true);
+          const double unsplit = time_us(setup, v, rows, false);
+          const double split = v.wgmma_tokens > 0 ? unsplit : time_us(setup, v, rows, true);
           const double best = std::min(unsplit, split);
           const double bytes = static_cast<double>(tiled_elements(gemm.n, gemm.k)) * sizeof(bf16);
           const double flops = 2.0 * rows * gemm.n * gemm.k;
-          std::printf("TIME  %s  %-8s %5d rows  unsplit %8.2f us  split %8.2f us\n", shape_name(shape).c_str(), gemm.name,
+          std::printf("TIME  %s  %-8s %5d rows  unsplit %8.2f us  split %8.2f us\n", v.name().c_str(), gemm.name,
                       rows, unsplit, split);
           char line[256];
-          std::snprintf(line, sizeof line, "| %s | %s | %d | %.2f | %.2f | %.2f | %.1f |", shape_name(shape).c_str(), gemm.name,
+          std::snprintf(line, sizeof line, "| %s | %s | %d | %.2f | %.2f | %.2f | %.1f |", v.name().c_str(), gemm.name,
                         rows, unsplit, split, bytes / best / 1e6, flops / best / 1e6);
           table.push_back(line);
+          if (v.wgmma_tokens > 0) {
+            gemm_wgmma[r] = std::min(gemm_wgmma[r], unsplit);
+            continue;
+          }
           const PrefillShape pick = prefill_shape(rows, true);
           if (pick.block_tokens == shape.block_tokens) picked[r] += split;
           if (shape.block_tokens == kPrefillShapes[0].block_tokens) engine[r] += split;
         }
       }
+      for (size_t r = 0; r < std::size(kTimeRows); ++r) wgmma_best[r] += gemm_wgmma[r];
       free_setup(setup);
     }
   } catch (const std::exception& e) {
@@ -229,9 +267,10 @@ int main() {
     ++failures;
   }
   for (const std::string& row : table) std::printf("%s\n", row.c_str());
-  std::printf("\n| rows | a layer's four GEMMs, 128-token blocks (us) | by rows (prefill_shape) | ratio |\n|---|---|---|---|\n");
+  std::printf("\n| rows | a layer's four GEMMs, 128-token blocks (us) | by rows (prefill_shape) | ratio | wgmma, best tokens each | ratio to by rows |\n|---|---|---|---|---|---|\n");
   for (size_t r = 0; r < std::size(kTimeRows); ++r) {
-    std::printf("| %d | %.1f | %.1f | %.2f |\n", kTimeRows[r], engine[r], picked[r], picked[r] > 0 ? engine[r] / picked[r] : 0.0);
+    std::printf("| %d | %.1f | %.1f | %.2f | %.1f | %.2f |\n", kTimeRows[r], engine[r], picked[r],
+                picked[r] > 0 ? engine[r] / picked[r] : 0.0, wgmma_best[r], wgmma_best[r] > 0 ? picked[r] / wgmma_best[r] : 0.0);
   }
   std::printf("failures: %d\n", failures);
   return failures == 0 ? 0 : 1;

@@ -71,6 +71,12 @@ struct GemmTuning {
   // prefill call took 5.9 ms against 9.7 in 128-token blocks, 64 rows 7.2 against 9.7, 128 rows 8.9 against 10.3;
   // nothing changes from 512 rows (bench/NOTES.md, run 122, prefill_check --shapes 1 with every parity check).
   bool prefill_shape_by_rows = true;
+  // The warpgroup kernel (gemm_wgmma.cu: wgmma fed by TMA) for prefill GEMMs of at least prefill_wgmma_min_rows
+  // rows, 64 token rows a block up to 64 rows, 128 up to 1,024, then 256 (prefill_wgmma_tokens). Off until
+  // bench/device-prefill-gemm.sh has timed it and prefill_check --wgmma 1 has held the engine's prefill to its
+  // decode forwards with it on.
+  bool prefill_wgmma = false;
+  int prefill_wgmma_min_rows = 256;
 };
 
 // How one GEMM launches under a tuning, and the split scratch it needs.

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "gemm_prefill_epilogue.cuh"
 #include "weights.cuh"
 
 namespace a2d::cuda {
@@ -174,54 +175,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gemm_prefill_kernel(cons
   for (int i = 0; i < kWarpTiles; ++i) {
     const int tile = tile0 + warp_tile + i;
     if (tile >= tiles) continue;
-    const int row0 = tile * 16 + g, row1 = row0 + 8;  // the weight rows (output columns) of this thread
-    const float bias0 = p.bias != nullptr && row0 < p.n_rows ? __bfloat162float(p.bias[row0]) : 0.f;
-    const float bias1 = p.bias != nullptr && row1 < p.n_rows ? __bfloat162float(p.bias[row1]) : 0.f;
+    const float2 bias = prefill_tile_bias(p, tile, g);
 #pragma unroll
     for (int j = 0; j < kWarpGroups; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // token 2c + h
         const int t = token0 + warp_token + j * 8 + 2 * c + h;
-        if (t >= p.rows) continue;
-        const float v0 = acc[i][j][h] + bias0;      // row0
-        const float v1 = acc[i][j][h + 2] + bias1;  // row1
-        if constexpr (kEpilogue == PrefillEpilogue::store_bf16) {
-          bf16* out = p.out + static_cast<size_t>(t) * p.out_stride;
-          if (row0 < p.n_out) out[row0] = __float2bfloat16(v0);
-          if (row1 < p.n_out) out[row1] = __float2bfloat16(v1);
-        } else if constexpr (kEpilogue == PrefillEpilogue::residual_add) {
-          float* residual = p.residual + static_cast<size_t>(t) * p.out_stride;
-          if (row0 < p.n_out) residual[row0] += v0;
-          if (row1 < p.n_out) residual[row1] += v1;
-        } else if constexpr (kEpilogue == PrefillEpilogue::silu_mul) {
-          // Tile rows 0..7 are gate rows 8 tile + g, rows 8..15 the up rows of the same outputs.
-          const int out_col = tile * 8 + g;
-          if (out_col < p.n_out) {
-            p.out[static_cast<size_t>(t) * p.out_stride + out_col] = __float2bfloat16(v0 / (1.f + __expf(-v0)) * v1);
-          }
-        } else {  // rope_qkv
-          const int first_row = tile * 16;
-          const int head = first_row / p.head_dim;
-          const int pair_tile = first_row % p.head_dim / 16;
-          const int slot = p.cached + t;
-          if (head < p.num_heads + p.num_kv_heads) {
-            // Rows g and g + 8 are dims i = 8 pair_tile + g and i + half of one q or k head (the rope-pair
-            // order of row_placement.h, in which the upload placed them).
-            const int half = p.head_dim / 2;
-            const int dim = rope_pair_dim(first_row % p.head_dim + g, half);
-            const float2 cs = p.rope_table[static_cast<size_t>(slot) * half + dim];
-            bf16* out = head < p.num_heads
-                            ? p.q_out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim
-                            : p.k_cache + (static_cast<size_t>(head - p.num_heads) * p.max_context + slot) * p.head_dim;
-            out[dim] = __float2bfloat16(v0 * cs.x - v1 * cs.y);
-            out[dim + half] = __float2bfloat16(v1 * cs.x + v0 * cs.y);
-          } else {
-            const int kv_head = head - p.num_heads - p.num_kv_heads;
-            bf16* out = p.v_cache + (static_cast<size_t>(kv_head) * p.max_context + slot) * p.head_dim + pair_tile * 16;
-            out[g] = __float2bfloat16(v0);
-            out[g + 8] = __float2bfloat16(v1);
-          }
-        }
+        if (t < p.rows) prefill_epilogue<kEpilogue>(p, tile, g, t, acc[i][j][h] + bias.x, acc[i][j][h + 2] + bias.y);
       }
     }
   }
@@ -271,6 +231,7 @@ bool is_built_shape(const PrefillShape& s) { return Shape128::matches(s) || Shap
 }  // namespace
 
 void gemm_prefill_prepare() {
+  gemm_wgmma_prepare();
   Shape128::prepare();
   Shape64::prepare();
   Shape32::prepare();

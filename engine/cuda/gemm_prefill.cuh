@@ -86,11 +86,21 @@ struct PrefillSplit {
 };
 PrefillSplit prefill_split(int rows, int n_rows, int k, int blocks_per_sm, int sm_count, PrefillShape shape = {});
 
-// Raises the kernels' shared-memory limit (every shape's); call once per process before the first launch.
+// Raises the kernels' shared-memory limit (every shape's, and the warpgroup kernel's); call once per process before
+// the first launch.
 void gemm_prefill_prepare();
+void gemm_wgmma_prepare();
 
 // `shape`: one of kPrefillShapes (std::invalid_argument otherwise); a split K (params.steps_per_split) planned by
 // prefill_split for the same shape.
 void gemm_prefill(const PrefillGemmParams& params, PrefillEpilogue epilogue, cudaStream_t stream, PrefillShape shape = {});
+
+// The same GEMM on the warpgroup tensor cores with TMA loads (gemm_wgmma.cu, sm_90a): 128 weight rows and
+// `block_tokens` (one of kWgmmaTokens) token rows a block, no K split (params.steps_per_split 0), the same
+// epilogues. k and x_stride multiples of 8, both operands 16-byte aligned.
+inline constexpr int kWgmmaTokens[] = {64, 128, 256};
+void gemm_prefill_wgmma(const PrefillGemmParams& params, PrefillEpilogue epilogue, cudaStream_t stream, int block_tokens);
+// The warpgroup kernel's block tokens for a call of `rows` rows: 64 up to 64 rows, 128 up to 1,024, then 256.
+inline int prefill_wgmma_tokens(int rows) { return rows <= 64 ? 64 : rows <= 1024 ? 128 : 256; }
 
 }  // namespace a2d::cuda

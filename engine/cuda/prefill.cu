@@ -54,6 +54,9 @@ void DeviceModel::allocate_prefill() {
 
 void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue) {
   const GemmTuning& tuning = options_.gemm;
+  if (tuning.prefill_wgmma && params.rows >= tuning.prefill_wgmma_min_rows) {
+    return gemm_prefill_wgmma(params, epilogue, stream_, prefill_wgmma_tokens(params.rows));
+  }
   const PrefillShape shape = prefill_shape(params.rows, tuning.prefill_shape_by_rows);
   const PrefillSplit split = prefill_split(params.rows, params.n_rows, params.k,
                                            tuning.prefill_split_blocks_per_sm * shape.blocks_per_sm, tuning.sm_count, shape);

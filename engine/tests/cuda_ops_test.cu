@@ -20,6 +20,7 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -1036,13 +1037,19 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s
       std::vector<float> y(size_t(rows) * logical_rows);
       a2d::cpu::matmuls(pool, x.values.data(), rows, {a2d::cpu::Projection{&wt, s.bias ? bias.values.data() : nullptr, y.data()}});
 
-      // Every block shape the kernel is built at (kPrefillShapes), each from fresh outputs.
-      for (const a2d::cuda::PrefillShape& shape : kPrefillShapes) {
+      // Every block shape the mma.sync kernel is built at (kPrefillShapes), then the warpgroup kernel at each of
+      // kWgmmaTokens, each from fresh outputs.
+      const int kernels = static_cast<int>(std::size(kPrefillShapes) + std::size(kWgmmaTokens));
+      for (int kernel = 0; kernel < kernels; ++kernel) {
         out.poison();
         k_cache.poison();
         v_cache.poison();
         residual.upload(residual_before);
-        gemm_prefill(p, s.epilogue, g_stream, shape);
+        if (kernel < static_cast<int>(std::size(kPrefillShapes))) {
+          gemm_prefill(p, s.epilogue, g_stream, kPrefillShapes[kernel]);
+        } else {
+          gemm_prefill_wgmma(p, s.epilogue, g_stream, kWgmmaTokens[kernel - std::size(kPrefillShapes)]);
+        }
         A2D_CUDA_CHECK(cudaStreamSynchronize(g_stream));
         if (s.epilogue == PrefillEpilogue::store_bf16 || s.epilogue == PrefillEpilogue::silu_mul) {
           const std::vector<float> want = s.epilogue == PrefillEpilogue::silu_mul ? silu_mul_reference(y, rows, s.n) : y;
@@ -1062,7 +1069,7 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s
 
 void all_prefill_gemm_cases(Table& table, ThreadPool& pool) {
   // Rows: one, a partial 128-row block, several blocks with a partial last one, the 2048-row chunk; each at every
-  // block shape (32, 64 and 128 token rows).
+  // block shape (32, 64 and 128 token rows) and on the warpgroup kernel (64, 128 and 256).
   prefill_gemm_cases(table, pool, {"2B qkv n2560 k2048", PrefillEpilogue::rope_qkv, 2048, 0, 16, 2, 128}, {1, 130, 2048}, 3001);
   prefill_gemm_cases(table, pool, {"qkv+bias n2560 k2048", PrefillEpilogue::store_bf16, 2048, 2560, 0, 0, 0, true}, {77, 517}, 3002);
   prefill_gemm_cases(table, pool, {"2B o n2048 k2048", PrefillEpilogue::residual_add, 2048, 2048}, {1, 300}, 3003);

@@ -1,0 +1,364 @@
+// The prefill GEMM on Hopper's warpgroup tensor cores: out[t, n] = sum_k x[t, k] * W[n, k] with the weights in the
+// tiled layout of weights.cuh, the same epilogues as gemm_prefill.cu (gemm_prefill_epilogue.cuh), and wgmma fed by
+// TMA. gemm_prefill.cu's mma.sync kernel runs at 102-154 TFLOP/s at 2,048 rows on the H100 (bench/NOTES.md, run
+// 118): its warps issue the loads, the fragment reads and the products themselves. Here one thread issues a stage's
+// four TMA copies and two consumer warpgroups each issue four wgmma a stage.
+//
+// The tiled layout is a TMA tensor: a 16 x 32 chunk is 16 rows of 64 contiguous bytes (tiled_index), the chunks of
+// a tile follow one another along K and the tiles along the rows, so the 4-D map {32 columns, 16 rows, chunks,
+// tiles} with the box {32, 16, 1, 8} copies 128 weight rows x 32 k into shared memory as 128 rows of 64 bytes.
+// That is wgmma's K-major operand in the 64-byte swizzle (8-row groups 512 bytes apart), the swizzle TMA applies
+// on the way in. The token rows come the same way from a 2-D map over x (box {32, tokens}). A block: 128 weight
+// rows (consumer warpgroup c: rows 64c..64c+63), kTokens token rows, 64 k a stage (two chunks), a ring of stages
+// with full / empty mbarriers; wgmma.m64nNk16 with N = kTokens, accumulators in registers. A consumer warp holds
+// rows g and g + 8 of its 16-row slab for tokens 8j + 2c (+1), the mma.sync C fragment, hence the shared epilogue.
+//
+// Built for sm_90a only (the addon also carries sm_90 code, where this kernel traps); not yet the engine's
+// default (GemmTuning::prefill_wgmma) until bench/device-prefill-gemm.sh and prefill_check --wgmma 1 pass.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "gemm_prefill.cuh"
+#include "gemm_prefill_epilogue.cuh"
+#include "weights.cuh"
+
+namespace a2d::cuda {
+namespace {
+
+constexpr int kConsumers = 2;                       // consumer warpgroups, 64 weight rows each
+constexpr int kBlockRows = 64 * kConsumers;         // weight rows a block: 8 tiles
+constexpr int kThreads = 128 * (kConsumers + 1);    // warpgroup 0 produces (one thread issues the copies)
+constexpr int kRowBytes = 64;                       // one 32-column chunk of a row: the 64-byte swizzle's span
+
+template <int kTokens>
+struct WgmmaLayout {
+  static_assert(kTokens == 64 || kTokens == 128 || kTokens == 256, "wgmma N: the token rows a block");
+  static constexpr int weight_chunk = kBlockRows * kRowBytes;  // 8 KiB
+  static constexpr int input_chunk = kTokens * kRowBytes;
+  static constexpr int stage_bytes = 2 * (weight_chunk + input_chunk);
+  static constexpr int stages = 196 * 1024 / stage_bytes > 6 ? 6 : 196 * 1024 / stage_bytes;
+  static constexpr int smem_bytes = stages * stage_bytes + 1024;  // and the alignment of the ring to 1 KiB
+  static_assert(stages >= 3, "a ring of at least three stages");
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+constexpr int kSwizzleRepeat = 512;  // 8 rows of 64 bytes: the 8-row group stride of both operands
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbarrier_expect_tx(uint32_t bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, int parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+// A K-major operand in the 64-byte swizzle: the start address, the 8-row group stride (512 bytes) and the swizzle
+// mode (2: 64 bytes); the leading-dimension offset is unused by swizzled K-major operands (1 by convention).
+__device__ __forceinline__ uint64_t operand_descriptor(uint32_t address) {
+  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (static_cast<uint64_t>(1) << 16) |
+         (static_cast<uint64_t>(kSwizzleRepeat >> 4) << 32) | (static_cast<uint64_t>(2) << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accumulator reads and writes across the asynchronous products.
+template <int kCount>
+__device__ __forceinline__ void fence_accumulators(float (&d)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D (64 weight rows x N tokens, fp32) += A (64 x 16) * B (16 x N), both K-major in shared memory.
+__device__ __forceinline__ void wgmma_m64n64(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_m64n128(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+template <int kTokens>
+__device__ __forceinline__ void wgmma_tokens(float (&d)[kTokens / 2], uint64_t a, uint64_t b) {
+  if constexpr (kTokens == 64) wgmma_m64n64(d, a, b, 1);
+  else if constexpr (kTokens == 128) wgmma_m64n128(d, a, b, 1);
+  else wgmma_m64n256(d, a, b, 1);
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+template <PrefillEpilogue kEpilogue, int kTokens>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_wgmma_kernel(const __grid_constant__ PrefillGemmParams p, const __grid_constant__ CUtensorMap weight_map,
+                      const __grid_constant__ CUtensorMap input_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = WgmmaLayout<kTokens>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full[L::stages], empty[L::stages];
+  // Stage s: weight chunks 0 and 1 (128 rows x 64 bytes each), then input chunks 0 and 1 (kTokens rows x 64 bytes).
+  const uint32_t ring = (smem_address(smem_raw) + 1023) & ~1023u;
+  const int warpgroup = threadIdx.x / 128;
+  const int tile0 = blockIdx.y * (kBlockRows / 16);
+  const int token0 = blockIdx.x * kTokens;
+  const int steps = (p.k + 63) / 64;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < L::stages; ++s) {
+      mbarrier_init(smem_address(&full[s]), 1);
+      mbarrier_init(smem_address(&empty[s]), kConsumers * 4);  // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < steps; ++s) {
+        const int slot = s % L::stages;
+        if (s >= L::stages) mbarrier_wait(smem_address(&empty[slot]), (s / L::stages - 1) & 1);
+        const uint32_t bar = smem_address(&full[slot]);
+        mbarrier_expect_tx(bar, L::stage_bytes);  // past the matrix, K or the rows TMA writes zeros, and counts them
+        const uint32_t stage = ring + slot * L::stage_bytes;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          tma_load_4d(stage + c * L::weight_chunk, &weight_map, 0, 0, 2 * s + c, tile0, bar);
+          tma_load_2d(stage + 2 * L::weight_chunk + c * L::input_chunk, &input_map, (2 * s + c) * 32, token0, bar);
+        }
+      }
+    }
+    return;
+  }
+
+  const int consumer = warpgroup - 1;
+  const int warp = threadIdx.x / 32 % 4;  // this warp's 16-row slab of the consumer's 64 rows
+  const int lane = threadIdx.x % 32;
+  float acc[kTokens / 2];
+#pragma unroll
+  for (int i = 0; i < kTokens / 2; ++i) acc[i] = 0.f;
+  fence_accumulators(acc);
+  for (int s = 0; s < steps; ++s) {
+    const int slot = s % L::stages;
+    mbarrier_wait(smem_address(&full[slot]), (s / L::stages) & 1);
+    const uint32_t stage = ring + slot * L::stage_bytes;
+    wgmma_fence();
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // the two 16-k halves of a 64-byte row
+        const uint64_t a = operand_descriptor(stage + c * L::weight_chunk + consumer * 64 * kRowBytes + h * 32);
+        const uint64_t b = operand_descriptor(stage + 2 * L::weight_chunk + c * L::input_chunk + h * 32);
+        wgmma_tokens<kTokens>(acc, a, b);
+      }
+    }
+    wgmma_commit();
+    // Step s - 1's products are done: its slot goes back to the producer.
+    wgmma_wait<1>();
+    if (s > 0 && lane == 0) mbarrier_arrive(smem_address(&empty[(s - 1) % L::stages]));
+  }
+  wgmma_wait<0>();
+  fence_accumulators(acc);
+
+  const int tile = tile0 + consumer * 4 + warp;
+  if (tile >= (p.n_rows + 15) / 16) return;
+  const int g = lane / 4, c = lane % 4;
+  const float2 bias = prefill_tile_bias(p, tile, g);
+#pragma unroll
+  for (int j = 0; j < kTokens / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // acc[4j + h]: row g, token 8j + 2c + h; acc[4j + 2 + h]: row g + 8
+      const int t = token0 + 8 * j + 2 * c + h;
+      if (t < p.rows) prefill_epilogue<kEpilogue>(p, tile, g, t, acc[4 * j + h] + bias.x, acc[4 * j + 2 + h] + bias.y);
+    }
+  }
+#else
+  __trap();  // sm_90 code: the kernel needs sm_90a's wgmma
+#endif
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+    A2D_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &found));
+#else
+    A2D_CUDA_CHECK(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &function, cudaEnableDefault, &found));
+#endif
+    if (found != cudaDriverEntryPointSuccess || function == nullptr) {
+      throw std::runtime_error("gemm_prefill_wgmma: the driver has no cuTensorMapEncodeTiled (CUDA 12 or later needed)");
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+  }();
+  return encode;
+}
+
+void encode(CUtensorMap* map, const void* address, cuuint32_t rank, const cuuint64_t* dims, const cuuint64_t* strides,
+            const cuuint32_t* box, const char* what) {
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUresult result = encode_function()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(address), dims,
+                                            strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                            CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    throw std::runtime_error(std::string("gemm_prefill_wgmma: cuTensorMapEncodeTiled failed for the ") + what + " (CUresult " +
+                             std::to_string(static_cast<int>(result)) + ")");
+  }
+}
+
+template <int kTokens>
+struct TokenKernels {
+  using L = WgmmaLayout<kTokens>;
+  template <PrefillEpilogue kEpilogue>
+  static constexpr auto kernel = gemm_wgmma_kernel<kEpilogue, kTokens>;
+
+  static void prepare() {
+    using Ep = PrefillEpilogue;
+    for (const void* k : {reinterpret_cast<const void*>(kernel<Ep::store_bf16>),
+                          reinterpret_cast<const void*>(kernel<Ep::silu_mul>),
+                          reinterpret_cast<const void*>(kernel<Ep::residual_add>),
+                          reinterpret_cast<const void*>(kernel<Ep::rope_qkv>)}) {
+      A2D_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, L::smem_bytes));
+    }
+  }
+  static void run(const PrefillGemmParams& p, PrefillEpilogue epilogue, const CUtensorMap& weight_map,
+                  const CUtensorMap& input_map, cudaStream_t stream) {
+    const dim3 grid(ceil_div(p.rows, kTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockRows / 16));
+    const dim3 block(kThreads);
+    using Ep = PrefillEpilogue;
+    switch (epilogue) {
+      case Ep::store_bf16: return launch(kernel<Ep::store_bf16>, grid, block, L::smem_bytes, stream, false, p, weight_map, input_map);
+      case Ep::silu_mul: return launch(kernel<Ep::silu_mul>, grid, block, L::smem_bytes, stream, false, p, weight_map, input_map);
+      case Ep::residual_add: return launch(kernel<Ep::residual_add>, grid, block, L::smem_bytes, stream, false, p, weight_map, input_map);
+      case Ep::rope_qkv: return launch(kernel<Ep::rope_qkv>, grid, block, L::smem_bytes, stream, false, p, weight_map, input_map);
+    }
+  }
+};
+
+}  // namespace
+
+void gemm_wgmma_prepare() {
+  TokenKernels<64>::prepare();
+  TokenKernels<128>::prepare();
+  TokenKernels<256>::prepare();
+}
+
+void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cudaStream_t stream, int block_tokens) {
+  if (p.rows <= 0) return;
+  if (p.k % 8 != 0 || p.x_stride % 8 != 0 || reinterpret_cast<uintptr_t>(p.x) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.weight) % 16 != 0) {
+    throw std::runtime_error("gemm_prefill_wgmma: k and the input row stride must be multiples of 8 and both operands "
+                             "16-byte aligned (TMA), got k " + std::to_string(p.k) + ", stride " + std::to_string(p.x_stride));
+  }
+  if (p.steps_per_split > 0) throw std::logic_error("gemm_prefill_wgmma: no K split");
+  if (epilogue == PrefillEpilogue::rope_qkv && (p.head_dim % 16 != 0 || p.n_rows % p.head_dim != 0)) {
+    throw std::logic_error("gemm_prefill_wgmma: the RoPE epilogue needs whole heads of a multiple of 16 dims");
+  }
+  // The tiled weights: {32 columns, 16 rows, chunks, tiles}; strides in bytes of dims 1-3.
+  const cuuint64_t chunks = tiled_chunks(p.k), tiles = (p.n_rows + 15) / 16;
+  const cuuint64_t weight_dims[4] = {32, 16, chunks, tiles};
+  const cuuint64_t weight_strides[3] = {kRowBytes, 16 * kRowBytes, chunks * 16 * kRowBytes};
+  const cuuint32_t weight_box[4] = {32, 16, 1, kBlockRows / 16};
+  CUtensorMap weight_map, input_map;
+  encode(&weight_map, p.weight, 4, weight_dims, weight_strides, weight_box, "weights");
+  const cuuint64_t input_dims[2] = {static_cast<cuuint64_t>(p.k), static_cast<cuuint64_t>(p.rows)};
+  const cuuint64_t input_strides[1] = {static_cast<cuuint64_t>(p.x_stride) * sizeof(bf16)};
+  const cuuint32_t input_box[2] = {32, static_cast<cuuint32_t>(block_tokens)};
+  encode(&input_map, p.x, 2, input_dims, input_strides, input_box, "inputs");
+  switch (block_tokens) {
+    case 64: return TokenKernels<64>::run(p, epilogue, weight_map, input_map, stream);
+    case 128: return TokenKernels<128>::run(p, epilogue, weight_map, input_map, stream);
+    case 256: return TokenKernels<256>::run(p, epilogue, weight_map, input_map, stream);
+    default: throw std::invalid_argument("gemm_prefill_wgmma: block tokens must be 64, 128 or 256, got " + std::to_string(block_tokens));
+  }
+}
+
+}  // namespace a2d::cuda
