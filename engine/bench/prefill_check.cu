@@ -9,9 +9,10 @@
 //     through a decode forward, as the backend does), the decode forwards alone for comparison, and both
 //     paths per chunk size (where the backend's kPrefillFromRows comes from).
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
-//   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1]     (--probe: exit 0 at once, to see
-//   that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split below; --shapes: their
-//   block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel from 256 rows, g_wgmma below)
+//   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--split-attention 0|1]     (--probe:
+//   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
+//   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel from 256
+//   rows, g_wgmma below; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -42,6 +43,9 @@ bool g_shapes = GemmTuning{}.prefill_shape_by_rows;
 // --wgmma 0|1: the prefill GEMMs of at least GemmTuning::prefill_wgmma_min_rows rows on the warpgroup kernel
 // (GemmTuning::prefill_wgmma; the engine's default unless given).
 bool g_wgmma = GemmTuning{}.prefill_wgmma;
+// --split-attention 0|1: chunks of at most 64 rows attend through the decode forwards' kernels
+// (ModelOptions::prefill_split_attention; the engine's default unless given).
+bool g_split_attention = ModelOptions{}.prefill_split_attention;
 
 void check(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
@@ -100,6 +104,7 @@ std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed
   options.gemm.prefill_split_blocks_per_sm = g_split;
   options.gemm.prefill_shape_by_rows = g_shapes;
   options.gemm.prefill_wgmma = g_wgmma;
+  options.prefill_split_attention = g_split_attention;
   auto model = std::make_unique<DeviceModel>(shape, options);
   const ModelShape& s = shape;
   const int64_t largest = std::max<int64_t>({int64_t(s.vocab) * s.hidden, int64_t(s.intermediate) * s.hidden,
@@ -416,8 +421,10 @@ int main(int argc, char** argv) {
     else if (arg == "--split" && i + 1 < argc) g_split = std::atoi(argv[++i]);
     else if (arg == "--shapes" && i + 1 < argc) g_shapes = std::atoi(argv[++i]) != 0;
     else if (arg == "--wgmma" && i + 1 < argc) g_wgmma = std::atoi(argv[++i]) != 0;
+    else if (arg == "--split-attention" && i + 1 < argc) g_split_attention = std::atoi(argv[++i]) != 0;
     else {
-      std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1]\n");
+      std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
+                           "[--split-attention 0|1]\n");
       return 2;
     }
   }
