@@ -9,11 +9,16 @@
 #   bash bench/device-conversion-bg.sh
 #       prints the job's state and the tail of its logs; once it has finished (or with COLLECT=1) copies its
 #       results into $OUT: log.txt, results.tar.gz, the delta's parts, train-2b.jsonl (at most 8 files).
+#       While it runs, each poll also exports the run's latest checkpoint in the background (SNAPSHOT=1, the
+#       default) and the next poll brings that export back: snapshot.tar.gz (the delta folder's small files and
+#       the checkpoint's name) and snapshot-delta.safetensors.part-NN, so that a machine taken back mid-run
+#       still leaves a model. Here: `bash bench/snapshot-delta.sh DIR OUT_DELTA`, then `a2d_convert rebuild`.
 # Knobs: everything demo-conversion-device.sh and the recipe read (CALL_S bounds the recipe; default 1500 here).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out="${OUT:-/tmp/a2d-out}"
-bg=/root/bg
+bg=${BG:-/root/bg}     # the job's state; a test points BG and BG_WORK elsewhere
+work=${BG_WORK:-/root/w}  # the recipe's WORK (demo-conversion-device.sh)
 mkdir -p "$out" "$bg/out"
 if [ "${MODE:-poll}" = start ]; then
   status=0
@@ -22,23 +27,25 @@ if [ "${MODE:-poll}" = start ]; then
   [ "$status" = 0 ] || exit "$status"
   [ -f "$bg/pid" ] && kill -0 "$(cat "$bg/pid")" 2>/dev/null && { echo "a job is running already (pid $(cat "$bg/pid"))"; exit 1; }
   rm -f "$bg/done" "$bg/out/"*
+  rm -rf "$bg/snap"
   export CALL_S=${CALL_S:-1500}
+  printf '%s' "${EXPORT_EXTRA:-}" > "$bg/export_extra"  # the snapshots' decoding defaults, as the recipe's export
   # The job runs from a copy of the tree: the next call's tree replaces this one, and bash reads its scripts as it runs them.
   rm -rf "$bg/repo" && cp -a "$PWD" "$bg/repo"
   setsid bash -c '
     cd "$1"
-    OUT=/root/bg/out bash bench/demo-conversion-device.sh > /root/bg/recipe.log 2>&1
-    echo "recipe exit $?" >> /root/bg/done
+    OUT=$2/out bash bench/demo-conversion-device.sh > "$2/recipe.log" 2>&1
+    echo "recipe exit $?" >> "$2/done"
     if [ "${MFU_2B:-1}" = 1 ]; then
-      OUT=/root/bg/out bash bench/device-train-speed.sh > /root/bg/train-2b.log 2>&1
-      echo "train-2b exit $?" >> /root/bg/done
+      OUT=$2/out bash bench/device-train-speed.sh > "$2/train-2b.log" 2>&1
+      echo "train-2b exit $?" >> "$2/done"
     fi
-    echo finished >> /root/bg/done' _ "$bg/repo" < /dev/null > /dev/null 2>&1 &
+    echo finished >> "$2/done"' _ "$bg/repo" "$bg" < /dev/null > /dev/null 2>&1 &
   echo $! > "$bg/pid"
   # A recipe that fails on its arguments (a prompt count, a flag) exits within seconds: watch START_WAIT s for
   # that, so that this call says so instead of the next poll, minutes later.
   for _ in $(seq 1 "${START_WAIT:-30}"); do
-    grep -q "recipe exit" "$bg/done" 2>/dev/null && { tail -n 20 /root/bg/recipe.log; echo "the background job ended at once: $(head -n 1 "$bg/done")"; exit 1; }
+    grep -q "recipe exit" "$bg/done" 2>/dev/null && { tail -n 20 "$bg/recipe.log"; echo "the background job ended at once: $(head -n 1 "$bg/done")"; exit 1; }
     sleep 1
   done
   echo "started the background job (pid $(cat "$bg/pid")); poll with: bash bench/device-conversion-bg.sh"
@@ -49,12 +56,38 @@ fi
 if kill -0 "$(cat "$bg/pid")" 2>/dev/null; then echo "running (pid $(cat "$bg/pid"))"; else echo "not running"; fi
 cat "$bg/done" 2>/dev/null
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null
-grep -hE '^==|^!!' /root/w/timings.txt 2>/dev/null | tail -n 6
-tail -c 1500 /root/w/train.log 2>/dev/null | grep -E '"step"' | tail -n 2
-tail -n 3 /root/bg/train-2b.log 2>/dev/null
-grep -h '"distill"' /root/w/data.log 2>/dev/null | tail -n 1
+grep -hE '^==|^!!' "$work/timings.txt" 2>/dev/null | tail -n 6
+tail -c 1500 "$work/train.log" 2>/dev/null | grep -E '"step"' | tail -n 2
+tail -n 3 "$bg/train-2b.log" 2>/dev/null
+grep -h '"distill"' "$work/data.log" 2>/dev/null | tail -n 1
+snap=$bg/snap
+if [ "${SNAPSHOT:-1}" = 1 ] && ! grep -q finished "$bg/done" 2>/dev/null; then
+  if [ -f "$snap/ready" ] && [ ! -f "$snap/sent" ]; then
+    cp "$snap"/snapshot.tar.gz "$snap"/snapshot-delta.safetensors.part-* "$out/" && touch "$snap/sent"
+    echo "snapshot of $(cat "$snap/checkpoint") copied back"
+  fi
+  latest=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["path"])' "$work/run/latest.json" 2>/dev/null || true)
+  busy=0; [ -f "$snap/pid" ] && kill -0 "$(cat "$snap/pid")" 2>/dev/null && busy=1
+  # A new checkpoint, or the last export failed (its checkpoint rotated away meanwhile): export again.
+  if [ -n "$latest" ] && [ "$busy" = 0 ] && { [ "$latest" != "$(cat "$snap/checkpoint" 2>/dev/null)" ] || [ ! -f "$snap/ready" ]; }; then
+    rm -rf "$snap" && mkdir -p "$snap" && echo "$latest" > "$snap/checkpoint"
+    # shellcheck disable=SC2016
+    setsid bash -c '
+      cd "$3/repo"
+      read -r -a extra < "$3/export_extra" || true
+      PYTHONPATH=$PWD/convert:/tmp/site python3 -m a2d_convert export --checkpoint "$4/run/$1" --out "$2/model" \
+        --delta "$2/delta" --force ${extra[@]+"${extra[@]}"} > "$2/export.log" 2>&1 || exit 1
+      split -b 15000000 -d "$2/delta/delta.safetensors" "$2/snapshot-delta.safetensors.part-"
+      (cd "$2/delta" && sha256sum delta.safetensors > delta.sha256 && cp ../checkpoint . &&
+        tar czf "$2/snapshot.tar.gz" --exclude delta.safetensors .)
+      rm -rf "$2/model"
+      touch "$2/ready"' _ "$latest" "$snap" "$bg" "$work" < /dev/null > /dev/null 2>&1 &
+    echo $! > "$snap/pid"
+    echo "snapshot: exporting $latest in the background; the next poll brings it back"
+  fi
+fi
 if grep -q finished "$bg/done" 2>/dev/null || [ "${COLLECT:-0}" = 1 ]; then
-  cp /root/bg/recipe.log "$out/log.txt" 2>/dev/null
+  cp "$bg/recipe.log" "$out/log.txt" 2>/dev/null
   cp "$bg"/out/results.tar.gz "$bg"/out/delta.safetensors.part-* "$out/" 2>/dev/null
   cp "$bg"/out/train-2b.jsonl "$out/" 2>/dev/null
   ls -la "$out"

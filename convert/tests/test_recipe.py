@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 from a2d_convert.tiny import make_tiny_base
@@ -194,3 +195,50 @@ def test_auto_steps_size_the_schedule_to_the_first_training_call(tmp_path):
     assert rc == 0, log
     assert "resumed" in log
     assert json.loads((tmp_path / "w" / "run" / "train_config.json").read_text())["max_steps"] == sized
+
+def test_a_poll_of_the_background_job_brings_back_the_latest_checkpoint_as_a_delta(tmp_path):
+    """bench/device-conversion-bg.sh's snapshot: while the job runs, a poll exports the run's latest checkpoint in
+    the background and the next poll copies it into its OUT; bench/snapshot-delta.sh makes it a delta folder here,
+    the same bytes as the recipe's own export of that checkpoint."""
+    make_tiny_base(tmp_path / "hf")
+    out = tmp_path / "out"
+    rc, log = run_recipe(tmp_path, out, PROBES="0", STEPS="4", TRAIN_EXTRA="--window-adapter --kl-weight 1")
+    assert rc == 0, log
+    bg = tmp_path / "bg"
+    bg.mkdir()
+    (bg / "repo").symlink_to(REPO)
+    (bg / "export_extra").write_text("")  # the recipe above exported with no extra flags
+    job = subprocess.Popen(["sleep", "300"])  # the job, still running
+    try:
+        (bg / "pid").write_text(str(job.pid))
+        env = {**python_env(tmp_path), "BG": str(bg), "BG_WORK": str(tmp_path / "w")}
+
+        def poll(name: str) -> str:
+            done = subprocess.run(["bash", str(REPO / "bench" / "device-conversion-bg.sh")], cwd=REPO, capture_output=True,
+                                  text=True, timeout=60, env={**env, "OUT": str(tmp_path / name)})
+            assert done.returncode == 0, done.stdout + done.stderr
+            return done.stdout
+
+        assert "snapshot: exporting checkpoints/step_000004" in poll("poll1")
+        for _ in range(240):  # the export runs in the background
+            if (bg / "snap" / "ready").exists():
+                break
+            time.sleep(0.5)
+        assert (bg / "snap" / "ready").exists(), (bg / "snap" / "export.log").read_text()
+        assert "snapshot of checkpoints/step_000004 copied back" in poll("poll2")
+        # Sent once: the next poll neither copies it again nor exports the same checkpoint again.
+        third = poll("poll3")
+        assert "copied back" not in third and "exporting" not in third and not any((tmp_path / "poll3").iterdir())
+    finally:
+        job.kill()
+    done = subprocess.run(["bash", str(REPO / "bench" / "snapshot-delta.sh"), str(tmp_path / "poll2"), str(tmp_path / "snap")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "snap" / "delta.safetensors").read_bytes() == delta_from(out)
+    assert json.loads((tmp_path / "snap" / "delta.json").read_text()) == json.loads(results(out)["delta/delta.json"])
+    # A missing part is caught by the weights' sha256.
+    parts = sorted((tmp_path / "poll2").glob("snapshot-delta.safetensors.part-*"))
+    parts[-1].write_bytes(parts[-1].read_bytes()[:-1])
+    done = subprocess.run(["bash", str(REPO / "bench" / "snapshot-delta.sh"), str(tmp_path / "poll2"), str(tmp_path / "snap2")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "do not match" in done.stderr and not (tmp_path / "snap2").exists()
