@@ -1,13 +1,13 @@
 // The prefill GEMM's standalone harness (engine/cuda/gemm_prefill.cu, gemm_wgmma.cu), for the GPU machine
 // (bench/stage-device.sh builds it as build/device/gemm_prefill_bench; bench/device-prefill-gemm.sh runs it): every
 // block shape the mma.sync kernel is built at (kPrefillShapes) and the warpgroup kernel at each of kWgmmaTokens
-// (no K split: its "split" column repeats the unsplit one) side by side, and the shape the engine picks by rows
+// (its K split planned by prefill_wgmma_split) side by side, and the shape the engine picks by rows
 // (prefill_shape):
-//   CHECK  each GEMM of the MiniCPM5-2B layer (qkv, o, gate_up, down) at 32, 160 and 2,048 rows, with K split as
+//   CHECK  each GEMM of the MiniCPM5-2B layer (qkv, o, gate_up, down) at 5, 32, 160 and 2,048 rows, with K split as
 //          the engine plans it (prefill_split at the shape's blocks per SM) and unsplit, store_bf16 epilogue:
 //          512 sampled outputs against an fp64 reference of the same stored values (the relative error of the
 //          sampled vector at most 5e-3, bf16's rounding), and the outputs past the rows keep their poison.
-//   TIME   microseconds a GEMM at 32, 64, 160, 512 and 2,048 rows, split and unsplit: a CUDA graph of 42 launches
+//   TIME   microseconds a GEMM at 8, 32, 64, 160, 512 and 2,048 rows, split and unsplit: a CUDA graph of 42 launches
 //          over distinct copies of the weight (a forward's 42 layers, past the 50 MB L2), replayed 20 times.
 // Prints CHECK and TIME lines, then a table row per (shape, GEMM, rows), then the by-rows pick's time a layer beside
 // the warpgroup kernel's best; exit status 1 on any failed check.
@@ -34,8 +34,8 @@ struct Shape {
   int n, k;
 };
 const Shape kShapes[] = {{"qkv", 2560, 2048}, {"o", 2048, 2048}, {"gate_up", 12288, 2048}, {"down", 2048, 6144}};
-const int kCheckRows[] = {32, 160, 2048};
-const int kTimeRows[] = {32, 64, 160, 512, 2048};
+const int kCheckRows[] = {5, 32, 160, 2048};
+const int kTimeRows[] = {8, 32, 64, 160, 512, 2048};
 constexpr int kLayers = 42;
 constexpr int kReplays = 20;
 constexpr int kMaxRows = 2048;
@@ -98,9 +98,14 @@ Setup make_setup(const Shape& s) {
   A2D_CUDA_CHECK(cudaMalloc(&setup.out, static_cast<size_t>(kMaxRows + 1) * s.n * sizeof(bf16)));
   // The most scratch any row count asks for: the split plans at the check and time row counts.
   size_t partial = 1, counters = 1;
-  for (const PrefillShape& shape : kPrefillShapes) {
-    for (int rows : kTimeRows) {
+  for (int rows : kTimeRows) {
+    for (const PrefillShape& shape : kPrefillShapes) {
       const PrefillSplit split = prefill_split(rows, s.n, s.k, shape.blocks_per_sm, setup.sms, shape);
+      partial = std::max(partial, split.partial_floats);
+      counters = std::max<size_t>(counters, split.counters);
+    }
+    for (int tokens : kWgmmaTokens) {
+      const PrefillSplit split = prefill_wgmma_split(rows, s.n, s.k, setup.sms, tokens);
       partial = std::max(partial, split.partial_floats);
       counters = std::max<size_t>(counters, split.counters);
     }
@@ -131,8 +136,9 @@ PrefillGemmParams params_for(const Setup& s, const Variant& v, int copy, int row
   p.rows = rows;
   p.out = s.out;
   p.out_stride = s.shape.n;
-  if (split && v.wgmma_tokens == 0) {
-    p.steps_per_split = prefill_split(rows, s.shape.n, s.shape.k, shape.blocks_per_sm, s.sms, shape).steps_per_split;
+  if (split) {
+    p.steps_per_split = v.wgmma_tokens > 0 ? prefill_wgmma_split(rows, s.shape.n, s.shape.k, s.sms, v.wgmma_tokens).steps_per_split
+                                           : prefill_split(rows, s.shape.n, s.shape.k, shape.blocks_per_sm, s.sms, shape).steps_per_split;
     p.partial = s.partial;
     p.counters = s.counters;
   }
@@ -229,9 +235,7 @@ int main() {
       Setup setup = make_setup(gemm);
       for (const Variant& v : variants()) {
         for (int rows : kCheckRows) {
-          for (bool split : {false, true}) {
-            if (!split || v.wgmma_tokens == 0) failures += !check(setup, v, rows, split);
-          }
+          for (bool split : {false, true}) failures += !check(setup, v, rows, split);
         }
       }
       std::vector<double> gemm_wgmma(std::size(kTimeRows), 1e30);
@@ -239,8 +243,7 @@ int main() {
         const PrefillShape& shape = v.shape;
         for (size_t r = 0; r < std::size(kTimeRows); ++r) {
           const int rows = kTimeRows[r];
-          const double unsplit = time_us(setup, v, rows, false);
-          const double split = v.wgmma_tokens > 0 ? unsplit : time_us(setup, v, rows, true);
+          const double unsplit = time_us(setup, v, rows, false), split = time_us(setup, v, rows, true);
           const double best = std::min(unsplit, split);
           const double bytes = static_cast<double>(tiled_elements(gemm.n, gemm.k)) * sizeof(bf16);
           const double flops = 2.0 * rows * gemm.n * gemm.k;
@@ -251,7 +254,7 @@ int main() {
                         rows, unsplit, split, bytes / best / 1e6, flops / best / 1e6);
           table.push_back(line);
           if (v.wgmma_tokens > 0) {
-            gemm_wgmma[r] = std::min(gemm_wgmma[r], unsplit);
+            gemm_wgmma[r] = std::min(gemm_wgmma[r], best);
             continue;
           }
           const PrefillShape pick = prefill_shape(rows, true);

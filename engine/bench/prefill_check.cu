@@ -11,8 +11,8 @@
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
 //   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--split-attention 0|1]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
-//   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel from 256
-//   rows, g_wgmma below; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention)
+//   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
+//   call, g_wgmma below; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -40,7 +40,7 @@ int g_split = GemmTuning{}.prefill_split_blocks_per_sm;
 // --shapes 0|1: the prefill GEMMs' block shape by the call's rows (GemmTuning::prefill_shape_by_rows; the engine's
 // default unless given) everywhere.
 bool g_shapes = GemmTuning{}.prefill_shape_by_rows;
-// --wgmma 0|1: the prefill GEMMs of at least GemmTuning::prefill_wgmma_min_rows rows on the warpgroup kernel
+// --wgmma 0|1: the prefill GEMMs of at least GemmTuning::prefill_wgmma_min_rows rows (every call) on the warpgroup kernel
 // (GemmTuning::prefill_wgmma; the engine's default unless given).
 bool g_wgmma = GemmTuning{}.prefill_wgmma;
 // --split-attention 0|1: chunks of at most 64 rows attend through the decode forwards' kernels

@@ -72,11 +72,12 @@ struct GemmTuning {
   // nothing changes from 512 rows (bench/NOTES.md, run 122, prefill_check --shapes 1 with every parity check).
   bool prefill_shape_by_rows = true;
   // The warpgroup kernel (gemm_wgmma.cu: wgmma fed by TMA) for prefill GEMMs of at least prefill_wgmma_min_rows
-  // rows, 64 token rows a block up to 64 rows, 128 up to 1,024, then 256 (prefill_wgmma_tokens). Off until
+  // rows, 64 token rows a block up to 64 rows, 128 up to 1,024, then 256 (prefill_wgmma_tokens), K split towards a
+  // block per SM where prefill_split_blocks_per_sm is on (prefill_wgmma_split). Off until
   // bench/device-prefill-gemm.sh has timed it and prefill_check --wgmma 1 has held the engine's prefill to its
   // decode forwards with it on.
   bool prefill_wgmma = false;
-  int prefill_wgmma_min_rows = 256;
+  int prefill_wgmma_min_rows = 1;
 };
 
 // How one GEMM launches under a tuning, and the split scratch it needs.

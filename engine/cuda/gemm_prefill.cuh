@@ -96,10 +96,13 @@ void gemm_wgmma_prepare();
 void gemm_prefill(const PrefillGemmParams& params, PrefillEpilogue epilogue, cudaStream_t stream, PrefillShape shape = {});
 
 // The same GEMM on the warpgroup tensor cores with TMA loads (gemm_wgmma.cu, sm_90a): 128 weight rows and
-// `block_tokens` (one of kWgmmaTokens) token rows a block, no K split (params.steps_per_split 0), the same
-// epilogues. k and x_stride multiples of 8, both operands 16-byte aligned.
+// `block_tokens` (one of kWgmmaTokens) token rows a block, a split K (params.steps_per_split) planned by
+// prefill_wgmma_split for the same block tokens, the same epilogues. k and x_stride multiples of 8, both operands
+// 16-byte aligned.
 inline constexpr int kWgmmaTokens[] = {64, 128, 256};
 void gemm_prefill_wgmma(const PrefillGemmParams& params, PrefillEpilogue epilogue, cudaStream_t stream, int block_tokens);
+// How the warpgroup kernel splits K: as prefill_split, towards one block per SM.
+PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens);
 // The warpgroup kernel's block tokens for a call of `rows` rows: 64 up to 64 rows, 128 up to 1,024, then 256.
 inline int prefill_wgmma_tokens(int rows) { return rows <= 64 ? 64 : rows <= 1024 ? 128 : 256; }
 

@@ -13,11 +13,16 @@
 // with full / empty mbarriers; wgmma.m64nNk16 with N = kTokens, accumulators in registers. A consumer warp holds
 // rows g and g + 8 of its 16-row slab for tokens 8j + 2c (+1), the mma.sync C fragment, hence the shared epilogue.
 //
+// Few rows leave most SMs idle (a block per 128 weight rows and kTokens token rows): K then splits over grid.z
+// (prefill_wgmma_split), each split leaves fp32 partials and the last to arrive adds them in split order and runs
+// the epilogue, as gemm_prefill.cu does.
+//
 // Built for sm_90a only (the addon also carries sm_90 code, where this kernel traps); not yet the engine's
 // default (GemmTuning::prefill_wgmma) until bench/device-prefill-gemm.sh and prefill_check --wgmma 1 pass.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -190,7 +195,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   const int tile0 = blockIdx.y * (kBlockRows / 16);
   const int token0 = blockIdx.x * kTokens;
-  const int steps = (p.k + 63) / 64;
+  // This block's 64-k steps: all of them, or its split's range (grid.z).
+  const int all_steps = (p.k + 63) / 64;
+  const int first_step = p.steps_per_split > 0 ? static_cast<int>(blockIdx.z) * p.steps_per_split : 0;
+  const int steps = (p.steps_per_split > 0 ? min(all_steps, first_step + p.steps_per_split) : all_steps) - first_step;
   if (threadIdx.x == 0) {
     for (int s = 0; s < L::stages; ++s) {
       mbarrier_init(smem_address(&full[s]), 1);
@@ -210,8 +218,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t stage = ring + slot * L::stage_bytes;
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          tma_load_4d(stage + c * L::weight_chunk, &weight_map, 0, 0, 2 * s + c, tile0, bar);
-          tma_load_2d(stage + 2 * L::weight_chunk + c * L::input_chunk, &input_map, (2 * s + c) * 32, token0, bar);
+          const int chunk = 2 * (first_step + s) + c;
+          tma_load_4d(stage + c * L::weight_chunk, &weight_map, 0, 0, chunk, tile0, bar);
+          tma_load_2d(stage + 2 * L::weight_chunk + c * L::input_chunk, &input_map, chunk * 32, token0, bar);
         }
       }
     }
@@ -246,6 +255,42 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   wgmma_wait<0>();
   fence_accumulators(acc);
+
+  if (p.steps_per_split > 0) {
+    // Publish this split's accumulators ([quad][consumer thread] float4s: a warp's stores contiguous); the output
+    // block's last split to arrive adds every split's in split order (the same sums whichever arrives last).
+    constexpr int kQuads = kTokens / 8;
+    constexpr int kConsumerThreads = 128 * kConsumers;
+    const int ct = threadIdx.x - 128;
+    const int block = blockIdx.y * gridDim.x + blockIdx.x;
+    const size_t blocks = static_cast<size_t>(gridDim.x) * gridDim.y;
+    float4* own = reinterpret_cast<float4*>(p.partial) + (blockIdx.z * blocks + block) * kQuads * kConsumerThreads;
+#pragma unroll
+    for (int q = 0; q < kQuads; ++q) {
+      own[q * kConsumerThreads + ct] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+    }
+    __threadfence();
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // the consumers only: the producer is gone
+    __shared__ int arrived;
+    if (ct == 0) arrived = atomicAdd(&p.counters[block], 1);
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+    if (arrived != static_cast<int>(gridDim.z) - 1) return;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < kTokens / 2; ++i) acc[i] = 0.f;
+    for (int split = 0; split < static_cast<int>(gridDim.z); ++split) {
+      const float4* part = reinterpret_cast<const float4*>(p.partial) + (split * blocks + block) * kQuads * kConsumerThreads;
+#pragma unroll
+      for (int q = 0; q < kQuads; ++q) {
+        const float4 v = __ldcg(part + q * kConsumerThreads + ct);
+        acc[4 * q] += v.x;
+        acc[4 * q + 1] += v.y;
+        acc[4 * q + 2] += v.z;
+        acc[4 * q + 3] += v.w;
+      }
+    }
+    if (ct == 0) p.counters[block] = 0;
+  }
 
   const int tile = tile0 + consumer * 4 + warp;
   if (tile >= (p.n_rows + 15) / 16) return;
@@ -310,8 +355,8 @@ struct TokenKernels {
     }
   }
   static void run(const PrefillGemmParams& p, PrefillEpilogue epilogue, const CUtensorMap& weight_map,
-                  const CUtensorMap& input_map, cudaStream_t stream) {
-    const dim3 grid(ceil_div(p.rows, kTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockRows / 16));
+                  const CUtensorMap& input_map, int splits, cudaStream_t stream) {
+    const dim3 grid(ceil_div(p.rows, kTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockRows / 16), splits);
     const dim3 block(kThreads);
     using Ep = PrefillEpilogue;
     switch (epilogue) {
@@ -324,6 +369,21 @@ struct TokenKernels {
 };
 
 }  // namespace
+
+PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens) {
+  PrefillSplit split;
+  const int blocks = ceil_div(rows, block_tokens) * ceil_div(ceil_div(n_rows, 16), kBlockRows / 16);
+  const int steps = ceil_div(k, 64);
+  // As prefill_split: only where at least two splits fit in one wave of a block per SM.
+  if (sm_count <= 0 || 2 * blocks > sm_count || steps < 2 * kPrefillMinSplitSteps) return split;
+  const int wanted = std::min(sm_count / blocks, steps / kPrefillMinSplitSteps);
+  split.steps_per_split = ceil_div(steps, wanted);
+  split.splits = ceil_div(steps, split.steps_per_split);
+  if (split.splits < 2) return PrefillSplit{};
+  split.partial_floats = static_cast<size_t>(split.splits) * blocks * (128 * kConsumers) * (block_tokens / 2);
+  split.counters = blocks;
+  return split;
+}
 
 void gemm_wgmma_prepare() {
   TokenKernels<64>::prepare();
@@ -338,7 +398,10 @@ void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cu
     throw std::runtime_error("gemm_prefill_wgmma: k and the input row stride must be multiples of 8 and both operands "
                              "16-byte aligned (TMA), got k " + std::to_string(p.k) + ", stride " + std::to_string(p.x_stride));
   }
-  if (p.steps_per_split > 0) throw std::logic_error("gemm_prefill_wgmma: no K split");
+  if (p.steps_per_split > 0 && (p.partial == nullptr || p.counters == nullptr)) {
+    throw std::logic_error("gemm_prefill_wgmma: a split K needs its partials and counters");
+  }
+  const int splits = p.steps_per_split > 0 ? ceil_div(ceil_div(p.k, 64), p.steps_per_split) : 1;
   if (epilogue == PrefillEpilogue::rope_qkv && (p.head_dim % 16 != 0 || p.n_rows % p.head_dim != 0)) {
     throw std::logic_error("gemm_prefill_wgmma: the RoPE epilogue needs whole heads of a multiple of 16 dims");
   }
@@ -354,9 +417,9 @@ void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cu
   const cuuint32_t input_box[2] = {32, static_cast<cuuint32_t>(block_tokens)};
   encode(&input_map, p.x, 2, input_dims, input_strides, input_box, "inputs");
   switch (block_tokens) {
-    case 64: return TokenKernels<64>::run(p, epilogue, weight_map, input_map, stream);
-    case 128: return TokenKernels<128>::run(p, epilogue, weight_map, input_map, stream);
-    case 256: return TokenKernels<256>::run(p, epilogue, weight_map, input_map, stream);
+    case 64: return TokenKernels<64>::run(p, epilogue, weight_map, input_map, splits, stream);
+    case 128: return TokenKernels<128>::run(p, epilogue, weight_map, input_map, splits, stream);
+    case 256: return TokenKernels<256>::run(p, epilogue, weight_map, input_map, splits, stream);
     default: throw std::invalid_argument("gemm_prefill_wgmma: block tokens must be 64, 128 or 256, got " + std::to_string(block_tokens));
   }
 }

@@ -55,12 +55,14 @@ void DeviceModel::allocate_prefill() {
 
 void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue) {
   const GemmTuning& tuning = options_.gemm;
-  if (tuning.prefill_wgmma && params.rows >= tuning.prefill_wgmma_min_rows) {
-    return gemm_prefill_wgmma(params, epilogue, stream_, prefill_wgmma_tokens(params.rows));
-  }
+  const bool wgmma = tuning.prefill_wgmma && params.rows >= tuning.prefill_wgmma_min_rows;
+  const int wgmma_tokens = prefill_wgmma_tokens(params.rows);
   const PrefillShape shape = prefill_shape(params.rows, tuning.prefill_shape_by_rows);
-  const PrefillSplit split = prefill_split(params.rows, params.n_rows, params.k,
-                                           tuning.prefill_split_blocks_per_sm * shape.blocks_per_sm, tuning.sm_count, shape);
+  const PrefillSplit split =
+      wgmma ? prefill_wgmma_split(params.rows, params.n_rows, params.k, tuning.prefill_split_blocks_per_sm > 0 ? tuning.sm_count : 0,
+                                  wgmma_tokens)
+            : prefill_split(params.rows, params.n_rows, params.k, tuning.prefill_split_blocks_per_sm * shape.blocks_per_sm,
+                            tuning.sm_count, shape);
   if (split.steps_per_split > 0) {
     if (split.partial_floats > prefill_split_partial_floats_ || split.counters > prefill_split_counter_count_) {
       // Grown between kernels of one stream: the launches before this one are done with the old scratch.
@@ -76,6 +78,7 @@ void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogu
     params.partial = prefill_split_partial_;
     params.counters = prefill_split_counters_;
   }
+  if (wgmma) return gemm_prefill_wgmma(params, epilogue, stream_, wgmma_tokens);
   gemm_prefill(params, epilogue, stream_, shape);
 }
 
