@@ -191,31 +191,24 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gemm_prefill_kernel(cons
 template <int kBlockTokens, int kStages, int kMinBlocks>
 struct ShapeKernels {
   using L = Layout<kBlockTokens, kStages, kMinBlocks>;
-  template <PrefillEpilogue kEpilogue>
-  static constexpr auto kernel = gemm_prefill_kernel<kEpilogue, kBlockTokens, kStages, kMinBlocks>;
 
   static bool matches(const PrefillShape& s) {
     return s.block_tokens == kBlockTokens && s.stages == kStages && s.blocks_per_sm == kMinBlocks;
   }
   static void prepare() {
-    using Ep = PrefillEpilogue;
-    for (const void* k : {reinterpret_cast<const void*>(kernel<Ep::store_bf16>),
-                          reinterpret_cast<const void*>(kernel<Ep::silu_mul>),
-                          reinterpret_cast<const void*>(kernel<Ep::residual_add>),
-                          reinterpret_cast<const void*>(kernel<Ep::rope_qkv>)}) {
-      A2D_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, L::smem_bytes));
+    for (PrefillEpilogue epilogue : kPrefillEpilogues) {
+      with_prefill_epilogue(epilogue, [](auto e) {
+        A2D_CUDA_CHECK(cudaFuncSetAttribute(gemm_prefill_kernel<decltype(e)::value, kBlockTokens, kStages, kMinBlocks>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, L::smem_bytes));
+      });
     }
   }
   static void run(const PrefillGemmParams& p, PrefillEpilogue epilogue, int splits, cudaStream_t stream) {
     const dim3 grid(ceil_div(p.rows, kBlockTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockTiles), splits);
-    const dim3 block(kThreads);
-    using Ep = PrefillEpilogue;
-    switch (epilogue) {
-      case Ep::store_bf16: return launch(kernel<Ep::store_bf16>, grid, block, L::smem_bytes, stream, false, p);
-      case Ep::silu_mul: return launch(kernel<Ep::silu_mul>, grid, block, L::smem_bytes, stream, false, p);
-      case Ep::residual_add: return launch(kernel<Ep::residual_add>, grid, block, L::smem_bytes, stream, false, p);
-      case Ep::rope_qkv: return launch(kernel<Ep::rope_qkv>, grid, block, L::smem_bytes, stream, false, p);
-    }
+    with_prefill_epilogue(epilogue, [&](auto e) {
+      launch(gemm_prefill_kernel<decltype(e)::value, kBlockTokens, kStages, kMinBlocks>, grid, dim3(kThreads),
+             L::smem_bytes, stream, false, p);
+    });
   }
 };
 // kPrefillShapes, in its order.

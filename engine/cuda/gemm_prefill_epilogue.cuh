@@ -4,10 +4,28 @@
 // row order and the gate/up pairs of the SiLU layout meet in one thread.
 #pragma once
 
+#include <type_traits>
+
 #include "gemm_prefill.cuh"
 #include "row_placement.h"
 
 namespace a2d::cuda {
+
+inline constexpr PrefillEpilogue kPrefillEpilogues[] = {PrefillEpilogue::store_bf16, PrefillEpilogue::silu_mul,
+                                                        PrefillEpilogue::residual_add, PrefillEpilogue::rope_qkv};
+
+// Calls f(std::integral_constant<PrefillEpilogue, epilogue>{}): the run-time epilogue as a template argument, for the
+// kernels built once per epilogue.
+template <typename F>
+void with_prefill_epilogue(PrefillEpilogue epilogue, F&& f) {
+  using Ep = PrefillEpilogue;
+  switch (epilogue) {
+    case Ep::store_bf16: return f(std::integral_constant<Ep, Ep::store_bf16>{});
+    case Ep::silu_mul: return f(std::integral_constant<Ep, Ep::silu_mul>{});
+    case Ep::residual_add: return f(std::integral_constant<Ep, Ep::residual_add>{});
+    case Ep::rope_qkv: return f(std::integral_constant<Ep, Ep::rope_qkv>{});
+  }
+}
 
 // The bias of rows g and g + 8 of weight tile `tile` (zeros without a bias or past the matrix).
 __device__ __forceinline__ float2 prefill_tile_bias(const PrefillGemmParams& p, int tile, int g) {

@@ -342,29 +342,22 @@ void encode(CUtensorMap* map, const void* address, cuuint32_t rank, const cuuint
 template <int kTokens>
 struct TokenKernels {
   using L = WgmmaLayout<kTokens>;
-  template <PrefillEpilogue kEpilogue>
-  static constexpr auto kernel = gemm_wgmma_kernel<kEpilogue, kTokens>;
 
   static void prepare() {
-    using Ep = PrefillEpilogue;
-    for (const void* k : {reinterpret_cast<const void*>(kernel<Ep::store_bf16>),
-                          reinterpret_cast<const void*>(kernel<Ep::silu_mul>),
-                          reinterpret_cast<const void*>(kernel<Ep::residual_add>),
-                          reinterpret_cast<const void*>(kernel<Ep::rope_qkv>)}) {
-      A2D_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, L::smem_bytes));
+    for (PrefillEpilogue epilogue : kPrefillEpilogues) {
+      with_prefill_epilogue(epilogue, [](auto e) {
+        A2D_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<decltype(e)::value, kTokens>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, L::smem_bytes));
+      });
     }
   }
   static void run(const PrefillGemmParams& p, PrefillEpilogue epilogue, const CUtensorMap& weight_map,
                   const CUtensorMap& input_map, int splits, cudaStream_t stream) {
     const dim3 grid(ceil_div(p.rows, kTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockRows / 16), splits);
-    const dim3 block(kThreads);
-    using Ep = PrefillEpilogue;
-    switch (epilogue) {
-      case Ep::store_bf16: return launch(kernel<Ep::store_bf16>, grid, block, L::smem_bytes, stream, false, p, weight_map, input_map);
-      case Ep::silu_mul: return launch(kernel<Ep::silu_mul>, grid, block, L::smem_bytes, stream, false, p, weight_map, input_map);
-      case Ep::residual_add: return launch(kernel<Ep::residual_add>, grid, block, L::smem_bytes, stream, false, p, weight_map, input_map);
-      case Ep::rope_qkv: return launch(kernel<Ep::rope_qkv>, grid, block, L::smem_bytes, stream, false, p, weight_map, input_map);
-    }
+    with_prefill_epilogue(epilogue, [&](auto e) {
+      launch(gemm_wgmma_kernel<decltype(e)::value, kTokens>, grid, dim3(kThreads), L::smem_bytes, stream, false, p,
+             weight_map, input_map);
+    });
   }
 };
 

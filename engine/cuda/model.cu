@@ -535,6 +535,23 @@ void DeviceModel::destroy_graphs() {
 
 // The whole forward, top to bottom. Kernels read the row count and positions from state_, so one
 // enqueue (or one captured graph) serves every forward of up to max_rows rows.
+AttentionParams DeviceModel::attention_params(const bf16* q, const bf16* k_cache, const bf16* v_cache, const StepState* state,
+                                              int max_splits, bf16* out) const {
+  AttentionParams ap{};
+  set_attention_shape(ap, shape_, head_dim_padded_, q, k_cache, v_cache);
+  ap.kv_slot_stride = size_t(kv_slot_elements_);
+  ap.state = state;
+  ap.max_splits = max_splits;
+  ap.row_capacity = attention_row_capacity_;
+  ap.partial_o = attention_partial_o_;
+  ap.partial_ml = attention_partial_ml_;
+  ap.out = out;
+  ap.early_trigger = AttentionTrigger::never;
+  ap.split_keys = options_.attention_split_keys;
+  ap.revealed_rule_mask_token = -1;
+  return ap;
+}
+
 RopeParams DeviceModel::rope_params(const LayerWeights& L, const bf16* qkv, const StepState* state, bf16* q_out,
                                     bf16* k_cache, bf16* v_cache) const {
   const ModelShape& s = shape_;
@@ -641,25 +658,8 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
     const RopeParams rp = rope_params(L, qkv_out_, state_, q_roped_, k_cache + kv_layer * l, v_cache + kv_layer * l);
     if (!fused_rope_) rope(rp, max_rows, st, pdl);
 
-    AttentionParams ap{};
-    ap.q = q_roped_;
-    ap.k_cache = rp.k_cache;
-    ap.v_cache = rp.v_cache;
-    ap.max_context = s.max_context;
-    ap.kv_slot_stride = size_t(kv_slot_elements_);
-    ap.num_heads = s.heads;
-    ap.num_kv_heads = s.kv_heads;
-    ap.head_dim = s.head_dim;
-    ap.head_dim_padded = head_dim_padded_;
-    ap.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-    ap.state = state_;
-    ap.max_splits = attention_splits_[bucket][entries];
-    ap.row_capacity = attention_row_capacity_;
-    ap.partial_o = attention_partial_o_;
-    ap.partial_ml = attention_partial_ml_;
-    ap.out = attention_out_;
+    AttentionParams ap = attention_params(q_roped_, rp.k_cache, rp.v_cache, state_, attention_splits_[bucket][entries], attention_out_);
     ap.early_trigger = options_.attention_early_trigger;
-    ap.split_keys = options_.attention_split_keys;
     ap.revealed_rule_mask_token = s.adapter_rank > 0 ? s.mask_token_id : -1;
     ap.revealed_rule_causal = !s.adapter_on_window;
     attention(ap, max_rows, 1 << entries, st, pdl);

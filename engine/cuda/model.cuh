@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -64,6 +65,22 @@ struct WeightSource {
   bool on_device;  // false: host memory (a mapped file), copied through pinned staging buffers
   const float* scale = nullptr;  // f8_e4m3: [rows] fp32 scales, in the same memory as `data`
 };
+
+// The fields every attention launch takes from the model's shape (AttentionParams, PrefillAttentionParams): q
+// ([rows][heads][head_dim_padded], roped), one layer's K and V cache, the heads and the softmax scale.
+template <typename Params>
+void set_attention_shape(Params& p, const ModelShape& s, int head_dim_padded, const bf16* q, const bf16* k_cache,
+                         const bf16* v_cache) {
+  p.q = q;
+  p.k_cache = k_cache;
+  p.v_cache = v_cache;
+  p.max_context = s.max_context;
+  p.num_heads = s.heads;
+  p.num_kv_heads = s.kv_heads;
+  p.head_dim = s.head_dim;
+  p.head_dim_padded = head_dim_padded;
+  p.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
+}
 
 struct ModelOptions {
   bool graphs = true;  // replay captured graphs; false launches every kernel (debugging, comparisons)
@@ -234,6 +251,11 @@ class DeviceModel {
   // v into the layer's cache rows; positions from `state` (enqueue_forward and prefill).
   RopeParams rope_params(const LayerWeights& L, const bf16* qkv, const StepState* state, bf16* q_out, bf16* k_cache,
                          bf16* v_cache) const;
+  // The split attention's parameters (attention.cuh) for one layer's cache rows: roped q, positions from `state`,
+  // the forwards' partials, `max_splits` blocks along the keys; no early trigger and no row adapter's rule (the
+  // caller sets those where they apply).
+  AttentionParams attention_params(const bf16* q, const bf16* k_cache, const bf16* v_cache, const StepState* state, int max_splits,
+                                   bf16* out) const;
   void capture_graphs();
   void capture_graph(int bucket, int entries);
   void destroy_graphs();

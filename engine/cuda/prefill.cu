@@ -173,41 +173,15 @@ void DeviceModel::prefill(int slot, int cached, const int32_t* tokens, int rows)
       // A short chunk: the decode forwards' attention (keys split over blocks, then the combine) on the chunk's
       // step state, whose rows are all commit rows of slot 0 of the layer pointers below; its partials are the
       // decode forwards', which this stream does not run meanwhile.
-      AttentionParams ap{};
-      ap.q = prefill_q_;
-      ap.k_cache = layer_k;
-      ap.v_cache = layer_v;
-      ap.max_context = s.max_context;
-      ap.kv_slot_stride = size_t(kv_slot_elements_);
-      ap.num_heads = s.heads;
-      ap.num_kv_heads = s.kv_heads;
-      ap.head_dim = s.head_dim;
-      ap.head_dim_padded = head_dim_padded_;
-      ap.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-      ap.state = prefill_state_;
-      ap.max_splits = attention_splits_[ceil_div(rows, 8)][0];
-      ap.row_capacity = attention_row_capacity_;
-      ap.partial_o = attention_partial_o_;
-      ap.partial_ml = attention_partial_ml_;
-      ap.out = prefill_attention_;
-      ap.early_trigger = AttentionTrigger::never;
-      ap.split_keys = options_.attention_split_keys;
-      ap.revealed_rule_mask_token = -1;  // no window rows
+      const AttentionParams ap = attention_params(prefill_q_, layer_k, layer_v, prefill_state_,
+                                                  attention_splits_[ceil_div(rows, 8)][0], prefill_attention_);
       timed(PrefillTimes::attention, [&] {
         attention(ap, rows, 1, st, false);
         attention_combine(ap, rows, st, false);
       });
     } else {
       PrefillAttentionParams ap{};
-      ap.q = prefill_q_;
-      ap.k_cache = layer_k;
-      ap.v_cache = layer_v;
-      ap.max_context = s.max_context;
-      ap.num_heads = s.heads;
-      ap.num_kv_heads = s.kv_heads;
-      ap.head_dim = s.head_dim;
-      ap.head_dim_padded = head_dim_padded_;
-      ap.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
+      set_attention_shape(ap, s, head_dim_padded_, prefill_q_, layer_k, layer_v);
       ap.cached = cached;
       ap.rows = rows;
       ap.out = prefill_attention_;
