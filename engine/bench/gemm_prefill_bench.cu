@@ -6,7 +6,8 @@
 //   CHECK  each GEMM of the MiniCPM5-2B layer (qkv, o, gate_up, down) at 5, 32, 160 and 2,048 rows, with K split as
 //          the engine plans it (prefill_split at the shape's blocks per SM) and unsplit, store_bf16 epilogue:
 //          512 sampled outputs against an fp64 reference of the same stored values (the relative error of the
-//          sampled vector at most 5e-3, bf16's rounding), and the outputs past the rows keep their poison.
+//          sampled vector at most 5e-3, bf16's rounding), and the outputs past the rows keep their poison; then two
+//          odd shapes (200 x 456, 72 x 1000) the same way, untimed.
 //   TIME   microseconds a GEMM at 8, 32, 64, 160, 512 and 2,048 rows, split and unsplit: a CUDA graph of 42 launches
 //          over distinct copies of the weight (a forward's 42 layers, past the 50 MB L2), replayed 20 times.
 // Prints CHECK and TIME lines, then a table row per (shape, GEMM, rows), then the by-rows pick's time a layer beside
@@ -34,6 +35,8 @@ struct Shape {
   int n, k;
 };
 const Shape kShapes[] = {{"qkv", 2560, 2048}, {"o", 2048, 2048}, {"gate_up", 12288, 2048}, {"down", 2048, 6144}};
+// Checked, not timed: weight rows not a multiple of a block's 128 and a K whose last 64-k step holds one chunk.
+const Shape kOddShapes[] = {{"odd", 200, 456}, {"odd", 72, 1000}};
 const int kCheckRows[] = {5, 32, 160, 2048};
 const int kTimeRows[] = {8, 32, 64, 160, 512, 2048};
 constexpr int kLayers = 42;
@@ -263,6 +266,15 @@ int main() {
         }
       }
       for (size_t r = 0; r < std::size(kTimeRows); ++r) wgmma_best[r] += gemm_wgmma[r];
+      free_setup(setup);
+    }
+    for (const Shape& odd : kOddShapes) {
+      Setup setup = make_setup(odd);
+      for (const Variant& v : variants()) {
+        for (int rows : kCheckRows) {
+          for (bool split : {false, true}) failures += !check(setup, v, rows, split);
+        }
+      }
       free_setup(setup);
     }
   } catch (const std::exception& e) {

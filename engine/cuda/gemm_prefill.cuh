@@ -101,6 +101,9 @@ void gemm_prefill(const PrefillGemmParams& params, PrefillEpilogue epilogue, cud
 // 16-byte aligned.
 inline constexpr int kWgmmaTokens[] = {64, 128, 256};
 void gemm_prefill_wgmma(const PrefillGemmParams& params, PrefillEpilogue epilogue, cudaStream_t stream, int block_tokens);
+// Whether the warpgroup kernel's sm_90a code runs here (a probe launch, once): false on other GPUs, or where the
+// driver loaded the addon's sm_90 code.
+bool gemm_wgmma_available();
 // How the warpgroup kernel splits K: as prefill_split, towards one block per SM.
 PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens);
 // The warpgroup kernel's block tokens for a call of `rows` rows: 64 up to 64 rows, 128 up to 1,024, then 256.

@@ -64,14 +64,18 @@ __device__ __forceinline__ void mbarrier_expect_tx(uint32_t bar, int bytes) {
 __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
+// Spins until the barrier's phase of this parity has completed. A stage never takes seconds: past about ten a
+// protocol fault traps (a CUDA error the caller sees) instead of hanging the stream.
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, int parity) {
   uint32_t done = 0;
+  const long long start = clock64();
   do {
     asm volatile(
         "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
         : "=r"(done)
         : "r"(bar), "r"(parity)
         : "memory");
+    if (!done && clock64() - start > 20'000'000'000LL) __trap();
   } while (!done);
 }
 
@@ -173,6 +177,9 @@ __device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t a, uint6
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
+// The 32-column chunks of K a stage starting at chunk `first` holds: 2, or 1 at the end of a K of 32 mod 64.
+__device__ __forceinline__ int step_chunks(int first, int chunks) { return min(2, chunks - first); }
+
 template <int kTokens>
 __device__ __forceinline__ void wgmma_tokens(float (&d)[kTokens / 2], uint64_t a, uint64_t b) {
   if constexpr (kTokens == 64) wgmma_m64n64(d, a, b, 1);
@@ -199,6 +206,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int all_steps = (p.k + 63) / 64;
   const int first_step = p.steps_per_split > 0 ? static_cast<int>(blockIdx.z) * p.steps_per_split : 0;
   const int steps = (p.steps_per_split > 0 ? min(all_steps, first_step + p.steps_per_split) : all_steps) - first_step;
+  const int chunks = (p.k + 31) / 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < L::stages; ++s) {
       mbarrier_init(smem_address(&full[s]), 1);
@@ -214,10 +222,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int slot = s % L::stages;
         if (s >= L::stages) mbarrier_wait(smem_address(&empty[slot]), (s / L::stages - 1) & 1);
         const uint32_t bar = smem_address(&full[slot]);
-        mbarrier_expect_tx(bar, L::stage_bytes);  // past the matrix, K or the rows TMA writes zeros, and counts them
+        // Past the matrix or the rows TMA writes zeros and counts them; a chunk wholly past K (the last step of a
+        // K of 32 mod 64) is neither copied nor multiplied.
+        const int valid = step_chunks(2 * (first_step + s), chunks);
+        mbarrier_expect_tx(bar, valid * (L::weight_chunk + L::input_chunk));
         const uint32_t stage = ring + slot * L::stage_bytes;
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
+        for (int c = 0; c < valid; ++c) {
           const int chunk = 2 * (first_step + s) + c;
           tma_load_4d(stage + c * L::weight_chunk, &weight_map, 0, 0, chunk, tile0, bar);
           tma_load_2d(stage + 2 * L::weight_chunk + c * L::input_chunk, &input_map, chunk * 32, token0, bar);
@@ -238,9 +248,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int slot = s % L::stages;
     mbarrier_wait(smem_address(&full[slot]), (s / L::stages) & 1);
     const uint32_t stage = ring + slot * L::stage_bytes;
+    const int valid = step_chunks(2 * (first_step + s), chunks);
     wgmma_fence();
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
+      if (c >= valid) break;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // the two 16-k halves of a 64-byte row
         const uint64_t a = operand_descriptor(stage + c * L::weight_chunk + consumer * 64 * kRowBytes + h * 32);
@@ -306,6 +318,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 #else
   __trap();  // sm_90 code: the kernel needs sm_90a's wgmma
+#endif
+}
+
+// Whether the sm_90a code runs on this device: the addon also carries sm_90 code, whose kernels above trap.
+__global__ void wgmma_probe_kernel(int* built) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  *built = 1;
+#else
+  *built = 0;
 #endif
 }
 
@@ -378,7 +399,27 @@ PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int 
   return split;
 }
 
+bool gemm_wgmma_available() {
+  static const bool available = [] {
+    int device = 0, major = 0, minor = 0;
+    A2D_CUDA_CHECK(cudaGetDevice(&device));
+    A2D_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    A2D_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    if (major != 9 || minor != 0) return false;  // sm_90a code runs on compute capability 9.0 alone
+    int* built = nullptr;
+    A2D_CUDA_CHECK(cudaMalloc(&built, sizeof(int)));
+    wgmma_probe_kernel<<<1, 1>>>(built);
+    A2D_CUDA_CHECK(cudaGetLastError());
+    int host = 0;
+    A2D_CUDA_CHECK(cudaMemcpy(&host, built, sizeof(int), cudaMemcpyDeviceToHost));
+    A2D_CUDA_CHECK(cudaFree(built));
+    return host == 1;
+  }();
+  return available;
+}
+
 void gemm_wgmma_prepare() {
+  gemm_wgmma_available();  // the probe at load, not at the first prefill
   TokenKernels<64>::prepare();
   TokenKernels<128>::prepare();
   TokenKernels<256>::prepare();
@@ -386,6 +427,11 @@ void gemm_wgmma_prepare() {
 
 void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cudaStream_t stream, int block_tokens) {
   if (p.rows <= 0) return;
+  if (!gemm_wgmma_available()) {
+    throw std::runtime_error("gemm_prefill_wgmma: this device or build has no sm_90a code (H100/H200 only); "
+                             "turn GemmTuning::prefill_wgmma off");
+  }
+  if (p.x_stride < p.k) throw std::logic_error("gemm_prefill_wgmma: the input row stride is shorter than k");
   if (p.k % 8 != 0 || p.x_stride % 8 != 0 || reinterpret_cast<uintptr_t>(p.x) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(p.weight) % 16 != 0) {
     throw std::runtime_error("gemm_prefill_wgmma: k and the input row stride must be multiples of 8 and both operands "

@@ -55,7 +55,7 @@ void DeviceModel::allocate_prefill() {
 
 void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue) {
   const GemmTuning& tuning = options_.gemm;
-  const bool wgmma = tuning.prefill_wgmma && params.rows >= tuning.prefill_wgmma_min_rows;
+  const bool wgmma = tuning.prefill_wgmma && params.rows >= tuning.prefill_wgmma_min_rows && gemm_wgmma_available();
   const int wgmma_tokens = prefill_wgmma_tokens(params.rows);
   const PrefillShape shape = prefill_shape(params.rows, tuning.prefill_shape_by_rows);
   const PrefillSplit split =
