@@ -177,9 +177,6 @@ __device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t a, uint6
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
-// The 32-column chunks of K a stage starting at chunk `first` holds: 2, or 1 at the end of a K of 32 mod 64.
-__device__ __forceinline__ int step_chunks(int first, int chunks) { return min(2, chunks - first); }
-
 template <int kTokens>
 __device__ __forceinline__ void wgmma_tokens(float (&d)[kTokens / 2], uint64_t a, uint64_t b) {
   if constexpr (kTokens == 64) wgmma_m64n64(d, a, b, 1);
@@ -206,7 +203,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int all_steps = (p.k + 63) / 64;
   const int first_step = p.steps_per_split > 0 ? static_cast<int>(blockIdx.z) * p.steps_per_split : 0;
   const int steps = (p.steps_per_split > 0 ? min(all_steps, first_step + p.steps_per_split) : all_steps) - first_step;
-  const int chunks = (p.k + 31) / 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < L::stages; ++s) {
       mbarrier_init(smem_address(&full[s]), 1);
@@ -222,12 +218,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int slot = s % L::stages;
         if (s >= L::stages) mbarrier_wait(smem_address(&empty[slot]), (s / L::stages - 1) & 1);
         const uint32_t bar = smem_address(&full[slot]);
-        // Past the matrix or the rows TMA writes zeros and counts them; a chunk wholly past K (the last step of a
-        // K of 32 mod 64) is neither copied nor multiplied.
-        const int valid = step_chunks(2 * (first_step + s), chunks);
-        mbarrier_expect_tx(bar, valid * (L::weight_chunk + L::input_chunk));
+        // Past the matrix, K or the rows TMA writes zeros and counts their bytes, a box wholly past K (the second
+        // chunk of the last step of a K of 32 mod 64) included; skipping that box instead would put the products
+        // in a branch, which serializes wgmma (ptxas C7520).
+        mbarrier_expect_tx(bar, L::stage_bytes);
         const uint32_t stage = ring + slot * L::stage_bytes;
-        for (int c = 0; c < valid; ++c) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
           const int chunk = 2 * (first_step + s) + c;
           tma_load_4d(stage + c * L::weight_chunk, &weight_map, 0, 0, chunk, tile0, bar);
           tma_load_2d(stage + 2 * L::weight_chunk + c * L::input_chunk, &input_map, chunk * 32, token0, bar);
@@ -248,11 +245,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int slot = s % L::stages;
     mbarrier_wait(smem_address(&full[slot]), (s / L::stages) & 1);
     const uint32_t stage = ring + slot * L::stage_bytes;
-    const int valid = step_chunks(2 * (first_step + s), chunks);
     wgmma_fence();
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      if (c >= valid) break;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // the two 16-k halves of a 64-byte row
         const uint64_t a = operand_descriptor(stage + c * L::weight_chunk + consumer * 64 * kRowBytes + h * 32);
