@@ -533,8 +533,6 @@ void DeviceModel::destroy_graphs() {
   }
 }
 
-// The whole forward, top to bottom. Kernels read the row count and positions from state_, so one
-// enqueue (or one captured graph) serves every forward of up to max_rows rows.
 AttentionParams DeviceModel::attention_params(const bf16* q, const bf16* k_cache, const bf16* v_cache, const StepState* state,
                                               int max_splits, bf16* out) const {
   AttentionParams ap{};
@@ -574,6 +572,8 @@ RopeParams DeviceModel::rope_params(const LayerWeights& L, const bf16* qkv, cons
   return rp;
 }
 
+// The whole forward, top to bottom. Kernels read the row count and positions from state_, so one
+// enqueue (or one captured graph) serves every forward of up to max_rows rows.
 void DeviceModel::enqueue_forward(int max_rows, int entries) {
   const ModelShape& s = shape_;
   const int bucket = ceil_div(max_rows, 8);
