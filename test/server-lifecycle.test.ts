@@ -9,7 +9,7 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 
-import { makeTinyModel, type ServerProcess, startServer } from "./server-harness.js";
+import { type LogLine, makeTinyModel, type ServerProcess, startServer } from "./server-harness.js";
 
 const work = mkdtempSync(join(tmpdir(), "a2d-server-life-"));
 let model: string;
@@ -33,6 +33,11 @@ function serve(args: string[] = [], env: NodeJS.ProcessEnv = {}, dir = model): S
 
 /** A long generation: threshold 1 reveals exactly one token per forward, and no EOS ends it early. */
 const LONG = { prompt: "Once upon a time", max_tokens: 3000, temperature: 0, threshold: 1, ignore_eos: true, stream: true };
+
+/** A generation's log line by the seed its request carried: a line of an earlier test's cancelled generation can reach
+ * this process after the next test has started (stdout and the /health answer are separate channels), so a test takes
+ * only its own line. */
+const seeded = (seed: number) => (line: LogLine) => line.seed === String(seed);
 
 /** Starts a streaming completion and resolves once its first text chunk has arrived. */
 async function startStream(url: string, body: object, headers: Record<string, string> = {}) {
@@ -176,7 +181,7 @@ describe("a2d serve lifecycle", () => {
     it("cancels the generation of a client that left while its prompt was being tokenized", async () => {
       const logsBefore = server.logs.length;
       // The whole request, then the connection closed at once: the server learns of it while it tokenizes.
-      const body = JSON.stringify({ ...LONG, stream: false });
+      const body = JSON.stringify({ ...LONG, stream: false, seed: 11 });
       const { host, port } = new URL(url);
       const socket = connect({ host: host.split(":")[0], port: Number(port) });
       await new Promise<void>((resolve) => socket.on("connect", resolve));
@@ -185,34 +190,34 @@ describe("a2d serve lifecycle", () => {
           `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
       );
       socket.destroy();
-      const generation = await server.waitForLog("generation", 10_000, logsBefore);
+      const generation = await server.waitForLog("generation", 10_000, logsBefore, seeded(11));
       expect(generation.finish_reason).toBe("cancelled");
       expect(generation.completion_tokens as number).toBeLessThan(100);
     });
 
     it("cancels the generation of a client that disconnects, so the next request starts promptly", async () => {
       const logsBefore = server.logs.length;
-      const running = await startStream(url, LONG, auth);
+      const running = await startStream(url, { ...LONG, seed: 12 }, auth);
       running.controller.abort();
       const started = performance.now();
       const next = await fetch(`${url}/v1/completions`, {
         method: "POST",
         headers: { "content-type": "application/json", ...auth },
-        body: JSON.stringify({ prompt: "Hello", max_tokens: 8, temperature: 0 }),
+        body: JSON.stringify({ prompt: "Hello", max_tokens: 8, temperature: 0, seed: 13 }),
       });
       expect(next.status).toBe(200);
       const elapsed = performance.now() - started;
-      const generations = server.logs.slice(logsBefore).filter((line) => line.msg === "generation");
-      expect(generations[0]!.finish_reason).toBe("cancelled");
-      const cancelledTokens = generations[0]!.completion_tokens as number;
+      const abandoned = await server.waitForLog("generation", 10_000, logsBefore, seeded(12));
+      expect(abandoned.finish_reason).toBe("cancelled");
+      const cancelledTokens = abandoned.completion_tokens as number;
       expect(cancelledTokens).toBeLessThan(LONG.max_tokens);
       // The abandoned generation would have needed (3000 - cancelledTokens) more forwards; the next
       // request waited for at most a step of it.
-      const msPerToken = (generations[0]!.ms as number) / Math.max(cancelledTokens, 1);
+      const msPerToken = (abandoned.ms as number) / Math.max(cancelledTokens, 1);
       expect(elapsed).toBeLessThan(Math.max(1500, 0.25 * msPerToken * (LONG.max_tokens - cancelledTokens)));
       // The next request's own log line reaches this process through the server's stdout, possibly after its
-      // answer: wait for it here, so that the tests after this one do not take it for theirs.
-      await server.waitForLog("generation", 10_000, logsBefore, (line) => line !== generations[0]);
+      // answer: wait for it here, so that it is not left arriving during a later test.
+      await server.waitForLog("generation", 10_000, logsBefore, seeded(13));
     });
 
     it("cancels a non-streaming generation whose client gives up", async () => {
@@ -221,7 +226,7 @@ describe("a2d serve lifecycle", () => {
       const abandoned = fetch(`${url}/v1/completions`, {
         method: "POST",
         headers: { "content-type": "application/json", ...auth },
-        body: JSON.stringify({ ...LONG, stream: false }),
+        body: JSON.stringify({ ...LONG, stream: false, seed: 14 }),
         signal: controller.signal,
       }).catch((error: unknown) => error);
       // Abort once the engine has started on it (its forward passes show in /health).
@@ -230,7 +235,7 @@ describe("a2d serve lifecycle", () => {
       while ((await passes()) === before) await new Promise((resolve) => setTimeout(resolve, 20));
       controller.abort();
       expect(await abandoned).toBeInstanceOf(Error);
-      const cancelled = await server.waitForLog("generation", 10_000, logsBefore);
+      const cancelled = await server.waitForLog("generation", 10_000, logsBefore, seeded(14));
       expect(cancelled.finish_reason).toBe("cancelled");
       expect(cancelled.completion_tokens as number).toBeLessThan(LONG.max_tokens);
     });
