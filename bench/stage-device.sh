@@ -41,7 +41,7 @@ nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xfatbin -compress-all
 # (engine/bench/wgmma_probe.cu).
 nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=sm_90 -Xfatbin -compress-all \
   -Xcompiler -static-libstdc++,-static-libgcc -I"$root/engine/cuda" -o "$root/build/device/wgmma_probe" \
-  "$root/engine/bench/wgmma_probe.cu" "$root/engine/cuda/gemm_wgmma.cu"
+  "$root/engine/bench/wgmma_probe.cu" "$root/engine/cuda/gemm_wgmma.cu" "$root/engine/cuda/gemm_prefill.cu"
 # BASE_REF=COMMIT also builds the harness library of that commit into build/device/base/ (bench/fp8_check.py
 # --base-lib: the bf16 path's logits must not change).
 if [ -n "${BASE_REF:-}" ]; then

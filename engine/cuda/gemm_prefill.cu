@@ -235,31 +235,38 @@ PrefillShape prefill_shape(int rows, bool by_rows) {
   return rows > 32 ? kPrefillShapes[1] : kPrefillShapes[2];
 }
 
-PrefillSplit prefill_split(int rows, int n_rows, int k, int blocks_per_sm, int sm_count, PrefillShape shape) {
-  if (!is_built_shape(shape)) throw std::invalid_argument("prefill_split: not one of kPrefillShapes");
+PrefillSplit plan_prefill_split(int blocks, int wave, int k, size_t floats_per_block) {
   PrefillSplit split;
-  const int blocks = ceil_div(rows, shape.block_tokens) * ceil_div(ceil_div(n_rows, 16), kBlockTiles);
-  const int target = blocks_per_sm * sm_count;
   const int steps = prefill_steps(k);
-  // Only where at least two splits fit in one wave of `target` blocks: a grid that fills most of a wave already
-  // would take two.
-  if (blocks_per_sm <= 0 || 2 * blocks > target || steps < 2 * kPrefillMinSplitSteps) return split;
-  const int wanted = std::min(target / blocks, steps / kPrefillMinSplitSteps);
+  // Only where at least two splits fit in one wave: a grid that fills most of a wave already would take two.
+  if (wave <= 0 || 2 * blocks > wave || steps < 2 * kPrefillMinSplitSteps) return split;
+  const int wanted = std::min(wave / blocks, steps / kPrefillMinSplitSteps);
   split.steps_per_split = ceil_div(steps, wanted);
   split.splits = ceil_div(steps, split.steps_per_split);  // every split has at least one step
   if (split.splits < 2) return PrefillSplit{};
-  split.partial_floats = static_cast<size_t>(split.splits) * blocks * partial_quads(shape.block_tokens) * kThreads * 4;
+  split.partial_floats = static_cast<size_t>(split.splits) * blocks * floats_per_block;
   split.counters = blocks;
   return split;
+}
+
+PrefillSplit prefill_split(int rows, int n_rows, int k, int blocks_per_sm, int sm_count, PrefillShape shape) {
+  if (!is_built_shape(shape)) throw std::invalid_argument("prefill_split: not one of kPrefillShapes");
+  const int blocks = ceil_div(rows, shape.block_tokens) * ceil_div(ceil_div(n_rows, 16), kBlockTiles);
+  const int wave = blocks_per_sm > 0 ? blocks_per_sm * sm_count : 0;
+  return plan_prefill_split(blocks, wave, k, static_cast<size_t>(partial_quads(shape.block_tokens)) * kThreads * 4);
+}
+
+void check_prefill_epilogue(const PrefillGemmParams& p, PrefillEpilogue epilogue, const char* caller) {
+  if (epilogue == PrefillEpilogue::rope_qkv && (p.head_dim % 16 != 0 || p.n_rows % p.head_dim != 0)) {
+    throw std::logic_error(std::string(caller) + ": the RoPE epilogue needs whole heads of a multiple of 16 dims");
+  }
 }
 
 void gemm_prefill(const PrefillGemmParams& p, PrefillEpilogue epilogue, cudaStream_t stream, PrefillShape shape) {
   if (p.k % 8 != 0) throw std::runtime_error("gemm_prefill: k must be a multiple of 8, got " + std::to_string(p.k));
   if (!is_built_shape(shape)) throw std::invalid_argument("gemm_prefill: not one of kPrefillShapes");
   if (p.rows <= 0) return;
-  if (epilogue == PrefillEpilogue::rope_qkv && (p.head_dim % 16 != 0 || p.n_rows % p.head_dim != 0)) {
-    throw std::logic_error("gemm_prefill: the RoPE epilogue needs whole heads of a multiple of 16 dims");
-  }
+  check_prefill_epilogue(p, epilogue, "gemm_prefill");
   const int splits = p.steps_per_split > 0 ? ceil_div(prefill_steps(p.k), p.steps_per_split) : 1;
   if (p.steps_per_split > 0 && (p.partial == nullptr || p.counters == nullptr)) {
     throw std::logic_error("gemm_prefill: a split K needs its partials and counters");

@@ -85,6 +85,12 @@ struct PrefillSplit {
   int counters = 0;
 };
 PrefillSplit prefill_split(int rows, int n_rows, int k, int blocks_per_sm, int sm_count, PrefillShape shape = {});
+// The rule both prefill kernels split by (prefill_split, prefill_wgmma_split): `blocks` output blocks against a wave
+// of `wave` blocks, K in 64-k steps, each split's partial of an output block `floats_per_block` floats.
+PrefillSplit plan_prefill_split(int blocks, int wave, int k, size_t floats_per_block);
+// Throws where `epilogue` cannot run on `params` (the RoPE epilogue needs whole heads of a multiple of 16 dims);
+// `caller` names the launcher in the message.
+void check_prefill_epilogue(const PrefillGemmParams& params, PrefillEpilogue epilogue, const char* caller);
 
 // Raises the kernels' shared-memory limit (every shape's, and the warpgroup kernel's); call once per process before
 // the first launch.

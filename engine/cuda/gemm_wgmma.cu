@@ -22,7 +22,6 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -380,18 +379,8 @@ struct TokenKernels {
 }  // namespace
 
 PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens) {
-  PrefillSplit split;
   const int blocks = ceil_div(rows, block_tokens) * ceil_div(ceil_div(n_rows, 16), kBlockRows / 16);
-  const int steps = ceil_div(k, 64);
-  // As prefill_split: only where at least two splits fit in one wave of a block per SM.
-  if (sm_count <= 0 || 2 * blocks > sm_count || steps < 2 * kPrefillMinSplitSteps) return split;
-  const int wanted = std::min(sm_count / blocks, steps / kPrefillMinSplitSteps);
-  split.steps_per_split = ceil_div(steps, wanted);
-  split.splits = ceil_div(steps, split.steps_per_split);
-  if (split.splits < 2) return PrefillSplit{};
-  split.partial_floats = static_cast<size_t>(split.splits) * blocks * (128 * kConsumers) * (block_tokens / 2);
-  split.counters = blocks;
-  return split;
+  return plan_prefill_split(blocks, sm_count, k, static_cast<size_t>(128 * kConsumers) * (block_tokens / 2));
 }
 
 bool gemm_wgmma_available() {
@@ -436,9 +425,7 @@ void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cu
     throw std::logic_error("gemm_prefill_wgmma: a split K needs its partials and counters");
   }
   const int splits = p.steps_per_split > 0 ? ceil_div(ceil_div(p.k, 64), p.steps_per_split) : 1;
-  if (epilogue == PrefillEpilogue::rope_qkv && (p.head_dim % 16 != 0 || p.n_rows % p.head_dim != 0)) {
-    throw std::logic_error("gemm_prefill_wgmma: the RoPE epilogue needs whole heads of a multiple of 16 dims");
-  }
+  check_prefill_epilogue(p, epilogue, "gemm_prefill_wgmma");
   // The tiled weights: {32 columns, 16 rows, chunks, tiles}; strides in bytes of dims 1-3.
   const cuuint64_t chunks = tiled_chunks(p.k), tiles = (p.n_rows + 15) / 16;
   const cuuint64_t weight_dims[4] = {32, 16, chunks, tiles};
