@@ -1,16 +1,45 @@
 #!/usr/bin/env bash
-# A background conversion's snapshot (bench/device-conversion-bg.sh: the latest checkpoint's export that a poll
-# brought back) as a delta folder here: snapshot.tar.gz's small files and the joined snapshot-delta.safetensors
-# parts, the weights' sha256 checked. Then `a2d_convert rebuild --base BASE --delta OUT_DELTA --out MODEL`.
-#   bash bench/snapshot-delta.sh /work/.device/N /tmp/snapshot/delta
+# A background conversion's delta (bench/device-conversion-bg.sh) as a delta folder here, from the folders the polls
+# brought back: a snapshot (snapshot.tar.gz, the latest checkpoint's export while the job ran, and its
+# snapshot-delta.safetensors.part-NN) or the final results (results.tar.gz and delta.safetensors.part-NN). A delta
+# larger than one call's return comes over several polls: name every folder that holds some of it; each part is
+# taken once, by name, in order. The joined weights' sha256 is checked. Then
+# `a2d_convert rebuild --base BASE --delta OUT_DELTA --out MODEL`.
+#   bash bench/snapshot-delta.sh /work/.device/N [/work/.device/M ...] /tmp/snapshot/delta
 set -euo pipefail
-src=${1:?usage: bash bench/snapshot-delta.sh DIR_WITH_THE_SNAPSHOT OUT_DELTA}
-dst=${2:?usage: bash bench/snapshot-delta.sh DIR_WITH_THE_SNAPSHOT OUT_DELTA}
-[ -f "$src/snapshot.tar.gz" ] || { echo "no snapshot.tar.gz in $src (a poll brings one back once an export finished)" >&2; exit 1; }
-compgen -G "$src/snapshot-delta.safetensors.part-*" > /dev/null || { echo "no snapshot-delta.safetensors.part-* in $src" >&2; exit 1; }
+[ $# -ge 2 ] || { echo "usage: bash bench/snapshot-delta.sh DIR... OUT_DELTA" >&2; exit 2; }
+dst=${*: -1}
+dirs=("${@:1:$#-1}")
+kind=""
+for d in "${dirs[@]}"; do
+  [ -d "$d" ] || { echo "$d: no such folder" >&2; exit 1; }
+  if [ -z "$kind" ] && [ -f "$d/snapshot.tar.gz" ]; then kind=snapshot archive=$d/snapshot.tar.gz; fi
+  if [ -z "$kind" ] && [ -f "$d/results.tar.gz" ]; then kind=results archive=$d/results.tar.gz; fi
+done
+[ -n "$kind" ] || { echo "none of ${dirs[*]} holds snapshot.tar.gz or results.tar.gz (a poll brings one back once an export finished)" >&2; exit 1; }
+prefix=delta.safetensors.part-
+[ "$kind" = snapshot ] && prefix=snapshot-$prefix
+declare -A part_of=()
+for d in "${dirs[@]}"; do
+  for f in "$d/$prefix"*; do
+    [ -f "$f" ] || continue
+    name=$(basename "$f")
+    [ -n "${part_of[$name]:-}" ] || part_of[$name]=$f
+  done
+done
+[ ${#part_of[@]} -gt 0 ] || { echo "no $prefix* in ${dirs[*]}" >&2; exit 1; }
 rm -rf "$dst.tmp" && mkdir -p "$dst.tmp"
-tar xzf "$src/snapshot.tar.gz" -C "$dst.tmp"
-cat "$src"/snapshot-delta.safetensors.part-* > "$dst.tmp/delta.safetensors"
-(cd "$dst.tmp" && sha256sum -c --quiet delta.sha256) || { echo "the joined weights do not match delta.sha256: a part is missing" >&2; exit 1; }
+if [ "$kind" = snapshot ]; then
+  tar xzf "$archive" -C "$dst.tmp"
+else
+  # results.tar.gz: the delta folder's small files under delta/, the weights' sha256 beside it.
+  mkdir -p "$dst.tmp/results"
+  tar xzf "$archive" -C "$dst.tmp/results" ./delta ./delta.sha256 2>/dev/null || tar xzf "$archive" -C "$dst.tmp/results" delta delta.sha256
+  mv "$dst.tmp/results/delta/"* "$dst.tmp/" && mv "$dst.tmp/results/delta.sha256" "$dst.tmp/" && rm -rf "$dst.tmp/results"
+fi
+mapfile -t names < <(printf '%s\n' "${!part_of[@]}" | sort)
+for name in "${names[@]}"; do cat "${part_of[$name]}"; done > "$dst.tmp/delta.safetensors"
+(cd "$dst.tmp" && sha256sum -c --quiet delta.sha256) ||
+  { rm -rf "$dst.tmp"; echo "the joined weights do not match delta.sha256: a part is missing (${#names[@]} found in ${dirs[*]})" >&2; exit 1; }
 rm -rf "$dst" && mv "$dst.tmp" "$dst"
-echo "$dst: the delta of checkpoint $(cat "$dst/checkpoint")"
+if [ "$kind" = snapshot ]; then echo "$dst: the delta of checkpoint $(cat "$dst/checkpoint")"; else echo "$dst: the final delta"; fi

@@ -198,12 +198,14 @@ def test_auto_steps_size_the_schedule_to_the_first_training_call(tmp_path):
 
 def test_a_poll_of_the_background_job_brings_back_the_latest_checkpoint_as_a_delta(tmp_path):
     """bench/device-conversion-bg.sh's snapshot: while the job runs, a poll exports the run's latest checkpoint in
-    the background and the next poll copies it into its OUT; bench/snapshot-delta.sh makes it a delta folder here,
-    the same bytes as the recipe's own export of that checkpoint."""
+    the background and the next polls copy it into their OUT, no more a poll than one call brings back (here two
+    files, so the three parts span two polls); bench/snapshot-delta.sh joins the polls' folders into a delta
+    folder here, the same bytes as the recipe's own export of that checkpoint."""
     make_tiny_base(tmp_path / "hf")
     out = tmp_path / "out"
     rc, log = run_recipe(tmp_path, out, PROBES="0", STEPS="4", TRAIN_EXTRA="--window-adapter --kl-weight 1")
     assert rc == 0, log
+    weights = delta_from(out)
     bg = tmp_path / "bg"
     bg.mkdir()
     (bg / "repo").symlink_to(REPO)
@@ -211,7 +213,8 @@ def test_a_poll_of_the_background_job_brings_back_the_latest_checkpoint_as_a_del
     job = subprocess.Popen(["sleep", "300"])  # the job, still running
     try:
         (bg / "pid").write_text(str(job.pid))
-        env = {**python_env(tmp_path), "BG": str(bg), "BG_WORK": str(tmp_path / "w")}
+        env = {**python_env(tmp_path), "BG": str(bg), "BG_WORK": str(tmp_path / "w"),
+               "PART_BYTES": str(len(weights) // 3 + 1), "RETURN_FILES": "2"}
 
         def poll(name: str) -> str:
             done = subprocess.run(["bash", str(REPO / "bench" / "device-conversion-bg.sh")], cwd=REPO, capture_output=True,
@@ -225,20 +228,32 @@ def test_a_poll_of_the_background_job_brings_back_the_latest_checkpoint_as_a_del
                 break
             time.sleep(0.5)
         assert (bg / "snap" / "ready").exists(), (bg / "snap" / "export.log").read_text()
-        assert "snapshot of checkpoints/step_000004 copied back" in poll("poll2")
+        second = poll("poll2")
+        assert "part of it copied back" in second and "exporting" not in second
+        assert sorted(p.name for p in (tmp_path / "poll2").iterdir()) == ["snapshot-delta.safetensors.part-00", "snapshot.tar.gz"]
+        assert "snapshot of checkpoints/step_000004 copied back" in poll("poll3")
+        assert sorted(p.name for p in (tmp_path / "poll3").iterdir()) == [
+            "snapshot-delta.safetensors.part-01", "snapshot-delta.safetensors.part-02"]
         # Sent once: the next poll neither copies it again nor exports the same checkpoint again.
-        third = poll("poll3")
-        assert "copied back" not in third and "exporting" not in third and not any((tmp_path / "poll3").iterdir())
+        fourth = poll("poll4")
+        assert "copied back" not in fourth and "exporting" not in fourth and not any((tmp_path / "poll4").iterdir())
     finally:
         job.kill()
-    done = subprocess.run(["bash", str(REPO / "bench" / "snapshot-delta.sh"), str(tmp_path / "poll2"), str(tmp_path / "snap")],
-                          capture_output=True, text=True, timeout=60)
+
+    def join(*names: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(REPO / "bench" / "snapshot-delta.sh"), *(str(tmp_path / n) for n in names)],
+                              capture_output=True, text=True, timeout=60)
+
+    done = join("poll2", "poll3", "snap")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (tmp_path / "snap" / "delta.safetensors").read_bytes() == delta_from(out)
+    assert (tmp_path / "snap" / "delta.safetensors").read_bytes() == weights
     assert json.loads((tmp_path / "snap" / "delta.json").read_text()) == json.loads(results(out)["delta/delta.json"])
-    # A missing part is caught by the weights' sha256.
-    parts = sorted((tmp_path / "poll2").glob("snapshot-delta.safetensors.part-*"))
-    parts[-1].write_bytes(parts[-1].read_bytes()[:-1])
-    done = subprocess.run(["bash", str(REPO / "bench" / "snapshot-delta.sh"), str(tmp_path / "poll2"), str(tmp_path / "snap2")],
-                          capture_output=True, text=True, timeout=60)
+    # A missing part is caught by the weights' sha256, and nothing is left behind.
+    done = join("poll2", "snap2")
     assert done.returncode != 0 and "do not match" in done.stderr and not (tmp_path / "snap2").exists()
+    assert not (tmp_path / "snap2.tmp").exists()
+    # The final results (results.tar.gz and delta.safetensors.part-NN) join the same way.
+    done = join("out", "final")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "final" / "delta.safetensors").read_bytes() == weights
+    assert json.loads((tmp_path / "final" / "delta.json").read_text()) == json.loads(results(out)["delta/delta.json"])

@@ -73,10 +73,11 @@ struct GemmTuning {
   bool prefill_shape_by_rows = true;
   // The warpgroup kernel (gemm_wgmma.cu: wgmma fed by TMA) for prefill GEMMs of at least prefill_wgmma_min_rows
   // rows, 64 token rows a block up to 64 rows, 128 up to 1,024, then 256 (prefill_wgmma_tokens), K split towards a
-  // block per SM where prefill_split_blocks_per_sm is on (prefill_wgmma_split). Off until
-  // bench/device-prefill-gemm.sh has timed it and prefill_check --wgmma 1 has held the engine's prefill to its
-  // decode forwards with it on.
-  bool prefill_wgmma = false;
+  // block per SM where prefill_split_blocks_per_sm is on (prefill_wgmma_split). Faster than the mma.sync kernel at
+  // every row count (H100, 2B layer's four GEMMs: 60 against 72 us at 8 rows, 90 against 179 at 160, 410 against
+  // 1,283 at 2,048), so on wherever the device runs its sm_90a code (gemm_wgmma_available) and the operands suit
+  // TMA; prefill_check --wgmma 1 holds it to the decode forwards (bench/NOTES.md, run 123).
+  bool prefill_wgmma = true;
   int prefill_wgmma_min_rows = 1;
 };
 

@@ -17,8 +17,9 @@
 // (prefill_wgmma_split), each split leaves fp32 partials and the last to arrive adds them in split order and runs
 // the epilogue, as gemm_prefill.cu does.
 //
-// Built for sm_90a only (the addon also carries sm_90 code, where this kernel traps); not yet the engine's
-// default (GemmTuning::prefill_wgmma) until bench/device-prefill-gemm.sh and prefill_check --wgmma 1 pass.
+// Built for sm_90a only (the addon also carries sm_90 code, where this kernel traps: gemm_wgmma_available() probes
+// which one the driver loaded, and the engine falls back to gemm_prefill.cu without it). The engine's default
+// (GemmTuning::prefill_wgmma) since bench/device-prefill-gemm.sh and prefill_check --wgmma 1 passed (run 123).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 

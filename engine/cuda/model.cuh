@@ -96,8 +96,8 @@ struct ModelOptions {
   // Prefill chunks of at most kMaxRows rows attend through the decode forwards' kernels (attention.cu: keys split
   // over blocks, then the combine) instead of attention_prefill, whose grid holds ceil(rows x group / 64) x KV heads
   // blocks that each walk every key (at 32 rows of the 2B shape after 1,024 cached: 8 blocks, 39 us a layer on the
-  // H100; bench/NOTES.md, run 122). Off until prefill_check --split-attention 1 has checked it on a GPU.
-  bool prefill_split_attention = false;
+  // H100; bench/NOTES.md, run 122). With it, 0.74 ms against 1.63 for that call's attention (run 123).
+  bool prefill_split_attention = true;
   GemmTrace gemm_trace;  // per-block GEMM records (trace.cuh): only builds with A2D_GEMM_TRACE write them
 };
 

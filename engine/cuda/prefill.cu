@@ -6,6 +6,7 @@
 // microseconds or more, so launches cost little, and the chunk's row count fixes every grid.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "attention.cuh"
@@ -55,7 +56,11 @@ void DeviceModel::allocate_prefill() {
 
 void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue) {
   const GemmTuning& tuning = options_.gemm;
-  const bool wgmma = tuning.prefill_wgmma && params.rows >= tuning.prefill_wgmma_min_rows && gemm_wgmma_available();
+  // TMA reads both operands: K and the input's row stride in 16-byte steps, both operands 16-byte aligned.
+  const bool tma_fits = params.k % 8 == 0 && params.x_stride % 8 == 0 && reinterpret_cast<uintptr_t>(params.x) % 16 == 0 &&
+                        reinterpret_cast<uintptr_t>(params.weight) % 16 == 0;
+  const bool wgmma =
+      tuning.prefill_wgmma && tma_fits && params.rows >= tuning.prefill_wgmma_min_rows && gemm_wgmma_available();
   const int wgmma_tokens = prefill_wgmma_tokens(params.rows);
   const PrefillShape shape = prefill_shape(params.rows, tuning.prefill_shape_by_rows);
   const PrefillSplit split =

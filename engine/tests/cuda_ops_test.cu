@@ -510,7 +510,8 @@ std::string plan_name(const GemmPlan& plan) {
 // the cache slots before the forward's must keep their poison.
 // Row t sits at `positions[t]` of KV cache slot `slots[t]` (slot_stride elements a slot); each slot's rows start at
 // its first position, before which its cache must stay as it was.
-void check_rope_qkv(Check& check, std::vector<float>& y, int rows, int logical_rows, const std::vector<int64_t>& positions,
+// y is taken by value: it is rotated here, and a caller checks several kernels against the same product.
+void check_rope_qkv(Check& check, std::vector<float> y, int rows, int logical_rows, const std::vector<int64_t>& positions,
                     const std::vector<int>& slots, size_t slot_stride, int H, int KV, int D, int max_context,
                     const DeviceArray<uint16_t>& out, const DeviceArray<uint16_t>& k_cache, const DeviceArray<uint16_t>& v_cache) {
   a2d::cpu::rope(y.data(), rows, logical_rows, H + KV, D, positions.data(), 1e6);
@@ -541,7 +542,7 @@ void check_rope_qkv(Check& check, std::vector<float>& y, int rows, int logical_r
 }
 
 // One sequence on slot 0 at positions cached + t.
-void check_rope_qkv(Check& check, std::vector<float>& y, int rows, int logical_rows, int cached, int H, int KV, int D,
+void check_rope_qkv(Check& check, const std::vector<float>& y, int rows, int logical_rows, int cached, int H, int KV, int D,
                     int max_context, const DeviceArray<uint16_t>& out, const DeviceArray<uint16_t>& k_cache,
                     const DeviceArray<uint16_t>& v_cache) {
   std::vector<int64_t> positions(rows);
