@@ -17,6 +17,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "step_state.cuh"
 
 namespace a2d::cuda {
 
@@ -47,6 +48,11 @@ struct PrefillGemmParams {
   bf16* q_out;    // [rows][num_heads][head_dim]
   bf16* k_cache;  // [num_kv_heads][max_context][head_dim]
   bf16* v_cache;
+  // rope_qkv of a forward's rows (several sequences, step_state.cuh) instead of one prompt's: row t takes its
+  // sequence's position (row_position) and KV slot (k_cache + slot x kv_slot_stride), `cached` unused; rows from
+  // state->rows up to `rows` (a captured graph's row bucket) write nothing.
+  const StepState* state;
+  size_t kv_slot_stride;
 
   // Split K (prefill_split): 0 or every step in one block; otherwise each block of grid.z takes this many 64-k
   // steps, leaves its fp32 accumulators in `partial`, and the last of an output block's splits to arrive adds

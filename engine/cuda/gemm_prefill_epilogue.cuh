@@ -57,7 +57,14 @@ __device__ __forceinline__ void prefill_epilogue(const PrefillGemmParams& p, int
     const int first_row = tile * 16;
     const int head = first_row / p.head_dim;
     const int pair_tile = first_row % p.head_dim / 16;
-    const int slot = p.cached + t;
+    // The row's position (its cache row and RoPE angle) and its sequence's KV slot.
+    int slot = p.cached + t;
+    size_t slot_offset = 0;
+    if (p.state != nullptr) {
+      if (t >= p.state->rows) return;
+      slot = row_position(*p.state, t);
+      slot_offset = static_cast<size_t>(entry_view(*p.state, row_entry(*p.state, t)).slot) * p.kv_slot_stride;
+    }
     if (head < p.num_heads + p.num_kv_heads) {
       // Rows g and g + 8 are dims i = 8 pair_tile + g and i + half of one q or k head (the rope-pair
       // order of row_placement.h, in which the upload placed them).
@@ -66,12 +73,12 @@ __device__ __forceinline__ void prefill_epilogue(const PrefillGemmParams& p, int
       const float2 cs = p.rope_table[static_cast<size_t>(slot) * half + dim];
       bf16* out = head < p.num_heads
                       ? p.q_out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim
-                      : p.k_cache + (static_cast<size_t>(head - p.num_heads) * p.max_context + slot) * p.head_dim;
+                      : p.k_cache + slot_offset + (static_cast<size_t>(head - p.num_heads) * p.max_context + slot) * p.head_dim;
       out[dim] = __float2bfloat16(v0 * cs.x - v1 * cs.y);
       out[dim + half] = __float2bfloat16(v1 * cs.x + v0 * cs.y);
     } else {
       const int kv_head = head - p.num_heads - p.num_kv_heads;
-      bf16* out = p.v_cache + (static_cast<size_t>(kv_head) * p.max_context + slot) * p.head_dim + pair_tile * 16;
+      bf16* out = p.v_cache + slot_offset + (static_cast<size_t>(kv_head) * p.max_context + slot) * p.head_dim + pair_tile * 16;
       out[g] = __float2bfloat16(v0);
       out[g + 8] = __float2bfloat16(v1);
     }

@@ -541,16 +541,6 @@ void check_rope_qkv(Check& check, std::vector<float> y, int rows, int logical_ro
   }
 }
 
-// One sequence on slot 0 at positions cached + t.
-void check_rope_qkv(Check& check, const std::vector<float>& y, int rows, int logical_rows, int cached, int H, int KV, int D,
-                    int max_context, const DeviceArray<uint16_t>& out, const DeviceArray<uint16_t>& k_cache,
-                    const DeviceArray<uint16_t>& v_cache) {
-  std::vector<int64_t> positions(rows);
-  for (int t = 0; t < rows; ++t) positions[t] = cached + t;
-  check_rope_qkv(check, y, rows, logical_rows, positions, std::vector<int>(rows, 0), 0, H, KV, D, max_context, out, k_cache,
-                 v_cache);
-}
-
 void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, const std::vector<int>& row_counts,
                 uint64_t seed) {
   const GemmLayout layout = layout_of(s);
@@ -964,6 +954,9 @@ struct PrefillGemmCase {
   int n = 0;
   int heads = 0, kv_heads = 0, head_dim = 0;
   bool bias = false;
+  // rope_qkv of a forward's rows (PrefillGemmParams::state): two sequences on slots 1 and 0 at their own positions,
+  // and the GEMM run over 5 rows more than the forward's (a graph's row bucket), which must write nothing.
+  bool two_sequences = false;
 };
 
 const char* prefill_epilogue_name(PrefillEpilogue e) {
@@ -979,7 +972,7 @@ const char* prefill_epilogue_name(PrefillEpilogue e) {
 void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s, const std::vector<int>& row_counts,
                         uint64_t seed) {
   const std::string op = std::string("gemm_prefill ") + prefill_epilogue_name(s.epilogue);
-  const std::string variant = std::string("bf16") + (s.bias ? " +bias" : "");
+  const std::string variant = std::string("bf16") + (s.bias ? " +bias" : "") + (s.two_sequences ? " two-sequences" : "");
   bool any = false;
   for (int rows : row_counts) any = any || table.wanted(op, variant, s.name + " rows" + std::to_string(rows));
   if (!any) return;
@@ -998,8 +991,27 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s
   for (int rows : row_counts) {
     table.run(op, variant, s.name + " rows" + std::to_string(rows), [&](Check& check) {
       const int cached = 11;
-      const int max_context = cached + rows + 5;
-      const Bf16Values x = random_bf16(rng, size_t(rows) * s.k, -1.f, 1.f);
+      const int max_context = cached + rows + 12;
+      // Two sequences: rows [0, split) on slot 1 at cached + t, the rest on slot 0 at cached + 7 + (t - split).
+      const int split = rows / 2, padded = s.two_sequences ? rows + 5 : rows;
+      StepState state{};
+      std::vector<int64_t> positions(rows);
+      std::vector<int> slots(rows, 0);
+      for (int t = 0; t < rows; ++t) positions[t] = cached + t;
+      if (s.two_sequences) {
+        state.rows = rows;
+        state.entries = 2;
+        for (int e = 0; e < 2; ++e) {
+          const EntryView view{1 - e, cached + 7 * e, 0, e == 0 ? 0 : split, e == 0 ? split : rows - split};
+          add_entry(state, e, view, std::max(1, s.heads / std::max(1, s.kv_heads)));
+          for (int t = view.row0; t < view.row0 + view.rows; ++t) {
+            positions[t] = view.cached + t - view.row0;
+            slots[t] = view.slot;
+          }
+        }
+      }
+      DeviceArray<StepState> state_device(std::vector<StepState>{state});
+      const Bf16Values x = random_bf16(rng, size_t(padded) * s.k, -1.f, 1.f);
       DeviceArray<uint16_t> x_device(x.bits);
       PrefillGemmParams p{};
       p.weight = as_bf16(*dw.tiled);
@@ -1009,12 +1021,13 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s
       p.bias = s.bias ? as_bf16(*bias_device) : nullptr;
       p.x = as_bf16(x_device);
       p.x_stride = s.k;
-      p.rows = rows;
+      p.rows = padded;
       const int out_cols = s.epilogue == PrefillEpilogue::rope_qkv ? s.heads * s.head_dim : layout.n_out;
-      DeviceArray<uint16_t> out(size_t(rows) * out_cols);
+      DeviceArray<uint16_t> out(size_t(padded) * out_cols);
       DeviceArray<float> residual(size_t(rows) * layout.n_out);
       const std::vector<float> residual_before = random_floats(rng, residual.size(), -1.f, 1.f);
-      DeviceArray<uint16_t> k_cache(size_t(std::max(1, s.kv_heads)) * max_context * std::max(1, s.head_dim));
+      const size_t slot_stride = size_t(std::max(1, s.kv_heads)) * max_context * std::max(1, s.head_dim);
+      DeviceArray<uint16_t> k_cache((s.two_sequences ? 2 : 1) * slot_stride);
       DeviceArray<uint16_t> v_cache(k_cache.size());
       std::unique_ptr<DeviceArray<float>> rope_table;
       p.out_stride = out_cols;
@@ -1030,6 +1043,10 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s
         p.q_out = as_bf16(out);
         p.k_cache = as_bf16(k_cache);
         p.v_cache = as_bf16(v_cache);
+        if (s.two_sequences) {
+          p.state = state_device.get();
+          p.kv_slot_stride = slot_stride;
+        }
       } else if (s.epilogue == PrefillEpilogue::residual_add) {
         p.residual = residual.get();
       } else {
@@ -1061,7 +1078,22 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s
           for (size_t i = 0; i < want.size(); ++i) want[i] = double(residual_before[i]) + y[i];
           check.add(to_double(got), want, kFp32Gemm);
         } else {
-          check_rope_qkv(check, y, rows, logical_rows, cached, s.heads, s.kv_heads, s.head_dim, max_context, out, k_cache, v_cache);
+          check_rope_qkv(check, y, rows, logical_rows, positions, slots, slot_stride, s.heads, s.kv_heads, s.head_dim,
+                         max_context, out, k_cache, v_cache);
+          if (s.two_sequences) {
+            // The padded rows past the forward's: no q row, and no cache row past each sequence's last position.
+            const std::vector<uint16_t> q_got = out.download(), k_got = k_cache.download(), v_got = v_cache.download();
+            check.require(untouched(q_got, size_t(rows) * out_cols, q_got.size()), "q rows past the forward's were written");
+            for (int e = 0; e < 2; ++e) {
+              const int slot = state.entry_slot[e], end = state.entry_cached[e] + state.entry_rows[e];
+              for (int h = 0; h < s.kv_heads; ++h) {
+                const size_t first = slot * slot_stride + (size_t(h) * max_context + end) * s.head_dim;
+                const size_t last = slot * slot_stride + size_t(h + 1) * max_context * s.head_dim;
+                check.require(untouched(k_got, first, last) && untouched(v_got, first, last),
+                              "cache rows past a sequence's last position were written (slot " + std::to_string(slot) + ")");
+              }
+            }
+          }
         }
       }
     });
@@ -1080,6 +1112,10 @@ void all_prefill_gemm_cases(Table& table, ThreadPool& pool) {
   prefill_gemm_cases(table, pool, {"odd i100 k264", PrefillEpilogue::silu_mul, 264, 100}, {77}, 3007);
   prefill_gemm_cases(table, pool, {"odd n72 k1000", PrefillEpilogue::residual_add, 1000, 72}, {5, 260}, 3008);
   prefill_gemm_cases(table, pool, {"odd h3/1 d64 k200", PrefillEpilogue::rope_qkv, 200, 0, 3, 1, 64}, {129}, 3009);
+  // A batched decode forward's rows through the prefill GEMMs: two sequences, each at its own position and slot.
+  prefill_gemm_cases(table, pool, {"2B qkv n2560 k2048", PrefillEpilogue::rope_qkv, 2048, 0, 16, 2, 128, false, true},
+                     {40, 59}, 3010);
+  prefill_gemm_cases(table, pool, {"odd h3/1 d64 k200", PrefillEpilogue::rope_qkv, 200, 0, 3, 1, 64, false, true}, {77}, 3011);
 }
 
 // ------------------------------------------------------------------------------------------- attention
