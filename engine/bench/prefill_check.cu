@@ -7,9 +7,12 @@
 //     prefill kernels) and the same prompt in chunks, the last row's logits;
 //  3. prompt tokens/s on the 2B shape for 1k, 4k and 16k-token prompts (chunks of prefill_rows(), the last row
 //     through a decode forward, as the backend does), the decode forwards alone for comparison, and both
-//     paths per chunk size (where the backend's kPrefillFromRows comes from).
+//     paths per chunk size (where the backend's kPrefillFromRows comes from);
+//  4. with --decode-prefill-gemm ROWS: decode forwards of 64 and 40 rows on the prefill GEMMs against the same
+//     forwards on the decode GEMMs (every random shape and the 2B one), and their time beside the decode GEMMs'.
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
-//   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--split-attention 0|1]     (--probe:
+//   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--split-attention 0|1]
+//                 [--decode-prefill-gemm ROWS]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
 //   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
 //   call, g_wgmma below; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention)
@@ -46,6 +49,9 @@ bool g_wgmma = GemmTuning{}.prefill_wgmma;
 // --split-attention 0|1: chunks of at most 64 rows attend through the decode forwards' kernels
 // (ModelOptions::prefill_split_attention; the engine's default unless given).
 bool g_split_attention = ModelOptions{}.prefill_split_attention;
+// --decode-prefill-gemm ROWS: decode forwards of at least ROWS rows on the prefill GEMMs
+// (ModelOptions::decode_prefill_gemm_rows): held to the decode GEMMs' forwards, and timed beside them.
+int g_decode_prefill_gemm = ModelOptions{}.decode_prefill_gemm_rows;
 
 void check(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
@@ -99,8 +105,9 @@ ModelShape make_shape(int hidden, int inter, int layers, int heads, int kv_heads
 
 // A DeviceModel of `shape` with random weights made on the device: matrices uniform with standard deviation
 // about 0.6 / sqrt(fan-in), norms around 1, biases small, the embedding of unit scale.
-std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed) {
+std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed, int decode_prefill_gemm = -1) {
   ModelOptions options;
+  options.decode_prefill_gemm_rows = decode_prefill_gemm >= 0 ? decode_prefill_gemm : g_decode_prefill_gemm;
   options.gemm.prefill_split_blocks_per_sm = g_split;
   options.gemm.prefill_shape_by_rows = g_shapes;
   options.gemm.prefill_wgmma = g_wgmma;
@@ -176,11 +183,12 @@ void prefill_prompt(DeviceModel& model, const std::vector<int32_t>& tokens, int 
   decode_forward(model, n - 1, tokens.data() + n - 1, 1, true);
 }
 
-// The same on the decode forwards alone: 64-row forwards, the last with the logits of its last row.
-void decode_prompt(DeviceModel& model, const std::vector<int32_t>& tokens) {
+// The same on the decode forwards alone: forwards of `chunk` rows (64 by default), the last with the logits of its
+// last row.
+void decode_prompt(DeviceModel& model, const std::vector<int32_t>& tokens, int chunk = kMaxRows) {
   const int n = static_cast<int>(tokens.size());
-  for (int start = 0; start < n; start += kMaxRows) {
-    const int rows = std::min(kMaxRows, n - start);
+  for (int start = 0; start < n; start += chunk) {
+    const int rows = std::min(chunk, n - start);
     decode_forward(model, start, tokens.data() + start, rows, start + rows == n);
   }
 }
@@ -210,19 +218,9 @@ double rel_error(const float* a, const float* b, int64_t n) {
   return norm > 0 ? std::sqrt(err / norm) : std::sqrt(err);
 }
 
-// Logits and KV rows of the prefill path against the decode path; returns the worst KV layer error.
-void parity(const Case& c, std::vector<std::string>& table) {
-  ModelShape s = c.shape;
-  s.max_context = c.prompt + 64;
-  auto model = random_model(s, 7);
-  const std::vector<int32_t> tokens = prompt_tokens(c.prompt, s.vocab, 1);
-  A2D_CUDA_CHECK(cudaMemset(model->kv_storage(), 0, model->kv_storage_elements() * 2));
-  decode_prompt(*model, tokens);
-  const Snapshot want = snapshot(*model);
-  A2D_CUDA_CHECK(cudaMemset(model->kv_storage(), 0, model->kv_storage_elements() * 2));
-  prefill_prompt(*model, tokens, c.chunk);
-  const Snapshot got = snapshot(*model);
-
+// Logits and KV rows of two runs of the same prompt (`got` against `want`), as a line and a table row.
+void compare(const std::string& name, const std::string& what, const ModelShape& s, int prompt, const Snapshot& got,
+             const Snapshot& want, std::vector<std::string>& table) {
   const double logits_err = rel_error(got.logits.data(), want.logits.data(), s.vocab);
   // KV: [K, V][layer][kv_head][max_context][head_dim_padded]; rows 0..prompt-1 of each (kind, layer, head).
   const int hdp = s.head_dim <= 32 ? 32 : (s.head_dim <= 64 ? 64 : 128);
@@ -235,7 +233,7 @@ void parity(const Case& c, std::vector<std::string>& table) {
       b.clear();
       for (int h = 0; h < s.kv_heads; ++h) {
         const size_t base = ((size_t(kind) * s.layers + l) * s.kv_heads + h) * size_t(s.max_context) * hdp;
-        for (size_t i = base; i < base + size_t(c.prompt) * hdp; ++i) {
+        for (size_t i = base; i < base + size_t(prompt) * hdp; ++i) {
           a.push_back(bf16_value(got.kv[i]));
           b.push_back(bf16_value(want.kv[i]));
         }
@@ -249,13 +247,45 @@ void parity(const Case& c, std::vector<std::string>& table) {
     }
   }
   char line[512];
-  std::snprintf(line, sizeof line, "%s: %d tokens in chunks of %d: logits rel err %.2e, argmax %d vs %d, KV rel err layer 0 %.2e, worst %.2e (layer %d)",
-                c.name.c_str(), c.prompt, c.chunk, logits_err, got.choice.token, want.choice.token, first_layer, worst,
-                worst_layer);
+  std::snprintf(line, sizeof line, "%s: %s: logits rel err %.2e, argmax %d vs %d, KV rel err layer 0 %.2e, worst %.2e (layer %d)",
+                name.c_str(), what.c_str(), logits_err, got.choice.token, want.choice.token, first_layer, worst, worst_layer);
   // Both paths round to bf16 at the same points; fp32 sums in another order flip a few roundings, which the
   // layers carry on. An indexing fault shows as errors of order 1.
   check(logits_err < 3e-2 && first_layer < 5e-3 && worst < 3e-2, line);
-  table.push_back(std::string("| parity ") + c.name + " | " + (logits_err < 3e-2 && worst < 3e-2 ? "ok" : "FAIL") + " |");
+  table.push_back(std::string("| ") + name + " | " + (logits_err < 3e-2 && worst < 3e-2 ? "ok" : "FAIL") + " |");
+}
+
+// Logits and KV rows of the prefill path against the decode path.
+void parity(const Case& c, std::vector<std::string>& table) {
+  ModelShape s = c.shape;
+  s.max_context = c.prompt + 64;
+  auto model = random_model(s, 7);
+  const std::vector<int32_t> tokens = prompt_tokens(c.prompt, s.vocab, 1);
+  A2D_CUDA_CHECK(cudaMemset(model->kv_storage(), 0, model->kv_storage_elements() * 2));
+  decode_prompt(*model, tokens);
+  const Snapshot want = snapshot(*model);
+  A2D_CUDA_CHECK(cudaMemset(model->kv_storage(), 0, model->kv_storage_elements() * 2));
+  prefill_prompt(*model, tokens, c.chunk);
+  const Snapshot got = snapshot(*model);
+  compare("parity " + c.name, std::to_string(c.prompt) + " tokens in chunks of " + std::to_string(c.chunk), s, c.prompt, got,
+          want, table);
+}
+
+// Decode forwards of `chunk` rows on the prefill GEMMs (--decode-prefill-gemm) against the same forwards on the
+// decode GEMMs, two models of the same weights.
+void decode_gemm_parity(const Case& c, std::vector<std::string>& table) {
+  ModelShape s = c.shape;
+  s.max_context = c.prompt + 64;
+  const std::vector<int32_t> tokens = prompt_tokens(c.prompt, s.vocab, 2);
+  Snapshot runs[2];
+  for (int on = 0; on < 2; ++on) {
+    auto model = random_model(s, 7, on ? g_decode_prefill_gemm : 0);
+    A2D_CUDA_CHECK(cudaMemset(model->kv_storage(), 0, model->kv_storage_elements() * 2));
+    decode_prompt(*model, tokens, c.chunk);
+    runs[on] = snapshot(*model);
+  }
+  compare("decode on prefill GEMMs " + c.name, std::to_string(c.prompt) + " tokens in forwards of " + std::to_string(c.chunk),
+          s, c.prompt, runs[1], runs[0], table);
 }
 
 // The CUDA backend against the CPU backend through the Backend interface on a tiny model folder.
@@ -357,9 +387,11 @@ void timings(bool quick, std::vector<std::string>& table) {
   }
   // Both paths per chunk size at KV 1024 (kPrefillFromRows in cuda_backend.cu).
   table.push_back("");
+  // With --decode-prefill-gemm, the decode forwards are timed on the decode GEMMs and again on the prefill GEMMs.
+  const bool both_decodes = g_decode_prefill_gemm > 0;
   table.push_back(std::string("| 2B rows after 1024 cached | prefill call ms") + (g_split > 0 ? " unsplit | split K" : "") +
-                  " | decode forwards ms |");
-  table.push_back(g_split > 0 ? "|---|---|---|---|" : "|---|---|---|");
+                  " | decode forwards ms |" + (both_decodes ? " decode forwards on prefill GEMMs ms |" : ""));
+  table.push_back(std::string(g_split > 0 ? "|---|---|---|---|" : "|---|---|---|") + (both_decodes ? "---|" : ""));
   const std::vector<int32_t> tokens = prompt_tokens(2048, s.vocab, 6);
   for (const int rows : {32, 64, 128, 256, 512, 2048}) {
     if (1024 + rows > s.max_context) continue;
@@ -371,17 +403,30 @@ void timings(bool quick, std::vector<std::string>& table) {
     const double fast = time_it([&] { model->prefill(0, 1024, tokens.data(), rows); }, 3);
     if (g_split > 0) model->reconfigure(split);
     const double split_ms = g_split > 0 ? 1e3 * time_it([&] { model->prefill(0, 1024, tokens.data(), rows); }, 3) : 0.0;
-    const double slow = time_it(
-        [&] {
-          for (int start = 0; start < rows; start += kMaxRows) {
-            decode_forward(*model, 1024 + start, tokens.data() + start, std::min(kMaxRows, rows - start), false);
-          }
-        },
-        3);
+    auto decode_forwards = [&] {
+      return time_it(
+          [&] {
+            for (int start = 0; start < rows; start += kMaxRows) {
+              decode_forward(*model, 1024 + start, tokens.data() + start, std::min(kMaxRows, rows - start), false);
+            }
+          },
+          3);
+    };
+    ModelOptions decode_gemms = model->options();
+    decode_gemms.decode_prefill_gemm_rows = 0;
+    if (both_decodes) model->reconfigure(decode_gemms);
+    const double slow = decode_forwards();
+    if (both_decodes) model->reconfigure(split);
+    const double on_prefill = both_decodes ? decode_forwards() : 0.0;
     if (g_split > 0) std::snprintf(line, sizeof line, "| %d | %.2f | %.2f | %.2f |", rows, 1e3 * fast, split_ms, 1e3 * slow);
     else std::snprintf(line, sizeof line, "| %d | %.2f | %.2f |", rows, 1e3 * fast, 1e3 * slow);
-    std::printf("2B %s\n", line);
-    table.push_back(line);
+    std::string row = line;
+    if (both_decodes) {
+      std::snprintf(line, sizeof line, " %.2f |", 1e3 * on_prefill);
+      row += line;
+    }
+    std::printf("2B %s\n", row.c_str());
+    table.push_back(row);
   }
   // Where a prefill call's time goes, by kernel kind (each kernel between an event pair, so the sum exceeds the call a
   // little): the decode-sized calls (a few dozen rows) beside the long chunks.
@@ -422,9 +467,10 @@ int main(int argc, char** argv) {
     else if (arg == "--shapes" && i + 1 < argc) g_shapes = std::atoi(argv[++i]) != 0;
     else if (arg == "--wgmma" && i + 1 < argc) g_wgmma = std::atoi(argv[++i]) != 0;
     else if (arg == "--split-attention" && i + 1 < argc) g_split_attention = std::atoi(argv[++i]) != 0;
+    else if (arg == "--decode-prefill-gemm" && i + 1 < argc) g_decode_prefill_gemm = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
-                           "[--split-attention 0|1]\n");
+                           "[--split-attention 0|1] [--decode-prefill-gemm ROWS]\n");
       return 2;
     }
   }
@@ -445,12 +491,21 @@ int main(int argc, char** argv) {
     ModelShape small = make_shape(256, 512, 3, 8, 8, 32, 300);
     cases.push_back({"mha hd32", small, 333, 2048});
     for (const Case& c : cases) parity(c, table);
+    if (g_decode_prefill_gemm > 0) {
+      // Forwards of 64 rows and of 40 (the 40-row bucket, a 20-row tail); the shapes whose RoPE the QKV epilogue
+      // does (the others keep the decode GEMMs, which this then checks too).
+      for (const Case& c : cases) {
+        decode_gemm_parity(Case{c.name, c.shape, c.prompt, kMaxRows}, table);
+        decode_gemm_parity(Case{c.name + ", 40-row forwards", c.shape, c.prompt, 40}, table);
+      }
+    }
     backend_parity(table);
     if (!skip_2b) {
       ModelShape big = make_shape(2048, 6144, 42, 16, 2, 128, 130560);
       big.rope_theta = 5e6;
       parity(Case{"2B shape", big, 2100, 2048}, table);
       parity(Case{"2B shape, short chunks", big, 300, 40}, table);  // 40 rows and a 19-row tail: both small shapes
+      if (g_decode_prefill_gemm > 0) decode_gemm_parity(Case{"2B shape", big, 300, kMaxRows}, table);
       timings(quick, table);
     }
   } catch (const std::exception& e) {

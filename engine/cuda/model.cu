@@ -223,7 +223,8 @@ DeviceModel::~DeviceModel() {
                         static_cast<void*>(prefill_qkv_), static_cast<void*>(prefill_q_),
                         static_cast<void*>(prefill_attention_), static_cast<void*>(prefill_act_),
                         static_cast<void*>(prefill_tokens_), static_cast<void*>(prefill_state_),
-                        static_cast<void*>(prefill_split_partial_), static_cast<void*>(prefill_split_counters_)}) {
+                        static_cast<void*>(prefill_split_.partial), static_cast<void*>(prefill_split_.counters),
+                        static_cast<void*>(decode_split_.partial), static_cast<void*>(decode_split_.counters)}) {
     if (pointer != nullptr) cudaFree(pointer);
   }
   for (auto& sites : adapters_) {
@@ -513,6 +514,7 @@ void DeviceModel::prepare_gemm_scratch() {
 }
 
 void DeviceModel::capture_graphs() {
+  reserve_decode_prefill_splits();
   if (!options_.graphs) return;
   const double started = now_s();
   for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
@@ -612,8 +614,68 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
     g.x = normed_;
   };
   const GemmInput normalised = prenormalise ? GemmInput::bf16_rows : GemmInput::rmsnorm_residual;
+  // Many rows (ModelOptions::decode_prefill_gemm_rows): the projections on the prefill GEMMs, which leave no sums
+  // of squares behind, so each norm before them reads its residual rows whole (rmsnorm_prefill). Rows past the
+  // forward's, up to the bucket's, are computed and dropped: the RoPE epilogue writes nothing for them.
+  const bool on_prefill_gemms = decode_on_prefill_gemms(max_rows);
+  auto prefill_params = [&](const bf16* weight, int n_rows, int n_out, int k, const bf16* x, const bf16* bias) {
+    PrefillGemmParams g{};
+    g.weight = weight;
+    g.n_rows = n_rows;
+    g.n_out = n_out;
+    g.k = k;
+    g.bias = bias;
+    g.x = x;
+    g.x_stride = k;
+    g.rows = max_rows;
+    return g;
+  };
+  auto on_prefill = [&](PrefillGemmParams g, PrefillEpilogue epilogue) {
+    prefill_gemm(g, epilogue, decode_split_, false);  // reserved before capture (reserve_decode_prefill_splits)
+  };
   for (int l = 0; l < s.layers; ++l) {
     const LayerWeights& L = layers_[l];
+    if (on_prefill_gemms) {
+      bf16* layer_k = k_cache + kv_layer * l;
+      bf16* layer_v = v_cache + kv_layer * l;
+      rmsnorm_prefill(residual_, s.hidden, L.input_norm, s.rms_eps, max_rows, normed_, st);
+      PrefillGemmParams qkv = prefill_params(L.qkv, qkv_rows_, qkv_rows_, s.hidden, normed_, s.qkv_bias ? L.qkv_bias : nullptr);
+      qkv.rope_table = rope_table_;
+      qkv.head_dim = s.head_dim;
+      qkv.num_heads = s.heads;
+      qkv.num_kv_heads = s.kv_heads;
+      qkv.max_context = s.max_context;
+      qkv.q_out = q_roped_;
+      qkv.k_cache = layer_k;
+      qkv.v_cache = layer_v;
+      qkv.state = state_;
+      qkv.kv_slot_stride = size_t(kv_slot_elements_);
+      on_prefill(qkv, PrefillEpilogue::rope_qkv);
+
+      AttentionParams ap = attention_params(q_roped_, layer_k, layer_v, state_, attention_splits_[bucket][entries], attention_out_);
+      ap.early_trigger = options_.attention_early_trigger;
+      ap.revealed_rule_mask_token = s.adapter_rank > 0 ? s.mask_token_id : -1;
+      ap.revealed_rule_causal = !s.adapter_on_window;
+      attention(ap, max_rows, 1 << entries, st, false);
+      attention_combine(ap, max_rows, st, false);
+
+      PrefillGemmParams o = prefill_params(L.o, s.hidden, s.hidden, s.heads * s.head_dim, attention_out_, s.o_bias ? L.o_bias : nullptr);
+      o.residual = residual_;
+      o.out_stride = s.hidden;
+      on_prefill(o, PrefillEpilogue::residual_add);
+
+      rmsnorm_prefill(residual_, s.hidden, L.post_norm, s.rms_eps, max_rows, normed_, st);
+      PrefillGemmParams gate_up = prefill_params(L.gate_up, gate_up_rows_, s.intermediate, s.hidden, normed_, nullptr);
+      gate_up.out = mlp_act_;
+      gate_up.out_stride = s.intermediate;
+      on_prefill(gate_up, PrefillEpilogue::silu_mul);
+
+      PrefillGemmParams down = prefill_params(L.down, s.hidden, s.hidden, s.intermediate, mlp_act_, nullptr);
+      down.residual = residual_;
+      down.out_stride = s.hidden;
+      on_prefill(down, PrefillEpilogue::residual_add);
+      continue;
+    }
 
     GemmParams qkv = gemm_params(L.qkv, L.qkv_fp8, qkv_rows_, qkv_rows_, s.hidden, 4 * l);
     qkv.bias = s.qkv_bias ? L.qkv_bias : nullptr;
@@ -710,8 +772,14 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
   head.out_stride = s.vocab;
   head.argmax_out = argmax_partials_;
   head.mask_token_id = s.mask_token_id;
-  normalise_input(head);
-  gemm(head, normalised, GemmEpilogue::logits, max_rows, options_.gemm, st, pdl);
+  if (on_prefill_gemms) {
+    // The last down projection left no sums of squares: the final norm reads the residual rows whole.
+    rmsnorm_prefill(residual_, s.hidden, final_norm_, s.rms_eps, max_rows, normed_, st);
+    head.x = normed_;
+  } else {
+    normalise_input(head);
+  }
+  gemm(head, normalised, GemmEpilogue::logits, max_rows, options_.gemm, st, pdl && !on_prefill_gemms);
   reveal_argmax(RevealParams{argmax_partials_, vocab_tiles_, state_, choices_}, max_rows, st, pdl);
 }
 

@@ -98,6 +98,12 @@ struct ModelOptions {
   // blocks that each walk every key (at 32 rows of the 2B shape after 1,024 cached: 8 blocks, 39 us a layer on the
   // H100; bench/NOTES.md, run 122). With it, 0.74 ms against 1.63 for that call's attention (run 123).
   bool prefill_split_attention = true;
+  // Decode forwards of at least this many rows (a graph's row bucket) run their four projections on the prefill
+  // GEMMs (the warpgroup kernel where it runs: 60 against 174 us a layer at 64 rows of the 2B shape, runs 115 and
+  // 123), the norms before them as rmsnorm_prefill, the RoPE by each row's sequence (PrefillGemmParams::state).
+  // Only for bf16 models without a row adapter whose RoPE the QKV epilogue does; the lm_head stays on the decode
+  // GEMM. 0: never. Off until prefill_check --decode-prefill-gemm has held it to the decode GEMMs on a GPU.
+  int decode_prefill_gemm_rows = 0;
   GemmTrace gemm_trace;  // per-block GEMM records (trace.cuh): only builds with A2D_GEMM_TRACE write them
 };
 
@@ -270,8 +276,31 @@ class DeviceModel {
   bf16* allocate_weight(int64_t elements);
   void allocate_adapters();
   void allocate_prefill();
-  // A prefill GEMM with its K split as the tuning says (prefill.cu).
+  // A prefill GEMM's split-K scratch (PrefillSplit): partials and zeroed counters, grown to the largest split asked.
+  struct SplitScratch {
+    float* partial = nullptr;
+    size_t floats = 0;
+    int* counters = nullptr;  // zero between launches
+    int count = 0;
+  };
+  // How a prefill GEMM launches under the tuning: the kernel, its block shape and its K split (prefill.cu).
+  struct PrefillLaunch {
+    bool wgmma = false;
+    int wgmma_tokens = 0;
+    PrefillShape shape;
+    PrefillSplit split;
+  };
+  PrefillLaunch prefill_launch(const PrefillGemmParams& params) const;
+  // Grows `scratch` to hold `split`; `growable` false (inside a graph capture) throws instead.
+  void reserve_split(SplitScratch& scratch, const PrefillSplit& split, bool growable);
+  // A prefill GEMM with its K split as the tuning says (prefill.cu), its partials in `scratch` (the prefill's own
+  // by default).
   void prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue);
+  void prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue, SplitScratch& scratch, bool growable);
+  // Whether a decode forward of `max_rows` rows runs its projections on the prefill GEMMs
+  // (ModelOptions::decode_prefill_gemm_rows), and the split scratch its graphs read, reserved before capture.
+  bool decode_on_prefill_gemms(int max_rows) const;
+  void reserve_decode_prefill_splits();
 
   ModelShape shape_;
   ModelOptions options_;
@@ -340,11 +369,10 @@ class DeviceModel {
   int32_t* prefill_tokens_host_ = nullptr;  // pinned [capacity]
   StepState* prefill_state_ = nullptr;       // device: rows and cached for the rope kernel
   StepState* prefill_state_host_ = nullptr;  // pinned
-  // The prefill GEMMs' split-K scratch (PrefillSplit), grown to the largest split a chunk has needed.
-  float* prefill_split_partial_ = nullptr;
-  size_t prefill_split_partial_floats_ = 0;
-  int* prefill_split_counters_ = nullptr;  // zero between launches
-  int prefill_split_counter_count_ = 0;
+  // The prefill GEMMs' split-K scratch, grown to the largest split a chunk has needed; and the decode forwards'
+  // (decode_prefill_gemm_rows), sized before their graphs are captured and never moved after.
+  SplitScratch prefill_split_;
+  SplitScratch decode_split_;
   // time_prefill: each timed kernel's kind and event pair, and the calls since it was switched on.
   struct PrefillEvent {
     int kind;

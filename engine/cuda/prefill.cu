@@ -54,37 +54,90 @@ void DeviceModel::allocate_prefill() {
   std::memset(prefill_state_host_, 0, sizeof(StepState));
 }
 
-void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue) {
+DeviceModel::PrefillLaunch DeviceModel::prefill_launch(const PrefillGemmParams& params) const {
   const GemmTuning& tuning = options_.gemm;
+  PrefillLaunch launch;
   // TMA reads both operands: K and the input's row stride in 16-byte steps, both operands 16-byte aligned.
   const bool tma_fits = params.k % 8 == 0 && params.x_stride % 8 == 0 && reinterpret_cast<uintptr_t>(params.x) % 16 == 0 &&
                         reinterpret_cast<uintptr_t>(params.weight) % 16 == 0;
-  const bool wgmma =
+  launch.wgmma =
       tuning.prefill_wgmma && tma_fits && params.rows >= tuning.prefill_wgmma_min_rows && gemm_wgmma_available();
-  const int wgmma_tokens = prefill_wgmma_tokens(params.rows);
-  const PrefillShape shape = prefill_shape(params.rows, tuning.prefill_shape_by_rows);
-  const PrefillSplit split =
-      wgmma ? prefill_wgmma_split(params.rows, params.n_rows, params.k, tuning.prefill_split_blocks_per_sm > 0 ? tuning.sm_count : 0,
-                                  wgmma_tokens)
-            : prefill_split(params.rows, params.n_rows, params.k, tuning.prefill_split_blocks_per_sm * shape.blocks_per_sm,
-                            tuning.sm_count, shape);
-  if (split.steps_per_split > 0) {
-    if (split.partial_floats > prefill_split_partial_floats_ || split.counters > prefill_split_counter_count_) {
-      // Grown between kernels of one stream: the launches before this one are done with the old scratch.
-      A2D_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      A2D_CUDA_CHECK(cudaFree(prefill_split_partial_));
-      A2D_CUDA_CHECK(cudaFree(prefill_split_counters_));
-      prefill_split_partial_floats_ = std::max(prefill_split_partial_floats_, split.partial_floats);
-      prefill_split_counter_count_ = std::max(prefill_split_counter_count_, split.counters);
-      A2D_CUDA_CHECK(cudaMalloc(&prefill_split_partial_, prefill_split_partial_floats_ * sizeof(float)));
-      prefill_split_counters_ = zeroed<int>(prefill_split_counter_count_, stream_);
-    }
-    params.steps_per_split = split.steps_per_split;
-    params.partial = prefill_split_partial_;
-    params.counters = prefill_split_counters_;
+  launch.wgmma_tokens = prefill_wgmma_tokens(params.rows);
+  launch.shape = prefill_shape(params.rows, tuning.prefill_shape_by_rows);
+  launch.split = launch.wgmma ? prefill_wgmma_split(params.rows, params.n_rows, params.k,
+                                                    tuning.prefill_split_blocks_per_sm > 0 ? tuning.sm_count : 0,
+                                                    launch.wgmma_tokens)
+                              : prefill_split(params.rows, params.n_rows, params.k,
+                                              tuning.prefill_split_blocks_per_sm * launch.shape.blocks_per_sm, tuning.sm_count,
+                                              launch.shape);
+  return launch;
+}
+
+void DeviceModel::reserve_split(SplitScratch& scratch, const PrefillSplit& split, bool growable) {
+  if (split.steps_per_split == 0 || (split.partial_floats <= scratch.floats && split.counters <= scratch.count)) return;
+  if (!growable) throw std::logic_error("prefill GEMM: a split larger than the scratch reserved before the graphs");
+  // Grown between kernels of one stream: the launches before this one are done with the old scratch.
+  A2D_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (scratch.partial != nullptr) A2D_CUDA_CHECK(cudaFree(scratch.partial));
+  if (scratch.counters != nullptr) A2D_CUDA_CHECK(cudaFree(scratch.counters));
+  scratch.floats = std::max(scratch.floats, split.partial_floats);
+  scratch.count = std::max(scratch.count, split.counters);
+  A2D_CUDA_CHECK(cudaMalloc(&scratch.partial, scratch.floats * sizeof(float)));
+  scratch.counters = zeroed<int>(scratch.count, stream_);
+}
+
+void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue) {
+  prefill_gemm(params, epilogue, prefill_split_, true);
+}
+
+void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue, SplitScratch& scratch, bool growable) {
+  const PrefillLaunch launch = prefill_launch(params);
+  if (launch.split.steps_per_split > 0) {
+    reserve_split(scratch, launch.split, growable);
+    params.steps_per_split = launch.split.steps_per_split;
+    params.partial = scratch.partial;
+    params.counters = scratch.counters;
   }
-  if (wgmma) return gemm_prefill_wgmma(params, epilogue, stream_, wgmma_tokens);
-  gemm_prefill(params, epilogue, stream_, shape);
+  if (launch.wgmma) return gemm_prefill_wgmma(params, epilogue, stream_, launch.wgmma_tokens);
+  gemm_prefill(params, epilogue, stream_, launch.shape);
+}
+
+bool DeviceModel::decode_on_prefill_gemms(int max_rows) const {
+  const int from = options_.decode_prefill_gemm_rows;
+  // More than 8 rows: the decode forward's inputs are bf16 rows (enqueue_forward's `prenormalise`), which the
+  // lm_head then reads.
+  return from > 0 && max_rows >= from && max_rows > 8 && max_rows <= prefill_capacity_ && fused_rope_ && !shape_.fp8 &&
+         shape_.adapter_rank == 0;
+}
+
+// The splits of the four projections at every row bucket that runs on the prefill GEMMs, before any graph holds
+// the scratch's address.
+void DeviceModel::reserve_decode_prefill_splits() {
+  const ModelShape& s = shape_;
+  for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
+    if (!decode_on_prefill_gemms(bucket * 8)) continue;
+    if (layers_.empty()) return;
+    // Layer 0's weights stand for every layer's: the plan reads their alignment, which the arena gives them all.
+    const LayerWeights& L = layers_[0];
+    const struct {
+      const bf16* weight;
+      int n_rows, k;
+      const bf16* x;
+    } gemms[] = {{L.qkv, qkv_rows_, s.hidden, normed_},
+                 {L.o, s.hidden, s.heads * s.head_dim, attention_out_},
+                 {L.gate_up, gate_up_rows_, s.hidden, normed_},
+                 {L.down, s.hidden, s.intermediate, mlp_act_}};
+    for (const auto& g : gemms) {
+      PrefillGemmParams p{};
+      p.weight = g.weight;
+      p.n_rows = g.n_rows;
+      p.k = g.k;
+      p.x = g.x;
+      p.x_stride = g.k;
+      p.rows = bucket * 8;
+      reserve_split(decode_split_, prefill_launch(p).split, true);
+    }
+  }
 }
 
 void DeviceModel::prefill(int slot, int cached, const int32_t* tokens, int rows) {
