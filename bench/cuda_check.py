@@ -49,14 +49,20 @@ TUNING_LABELS = {
     "wide_min_tiles_per_sm": "wt",    # its least tiles per SM,
     "wide_split_blocks_per_sm": "wsb",  # its K split: blocks per SM,
     "wide_split_chunks": "wsc",       # and least chunks per split
-}
+    "decode_prefill_gemm_rows": "dp",  # ModelOptions::decode_prefill_gemm_rows: forwards of this many rows and more
+}                                     # on the prefill GEMMs (0: never)
 # No early trigger after attention, no attention key split: the option paths off the default.
 OPTIONS_TUNING = {"attention_trigger": 0, "attention_split_keys": 0}
 # The tile-per-block kernel above 8 rows too (no wide kernel); the wide kernel for every GEMM above 8 rows.
 NARROW_TUNING = {"wide_from_rows": 0}
 WIDE_TUNING = {"wide_from_rows": 9, "wide_min_tiles_per_sm": 0}
-# The tiny checks' configurations: the default, the optional paths, both GEMM kernels above 8 rows.
-SCHEDULES = (("default", {}), ("options", OPTIONS_TUNING), ("narrow", NARROW_TUNING), ("wide", WIDE_TUNING))
+# Every forward of more than 8 rows with its projections on the prefill GEMMs (where the model allows: bf16, no
+# row adapter, RoPE in the QKV epilogue).
+PREFILL_GEMMS_TUNING = {"decode_prefill_gemm_rows": 9}
+# The tiny checks' configurations: the default, the optional paths, both GEMM kernels above 8 rows, the prefill
+# GEMMs above 8 rows.
+SCHEDULES = (("default", {}), ("options", OPTIONS_TUNING), ("narrow", NARROW_TUNING), ("wide", WIDE_TUNING),
+             ("prefill", PREFILL_GEMMS_TUNING))
 # Which kernels the captured forwards run (Engine.run_only; 7: all).
 GEMM_KERNELS, ATTENTION_KERNELS, ALL_KERNELS = 1, 2, 7
 
@@ -86,7 +92,8 @@ class BenchOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_int), ("graphs", ctypes.c_int), ("pdl", ctypes.c_int)] + \
                [(name, ctypes.c_int) for name in ("loads blocks_per_sm small_loads stage_ssq attention_trigger "
                                                   "attention_split_keys wide_from_rows wide_min_tiles_per_sm "
-                                                  "wide_split_blocks_per_sm wide_split_chunks").split()]
+                                                  "wide_split_blocks_per_sm wide_split_chunks "
+                                                  "decode_prefill_gemm_rows").split()]
 
 
 class Shape(ctypes.Structure):
@@ -644,7 +651,7 @@ def section_2b(lib, out, summary):
         split = [{"wide_split_blocks_per_sm": blocks, "wide_split_chunks": chunks} for blocks, chunks in ((4, 4), (5, 2))]
         tunings = [tunings[0], NARROW_TUNING, WIDE_TUNING] + [
             {**WIDE_TUNING, "wide_split_blocks_per_sm": blocks, "wide_split_chunks": chunks}
-            for blocks, chunks in ((4, 4), (5, 2), (8, 2))] + split
+            for blocks, chunks in ((4, 4), (5, 2), (8, 2))] + split + [PREFILL_GEMMS_TUNING]
     checks = {}
     for tuning in tunings:
         engine.reconfigure(tuning)
