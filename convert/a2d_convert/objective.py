@@ -251,6 +251,8 @@ class RowSchedule:
             preds.append(r_idx * R + layout.predictor_row(c, p_idx, cfg.shift_logits))
             targets.append(ids[r_idx, p_idx])
             w = 1.0 / rate[r_idx, p_idx] if cfg.loss_weighting == "elbo" else np.ones(len(r_idx))
+            if cfg.anchor_weight != 1.0:
+                w = w * np.where(leftmost_masked(masked_c, cfg.block_size)[r_idx, p_idx], cfg.anchor_weight, 1.0)
             weights.append(w.astype(np.float32))
             teacher.append(r_idx * L + p_idx - 1)
         if cfg.ar_weight > 0:
@@ -279,6 +281,18 @@ class RowSchedule:
             eligible=int(eligible.sum()),
             attended=attended_pairs(row_seg, self.row_limit, layout),
         )
+
+
+def leftmost_masked(masked: np.ndarray, block_size: int) -> np.ndarray:
+    """[rows, L] masks -> where each block's first masked position lies (the position a decoder that tops up from
+    the left reveals next, when nothing else is sure)."""
+    rows, L = masked.shape
+    blocks = -(-L // block_size)
+    padded = np.zeros((rows, blocks * block_size), dtype=bool)
+    padded[:, :L] = masked
+    in_block = padded.reshape(rows, blocks, block_size)
+    first = in_block & (np.cumsum(in_block, axis=2) == 1)
+    return first.reshape(rows, -1)[:, :L]
 
 
 def attended_pairs(row_seg: np.ndarray, row_limit: np.ndarray, layout: Layout) -> tuple[int, int]:

@@ -37,6 +37,7 @@ class TrainConfig:
     complementary: bool = field(default=True, metadata={"help": "second noisy copy with the complementary mask"})
     mask_pattern: str = field(default="random", metadata={"help": "random (each token of a block masked with rate t), full (every block wholly masked: the state of a window's first step; needs --loss-weighting none --no-complementary), decoder (half the blocks random, half as a sliding window meets them: the first position masked, the rest at rate t) or teacher (half the blocks random, half in the order a decoder reveals them: the first position masked and the others the AR base was least sure of, as many as rate t asks; needs self-distilled data, which records the base's probability of each token)"})
     kl_weight: float = field(default=0.0, metadata={"help": "weight of KL(AR base || model) on masked targets"})
+    anchor_weight: float = field(default=1.0, metadata={"help": "weight of the masked-token loss at each block's leftmost masked position, the next token the decoder reveals (its leftmost top-up), against 1 for the others: above 1 holds that prediction closer to the distilled (base's greedy) token"})
     ar_weight: float = field(default=0.0, metadata={"help": "weight of the next-token loss on the clean stream"})
     clean_kl_weight: float = field(default=0.0, metadata={"help": "weight of KL(AR base || model) on every clean-stream row, prompts included (holds the model's plain AR reading to its base)"})
     confidence_weight: float = field(default=0.0, metadata={"help": "weight of the entropy of masked-target predictions whose argmax is already right (certainty forcing: more tokens per step)"})
@@ -81,6 +82,8 @@ def check_config(config: TrainConfig) -> None:
             raise A2DError(f"--{name.replace('_', '-')} {getattr(config, name)}: must be 0 or more")
     if config.loss_weighting not in ("elbo", "none"):
         raise A2DError(f"--loss-weighting {config.loss_weighting!r}: use elbo or none")
+    if config.anchor_weight <= 0:
+        raise A2DError(f"--anchor-weight {config.anchor_weight}: must be above 0 (1: every masked token alike)")
     if config.mask_pattern not in ("random", "full", "decoder", "teacher"):
         raise A2DError(f"--mask-pattern {config.mask_pattern!r}: use random, full, decoder or teacher")
     if config.t_max_start >= 0 and not config.t_min <= config.t_max_start <= config.t_max:

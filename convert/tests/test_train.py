@@ -155,6 +155,31 @@ def test_complementary_masks_cover_every_target_once(workspace):
     assert (batch.weights >= 1.0 / 0.8 - 1e-6).all() and (batch.weights <= 1.0 / 0.2 + 1e-6).all()
 
 
+def test_the_anchor_weight_weighs_each_blocks_leftmost_masked_position(workspace):
+    """--anchor-weight: a masked target whose block holds no masked position before it (the decoder's next token)
+    weighs anchor_weight, every other target 1; the default leaves every weight at 1."""
+    _, _, data = workspace
+    arrays, _ = load_rows(data / TRAIN_FILE, 4)
+    base = TrainConfig(block_size=4, batch_rows=2, loss_weighting="none", t_min=0.3, t_max=0.9, complementary=False)
+    plain = RowSchedule(arrays, base, mask_token_id=10_000).batch(2, [0, 1])
+    assert (plain.weights == 1.0).all()
+    config = replace(base, anchor_weight=3.0)
+    check_config(config)
+    batch = RowSchedule(arrays, config, mask_token_id=10_000).batch(2, [0, 1])
+    assert np.array_equal(batch.targets, plain.targets) and np.array_equal(batch.pred_index, plain.pred_index)
+    L = arrays["input_ids"].shape[1]
+    assert batch.input_ids.shape[1] == 2 * L  # the clean stream, then one noisy copy
+    for w, teacher in zip(batch.weights, batch.teacher_index):
+        r, p = divmod(int(teacher) + 1, L)  # the target's (row, position)
+        noisy = batch.input_ids[r, L:]
+        start = p // 4 * 4
+        first = noisy[p] == 10_000 and not (noisy[start:p] == 10_000).any()
+        assert w == (3.0 if first else 1.0), (r, p, noisy[start : start + 4])
+    assert (batch.weights == 3.0).any() and (batch.weights == 1.0).any()
+    with pytest.raises(A2DError, match="--anchor-weight"):
+        check_config(replace(base, anchor_weight=0.0))
+
+
 def test_full_pattern_masks_every_block_and_targets_every_eligible_position(workspace):
     _, _, data = workspace
     arrays, _ = load_rows(data / TRAIN_FILE, 4)
