@@ -618,16 +618,9 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
   // of squares behind, so each norm before them reads its residual rows whole (rmsnorm_prefill). Rows past the
   // forward's, up to the bucket's, are computed and dropped: the RoPE epilogue writes nothing for them.
   const bool on_prefill_gemms = decode_on_prefill_gemms(max_rows);
-  auto prefill_params = [&](const bf16* weight, int n_rows, int n_out, int k, const bf16* x, const bf16* bias) {
-    PrefillGemmParams g{};
-    g.weight = weight;
-    g.n_rows = n_rows;
-    g.n_out = n_out;
-    g.k = k;
+  auto many_rows = [&](const bf16* weight, int n_rows, int n_out, int k, const bf16* x, const bf16* bias) {
+    PrefillGemmParams g = prefill_params(weight, n_rows, n_out, k, x, k, max_rows);
     g.bias = bias;
-    g.x = x;
-    g.x_stride = k;
-    g.rows = max_rows;
     return g;
   };
   auto on_prefill = [&](PrefillGemmParams g, PrefillEpilogue epilogue) {
@@ -639,15 +632,8 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
       bf16* layer_k = k_cache + kv_layer * l;
       bf16* layer_v = v_cache + kv_layer * l;
       rmsnorm_prefill(residual_, s.hidden, L.input_norm, s.rms_eps, max_rows, normed_, st);
-      PrefillGemmParams qkv = prefill_params(L.qkv, qkv_rows_, qkv_rows_, s.hidden, normed_, s.qkv_bias ? L.qkv_bias : nullptr);
-      qkv.rope_table = rope_table_;
-      qkv.head_dim = s.head_dim;
-      qkv.num_heads = s.heads;
-      qkv.num_kv_heads = s.kv_heads;
-      qkv.max_context = s.max_context;
-      qkv.q_out = q_roped_;
-      qkv.k_cache = layer_k;
-      qkv.v_cache = layer_v;
+      PrefillGemmParams qkv = many_rows(L.qkv, qkv_rows_, qkv_rows_, s.hidden, normed_, s.qkv_bias ? L.qkv_bias : nullptr);
+      set_prefill_rope(qkv, q_roped_, layer_k, layer_v);
       qkv.state = state_;
       qkv.kv_slot_stride = size_t(kv_slot_elements_);
       on_prefill(qkv, PrefillEpilogue::rope_qkv);
@@ -659,18 +645,18 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
       attention(ap, max_rows, 1 << entries, st, false);
       attention_combine(ap, max_rows, st, false);
 
-      PrefillGemmParams o = prefill_params(L.o, s.hidden, s.hidden, s.heads * s.head_dim, attention_out_, s.o_bias ? L.o_bias : nullptr);
+      PrefillGemmParams o = many_rows(L.o, s.hidden, s.hidden, s.heads * s.head_dim, attention_out_, s.o_bias ? L.o_bias : nullptr);
       o.residual = residual_;
       o.out_stride = s.hidden;
       on_prefill(o, PrefillEpilogue::residual_add);
 
       rmsnorm_prefill(residual_, s.hidden, L.post_norm, s.rms_eps, max_rows, normed_, st);
-      PrefillGemmParams gate_up = prefill_params(L.gate_up, gate_up_rows_, s.intermediate, s.hidden, normed_, nullptr);
+      PrefillGemmParams gate_up = many_rows(L.gate_up, gate_up_rows_, s.intermediate, s.hidden, normed_, nullptr);
       gate_up.out = mlp_act_;
       gate_up.out_stride = s.intermediate;
       on_prefill(gate_up, PrefillEpilogue::silu_mul);
 
-      PrefillGemmParams down = prefill_params(L.down, s.hidden, s.hidden, s.intermediate, mlp_act_, nullptr);
+      PrefillGemmParams down = many_rows(L.down, s.hidden, s.hidden, s.intermediate, mlp_act_, nullptr);
       down.residual = residual_;
       down.out_stride = s.hidden;
       on_prefill(down, PrefillEpilogue::residual_add);

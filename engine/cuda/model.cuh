@@ -291,6 +291,12 @@ class DeviceModel {
     PrefillSplit split;
   };
   PrefillLaunch prefill_launch(const PrefillGemmParams& params) const;
+  // A prefill GEMM of `rows` token rows of x against a weight of n_rows rows; and the QKV GEMM's RoPE epilogue
+  // fields (q rows into q_out, K and V into the layer's cache rows), which the caller completes with the rows'
+  // positions (`cached`, or a forward's `state`).
+  static PrefillGemmParams prefill_params(const bf16* weight, int n_rows, int n_out, int k, const bf16* x, int x_stride,
+                                          int rows);
+  void set_prefill_rope(PrefillGemmParams& qkv, bf16* q_out, bf16* layer_k, bf16* layer_v) const;
   // Grows `scratch` to hold `split`; `growable` false (inside a graph capture) throws instead.
   void reserve_split(SplitScratch& scratch, const PrefillSplit& split, bool growable);
   // A prefill GEMM with its K split as the tuning says (prefill.cu), its partials in `scratch` (the prefill's own

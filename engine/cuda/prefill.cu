@@ -73,6 +73,31 @@ DeviceModel::PrefillLaunch DeviceModel::prefill_launch(const PrefillGemmParams& 
   return launch;
 }
 
+PrefillGemmParams DeviceModel::prefill_params(const bf16* weight, int n_rows, int n_out, int k, const bf16* x, int x_stride,
+                                              int rows) {
+  PrefillGemmParams g{};
+  g.weight = weight;
+  g.n_rows = n_rows;
+  g.n_out = n_out;
+  g.k = k;
+  g.x = x;
+  g.x_stride = x_stride;
+  g.rows = rows;
+  return g;
+}
+
+void DeviceModel::set_prefill_rope(PrefillGemmParams& qkv, bf16* q_out, bf16* layer_k, bf16* layer_v) const {
+  const ModelShape& s = shape_;
+  qkv.rope_table = rope_table_;
+  qkv.head_dim = s.head_dim;
+  qkv.num_heads = s.heads;
+  qkv.num_kv_heads = s.kv_heads;
+  qkv.max_context = s.max_context;
+  qkv.q_out = q_out;
+  qkv.k_cache = layer_k;
+  qkv.v_cache = layer_v;
+}
+
 void DeviceModel::reserve_split(SplitScratch& scratch, const PrefillSplit& split, bool growable) {
   if (split.steps_per_split == 0 || (split.partial_floats <= scratch.floats && split.counters <= scratch.count)) return;
   if (!growable) throw std::logic_error("prefill GEMM: a split larger than the scratch reserved before the graphs");
@@ -128,14 +153,8 @@ void DeviceModel::reserve_decode_prefill_splits() {
                  {L.gate_up, gate_up_rows_, s.hidden, normed_},
                  {L.down, s.hidden, s.intermediate, mlp_act_}};
     for (const auto& g : gemms) {
-      PrefillGemmParams p{};
-      p.weight = g.weight;
-      p.n_rows = g.n_rows;
-      p.k = g.k;
-      p.x = g.x;
-      p.x_stride = g.k;
-      p.rows = bucket * 8;
-      reserve_split(decode_split_, prefill_launch(p).split, true);
+      reserve_split(decode_split_, prefill_launch(prefill_params(g.weight, g.n_rows, g.n_rows, g.k, g.x, g.k, bucket * 8)).split,
+                    true);
     }
   }
 }
@@ -185,15 +204,7 @@ void DeviceModel::prefill(int slot, int cached, const int32_t* tokens, int rows)
   bf16* k_cache = kv_cache_ + kv_slot_elements_ * slot;
   bf16* v_cache = kv_cache_ + kv_layer * s.layers + kv_slot_elements_ * slot;
   auto gemm_params = [&](const bf16* weight, int n_rows, int n_out, int k, const bf16* x, int x_stride) {
-    PrefillGemmParams g{};
-    g.weight = weight;
-    g.n_rows = n_rows;
-    g.n_out = n_out;
-    g.k = k;
-    g.x = x;
-    g.x_stride = x_stride;
-    g.rows = rows;
-    return g;
+    return prefill_params(weight, n_rows, n_out, k, x, x_stride, rows);
   };
 
   timed(PrefillTimes::embed_norms, [&] { embed_tokens(embed_, s.hidden, prefill_tokens_, rows, prefill_residual_, st); });
@@ -206,15 +217,8 @@ void DeviceModel::prefill(int slot, int cached, const int32_t* tokens, int rows)
     PrefillGemmParams qkv = gemm_params(L.qkv, qkv_rows_, qkv_rows_, s.hidden, prefill_normed_, s.hidden);
     qkv.bias = s.qkv_bias ? L.qkv_bias : nullptr;
     if (fused_rope_) {
-      qkv.rope_table = rope_table_;
-      qkv.head_dim = s.head_dim;
-      qkv.num_heads = s.heads;
-      qkv.num_kv_heads = s.kv_heads;
-      qkv.max_context = s.max_context;
+      set_prefill_rope(qkv, prefill_q_, layer_k, layer_v);
       qkv.cached = cached;
-      qkv.q_out = prefill_q_;
-      qkv.k_cache = layer_k;
-      qkv.v_cache = layer_v;
       timed(PrefillTimes::qkv, [&] { prefill_gemm(qkv, PrefillEpilogue::rope_qkv); });
     } else {
       // QK-norm or padded heads: the QKV rows in plain order, then the rope kernel (as enqueue_forward does).
