@@ -626,24 +626,27 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
   auto on_prefill = [&](PrefillGemmParams g, PrefillEpilogue epilogue) {
     prefill_gemm(g, epilogue, decode_split_, false);  // reserved before capture (reserve_decode_prefill_splits)
   };
+  // A layer's attention and combine over its cache (slot 0's pointers; each row's kernel adds its slot's offset).
+  auto attend = [&](const bf16* layer_k, const bf16* layer_v, bool launch_pdl) {
+    AttentionParams ap = attention_params(q_roped_, layer_k, layer_v, state_, attention_splits_[bucket][entries], attention_out_);
+    ap.early_trigger = options_.attention_early_trigger;
+    ap.revealed_rule_mask_token = s.adapter_rank > 0 ? s.mask_token_id : -1;
+    ap.revealed_rule_causal = !s.adapter_on_window;
+    attention(ap, max_rows, 1 << entries, st, launch_pdl);
+    attention_combine(ap, max_rows, st, launch_pdl);
+  };
   for (int l = 0; l < s.layers; ++l) {
     const LayerWeights& L = layers_[l];
+    bf16* layer_k = k_cache + kv_layer * l;
+    bf16* layer_v = v_cache + kv_layer * l;
     if (on_prefill_gemms) {
-      bf16* layer_k = k_cache + kv_layer * l;
-      bf16* layer_v = v_cache + kv_layer * l;
       rmsnorm_prefill(residual_, s.hidden, L.input_norm, s.rms_eps, max_rows, normed_, st);
       PrefillGemmParams qkv = many_rows(L.qkv, qkv_rows_, qkv_rows_, s.hidden, normed_, s.qkv_bias ? L.qkv_bias : nullptr);
       set_prefill_rope(qkv, q_roped_, layer_k, layer_v);
       qkv.state = state_;
       qkv.kv_slot_stride = size_t(kv_slot_elements_);
       on_prefill(qkv, PrefillEpilogue::rope_qkv);
-
-      AttentionParams ap = attention_params(q_roped_, layer_k, layer_v, state_, attention_splits_[bucket][entries], attention_out_);
-      ap.early_trigger = options_.attention_early_trigger;
-      ap.revealed_rule_mask_token = s.adapter_rank > 0 ? s.mask_token_id : -1;
-      ap.revealed_rule_causal = !s.adapter_on_window;
-      attention(ap, max_rows, 1 << entries, st, false);
-      attention_combine(ap, max_rows, st, false);
+      attend(layer_k, layer_v, false);
 
       PrefillGemmParams o = many_rows(L.o, s.hidden, s.hidden, s.heads * s.head_dim, attention_out_, s.o_bias ? L.o_bias : nullptr);
       o.residual = residual_;
@@ -680,8 +683,8 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
       qkv.num_kv_heads = s.kv_heads;
       qkv.max_context = s.max_context;
       qkv.q_out = q_roped_;
-      qkv.k_cache = k_cache + kv_layer * l;
-      qkv.v_cache = v_cache + kv_layer * l;
+      qkv.k_cache = layer_k;
+      qkv.v_cache = layer_v;
       qkv.kv_slot_stride = size_t(kv_slot_elements_);
     }
     const AdapterSite* sites = adapters_.empty() ? nullptr : adapters_[l].data();
@@ -703,15 +706,8 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
     gemm(qkv, normalised, fused_rope_ ? GemmEpilogue::rope_qkv : GemmEpilogue::store_bf16, max_rows, options_.gemm, st,
          pdl);
 
-    const RopeParams rp = rope_params(L, qkv_out_, state_, q_roped_, k_cache + kv_layer * l, v_cache + kv_layer * l);
-    if (!fused_rope_) rope(rp, max_rows, st, pdl);
-
-    AttentionParams ap = attention_params(q_roped_, rp.k_cache, rp.v_cache, state_, attention_splits_[bucket][entries], attention_out_);
-    ap.early_trigger = options_.attention_early_trigger;
-    ap.revealed_rule_mask_token = s.adapter_rank > 0 ? s.mask_token_id : -1;
-    ap.revealed_rule_causal = !s.adapter_on_window;
-    attention(ap, max_rows, 1 << entries, st, pdl);
-    attention_combine(ap, max_rows, st, pdl);
+    if (!fused_rope_) rope(rope_params(L, qkv_out_, state_, q_roped_, layer_k, layer_v), max_rows, st, pdl);
+    attend(layer_k, layer_v, pdl);
 
     GemmParams o = gemm_params(L.o, L.o_fp8, s.hidden, s.hidden, s.heads * s.head_dim, 4 * l + 1);
     o.bias = s.o_bias ? L.o_bias : nullptr;
