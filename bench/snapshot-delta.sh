@@ -34,7 +34,7 @@ if [ "$kind" = snapshot ]; then
 else
   # results.tar.gz: the delta folder's small files under delta/, the weights' sha256 beside it.
   mkdir -p "$dst.tmp/results"
-  tar xzf "$archive" -C "$dst.tmp/results" ./delta ./delta.sha256 2>/dev/null || tar xzf "$archive" -C "$dst.tmp/results" delta delta.sha256
+  tar xzf "$archive" -C "$dst.tmp/results" delta delta.sha256
   mv "$dst.tmp/results/delta/"* "$dst.tmp/" && mv "$dst.tmp/results/delta.sha256" "$dst.tmp/" && rm -rf "$dst.tmp/results"
 fi
 mapfile -t names < <(printf '%s\n' "${!part_of[@]}" | sort)
