@@ -284,15 +284,10 @@ class RowSchedule:
 
 
 def leftmost_masked(masked: np.ndarray, block_size: int) -> np.ndarray:
-    """[rows, L] masks -> where each block's first masked position lies (the position a decoder that tops up from
-    the left reveals next, when nothing else is sure)."""
-    rows, L = masked.shape
-    blocks = -(-L // block_size)
-    padded = np.zeros((rows, blocks * block_size), dtype=bool)
-    padded[:, :L] = masked
-    in_block = padded.reshape(rows, blocks, block_size)
-    first = in_block & (np.cumsum(in_block, axis=2) == 1)
-    return first.reshape(rows, -1)[:, :L]
+    """[rows, L] masks (L a multiple of the block size, as the data's rows are) -> where each block's first masked
+    position lies (the position a decoder that tops up from the left reveals next, when nothing else is sure)."""
+    in_block = masked.reshape(masked.shape[0], -1, block_size)
+    return (in_block & (np.cumsum(in_block, axis=2) == 1)).reshape(masked.shape)
 
 
 def attended_pairs(row_seg: np.ndarray, row_limit: np.ndarray, layout: Layout) -> tuple[int, int]:
