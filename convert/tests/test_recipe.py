@@ -252,6 +252,11 @@ def test_a_poll_of_the_background_job_brings_back_the_latest_checkpoint_as_a_del
     done = join("poll2", "snap2")
     assert done.returncode != 0 and "do not match" in done.stderr and not (tmp_path / "snap2").exists()
     assert not (tmp_path / "snap2.tmp").exists()
+    # So is a truncated one.
+    parts = sorted((tmp_path / "poll3").glob("snapshot-delta.safetensors.part-*"))
+    parts[-1].write_bytes(parts[-1].read_bytes()[:-1])
+    done = join("poll2", "poll3", "snap3")
+    assert done.returncode != 0 and "do not match" in done.stderr and not (tmp_path / "snap3").exists()
     # The final results (results.tar.gz and delta.safetensors.part-NN) join the same way.
     done = join("out", "final")
     assert done.returncode == 0, done.stdout + done.stderr
