@@ -99,11 +99,12 @@ struct ModelOptions {
   // H100; bench/NOTES.md, run 122). With it, 0.74 ms against 1.63 for that call's attention (run 123).
   bool prefill_split_attention = true;
   // Decode forwards of at least this many rows (a graph's row bucket) run their four projections on the prefill
-  // GEMMs (the warpgroup kernel where it runs: 60 against 174 us a layer at 64 rows of the 2B shape, runs 115 and
-  // 123), the norms before them as rmsnorm_prefill, the RoPE by each row's sequence (PrefillGemmParams::state).
-  // Only for bf16 models without a row adapter whose RoPE the QKV epilogue does; the lm_head stays on the decode
-  // GEMM. 0: never. Off until prefill_check --decode-prefill-gemm has held it to the decode GEMMs on a GPU.
-  int decode_prefill_gemm_rows = 0;
+  // GEMMs' warpgroup kernel, the norms before them as rmsnorm_prefill, the RoPE by each row's sequence
+  // (PrefillGemmParams::state). Only where the warpgroup kernel runs (prefill_wgmma, sm_90a code loaded), for bf16
+  // models without a row adapter whose RoPE the QKV epilogue does; the lm_head stays on the decode GEMM. 0: never.
+  // The 2B shape at KV 1k on the H200 (bench/NOTES.md, run 127), ms a forward, decode GEMMs against these: 32 rows
+  // 3.88 / 3.95, 34 rows 4.56 / 4.11, 40 rows 4.65 / 4.13, 64 rows 6.47 / 4.84; so from 33 rows.
+  int decode_prefill_gemm_rows = 33;
   GemmTrace gemm_trace;  // per-block GEMM records (trace.cuh): only builds with A2D_GEMM_TRACE write them
 };
 

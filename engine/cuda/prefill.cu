@@ -131,8 +131,9 @@ bool DeviceModel::decode_on_prefill_gemms(int max_rows) const {
   const int from = options_.decode_prefill_gemm_rows;
   // More than 8 rows: the decode forward's inputs are bf16 rows (enqueue_forward's `prenormalise`), which the
   // lm_head then reads.
+  // The warpgroup kernel only: the mma.sync one is slower than the decode GEMMs at these rows (bench/NOTES.md, run 116).
   return from > 0 && max_rows >= from && max_rows > 8 && max_rows <= prefill_capacity_ && fused_rope_ && !shape_.fp8 &&
-         shape_.adapter_rank == 0;
+         shape_.adapter_rank == 0 && options_.gemm.prefill_wgmma && gemm_wgmma_available();
 }
 
 // The splits of the four projections at every row bucket that runs on the prefill GEMMs, before any graph holds

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <stdexcept>
+#include <string>
 
 namespace a2d::cuda {
 
@@ -55,6 +56,11 @@ struct EntryView {
 // Appends sequence e of a several-sequence forward to the state: its facts, its rows' entry, and its query rows
 // (heads `group` a row) cut into attention blocks. Entries come in row order, e = 0 first; the caller sets `entries`.
 inline void add_entry(StepState& st, int e, const EntryView& entry, int group) {
+  if (e < 0 || e >= kMaxRows || entry.row0 < 0 || entry.rows < 0 || entry.row0 + entry.rows > kMaxRows) {
+    throw std::logic_error("forward: entry " + std::to_string(e) + "'s rows [" + std::to_string(entry.row0) + ", " +
+                           std::to_string(entry.row0 + entry.rows) + ") pass the " + std::to_string(kMaxRows) +
+                           " rows a forward holds");
+  }
   if (e == 0) st.attention_blocks = 0;
   st.entry_slot[e] = entry.slot;
   st.entry_cached[e] = entry.cached;
