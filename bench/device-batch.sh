@@ -8,7 +8,8 @@
 #    --max-batch 8, through the packed engine (bench/batch-parity.mjs): identical tokens or the first difference;
 #  - HTTP: `a2d serve --device cuda --max-batch MAX_BATCH` (default 32) of the folder, then `a2d bench-serve`
 #    at LEVELS (1,8,32), max_tokens BENCH_TOKENS (1024), temperature 0, ignore_eos, one token a forward
-#    (threshold 1: random weights are never confident), so the figures compare with peers/http_stream.mjs.
+#    (threshold 1: random weights are never confident), so the figures compare with peers/http_stream.mjs;
+#    PROMPT_TOKENS (e.g. 1024) sizes the prompt to that many tokens for TTFT at a prompt length.
 # A backend that does not batch reports engineMaxBatch 1 in parity.json and serves one stream at a time.
 set -u
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -38,6 +39,7 @@ http() {
   done
   timeout -k 5 "$(limit "${HTTP_S:-300}")" "$node" "$cli" bench-serve --url "http://127.0.0.1:$port" \
     --max-tokens "${BENCH_TOKENS:-1024}" --concurrency "${LEVELS:-1,8,32}" --temperature 0 \
+    ${PROMPT_TOKENS:+--prompt-tokens "$PROMPT_TOKENS"} \
     --extra-body '{"ignore_eos": true, "threshold": 1}' --json >"$out/bench-serve.json"
   status=$?
   [[ $status == 0 ]] && "$node" --input-type=module -e '

@@ -2,7 +2,8 @@
 // are measured the same way. At each concurrency level C (default 1, 2, 4, 8, 16, 32), C streamed long
 // generations are sent at once: aggregate tokens/s = all completion tokens ÷ the level's wall time (first
 // request sent → last byte), per-stream tokens/s, time to first token, inter-token latency (the gap between
-// consecutive text chunks a client receives) and time per output token, with percentiles.
+// consecutive text chunks a client receives) and time per output token, with percentiles. With `promptTokens`
+// the prompt is repeated until the server counts about that many prompt tokens (TTFT at a prompt length).
 import { ChatClient, type ChatResult } from "./client.js";
 
 export const DEFAULT_PROMPT =
@@ -16,6 +17,8 @@ export interface BenchServeOptions {
   model?: string;
   apiKey?: string;
   prompt: string;
+  /** Repeat the prompt (joined by blank lines) until the server's usage counts about this many prompt tokens. */
+  promptTokens?: number;
   maxTokens: number;
   /** Concurrency levels, run in this order: C streams at once per level. */
   concurrency: number[];
@@ -36,6 +39,8 @@ export interface StreamStats {
   completionTokens: number;
   /** "usage": the server's count; "chunks": text chunks counted because the server sent no usage. */
   countedFrom: "usage" | "chunks";
+  /** The server's count of the prompt's tokens (chat template included); null when it sent no usage. */
+  promptTokens: number | null;
   finishReason: string | null;
   ttftMs: number | null;
   totalMs: number;
@@ -64,6 +69,10 @@ export interface BenchServeResult {
   url: string;
   model: string;
   maxTokens: number;
+  /** The server's count of the prompt's tokens (the warm-up request's usage); null when it sends none. */
+  promptTokens: number | null;
+  /** How many times the prompt was repeated (1 without `promptTokens`). */
+  promptRepeats: number;
   levels: LevelStats[];
 }
 
@@ -74,6 +83,7 @@ function streamStats(result: ChatResult): StreamStats {
   return {
     completionTokens,
     countedFrom: fromUsage ? "usage" : "chunks",
+    promptTokens: result.promptTokens,
     finishReason: result.finishReason,
     ttftMs: ttft,
     totalMs: result.totalMs,
@@ -125,24 +135,53 @@ function levelStats(concurrency: number, wallMs: number, results: ChatResult[]):
   };
 }
 
+/** The prompt repeated `repeats` times, joined by blank lines. */
+export function repeatedPrompt(prompt: string, repeats: number): string {
+  return Array.from({ length: repeats }, () => prompt).join("\n\n");
+}
+
+/**
+ * How many repeats of the prompt come closest to `target` prompt tokens, from the server's counts of one and two
+ * repeats: two repeats cost one repeat's tokens more, and one repeat is that plus the chat template's.
+ */
+export function repeatsFor(target: number, one: number, two: number): number {
+  const each = two - one;
+  if (each <= 0) throw new Error(`the server counts ${one} prompt tokens for the prompt and ${two} for it twice; cannot size a prompt from that`);
+  return Math.max(1, Math.round((target - (one - each)) / each));
+}
+
 export async function benchServe(options: BenchServeOptions, log: (line: string) => void = () => undefined): Promise<BenchServeResult> {
   if (options.concurrency.length === 0 || options.concurrency.some((c) => !Number.isInteger(c) || c < 1)) {
     throw new Error(`concurrency levels must be positive integers, got ${options.concurrency.join(",")}`);
+  }
+  if (options.promptTokens !== undefined && (!Number.isInteger(options.promptTokens) || options.promptTokens < 1)) {
+    throw new Error(`promptTokens must be a positive integer, got ${options.promptTokens}`);
   }
   const client = new ChatClient(options.url, { connections: Math.max(...options.concurrency), apiKey: options.apiKey });
   try {
     const model = options.model ?? (await client.models())[0];
     if (model === undefined) throw new Error(`${client.base}/models lists no model; pass --model`);
-    const request = {
+    const requestFor = (content: string) => ({
       model,
-      messages: [{ role: "user" as const, content: options.prompt }],
+      messages: [{ role: "user" as const, content }],
       maxTokens: options.maxTokens,
       ...(options.temperature === undefined ? {} : { temperature: options.temperature }),
       ...(options.extraBody === undefined ? {} : { extra: options.extraBody }),
-    };
+    });
+    let repeats = 1;
+    if (options.promptTokens !== undefined) {
+      const count = async (n: number): Promise<number> => {
+        const { promptTokens } = await client.chat({ ...requestFor(repeatedPrompt(options.prompt, n)), maxTokens: 1 });
+        if (promptTokens === null) throw new Error("--prompt-tokens needs the server's usage.prompt_tokens, and this server sends none");
+        return promptTokens;
+      };
+      repeats = repeatsFor(options.promptTokens, await count(1), await count(2));
+    }
+    const request = requestFor(repeatedPrompt(options.prompt, repeats));
     // A short request first, so one-time costs (lazy allocation, graph capture, JIT) stay out of the numbers.
     log(`warming up ${model} at ${client.base}`);
-    await client.chat({ ...request, maxTokens: Math.min(16, options.maxTokens) });
+    const warmup = await client.chat({ ...request, maxTokens: Math.min(16, options.maxTokens) });
+    if (options.promptTokens !== undefined) log(`prompt: ${repeats} repeats, ${warmup.promptTokens} tokens`);
 
     const levels: LevelStats[] = [];
     for (const concurrency of options.concurrency) {
@@ -151,7 +190,7 @@ export async function benchServe(options: BenchServeOptions, log: (line: string)
       const results = await Promise.all(Array.from({ length: concurrency }, () => client.chat(request)));
       levels.push(levelStats(concurrency, performance.now() - started, results));
     }
-    return { url: client.base, model, maxTokens: options.maxTokens, levels };
+    return { url: client.base, model, maxTokens: options.maxTokens, promptTokens: warmup.promptTokens, promptRepeats: repeats, levels };
   } finally {
     await client.close();
   }
@@ -163,7 +202,8 @@ function ms(value: number | undefined): string {
 
 export function formatBenchServe(result: BenchServeResult): string {
   const lines = [
-    `model ${result.model} at ${result.url}, max_tokens ${result.maxTokens}`,
+    `model ${result.model} at ${result.url}, max_tokens ${result.maxTokens}` +
+      (result.promptTokens === null ? "" : `, prompt ${result.promptTokens} tokens`),
     "streams  tokens   wall s  aggregate tok/s  per-stream tok/s (min-max)  TTFT ms p50/p99  ITL ms p50/p90/p99  TPOT ms p50  finish",
   ];
   for (const level of result.levels) {

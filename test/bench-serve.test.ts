@@ -1,15 +1,16 @@
 // bench-serve's arithmetic against a scripted streaming endpoint on a real port whose pacing is known:
-// every stream sends TOKENS one-token chunks GAP_MS apart after FIRST_MS. The run against the real
-// `a2d serve` is in test/eval-e2e.test.ts.
+// every stream sends TOKENS one-token chunks GAP_MS apart after FIRST_MS, and counts a prompt's tokens as its
+// words plus TEMPLATE_TOKENS. The run against the real `a2d serve` is in test/eval-e2e.test.ts.
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
-import { benchServe, formatBenchServe, percentiles, quantile } from "../eval/bench-serve.js";
+import { benchServe, formatBenchServe, percentiles, quantile, repeatedPrompt, repeatsFor } from "../eval/bench-serve.js";
 
 const TOKENS = 40;
 const GAP_MS = 10;
 const FIRST_MS = 150;
+const TEMPLATE_TOKENS = 3;
 
 describe("bench-serve", () => {
   let server: Server;
@@ -27,7 +28,8 @@ describe("bench-serve", () => {
       let body = "";
       req.on("data", (chunk: Buffer) => (body += chunk.toString("utf8")));
       req.on("end", async () => {
-        const request = JSON.parse(body) as { max_tokens: number };
+        const request = JSON.parse(body) as { max_tokens: number; messages: { content: string }[] };
+        const promptTokens = TEMPLATE_TOKENS + request.messages[0]!.content.split(/\s+/).filter((word) => word !== "").length;
         maxTokensSeen.push(request.max_tokens);
         bodies.push(request);
         const count = Math.min(TOKENS, request.max_tokens);
@@ -39,7 +41,7 @@ describe("bench-serve", () => {
           send({ choices: [{ index: 0, delta: { content: ` w${i}` } }] });
         }
         send({ choices: [{ index: 0, delta: {}, finish_reason: count === request.max_tokens ? "length" : "stop" }] });
-        if (withUsage) send({ choices: [], usage: { prompt_tokens: 5, completion_tokens: count, total_tokens: count + 5 } });
+        if (withUsage) send({ choices: [], usage: { prompt_tokens: promptTokens, completion_tokens: count, total_tokens: count + promptTokens } });
         res.end("data: [DONE]\n\n");
       });
     });
@@ -79,6 +81,30 @@ describe("bench-serve", () => {
     expect(table[2]).toMatch(/^ +1 +40 +\d+\.\d\d +\d+\.\d +\d+\.\d \(/);
     expect(table[3]).toMatch(/^ +3 +120 /);
     expect(table[3]).toContain("stop 3");
+  });
+
+  it("repeats the prompt until the server counts about --prompt-tokens tokens, and reports the count", async () => {
+    maxTokensSeen.length = 0;
+    // Seven words: the server counts 10 tokens for one repeat, 17 for two, so 28 repeats give 199 (200 asked).
+    const result = await benchServe({ url, prompt: "a b c d e f g", promptTokens: 200, maxTokens: 20, concurrency: [2] });
+    expect(maxTokensSeen).toEqual([1, 1, 16, 20, 20]); // one and two repeats counted, the warm-up, then the level
+    expect(result).toMatchObject({ promptTokens: 199, promptRepeats: 28 });
+    expect(result.levels[0]!.streams.map((stream) => stream.promptTokens)).toEqual([199, 199]);
+    expect(formatBenchServe(result).split("\n")[0]).toContain("prompt 199 tokens");
+
+    withUsage = false;
+    await expect(benchServe({ url, prompt: "go", promptTokens: 50, maxTokens: 5, concurrency: [1] })).rejects.toThrow(
+      "--prompt-tokens needs the server's usage.prompt_tokens",
+    );
+    withUsage = true;
+    await expect(benchServe({ url, prompt: "go", promptTokens: 0, maxTokens: 5, concurrency: [1] })).rejects.toThrow("positive integer");
+  });
+
+  it("sizes the repeats from the counts of one and two, and refuses counts that do not grow", () => {
+    expect(repeatsFor(1024, 40, 70)).toBe(34); // 10 tokens of template, 30 a repeat: 10 + 34 x 30 = 1030
+    expect(repeatsFor(5, 40, 70)).toBe(1);
+    expect(() => repeatsFor(100, 40, 40)).toThrow("cannot size a prompt");
+    expect(repeatedPrompt("x", 3)).toBe("x\n\nx\n\nx");
   });
 
   it("takes percentiles by linear interpolation between ranks", () => {

@@ -129,4 +129,13 @@ describe("a2d bench-serve against a2d serve", () => {
     expect(two.completionTokens).toBeGreaterThan(0);
     expect(two.ttftMs.p99).toBeGreaterThanOrEqual(two.ttftMs.p50);
   });
+
+  it("sizes the prompt to --prompt-tokens by the server's own count", async () => {
+    const { stdout } = await cli(["bench-serve", "--url", url, "--prompt-tokens", "400", "--max-tokens", "4", "--concurrency", "1", "--json"]);
+    const result = JSON.parse(stdout);
+    expect(result.levels[0].streams[0].promptTokens).toBe(result.promptTokens);
+    expect(result.promptRepeats).toBeGreaterThan(1);
+    // Within half a repeat of the target: a repeat is at most promptTokens / promptRepeats tokens.
+    expect(Math.abs(result.promptTokens - 400)).toBeLessThanOrEqual(result.promptTokens / result.promptRepeats / 2 + 1);
+  });
 });

@@ -10,6 +10,7 @@ import { jsonObject, nonNegativeNumber, positiveInt } from "./eval.js";
 interface BenchServeFlags {
   url: string;
   promptFile?: string;
+  promptTokens?: number;
   maxTokens: number;
   concurrency: number[];
   model?: string;
@@ -44,6 +45,7 @@ export function register(program: Command): void {
     .description("Measure aggregate and per-stream tokens/s, time to first token and inter-token latency of an OpenAI-compatible server at several concurrency levels")
     .requiredOption("--url <url>", "server base URL, e.g. http://127.0.0.1:8000")
     .option("--prompt-file <file>", "user message to send (default: a prompt asking for a long story)")
+    .option("--prompt-tokens <n>", "repeat the prompt until the server counts about this many prompt tokens (TTFT at a prompt length)", positiveInt)
     .option("--max-tokens <n>", "max_tokens of each generation", positiveInt, 1024)
     .option("--concurrency <list>", `streams at once, one level after another (default: ${DEFAULT_CONCURRENCY.join(",")})`, concurrencyList, DEFAULT_CONCURRENCY)
     .option("--model <id>", "model id to request (default: the first one /v1/models lists)")
@@ -58,6 +60,7 @@ export function register(program: Command): void {
           model: flags.model,
           apiKey: flags.apiKey ?? process.env.OPENAI_API_KEY,
           prompt: flags.promptFile ? readPrompt(flags.promptFile) : DEFAULT_PROMPT,
+          promptTokens: flags.promptTokens,
           maxTokens: flags.maxTokens,
           concurrency: flags.concurrency,
           temperature: flags.temperature,
