@@ -556,20 +556,13 @@ RopeParams DeviceModel::rope_params(const LayerWeights& L, const bf16* qkv, cons
                                     bf16* k_cache, bf16* v_cache) const {
   const ModelShape& s = shape_;
   RopeParams rp{};
+  set_rope_epilogue(rp, s, rope_table_, q_out, k_cache, v_cache);
   rp.qkv = qkv;
-  rp.num_heads = s.heads;
-  rp.num_kv_heads = s.kv_heads;
-  rp.head_dim = s.head_dim;
   rp.head_dim_padded = head_dim_padded_;
-  rp.rope_table = rope_table_;
   rp.q_norm = s.qk_norm ? L.q_norm : nullptr;
   rp.k_norm = s.qk_norm ? L.k_norm : nullptr;
   rp.norm_eps = s.rms_eps;
   rp.state = state;
-  rp.q_out = q_out;
-  rp.k_cache = k_cache;
-  rp.v_cache = v_cache;
-  rp.max_context = s.max_context;
   rp.kv_slot_stride = size_t(kv_slot_elements_);
   return rp;
 }
@@ -642,7 +635,7 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
     if (on_prefill_gemms) {
       rmsnorm_prefill(residual_, s.hidden, L.input_norm, s.rms_eps, max_rows, normed_, st);
       PrefillGemmParams qkv = many_rows(L.qkv, qkv_rows_, qkv_rows_, s.hidden, normed_, s.qkv_bias ? L.qkv_bias : nullptr);
-      set_prefill_rope(qkv, q_roped_, layer_k, layer_v);
+      set_rope_epilogue(qkv, s, rope_table_, q_roped_, layer_k, layer_v);
       qkv.state = state_;
       qkv.kv_slot_stride = size_t(kv_slot_elements_);
       on_prefill(qkv, PrefillEpilogue::rope_qkv);
@@ -677,14 +670,7 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
     qkv.out = qkv_out_;
     qkv.out_stride = qkv_rows_;
     if (fused_rope_) {
-      qkv.rope_table = rope_table_;
-      qkv.head_dim = s.head_dim;
-      qkv.num_heads = s.heads;
-      qkv.num_kv_heads = s.kv_heads;
-      qkv.max_context = s.max_context;
-      qkv.q_out = q_roped_;
-      qkv.k_cache = layer_k;
-      qkv.v_cache = layer_v;
+      set_rope_epilogue(qkv, s, rope_table_, q_roped_, layer_k, layer_v);
       qkv.kv_slot_stride = size_t(kv_slot_elements_);
     }
     const AdapterSite* sites = adapters_.empty() ? nullptr : adapters_[l].data();

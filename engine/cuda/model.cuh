@@ -66,6 +66,22 @@ struct WeightSource {
   const float* scale = nullptr;  // f8_e4m3: [rows] fp32 scales, in the same memory as `data`
 };
 
+// The RoPE fields of a QKV GEMM's epilogue (GemmParams, PrefillGemmParams; rope_qkv) or of the rope kernel
+// (RopeParams) that the model's shape and the layer give: the rope table, the heads, and where the roped q rows and
+// the layer's K and V cache rows go. The caller completes them with the rows' positions (`cached`, or a forward's
+// `state` and `kv_slot_stride`).
+template <typename Params>
+void set_rope_epilogue(Params& p, const ModelShape& s, const float2* rope_table, bf16* q_out, bf16* k_cache, bf16* v_cache) {
+  p.rope_table = rope_table;
+  p.head_dim = s.head_dim;
+  p.num_heads = s.heads;
+  p.num_kv_heads = s.kv_heads;
+  p.max_context = s.max_context;
+  p.q_out = q_out;
+  p.k_cache = k_cache;
+  p.v_cache = v_cache;
+}
+
 // The fields every attention launch takes from the model's shape (AttentionParams, PrefillAttentionParams): q
 // ([rows][heads][head_dim_padded], roped), one layer's K and V cache, the heads and the softmax scale.
 template <typename Params>
@@ -292,12 +308,9 @@ class DeviceModel {
     PrefillSplit split;
   };
   PrefillLaunch prefill_launch(const PrefillGemmParams& params) const;
-  // A prefill GEMM of `rows` token rows of x against a weight of n_rows rows; and the QKV GEMM's RoPE epilogue
-  // fields (q rows into q_out, K and V into the layer's cache rows), which the caller completes with the rows'
-  // positions (`cached`, or a forward's `state`).
+  // A prefill GEMM of `rows` token rows of x against a weight of n_rows rows.
   static PrefillGemmParams prefill_params(const bf16* weight, int n_rows, int n_out, int k, const bf16* x, int x_stride,
                                           int rows);
-  void set_prefill_rope(PrefillGemmParams& qkv, bf16* q_out, bf16* layer_k, bf16* layer_v) const;
   // Grows `scratch` to hold `split`; `growable` false (inside a graph capture) throws instead.
   void reserve_split(SplitScratch& scratch, const PrefillSplit& split, bool growable);
   // A prefill GEMM with its K split as the tuning says (prefill.cu), its partials in `scratch` (the prefill's own

@@ -86,18 +86,6 @@ PrefillGemmParams DeviceModel::prefill_params(const bf16* weight, int n_rows, in
   return g;
 }
 
-void DeviceModel::set_prefill_rope(PrefillGemmParams& qkv, bf16* q_out, bf16* layer_k, bf16* layer_v) const {
-  const ModelShape& s = shape_;
-  qkv.rope_table = rope_table_;
-  qkv.head_dim = s.head_dim;
-  qkv.num_heads = s.heads;
-  qkv.num_kv_heads = s.kv_heads;
-  qkv.max_context = s.max_context;
-  qkv.q_out = q_out;
-  qkv.k_cache = layer_k;
-  qkv.v_cache = layer_v;
-}
-
 void DeviceModel::reserve_split(SplitScratch& scratch, const PrefillSplit& split, bool growable) {
   if (split.steps_per_split == 0 || (split.partial_floats <= scratch.floats && split.counters <= scratch.count)) return;
   if (!growable) throw std::logic_error("prefill GEMM: a split larger than the scratch reserved before the graphs");
@@ -218,7 +206,7 @@ void DeviceModel::prefill(int slot, int cached, const int32_t* tokens, int rows)
     PrefillGemmParams qkv = gemm_params(L.qkv, qkv_rows_, qkv_rows_, s.hidden, prefill_normed_, s.hidden);
     qkv.bias = s.qkv_bias ? L.qkv_bias : nullptr;
     if (fused_rope_) {
-      set_prefill_rope(qkv, prefill_q_, layer_k, layer_v);
+      set_rope_epilogue(qkv, s, rope_table_, prefill_q_, layer_k, layer_v);
       qkv.cached = cached;
       timed(PrefillTimes::qkv, [&] { prefill_gemm(qkv, PrefillEpilogue::rope_qkv); });
     } else {
