@@ -8,7 +8,7 @@
 //  3. prompt tokens/s on the 2B shape for 1k, 4k and 16k-token prompts (chunks of prefill_rows(), the last row
 //     through a decode forward, as the backend does), the decode forwards alone for comparison, and both
 //     paths per chunk size (where the backend's kPrefillFromRows comes from);
-//  4. with --decode-prefill-gemm ROWS: decode forwards of 64 and 40 rows on the prefill GEMMs against the same
+//  4. unless --decode-prefill-gemm 0: decode forwards of 64 and 40 rows on the prefill GEMMs against the same
 //     forwards on the decode GEMMs (every random shape and the 2B one), and their time beside the decode GEMMs'.
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
 //   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--split-attention 0|1]
@@ -50,7 +50,8 @@ bool g_wgmma = GemmTuning{}.prefill_wgmma;
 // (ModelOptions::prefill_split_attention; the engine's default unless given).
 bool g_split_attention = ModelOptions{}.prefill_split_attention;
 // --decode-prefill-gemm ROWS: decode forwards of at least ROWS rows on the prefill GEMMs
-// (ModelOptions::decode_prefill_gemm_rows): held to the decode GEMMs' forwards, and timed beside them.
+// (ModelOptions::decode_prefill_gemm_rows; the engine's default unless given, 0 never): held to the decode GEMMs'
+// forwards, and timed beside them.
 int g_decode_prefill_gemm = ModelOptions{}.decode_prefill_gemm_rows;
 
 void check(bool ok, const std::string& what) {
@@ -387,7 +388,7 @@ void timings(bool quick, std::vector<std::string>& table) {
   }
   // Both paths per chunk size at KV 1024 (kPrefillFromRows in cuda_backend.cu).
   table.push_back("");
-  // With --decode-prefill-gemm, the decode forwards are timed on the decode GEMMs and again on the prefill GEMMs.
+  // Unless --decode-prefill-gemm 0, the decode forwards are timed on the decode GEMMs and again on the prefill GEMMs.
   const bool both_decodes = g_decode_prefill_gemm > 0;
   table.push_back(std::string("| 2B rows after 1024 cached | prefill call ms") + (g_split > 0 ? " unsplit | split K" : "") +
                   " | decode forwards ms |" + (both_decodes ? " decode forwards on prefill GEMMs ms |" : ""));
