@@ -50,7 +50,9 @@ TUNING_LABELS = {
     "wide_split_blocks_per_sm": "wsb",  # its K split: blocks per SM,
     "wide_split_chunks": "wsc",       # and least chunks per split
     "decode_prefill_gemm_rows": "dp",  # ModelOptions::decode_prefill_gemm_rows: forwards of this many rows and more
-}                                     # on the prefill GEMMs (0: never)
+                                      # on the prefill GEMMs (0: never),
+    "decode_prefill_pdl": "dpp",      # and their kernels chained by PDL (0/1)
+}
 # No early trigger after attention, no attention key split: the option paths off the default.
 OPTIONS_TUNING = {"attention_trigger": 0, "attention_split_keys": 0}
 # The tile-per-block kernel above 8 rows too (no wide kernel); the wide kernel for every GEMM above 8 rows.
@@ -93,7 +95,7 @@ class BenchOptions(ctypes.Structure):
                [(name, ctypes.c_int) for name in ("loads blocks_per_sm small_loads stage_ssq attention_trigger "
                                                   "attention_split_keys wide_from_rows wide_min_tiles_per_sm "
                                                   "wide_split_blocks_per_sm wide_split_chunks "
-                                                  "decode_prefill_gemm_rows").split()]
+                                                  "decode_prefill_gemm_rows decode_prefill_pdl").split()]
 
 
 class Shape(ctypes.Structure):
@@ -652,6 +654,8 @@ def section_2b(lib, out, summary):
         tunings = [tunings[0], NARROW_TUNING, WIDE_TUNING] + [
             {**WIDE_TUNING, "wide_split_blocks_per_sm": blocks, "wide_split_chunks": chunks}
             for blocks, chunks in ((4, 4), (5, 2), (8, 2))] + split + [PREFILL_GEMMS_TUNING]
+        if os.environ.get("SWEEP_TUNINGS"):  # e.g. "dp33 dpp0;dp33 dpp1": these instead, the first also at KV 8k
+            tunings = [parse_tuning(text) for text in os.environ["SWEEP_TUNINGS"].split(";")]
     checks = {}
     for tuning in tunings:
         engine.reconfigure(tuning)

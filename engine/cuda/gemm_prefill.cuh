@@ -110,9 +110,11 @@ void gemm_prefill(const PrefillGemmParams& params, PrefillEpilogue epilogue, cud
 // The same GEMM on the warpgroup tensor cores with TMA loads (gemm_wgmma.cu, sm_90a): 128 weight rows and
 // `block_tokens` (one of kWgmmaTokens) token rows a block, a split K (params.steps_per_split) planned by
 // prefill_wgmma_split for the same block tokens, the same epilogues. k and x_stride multiples of 8, both operands
-// 16-byte aligned.
+// 16-byte aligned. `pdl`: launched with programmatic dependent launch (common.cuh's launch); the kernel copies its
+// first ring of weights before it waits for the previous kernel, and lets the next one be scheduled at once.
 inline constexpr int kWgmmaTokens[] = {64, 128, 256};
-void gemm_prefill_wgmma(const PrefillGemmParams& params, PrefillEpilogue epilogue, cudaStream_t stream, int block_tokens);
+void gemm_prefill_wgmma(const PrefillGemmParams& params, PrefillEpilogue epilogue, cudaStream_t stream, int block_tokens,
+                        bool pdl = false);
 // Whether the warpgroup kernel's sm_90a code runs here (a probe launch, once): false on other GPUs, or where the
 // driver loaded the addon's sm_90 code.
 bool gemm_wgmma_available();

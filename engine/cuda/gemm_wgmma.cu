@@ -211,28 +211,49 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+  // Where the next kernel is launched with PDL (a decode forward on these GEMMs), its blocks may be scheduled once
+  // every block of this grid has been (and issued this): they take only what this grid leaves free, and their own
+  // wait holds them until this grid has completed.
+  allow_next_grid();
 
   if (warpgroup == 0) {
     if (threadIdx.x == 0) {
-      for (int s = 0; s < steps; ++s) {
-        const int slot = s % L::stages;
-        if (s >= L::stages) mbarrier_wait(smem_address(&empty[slot]), (s / L::stages - 1) & 1);
-        const uint32_t bar = smem_address(&full[slot]);
+      // A stage's full barrier expects its weight and input bytes at once; the weights are constant, so the first
+      // ring of them is copied before the previous kernel has finished (PDL), its inputs after.
+      const int ahead = min(steps, L::stages);
+      auto load_weights = [&](int s) {
+        const uint32_t bar = smem_address(&full[s % L::stages]);
         // Past the matrix, K or the rows TMA writes zeros and counts their bytes, a box wholly past K (the second
         // chunk of the last step of a K of 32 mod 64) included; skipping that box instead would put the products
         // in a branch, which serializes wgmma (ptxas C7520).
         mbarrier_expect_tx(bar, L::stage_bytes);
+        const uint32_t stage = ring + (s % L::stages) * L::stage_bytes;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) tma_load_4d(stage + c * L::weight_chunk, &weight_map, 0, 0, 2 * (first_step + s) + c, tile0, bar);
+      };
+      for (int s = 0; s < ahead; ++s) load_weights(s);
+      wait_for_previous_grid();
+      for (int s = 0; s < steps; ++s) {
+        const int slot = s % L::stages;
+        if (s >= ahead) {
+          mbarrier_wait(smem_address(&empty[slot]), (s / L::stages - 1) & 1);
+          load_weights(s);
+        }
+        const uint32_t bar = smem_address(&full[slot]);
         const uint32_t stage = ring + slot * L::stage_bytes;
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int chunk = 2 * (first_step + s) + c;
-          tma_load_4d(stage + c * L::weight_chunk, &weight_map, 0, 0, chunk, tile0, bar);
           tma_load_2d(stage + 2 * L::weight_chunk + c * L::input_chunk, &input_map, chunk * 32, token0, bar);
         }
       }
+    } else {
+      wait_for_previous_grid();
     }
     return;
   }
+  // The epilogue reads the residual rows and the split counters earlier kernels wrote.
+  wait_for_previous_grid();
 
   const int consumer = warpgroup - 1;
   const int warp = threadIdx.x / 32 % 4;  // this warp's 16-row slab of the consumer's 64 rows
@@ -368,10 +389,10 @@ struct TokenKernels {
     }
   }
   static void run(const PrefillGemmParams& p, PrefillEpilogue epilogue, const CUtensorMap& weight_map,
-                  const CUtensorMap& input_map, int splits, cudaStream_t stream) {
+                  const CUtensorMap& input_map, int splits, cudaStream_t stream, bool pdl) {
     const dim3 grid(ceil_div(p.rows, kTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockRows / 16), splits);
     with_prefill_epilogue(epilogue, [&](auto e) {
-      launch(gemm_wgmma_kernel<decltype(e)::value, kTokens>, grid, dim3(kThreads), L::smem_bytes, stream, false, p,
+      launch(gemm_wgmma_kernel<decltype(e)::value, kTokens>, grid, dim3(kThreads), L::smem_bytes, stream, pdl, p,
              weight_map, input_map);
     });
   }
@@ -410,7 +431,8 @@ void gemm_wgmma_prepare() {
   TokenKernels<256>::prepare();
 }
 
-void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cudaStream_t stream, int block_tokens) {
+void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cudaStream_t stream, int block_tokens,
+                        bool pdl) {
   if (p.rows <= 0) return;
   if (!gemm_wgmma_available()) {
     throw std::runtime_error("gemm_prefill_wgmma: this device or build has no sm_90a code (H100/H200 only); "
@@ -439,9 +461,9 @@ void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cu
   const cuuint32_t input_box[2] = {32, static_cast<cuuint32_t>(block_tokens)};
   encode(&input_map, p.x, 2, input_dims, input_strides, input_box, "inputs");
   switch (block_tokens) {
-    case 64: return TokenKernels<64>::run(p, epilogue, weight_map, input_map, splits, stream);
-    case 128: return TokenKernels<128>::run(p, epilogue, weight_map, input_map, splits, stream);
-    case 256: return TokenKernels<256>::run(p, epilogue, weight_map, input_map, splits, stream);
+    case 64: return TokenKernels<64>::run(p, epilogue, weight_map, input_map, splits, stream, pdl);
+    case 128: return TokenKernels<128>::run(p, epilogue, weight_map, input_map, splits, stream, pdl);
+    case 256: return TokenKernels<256>::run(p, epilogue, weight_map, input_map, splits, stream, pdl);
     default: throw std::invalid_argument("gemm_prefill_wgmma: block tokens must be 64, 128 or 256, got " + std::to_string(block_tokens));
   }
 }

@@ -611,13 +611,14 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
   // of squares behind, so each norm before them reads its residual rows whole (rmsnorm_prefill). Rows past the
   // forward's, up to the bucket's, are computed and dropped: the RoPE epilogue writes nothing for them.
   const bool on_prefill_gemms = decode_on_prefill_gemms(max_rows);
+  const bool chain = on_prefill_gemms && pdl && options_.decode_prefill_pdl;  // those forwards' kernels by PDL
   auto many_rows = [&](const bf16* weight, int n_rows, int n_out, int k, const bf16* x, const bf16* bias) {
     PrefillGemmParams g = prefill_params(weight, n_rows, n_out, k, x, k, max_rows);
     g.bias = bias;
     return g;
   };
   auto on_prefill = [&](PrefillGemmParams g, PrefillEpilogue epilogue) {
-    prefill_gemm(g, epilogue, decode_split_, false);  // reserved before capture (reserve_decode_prefill_splits)
+    prefill_gemm(g, epilogue, decode_split_, false, chain);  // reserved before capture (reserve_decode_prefill_splits)
   };
   // A layer's attention and combine over its cache (slot 0's pointers; each row's kernel adds its slot's offset).
   auto attend = [&](const bf16* layer_k, const bf16* layer_v, bool launch_pdl) {
@@ -633,20 +634,20 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
     bf16* layer_k = k_cache + kv_layer * l;
     bf16* layer_v = v_cache + kv_layer * l;
     if (on_prefill_gemms) {
-      rmsnorm_prefill(residual_, s.hidden, L.input_norm, s.rms_eps, max_rows, normed_, st);
+      rmsnorm_prefill(residual_, s.hidden, L.input_norm, s.rms_eps, max_rows, normed_, st, chain);
       PrefillGemmParams qkv = many_rows(L.qkv, qkv_rows_, qkv_rows_, s.hidden, normed_, s.qkv_bias ? L.qkv_bias : nullptr);
       set_rope_epilogue(qkv, s, rope_table_, q_roped_, layer_k, layer_v);
       qkv.state = state_;
       qkv.kv_slot_stride = size_t(kv_slot_elements_);
       on_prefill(qkv, PrefillEpilogue::rope_qkv);
-      attend(layer_k, layer_v, false);
+      attend(layer_k, layer_v, chain);
 
       PrefillGemmParams o = many_rows(L.o, s.hidden, s.hidden, s.heads * s.head_dim, attention_out_, s.o_bias ? L.o_bias : nullptr);
       o.residual = residual_;
       o.out_stride = s.hidden;
       on_prefill(o, PrefillEpilogue::residual_add);
 
-      rmsnorm_prefill(residual_, s.hidden, L.post_norm, s.rms_eps, max_rows, normed_, st);
+      rmsnorm_prefill(residual_, s.hidden, L.post_norm, s.rms_eps, max_rows, normed_, st, chain);
       PrefillGemmParams gate_up = many_rows(L.gate_up, gate_up_rows_, s.intermediate, s.hidden, normed_, nullptr);
       gate_up.out = mlp_act_;
       gate_up.out_stride = s.intermediate;
@@ -742,12 +743,12 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
   head.mask_token_id = s.mask_token_id;
   if (on_prefill_gemms) {
     // The last down projection left no sums of squares: the final norm reads the residual rows whole.
-    rmsnorm_prefill(residual_, s.hidden, final_norm_, s.rms_eps, max_rows, normed_, st);
+    rmsnorm_prefill(residual_, s.hidden, final_norm_, s.rms_eps, max_rows, normed_, st, chain);
     head.x = normed_;
   } else {
     normalise_input(head);
   }
-  gemm(head, normalised, GemmEpilogue::logits, max_rows, options_.gemm, st, pdl && !on_prefill_gemms);
+  gemm(head, normalised, GemmEpilogue::logits, max_rows, options_.gemm, st, on_prefill_gemms ? chain : pdl);
   reveal_argmax(RevealParams{argmax_partials_, vocab_tiles_, state_, choices_}, max_rows, st, pdl);
 }
 

@@ -121,6 +121,11 @@ struct ModelOptions {
   // The 2B shape at KV 1k on the H200 (bench/NOTES.md, run 127), ms a forward, decode GEMMs against these: 32 rows
   // 3.88 / 3.95, 34 rows 4.56 / 4.11, 40 rows 4.65 / 4.13, 64 rows 6.47 / 4.84; so from 33 rows.
   int decode_prefill_gemm_rows = 33;
+  // Those forwards' kernels chained by programmatic dependent launch (with `pdl`): each warpgroup GEMM copies its
+  // first ring of weights while the kernel before it still runs, and the norms, attention and lm_head launch early.
+  // The 2B shape at KV 1k on the H100 (bench/NOTES.md, run 132), ms a forward without / with: 34 rows 4.76 / 4.40,
+  // 40 rows 4.79 / 4.44, 64 rows 5.51 / 5.18.
+  bool decode_prefill_pdl = true;
   GemmTrace gemm_trace;  // per-block GEMM records (trace.cuh): only builds with A2D_GEMM_TRACE write them
 };
 
@@ -316,7 +321,8 @@ class DeviceModel {
   // A prefill GEMM with its K split as the tuning says (prefill.cu), its partials in `scratch` (the prefill's own
   // by default).
   void prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue);
-  void prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue, SplitScratch& scratch, bool growable);
+  void prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue, SplitScratch& scratch, bool growable,
+                    bool pdl = false);
   // Whether a decode forward of `max_rows` rows runs its projections on the prefill GEMMs
   // (ModelOptions::decode_prefill_gemm_rows), and the split scratch its graphs read, reserved before capture.
   bool decode_on_prefill_gemms(int max_rows) const;

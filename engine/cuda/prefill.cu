@@ -103,7 +103,8 @@ void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogu
   prefill_gemm(params, epilogue, prefill_split_, true);
 }
 
-void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue, SplitScratch& scratch, bool growable) {
+void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue, SplitScratch& scratch, bool growable,
+                               bool pdl) {
   const PrefillLaunch launch = prefill_launch(params);
   if (launch.split.steps_per_split > 0) {
     reserve_split(scratch, launch.split, growable);
@@ -111,8 +112,8 @@ void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogu
     params.partial = scratch.partial;
     params.counters = scratch.counters;
   }
-  if (launch.wgmma) return gemm_prefill_wgmma(params, epilogue, stream_, launch.wgmma_tokens);
-  gemm_prefill(params, epilogue, stream_, launch.shape);
+  if (launch.wgmma) return gemm_prefill_wgmma(params, epilogue, stream_, launch.wgmma_tokens, pdl);
+  gemm_prefill(params, epilogue, stream_, launch.shape);  // the mma.sync kernel has no PDL wait: launched after the last
 }
 
 bool DeviceModel::decode_on_prefill_gemms(int max_rows) const {

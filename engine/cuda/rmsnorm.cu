@@ -34,6 +34,8 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_rows_kernel(const RmsNormPar
 __global__ void __launch_bounds__(kThreads) rmsnorm_prefill_kernel(const float* residual, int hidden, const bf16* weight,
                                                                    float eps, bf16* out_rows) {
   __shared__ float warp_sums[kThreads / 32];
+  allow_next_grid();  // with PDL (a decode forward on the prefill GEMMs): the next GEMM copies its weights meanwhile
+  wait_for_previous_grid();
   const int t = blockIdx.x;
   const float4* h = reinterpret_cast<const float4*>(residual + static_cast<size_t>(t) * hidden);
   float sum = 0.f;
@@ -61,10 +63,10 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_prefill_kernel(const float* 
 }  // namespace
 
 void rmsnorm_prefill(const float* residual, int hidden, const bf16* weight, float eps, int rows, bf16* out,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, bool pdl) {
   if (hidden % 8 != 0) throw std::runtime_error("rmsnorm_prefill: hidden must be a multiple of 8");
   if (rows <= 0) return;
-  launch(rmsnorm_prefill_kernel, dim3(rows), dim3(kThreads), 0, stream, false, residual, hidden, weight, eps, out);
+  launch(rmsnorm_prefill_kernel, dim3(rows), dim3(kThreads), 0, stream, pdl, residual, hidden, weight, eps, out);
 }
 
 void rmsnorm_rows(const RmsNormParams& params, int max_rows, cudaStream_t stream, bool pdl) {

@@ -23,8 +23,9 @@ struct RmsNormParams {
 void rmsnorm_rows(const RmsNormParams& params, int max_rows, cudaStream_t stream, bool pdl);
 
 // The same for a prompt chunk's rows (model.cuh, DeviceModel::prefill), each row's sum of squares computed
-// here from the residual: out[t] = bf16(residual[t] * scale * weight) for t < rows.
+// here from the residual: out[t] = bf16(residual[t] * scale * weight) for t < rows. `pdl`: launched with
+// programmatic dependent launch (a decode forward's chain).
 void rmsnorm_prefill(const float* residual, int hidden, const bf16* weight, float eps, int rows, bf16* out,
-                     cudaStream_t stream);
+                     cudaStream_t stream, bool pdl = false);
 
 }  // namespace a2d::cuda
