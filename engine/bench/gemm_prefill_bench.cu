@@ -1,8 +1,8 @@
 // The prefill GEMM's standalone harness (engine/cuda/gemm_prefill.cu, gemm_wgmma.cu), for the GPU machine
 // (bench/stage-device.sh builds it as build/device/gemm_prefill_bench; bench/device-prefill-gemm.sh runs it): every
-// block shape the mma.sync kernel is built at (kPrefillShapes) and the warpgroup kernel at each of kWgmmaTokens
-// (its K split planned by prefill_wgmma_split) side by side, and the shape the engine picks by rows
-// (prefill_shape):
+// block shape the mma.sync kernel is built at (kPrefillShapes) and the warpgroup kernel at each of kWgmmaTokens and
+// at its narrow block (64 weight rows, two blocks an SM; its K split planned by prefill_wgmma_split) side by side,
+// and the shape the engine picks by rows (prefill_shape):
 //   CHECK  each GEMM of the MiniCPM5-2B layer (qkv, o, gate_up, down) at 5, 32, 160 and 2,048 rows, with K split as
 //          the engine plans it (prefill_split at the shape's blocks per SM) and unsplit, store_bf16 epilogue:
 //          512 sampled outputs against an fp64 reference of the same stored values (the relative error of the
@@ -43,11 +43,14 @@ constexpr int kLayers = 42;
 constexpr int kReplays = 20;
 constexpr int kMaxRows = 2048;
 
-// One kernel configuration: a shape of the mma.sync kernel, or the warpgroup kernel at `wgmma_tokens` a block.
+// One kernel configuration: a shape of the mma.sync kernel, or the warpgroup kernel at `wgmma_tokens` a block and
+// `wgmma_block_rows` weight rows (64: the narrow block, GemmTuning::prefill_wgmma_narrow_rows).
 struct Variant {
   PrefillShape shape;
   int wgmma_tokens = 0;
+  int wgmma_block_rows = 128;
   std::string name() const {
+    if (wgmma_tokens > 0 && wgmma_block_rows == 64) return "wgmma narrow, tokens " + std::to_string(wgmma_tokens);
     if (wgmma_tokens > 0) return "wgmma, tokens " + std::to_string(wgmma_tokens);
     return "tokens " + std::to_string(shape.block_tokens) + ", stages " + std::to_string(shape.stages) + ", blocks/SM " +
            std::to_string(shape.blocks_per_sm);
@@ -58,6 +61,7 @@ std::vector<Variant> variants() {
   std::vector<Variant> all;
   for (const PrefillShape& shape : kPrefillShapes) all.push_back({shape, 0});
   for (int tokens : kWgmmaTokens) all.push_back({PrefillShape{}, tokens});
+  all.push_back({PrefillShape{}, 64, 64});
   return all;
 }
 
@@ -108,9 +112,12 @@ Setup make_setup(const Shape& s) {
       counters = std::max<size_t>(counters, split.counters);
     }
     for (int tokens : kWgmmaTokens) {
-      const PrefillSplit split = prefill_wgmma_split(rows, s.n, s.k, setup.sms, tokens);
-      partial = std::max(partial, split.partial_floats);
-      counters = std::max<size_t>(counters, split.counters);
+      for (int block_rows : {128, 64}) {
+        if (block_rows == 64 && tokens != 64) continue;
+        const PrefillSplit split = prefill_wgmma_split(rows, s.n, s.k, setup.sms, tokens, block_rows);
+        partial = std::max(partial, split.partial_floats);
+        counters = std::max<size_t>(counters, split.counters);
+      }
     }
   }
   A2D_CUDA_CHECK(cudaMalloc(&setup.partial, partial * sizeof(float)));
@@ -140,7 +147,8 @@ PrefillGemmParams params_for(const Setup& s, const Variant& v, int copy, int row
   p.out = s.out;
   p.out_stride = s.shape.n;
   if (split) {
-    p.steps_per_split = v.wgmma_tokens > 0 ? prefill_wgmma_split(rows, s.shape.n, s.shape.k, s.sms, v.wgmma_tokens).steps_per_split
+    p.steps_per_split = v.wgmma_tokens > 0 ? prefill_wgmma_split(rows, s.shape.n, s.shape.k, s.sms, v.wgmma_tokens,
+                                                                 v.wgmma_block_rows).steps_per_split
                                            : prefill_split(rows, s.shape.n, s.shape.k, shape.blocks_per_sm, s.sms, shape).steps_per_split;
     p.partial = s.partial;
     p.counters = s.counters;
@@ -151,7 +159,7 @@ PrefillGemmParams params_for(const Setup& s, const Variant& v, int copy, int row
 void run(const Setup& s, const Variant& v, int copy, int rows, bool split, cudaStream_t stream) {
   const PrefillGemmParams p = params_for(s, v, copy, rows, split);
   if (v.wgmma_tokens > 0) {
-    gemm_prefill_wgmma(p, PrefillEpilogue::store_bf16, stream, v.wgmma_tokens);
+    gemm_prefill_wgmma(p, PrefillEpilogue::store_bf16, stream, v.wgmma_tokens, false, v.wgmma_block_rows);
   } else {
     gemm_prefill(p, PrefillEpilogue::store_bf16, stream, v.shape);
   }
