@@ -4,12 +4,31 @@
 # (.device/gguf-*/gguf.partNN-of-MM from bench/stage-demo-conversion.sh, or the older halves
 # .device/a/part00 and .device/b/part01) in /root/stash, which a machine keeps while it stays warm (30 s
 # after a call), and once every part is there joins them into /root/base.gguf, checks the pinned sha256
-# and installs the carried wheels (.device/whl: gguf) into /tmp/site.
+# and installs the carried wheels (.device/whl: gguf) into /tmp/site. Parts of an earlier run's delta
+# (.device/warm-NN, bench/stage-warm-delta.sh) are stashed and joined into /root/warm the same way.
 # Exit 0: /root/base.gguf is ready; 10: more parts are to come in the next call; 3: no parts at all.
 set -euo pipefail
 GGUF_SHA256=${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  # another base: set GGUF and GGUF_SHA256
 mkdir -p /root/stash
 shopt -s nullglob
+# An earlier run's delta folder to start the adapter from (train --init-adapter /root/warm), as
+# bench/stage-warm-delta.sh splits it into .device/warm-NN/: stashed like the GGUF's parts, joined and checked
+# into /root/warm once every part of its weights is there.
+for file in .device/warm-*/*; do
+  mkdir -p /root/warm-stash && cp "$file" /root/warm-stash/ && echo "stashed $file"
+done
+warm_parts=(/root/warm-stash/delta.safetensors.part*-of-*)
+if [ "${#warm_parts[@]}" -gt 0 ] && [ ! -f /root/warm/delta.safetensors ]; then
+  warm_want=${warm_parts[0]##*-of-}
+  if [ "${#warm_parts[@]}" -ge "$((10#$warm_want))" ]; then
+    mkdir -p /root/warm
+    find /root/warm-stash -maxdepth 1 -type f ! -name 'delta.safetensors.part*' -exec cp {} /root/warm/ \;
+    cat "${warm_parts[@]}" > /root/warm/delta.safetensors
+    (cd /root/warm && sha256sum -c delta.sha256) || { rm -f /root/warm/delta.safetensors; echo "the warm delta's parts do not join to its sha256"; exit 1; }
+  else
+    echo "warm delta: ${#warm_parts[@]} of $((10#$warm_want)) parts stashed"
+  fi
+fi
 for part in .device/gguf-*/gguf.part*-of-* .device/a/part0[0] .device/b/part0[1]; do
   cp "$part" /root/stash/ && echo "stashed $part"
 done

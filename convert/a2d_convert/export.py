@@ -386,6 +386,40 @@ def finish_delta(delta_dir: Path) -> None:
     write_json(delta_dir / "delta_files.json", lin.hash_folder(delta_dir, skip=("delta_files.json",)))
 
 
+def row_adapter_tensors(folder: Path, rule: str, mask_token_id: int) -> dict:
+    """A shipped row adapter's tensors as they ship (`P.<rule>_a`, `scale x P.<rule>_b`, bf16) and the mask token's
+    embedding row, from an exported model folder or its delta folder, read without loading the base's weights:
+    where `train --init-adapter` starts a run from an earlier one."""
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    suffixes = (f".{rule}_a", f".{rule}_b")
+    embed = "model.embed_tokens.weight"
+    out: dict = {}
+    if (folder / DELTA_JSON).is_file():
+        manifest = read_json(folder / DELTA_JSON)
+        with safe_open(folder / DELTA_WEIGHTS, framework="pt") as stored:
+            for name, op in manifest["tensors"].items():
+                if name.endswith(suffixes) and op["op"] == "full":
+                    out[name] = stored.get_tensor(f"{name}:full")
+            if manifest["tensors"].get(embed, {}).get("op") == "rows":
+                rows = stored.get_tensor(f"{embed}:rows").tolist()
+                if mask_token_id in rows:
+                    out["mask_embedding"] = stored.get_tensor(f"{embed}:values")[rows.index(mask_token_id)]
+    elif (folder / WEIGHTS).is_file():
+        with safe_open(folder / WEIGHTS, framework="pt") as stored:
+            for name in stored.keys():
+                if name.endswith(suffixes):
+                    out[name] = stored.get_tensor(name)
+            if embed in stored.keys():
+                out["mask_embedding"] = stored.get_slice(embed)[mask_token_id : mask_token_id + 1][0]
+    else:
+        raise A2DError(f"{folder}: neither a model folder ({WEIGHTS}) nor a delta ({DELTA_JSON}) written by `export`")
+    if not any(name.endswith(suffixes[0]) for name in out):
+        raise A2DError(f"{folder}: no {rule} adapter in it (no *{suffixes[0]} tensors); start from a model trained with --{rule}-adapter")
+    return out
+
+
 def apply_delta(base: dict, delta: dict, manifest: dict) -> dict:
     import numpy as np
     import torch

@@ -5,6 +5,7 @@ train.py is the command, and its docstring the objective's design."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .config import ADAPTER_TARGETS
 from .errors import A2DError
@@ -49,6 +50,7 @@ class TrainConfig:
     mask_adapter: bool = field(default=False, metadata={"help": "the LoRA factors only on rows holding the mask token, unmasked rows causal over the unmasked ones, shipped unmerged: every real token runs the exact base (docs/decoding.md, Mask adapter)"})
     window_adapter: bool = field(default=False, metadata={"help": "the LoRA factors on every window row, the window opening with its anchor, real window tokens seeing every real window token and masked ones the whole window, shipped unmerged: the KV cache is the exact base's and every masked position is predicted from a row that sees the whole window (docs/decoding.md, Window adapter)"})
     clean_lora: bool = field(default=False, metadata={"help": "with --window-adapter: also a plain LoRA of the same rank on every row, merged into the shipped weights, so that the committed rows' keys and values train too (the KL teacher is then the model with both adapters off)"})
+    init_adapter: str = field(default="", metadata={"help": "an earlier run's export (its model folder or its --delta folder) whose row adapter of this rule and rank starts this run's factors and mask embedding row: a warm start across runs, the optimiser and the LR schedule afresh; its weights' sha256 goes into the lineage"})
     lora_train_mask_embedding: bool = field(default=True, metadata={"help": "with LoRA, also train the mask token's embedding row"})
     precision: str = field(default="auto", metadata={"help": "auto (bf16 autocast on CUDA, fp32 on CPU), bf16 or fp32"})
     activation_checkpointing: bool = field(default=True, metadata={"help": "recompute each layer in backward"})
@@ -116,6 +118,10 @@ def check_config(config: TrainConfig) -> None:
         for name in ("ar_weight", "clean_kl_weight"):
             if getattr(config, name) > 0:
                 raise A2DError(f"--{name.replace('_', '-')} acts on the clean stream, which a row adapter never changes; drop it or {flag}")
+    if config.init_adapter and not config.row_adapter:
+        raise A2DError("--init-adapter starts a row adapter from an earlier run's; add --window-adapter or --mask-adapter")
+    if config.init_adapter and not Path(config.init_adapter).is_dir():
+        raise A2DError(f"--init-adapter {config.init_adapter}: no such folder (an earlier run's `export` output or its --delta)")
     if config.clean_lora and not config.window_adapter:
         raise A2DError("--clean-lora is the all-row LoRA beside a window adapter; add --window-adapter (plain LoRA is --lora-rank alone)")
     if config.window_adapter and not config.shift_logits:

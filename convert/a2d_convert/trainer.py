@@ -230,6 +230,14 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
             train_mask_embedding=config.lora_train_mask_embedding,
         )
         lora_mod.attach(model, lora_config, a2d.mask_token_id, torch.Generator().manual_seed(config.seed), rows=config.row_adapter)
+        if config.init_adapter:
+            from .export import row_adapter_tensors
+
+            shipped = row_adapter_tensors(Path(config.init_adapter), config.row_adapter, a2d.mask_token_id)
+            try:
+                lora_mod.load_row_factors(model, shipped, lora_config.scale)
+            except ValueError as e:
+                raise A2DError(f"--init-adapter {config.init_adapter}: {e}; train with the same --lora-rank, --lora-alpha and --lora-targets") from e
         if config.clean_lora:
             # Registered after the window adapter's, so its hook adds onto every row's output, as the merged weight will.
             clean = dataclasses.replace(lora_config, train_norms=False, train_mask_embedding=False)
@@ -608,7 +616,12 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
         data_files = {
             f"data/{name}": lin.file_record(data_dir / name) for name in (TRAIN_FILE, MANIFEST_FILE, HELDOUT_FILE) if (data_dir / name).is_file()
         }
-        return {**init_files, **data_files}
+        warm = Path(config.init_adapter)
+        warm_files = {
+            f"init_adapter/{name}": lin.file_record(warm / name)
+            for name in ("model.safetensors", "delta.safetensors", "delta.json", "config.json") if (warm / name).is_file()
+        } if config.init_adapter else {}
+        return {**init_files, **data_files, **warm_files}
 
     inputs = on_main(rt, stage_inputs)
     step, progress = 0, {"tokens": 0, "elapsed_s": 0.0}

@@ -364,3 +364,38 @@ def test_the_flex_tile_is_64_for_small_heads_unless_asked():
         from a2d_convert.train_config import check_config
 
         check_config(TrainConfig(flex_block=48))
+
+
+def test_init_adapter_starts_a_run_from_an_earlier_runs_export(workspace, tmp_path):
+    """train --init-adapter: a run started from an earlier run's export (its delta folder or its model folder) begins
+    with that run's factors and mask row, so at learning rate 0 it ships the same adapter bit for bit; the train
+    stage's lineage records the folder's files; another rank is refused with the flag to fix named."""
+    from a2d_convert.errors import A2DError
+    from a2d_convert.export import export, row_adapter_tensors
+    from a2d_convert.weights import read_tensors
+
+    root, base, data = workspace
+    common = dict(lora_rank=4, window_adapter=True, mask_pattern="decoder")
+    first = train(tiny_config(root, base, data, "warm-first", max_steps=6, lr=1e-2, **common))
+    model_dir = export(first, tmp_path / "first", delta_dir=tmp_path / "first-delta")
+    mask_id = load_transformer(model_dir)[2].mask_token_id
+    from_delta = row_adapter_tensors(tmp_path / "first-delta", "window", mask_id)
+    from_model = row_adapter_tensors(model_dir, "window", mask_id)
+    assert from_delta.keys() == from_model.keys() and "mask_embedding" in from_delta
+    assert all(torch.equal(from_delta[name], from_model[name]) for name in from_delta)
+    before = read_tensors(model_dir)
+    factors = [name for name in before if name.endswith((".window_a", ".window_b"))]
+    assert factors and before["model.layers.1.mlp.down_proj.window_b"].abs().sum() > 0
+    for source in ("first-delta", "first"):
+        again = train(tiny_config(root, base, data, f"warm-again-{source}", max_steps=2, lr=0.0, init_adapter=str(tmp_path / source),
+                                  **common))
+        shipped = read_tensors(export(again, tmp_path / f"again-{source}"))
+        assert all(torch.equal(shipped[name], before[name]) for name in factors)
+        assert torch.equal(shipped["model.embed_tokens.weight"][mask_id], before["model.embed_tokens.weight"][mask_id])
+        stage = json.loads((again / "lineage.json").read_text())["stages"][-1]
+        assert stage["stage"] == "train" and any(name.startswith("init_adapter/") for name in stage["inputs"])
+    with pytest.raises(A2DError, match="--lora-rank"):
+        train(tiny_config(root, base, data, "warm-rank", max_steps=1, init_adapter=str(tmp_path / "first-delta"),
+                          **{**common, "lora_rank": 2}))
+    with pytest.raises(A2DError, match="--window-adapter"):
+        train(tiny_config(root, base, data, "warm-plain", max_steps=1, lora_rank=4, init_adapter=str(tmp_path / "first-delta")))
