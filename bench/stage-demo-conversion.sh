@@ -11,24 +11,13 @@ GGUF_SHA256=${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea37
 LIMIT=$((64 * 1024 * 1024)); MARGIN=${MARGIN:-$((2 * 1024 * 1024))}  # room for the tree to grow meanwhile
 echo "$GGUF_SHA256  $GGUF" | sha256sum -c --quiet || { echo "$GGUF: not the pinned base (run npm run demo once, or set GGUF=)"; exit 1; }
 [ -n "$(ls .device/whl/gguf-*.whl 2>/dev/null)" ] || { echo ".device/whl/gguf-*.whl missing (python3 -m pip download gguf==0.19.0 --no-deps -d .device/whl)"; exit 1; }
-tree=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+source bench/device-parts.sh
+tree=$(tree_bytes)
 whl=$(du -cb .device/whl | tail -1 | cut -f1)
 room=$(( LIMIT - tree - MARGIN - whl ))
 size=$(stat -c %s "$GGUF")
 [ "$room" -gt $((4 * 1024 * 1024)) ] || { echo "the tree takes $tree bytes: no room for GGUF parts"; exit 1; }
-n=$(( (size + room - 1) / room ))
-part=$(( (size + n - 1) / n ))
-rm -rf .device/gguf-*
-tmp=$(mktemp -d)
-split -b "$part" -d -a 2 "$GGUF" "$tmp/p"
-i=0
-for f in "$tmp"/p*; do
-  dir=$(printf '.device/gguf-%02d' "$i")
-  mkdir -p "$dir"
-  mv "$f" "$dir/$(printf 'gguf.part%02d-of-%02d' "$i" "$n")"
-  i=$((i + 1))
-done
-rmdir "$tmp"
+split_parts "$GGUF" "$room" .device/gguf gguf 0
 echo "tree $tree bytes + parts of $part bytes: $n parts of the GGUF ($size bytes) in .device/gguf-NN/"
 echo "calls (each within 30 s of the last, so the machine stays warm; kind nvidia-h200-x2, or nvidia-h200):"
 for ((i = 0; i < n - 1; i++)); do

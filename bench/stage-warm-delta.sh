@@ -13,27 +13,16 @@ src=${1:?usage: bash bench/stage-warm-delta.sh DELTA_DIR}
 [ -f "$src/delta.json" ] && [ -f "$src/delta.safetensors" ] || { echo "$src: not a delta folder (delta.json and delta.safetensors)"; exit 1; }
 cd "$root"
 LIMIT=$((64 * 1024 * 1024)); MARGIN=${MARGIN:-$((2 * 1024 * 1024))}
-tree=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+source bench/device-parts.sh
+tree=$(tree_bytes)
 small=$(find "$src" -maxdepth 1 -type f ! -name delta.safetensors -printf '%s\n' | awk '{s += $1} END {print s + 4096}')
 room=$(( LIMIT - tree - MARGIN - small ))  # the small files travel with the first part
 [ "$room" -gt $((4 * 1024 * 1024)) ] || { echo "the tree takes $tree bytes: no room for the delta's parts (bash bench/slim-tree.sh out)"; exit 1; }
 size=$(stat -c %s "$src/delta.safetensors")
-n=$(( (size + room - 1) / room ))
-part=$(( (size + n - 1) / n ))
-rm -rf .device/warm-*
+split_parts "$src/delta.safetensors" "$room" .device/warm delta.safetensors 1
 mkdir -p .device/warm-00
 find "$src" -maxdepth 1 -type f ! -name delta.safetensors -exec cp {} .device/warm-00/ \;
 (cd "$src" && sha256sum delta.safetensors) > .device/warm-00/delta.sha256
-tmp=$(mktemp -d)
-split -b "$part" -d -a 2 "$src/delta.safetensors" "$tmp/p"
-i=0
-for f in "$tmp"/p*; do
-  dir=$(printf '.device/warm-%02d' "$((i + 1))")
-  mkdir -p "$dir"
-  mv "$f" "$dir/$(printf 'delta.safetensors.part%02d-of-%02d' "$i" "$n")"
-  i=$((i + 1))
-done
-rmdir "$tmp"
 echo "the delta ($size bytes) in $n parts of $part bytes; the calls:"
 printf '  carry [".device/warm-00", ".device/warm-01"]\n'
 for ((i = 2; i <= n; i++)); do printf '  carry [".device/warm-%02d"]\n' "$i"; done
