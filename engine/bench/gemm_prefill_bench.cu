@@ -65,6 +65,12 @@ std::vector<Variant> variants() {
   return all;
 }
 
+// How `v` splits K at `rows` rows of `s` on `sms` SMs, as the engine plans it.
+PrefillSplit split_for(const Variant& v, const Shape& s, int sms, int rows) {
+  if (v.wgmma_tokens > 0) return prefill_wgmma_split(rows, s.n, s.k, sms, v.wgmma_tokens, v.wgmma_block_rows);
+  return prefill_split(rows, s.n, s.k, v.shape.blocks_per_sm, sms, v.shape);
+}
+
 __global__ void fill_weight_kernel(bf16* w, int n, int k, uint64_t seed) {
   const int64_t count = static_cast<int64_t>(n) * k;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
@@ -106,18 +112,10 @@ Setup make_setup(const Shape& s) {
   // The most scratch any row count asks for: the split plans at the check and time row counts.
   size_t partial = 1, counters = 1;
   for (int rows : kTimeRows) {
-    for (const PrefillShape& shape : kPrefillShapes) {
-      const PrefillSplit split = prefill_split(rows, s.n, s.k, shape.blocks_per_sm, setup.sms, shape);
+    for (const Variant& v : variants()) {
+      const PrefillSplit split = split_for(v, s, setup.sms, rows);
       partial = std::max(partial, split.partial_floats);
       counters = std::max<size_t>(counters, split.counters);
-    }
-    for (int tokens : kWgmmaTokens) {
-      for (int block_rows : {128, 64}) {
-        if (block_rows == 64 && tokens != 64) continue;
-        const PrefillSplit split = prefill_wgmma_split(rows, s.n, s.k, setup.sms, tokens, block_rows);
-        partial = std::max(partial, split.partial_floats);
-        counters = std::max<size_t>(counters, split.counters);
-      }
     }
   }
   A2D_CUDA_CHECK(cudaMalloc(&setup.partial, partial * sizeof(float)));
@@ -136,7 +134,6 @@ void free_setup(Setup& s) {
 }
 
 PrefillGemmParams params_for(const Setup& s, const Variant& v, int copy, int rows, bool split) {
-  const PrefillShape& shape = v.shape;
   PrefillGemmParams p{};
   p.weight = s.weights[copy % s.weights.size()];
   p.n_rows = p.n_out = s.shape.n;
@@ -147,9 +144,7 @@ PrefillGemmParams params_for(const Setup& s, const Variant& v, int copy, int row
   p.out = s.out;
   p.out_stride = s.shape.n;
   if (split) {
-    p.steps_per_split = v.wgmma_tokens > 0 ? prefill_wgmma_split(rows, s.shape.n, s.shape.k, s.sms, v.wgmma_tokens,
-                                                                 v.wgmma_block_rows).steps_per_split
-                                           : prefill_split(rows, s.shape.n, s.shape.k, shape.blocks_per_sm, s.sms, shape).steps_per_split;
+    p.steps_per_split = split_for(v, s.shape, s.sms, rows).steps_per_split;
     p.partial = s.partial;
     p.counters = s.counters;
   }

@@ -405,12 +405,18 @@ struct TokenKernels {
   }
 };
 
+// The blocks the kernel is built at (WgmmaLayout): 128 weight rows, or 64 at 64 tokens.
+void check_block(int block_tokens, int block_rows, const char* caller) {
+  if (block_rows != 128 && !(block_rows == 64 && block_tokens == 64)) {
+    throw std::invalid_argument(std::string(caller) + ": 128 weight rows a block, or 64 at 64 tokens a block; got " +
+                                std::to_string(block_rows) + " at " + std::to_string(block_tokens));
+  }
+}
+
 }  // namespace
 
 PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens, int block_rows) {
-  if (block_rows != 128 && !(block_rows == 64 && block_tokens == 64)) {
-    throw std::invalid_argument("prefill_wgmma_split: 128 weight rows a block, or 64 at 64 tokens a block");
-  }
+  check_block(block_tokens, block_rows, "prefill_wgmma_split");
   const int blocks = ceil_div(rows, block_tokens) * ceil_div(ceil_div(n_rows, 16), block_rows / 16);
   // A block's partial: its consumer threads' accumulators, block_tokens / 2 floats each; two blocks an SM at 64 rows.
   return plan_prefill_split(blocks, block_rows == 64 ? 2 * sm_count : sm_count, k,
@@ -446,10 +452,7 @@ void gemm_wgmma_prepare() {
 
 void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cudaStream_t stream, int block_tokens,
                         bool pdl, int block_rows) {
-  if (block_rows != 128 && !(block_rows == 64 && block_tokens == 64)) {
-    throw std::invalid_argument("gemm_prefill_wgmma: 128 weight rows a block, or 64 at 64 tokens a block; got " +
-                                std::to_string(block_rows) + " at " + std::to_string(block_tokens));
-  }
+  check_block(block_tokens, block_rows, "gemm_prefill_wgmma");
   if (p.rows <= 0) return;
   if (!gemm_wgmma_available()) {
     throw std::runtime_error("gemm_prefill_wgmma: this device or build has no sm_90a code (H100/H200 only); "
