@@ -199,11 +199,10 @@ def attach(model: nn.Module, config: LoraConfig, mask_token_id: int, generator: 
         embed.register_forward_hook(_mask_embedding_hook)
 
 
-def load_row_factors(model: nn.Module, shipped: dict, scale: float) -> int:
+def load_row_factors(model: nn.Module, shipped: dict, scale: float) -> None:
     """Fills the row adapter `attach(..., rows=...)` added from a shipped one of the same rule and rank
     (export.row_adapter_tensors: A, scale x B in bf16, the mask embedding row): A as shipped, B divided by the
-    scale, so the run starts where the shipped model decodes. Returns how many projections it filled."""
-    filled = 0
+    scale, so the run starts where the shipped model decodes."""
     for name, module in model.named_modules():
         if not hasattr(module, "row_factors"):
             continue
@@ -217,12 +216,10 @@ def load_row_factors(model: nn.Module, shipped: dict, scale: float) -> int:
                 raise ValueError(f"{key}: shape {tuple(value.shape)} there, {tuple(param.shape)} here (another rank?)")
             with torch.no_grad():
                 param.copy_(value.to(torch.float64).div(divide).to(param.dtype))
-        filled += 1
     embed = model.model.embed_tokens
     if "mask_embedding" in shipped and hasattr(embed, "mask_embedding"):
         with torch.no_grad():
             embed.mask_embedding.copy_(shipped["mask_embedding"].to(embed.mask_embedding.dtype))
-    return filled
 
 
 def set_enabled(model: nn.Module, enabled: bool) -> None:

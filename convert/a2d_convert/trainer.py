@@ -24,6 +24,7 @@ from . import lora as lora_mod
 from .config import load_config, read_json, write_json
 from .data import HELDOUT_FILE, MANIFEST_FILE, TRAIN_FILE, load_rows
 from .errors import A2DError
+from .export import DELTA_JSON, DELTA_WEIGHTS, row_adapter_tensors
 from .objective import Batch, Objective, RowSchedule
 from .train_config import TrainConfig
 
@@ -231,8 +232,6 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
         )
         lora_mod.attach(model, lora_config, a2d.mask_token_id, torch.Generator().manual_seed(config.seed), rows=config.row_adapter)
         if config.init_adapter:
-            from .export import row_adapter_tensors
-
             shipped = row_adapter_tensors(Path(config.init_adapter), config.row_adapter, a2d.mask_token_id)
             try:
                 lora_mod.load_row_factors(model, shipped, lora_config.scale)
@@ -619,7 +618,7 @@ def train(config: TrainConfig, resume: bool = False) -> Path:
         warm = Path(config.init_adapter)
         warm_files = {
             f"init_adapter/{name}": lin.file_record(warm / name)
-            for name in ("model.safetensors", "delta.safetensors", "delta.json", "config.json") if (warm / name).is_file()
+            for name in (WEIGHTS, DELTA_WEIGHTS, DELTA_JSON, "config.json") if (warm / name).is_file()
         } if config.init_adapter else {}
         return {**init_files, **data_files, **warm_files}
 
