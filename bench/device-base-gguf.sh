@@ -14,8 +14,9 @@ shopt -s nullglob
 # An earlier run's delta folder to start the adapter from (train --init-adapter /root/warm), as
 # bench/stage-warm-delta.sh splits it into .device/warm-NN/: stashed like the GGUF's parts, joined and checked
 # into /root/warm once every part of its weights is there.
+# cp -u: the folders of earlier calls stay on a warm machine, so only this call's part is new.
 for file in .device/warm-*/*; do
-  mkdir -p /root/warm-stash && cp "$file" /root/warm-stash/ && echo "stashed $file"
+  mkdir -p /root/warm-stash && cp -u "$file" /root/warm-stash/ && echo "stashed $file"
 done
 warm_parts=(/root/warm-stash/delta.safetensors.part*-of-*)
 if [ "${#warm_parts[@]}" -gt 0 ] && [ ! -f /root/warm/delta.safetensors ]; then
@@ -30,7 +31,7 @@ if [ "${#warm_parts[@]}" -gt 0 ] && [ ! -f /root/warm/delta.safetensors ]; then
   fi
 fi
 for part in .device/gguf-*/gguf.part*-of-* .device/a/part0[0] .device/b/part0[1]; do
-  cp "$part" /root/stash/ && echo "stashed $part"
+  cp -u "$part" /root/stash/ && echo "stashed $part"
 done
 if [ ! -f /root/base.gguf ] || ! echo "$GGUF_SHA256  /root/base.gguf" | sha256sum -c --quiet 2>/dev/null; then
   parts=(/root/stash/gguf.part*-of-*)

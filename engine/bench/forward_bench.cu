@@ -199,7 +199,6 @@ struct BenchOptions {
   int wide_from_rows, wide_min_tiles_per_sm, wide_split_blocks_per_sm, wide_split_chunks;
   int decode_prefill_gemm_rows;  // ModelOptions::decode_prefill_gemm_rows (0: never)
   int decode_prefill_pdl;        // ModelOptions::decode_prefill_pdl (0/1)
-  int prefill_wgmma_narrow_rows; // GemmTuning::prefill_wgmma_narrow_rows (0: never)
 };
 
 // Recaptures the model's graphs under `b` (every kernel enabled again, see a2d_bench_kernels).
@@ -227,7 +226,6 @@ int a2d_bench_reconfigure(void* handle, const BenchOptions* b, char* error, int 
     if (b->wide_split_chunks >= 0) g.wide_split_chunks = b->wide_split_chunks;
     if (b->decode_prefill_gemm_rows >= 0) options.decode_prefill_gemm_rows = b->decode_prefill_gemm_rows;
     if (b->decode_prefill_pdl >= 0) options.decode_prefill_pdl = b->decode_prefill_pdl != 0;
-    if (b->prefill_wgmma_narrow_rows >= 0) g.prefill_wgmma_narrow_rows = b->prefill_wgmma_narrow_rows;
     static_cast<DeviceModel*>(handle)->reconfigure(options);
   });
 }

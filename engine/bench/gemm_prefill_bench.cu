@@ -1,8 +1,8 @@
 // The prefill GEMM's standalone harness (engine/cuda/gemm_prefill.cu, gemm_wgmma.cu), for the GPU machine
 // (bench/stage-device.sh builds it as build/device/gemm_prefill_bench; bench/device-prefill-gemm.sh runs it): every
-// block shape the mma.sync kernel is built at (kPrefillShapes) and the warpgroup kernel at each of kWgmmaTokens and
-// at its narrow block (64 weight rows, two blocks an SM; its K split planned by prefill_wgmma_split) side by side,
-// and the shape the engine picks by rows (prefill_shape):
+// block shape the mma.sync kernel is built at (kPrefillShapes) and the warpgroup kernel at each of kWgmmaTokens
+// (its K split planned by prefill_wgmma_split) side by side, and the shape the engine picks by rows
+// (prefill_shape):
 //   CHECK  each GEMM of the MiniCPM5-2B layer (qkv, o, gate_up, down) at 5, 32, 160 and 2,048 rows, with K split as
 //          the engine plans it (prefill_split at the shape's blocks per SM) and unsplit, store_bf16 epilogue:
 //          512 sampled outputs against an fp64 reference of the same stored values (the relative error of the
@@ -43,14 +43,11 @@ constexpr int kLayers = 42;
 constexpr int kReplays = 20;
 constexpr int kMaxRows = 2048;
 
-// One kernel configuration: a shape of the mma.sync kernel, or the warpgroup kernel at `wgmma_tokens` a block and
-// `wgmma_block_rows` weight rows (64: the narrow block, GemmTuning::prefill_wgmma_narrow_rows).
+// One kernel configuration: a shape of the mma.sync kernel, or the warpgroup kernel at `wgmma_tokens` a block.
 struct Variant {
   PrefillShape shape;
   int wgmma_tokens = 0;
-  int wgmma_block_rows = 128;
   std::string name() const {
-    if (wgmma_tokens > 0 && wgmma_block_rows == 64) return "wgmma narrow, tokens " + std::to_string(wgmma_tokens);
     if (wgmma_tokens > 0) return "wgmma, tokens " + std::to_string(wgmma_tokens);
     return "tokens " + std::to_string(shape.block_tokens) + ", stages " + std::to_string(shape.stages) + ", blocks/SM " +
            std::to_string(shape.blocks_per_sm);
@@ -61,14 +58,7 @@ std::vector<Variant> variants() {
   std::vector<Variant> all;
   for (const PrefillShape& shape : kPrefillShapes) all.push_back({shape, 0});
   for (int tokens : kWgmmaTokens) all.push_back({PrefillShape{}, tokens});
-  all.push_back({PrefillShape{}, 64, 64});
   return all;
-}
-
-// How `v` splits K at `rows` rows of `s` on `sms` SMs, as the engine plans it.
-PrefillSplit split_for(const Variant& v, const Shape& s, int sms, int rows) {
-  if (v.wgmma_tokens > 0) return prefill_wgmma_split(rows, s.n, s.k, sms, v.wgmma_tokens, v.wgmma_block_rows);
-  return prefill_split(rows, s.n, s.k, v.shape.blocks_per_sm, sms, v.shape);
 }
 
 __global__ void fill_weight_kernel(bf16* w, int n, int k, uint64_t seed) {
@@ -112,8 +102,13 @@ Setup make_setup(const Shape& s) {
   // The most scratch any row count asks for: the split plans at the check and time row counts.
   size_t partial = 1, counters = 1;
   for (int rows : kTimeRows) {
-    for (const Variant& v : variants()) {
-      const PrefillSplit split = split_for(v, s, setup.sms, rows);
+    for (const PrefillShape& shape : kPrefillShapes) {
+      const PrefillSplit split = prefill_split(rows, s.n, s.k, shape.blocks_per_sm, setup.sms, shape);
+      partial = std::max(partial, split.partial_floats);
+      counters = std::max<size_t>(counters, split.counters);
+    }
+    for (int tokens : kWgmmaTokens) {
+      const PrefillSplit split = prefill_wgmma_split(rows, s.n, s.k, setup.sms, tokens);
       partial = std::max(partial, split.partial_floats);
       counters = std::max<size_t>(counters, split.counters);
     }
@@ -134,6 +129,7 @@ void free_setup(Setup& s) {
 }
 
 PrefillGemmParams params_for(const Setup& s, const Variant& v, int copy, int rows, bool split) {
+  const PrefillShape& shape = v.shape;
   PrefillGemmParams p{};
   p.weight = s.weights[copy % s.weights.size()];
   p.n_rows = p.n_out = s.shape.n;
@@ -144,7 +140,8 @@ PrefillGemmParams params_for(const Setup& s, const Variant& v, int copy, int row
   p.out = s.out;
   p.out_stride = s.shape.n;
   if (split) {
-    p.steps_per_split = split_for(v, s.shape, s.sms, rows).steps_per_split;
+    p.steps_per_split = v.wgmma_tokens > 0 ? prefill_wgmma_split(rows, s.shape.n, s.shape.k, s.sms, v.wgmma_tokens).steps_per_split
+                                           : prefill_split(rows, s.shape.n, s.shape.k, shape.blocks_per_sm, s.sms, shape).steps_per_split;
     p.partial = s.partial;
     p.counters = s.counters;
   }
@@ -154,7 +151,7 @@ PrefillGemmParams params_for(const Setup& s, const Variant& v, int copy, int row
 void run(const Setup& s, const Variant& v, int copy, int rows, bool split, cudaStream_t stream) {
   const PrefillGemmParams p = params_for(s, v, copy, rows, split);
   if (v.wgmma_tokens > 0) {
-    gemm_prefill_wgmma(p, PrefillEpilogue::store_bf16, stream, v.wgmma_tokens, false, v.wgmma_block_rows);
+    gemm_prefill_wgmma(p, PrefillEpilogue::store_bf16, stream, v.wgmma_tokens);
   } else {
     gemm_prefill(p, PrefillEpilogue::store_bf16, stream, v.shape);
   }

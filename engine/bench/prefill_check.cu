@@ -12,11 +12,10 @@
 //     forwards on the decode GEMMs (every random shape and the 2B one), and their time beside the decode GEMMs'.
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
 //   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--split-attention 0|1]
-//                 [--decode-prefill-gemm ROWS] [--wgmma-narrow ROWS]     (--probe:
+//                 [--decode-prefill-gemm ROWS]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
 //   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
-//   call, g_wgmma below; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention;
-//   --wgmma-narrow: the warpgroup kernel's 64-row blocks for calls of up to ROWS rows, g_wgmma_narrow)
+//   call, g_wgmma below; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -54,9 +53,6 @@ bool g_split_attention = ModelOptions{}.prefill_split_attention;
 // (ModelOptions::decode_prefill_gemm_rows; the engine's default unless given, 0 never): held to the decode GEMMs'
 // forwards, and timed beside them.
 int g_decode_prefill_gemm = ModelOptions{}.decode_prefill_gemm_rows;
-// --wgmma-narrow ROWS: warpgroup GEMM calls of at most ROWS rows in its narrow blocks (GemmTuning::prefill_wgmma_narrow_rows;
-// the engine's default unless given, 0 never), prefill chunks and decode forwards on the prefill GEMMs alike.
-int g_wgmma_narrow = GemmTuning{}.prefill_wgmma_narrow_rows;
 
 void check(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
@@ -116,7 +112,6 @@ std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed
   options.gemm.prefill_split_blocks_per_sm = g_split;
   options.gemm.prefill_shape_by_rows = g_shapes;
   options.gemm.prefill_wgmma = g_wgmma;
-  options.gemm.prefill_wgmma_narrow_rows = g_wgmma_narrow;
   options.prefill_split_attention = g_split_attention;
   auto model = std::make_unique<DeviceModel>(shape, options);
   const ModelShape& s = shape;
@@ -474,10 +469,9 @@ int main(int argc, char** argv) {
     else if (arg == "--wgmma" && i + 1 < argc) g_wgmma = std::atoi(argv[++i]) != 0;
     else if (arg == "--split-attention" && i + 1 < argc) g_split_attention = std::atoi(argv[++i]) != 0;
     else if (arg == "--decode-prefill-gemm" && i + 1 < argc) g_decode_prefill_gemm = std::atoi(argv[++i]);
-    else if (arg == "--wgmma-narrow" && i + 1 < argc) g_wgmma_narrow = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
-                           "[--split-attention 0|1] [--decode-prefill-gemm ROWS] [--wgmma-narrow ROWS]\n");
+                           "[--split-attention 0|1] [--decode-prefill-gemm ROWS]\n");
       return 2;
     }
   }

@@ -79,11 +79,6 @@ struct GemmTuning {
   // TMA; prefill_check --wgmma 1 holds it to the decode forwards (bench/NOTES.md, run 123).
   bool prefill_wgmma = true;
   int prefill_wgmma_min_rows = 1;
-  // Calls of at most this many rows (at 64 tokens a block) take the warpgroup kernel's narrow block: 64 weight rows,
-  // one consumer warpgroup and a 64 KiB ring, two blocks an SM, the K split planned towards that. A GEMM of few rows
-  // then spreads over twice the blocks (the 2B gate_up: 192 instead of 96 on 132 SMs, whose 96 blocks stream 2.2 TB/s;
-  // bench/NOTES.md, run 134), and the next GEMM's blocks can be resident beside a running one. 0: never.
-  int prefill_wgmma_narrow_rows = 0;
 };
 
 // How one GEMM launches under a tuning, and the split scratch it needs.

@@ -113,15 +113,13 @@ void gemm_prefill(const PrefillGemmParams& params, PrefillEpilogue epilogue, cud
 // 16-byte aligned. `pdl`: launched with programmatic dependent launch (common.cuh's launch); the kernel copies its
 // first ring of weights before it waits for the previous kernel, and lets the next one be scheduled at once.
 inline constexpr int kWgmmaTokens[] = {64, 128, 256};
-// `block_rows`: 128 weight rows a block (two consumer warpgroups, one block an SM), or 64 at 64 block tokens (one
-// consumer, a smaller ring, two blocks an SM: twice the blocks for GEMMs of few rows; GemmTuning::prefill_wgmma_narrow_rows).
 void gemm_prefill_wgmma(const PrefillGemmParams& params, PrefillEpilogue epilogue, cudaStream_t stream, int block_tokens,
-                        bool pdl = false, int block_rows = 128);
+                        bool pdl = false);
 // Whether the warpgroup kernel's sm_90a code runs here (a probe launch, once): false on other GPUs, or where the
 // driver loaded the addon's sm_90 code.
 bool gemm_wgmma_available();
-// How the warpgroup kernel splits K: as prefill_split, towards one block per SM (two at 64 weight rows a block).
-PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens, int block_rows = 128);
+// How the warpgroup kernel splits K: as prefill_split, towards one block per SM.
+PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens);
 // The warpgroup kernel's block tokens for a call of `rows` rows: 64 up to 64 rows, 128 up to 1,024, then 256.
 inline int prefill_wgmma_tokens(int rows) { return rows <= 64 ? 64 : rows <= 1024 ? 128 : 256; }
 

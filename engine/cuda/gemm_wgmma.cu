@@ -33,24 +33,18 @@
 namespace a2d::cuda {
 namespace {
 
-constexpr int kRowBytes = 64;  // one 32-column chunk of a row: the 64-byte swizzle's span
+constexpr int kConsumers = 2;                       // consumer warpgroups, 64 weight rows each
+constexpr int kBlockRows = 64 * kConsumers;         // weight rows a block: 8 tiles
+constexpr int kThreads = 128 * (kConsumers + 1);    // warpgroup 0 produces (one thread issues the copies)
+constexpr int kRowBytes = 64;                       // one 32-column chunk of a row: the 64-byte swizzle's span
 
-// A block: kConsumers consumer warpgroups of 64 weight rows each (warpgroup 0 produces: one thread issues the
-// copies). Two consumers (128 weight rows, a ring of up to 196 KiB: one block an SM) everywhere by default; one
-// (64 weight rows, 64 tokens, a ring of four 16 KiB stages: two blocks an SM) for the narrow calls of
-// GemmTuning::prefill_wgmma_narrow_rows, so that a GEMM of few rows spreads over twice the blocks.
-template <int kTokens, int kConsumers>
+template <int kTokens>
 struct WgmmaLayout {
   static_assert(kTokens == 64 || kTokens == 128 || kTokens == 256, "wgmma N: the token rows a block");
-  static_assert(kConsumers == 2 || (kConsumers == 1 && kTokens == 64), "one consumer only at 64 tokens a block");
-  static constexpr int block_rows = 64 * kConsumers;
-  static constexpr int threads = 128 * (kConsumers + 1);
-  static constexpr int blocks_per_sm = kConsumers == 1 ? 2 : 1;
-  static constexpr int weight_chunk = block_rows * kRowBytes;  // 8 KiB (4 KiB with one consumer)
+  static constexpr int weight_chunk = kBlockRows * kRowBytes;  // 8 KiB
   static constexpr int input_chunk = kTokens * kRowBytes;
   static constexpr int stage_bytes = 2 * (weight_chunk + input_chunk);
-  static constexpr int max_stages = kConsumers == 1 ? 4 : 6;
-  static constexpr int stages = 196 * 1024 / stage_bytes > max_stages ? max_stages : 196 * 1024 / stage_bytes;
+  static constexpr int stages = 196 * 1024 / stage_bytes > 6 ? 6 : 196 * 1024 / stage_bytes;
   static constexpr int smem_bytes = stages * stage_bytes + 1024;  // and the alignment of the ring to 1 KiB
   static_assert(stages >= 3, "a ring of at least three stages");
 };
@@ -192,19 +186,18 @@ __device__ __forceinline__ void wgmma_tokens(float (&d)[kTokens / 2], uint64_t a
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-template <PrefillEpilogue kEpilogue, int kTokens, int kConsumers>
-__global__ void __launch_bounds__(WgmmaLayout<kTokens, kConsumers>::threads, WgmmaLayout<kTokens, kConsumers>::blocks_per_sm)
+template <PrefillEpilogue kEpilogue, int kTokens>
+__global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ PrefillGemmParams p, const __grid_constant__ CUtensorMap weight_map,
                       const __grid_constant__ CUtensorMap input_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = WgmmaLayout<kTokens, kConsumers>;
+  using L = WgmmaLayout<kTokens>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[L::stages], empty[L::stages];
-  // Stage s: weight chunks 0 and 1 (L::block_rows rows x 64 bytes each), then input chunks 0 and 1 (kTokens rows x
-  // 64 bytes).
+  // Stage s: weight chunks 0 and 1 (128 rows x 64 bytes each), then input chunks 0 and 1 (kTokens rows x 64 bytes).
   const uint32_t ring = (smem_address(smem_raw) + 1023) & ~1023u;
   const int warpgroup = threadIdx.x / 128;
-  const int tile0 = blockIdx.y * (L::block_rows / 16);
+  const int tile0 = blockIdx.y * (kBlockRows / 16);
   const int token0 = blockIdx.x * kTokens;
   // This block's 64-k steps: all of them, or its split's range (grid.z).
   const int all_steps = (p.k + 63) / 64;
@@ -383,44 +376,33 @@ void encode(CUtensorMap* map, const void* address, cuuint32_t rank, const cuuint
   }
 }
 
-template <int kTokens, int kConsumers = 2>
+template <int kTokens>
 struct TokenKernels {
-  using L = WgmmaLayout<kTokens, kConsumers>;
+  using L = WgmmaLayout<kTokens>;
 
   static void prepare() {
     for (PrefillEpilogue epilogue : kPrefillEpilogues) {
       with_prefill_epilogue(epilogue, [](auto e) {
-        A2D_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<decltype(e)::value, kTokens, kConsumers>,
+        A2D_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<decltype(e)::value, kTokens>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, L::smem_bytes));
       });
     }
   }
   static void run(const PrefillGemmParams& p, PrefillEpilogue epilogue, const CUtensorMap& weight_map,
                   const CUtensorMap& input_map, int splits, cudaStream_t stream, bool pdl) {
-    const dim3 grid(ceil_div(p.rows, kTokens), ceil_div(ceil_div(p.n_rows, 16), L::block_rows / 16), splits);
+    const dim3 grid(ceil_div(p.rows, kTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockRows / 16), splits);
     with_prefill_epilogue(epilogue, [&](auto e) {
-      launch(gemm_wgmma_kernel<decltype(e)::value, kTokens, kConsumers>, grid, dim3(L::threads), L::smem_bytes, stream, pdl, p,
+      launch(gemm_wgmma_kernel<decltype(e)::value, kTokens>, grid, dim3(kThreads), L::smem_bytes, stream, pdl, p,
              weight_map, input_map);
     });
   }
 };
 
-// The blocks the kernel is built at (WgmmaLayout): 128 weight rows, or 64 at 64 tokens.
-void check_block(int block_tokens, int block_rows, const char* caller) {
-  if (block_rows != 128 && !(block_rows == 64 && block_tokens == 64)) {
-    throw std::invalid_argument(std::string(caller) + ": 128 weight rows a block, or 64 at 64 tokens a block; got " +
-                                std::to_string(block_rows) + " at " + std::to_string(block_tokens));
-  }
-}
-
 }  // namespace
 
-PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens, int block_rows) {
-  check_block(block_tokens, block_rows, "prefill_wgmma_split");
-  const int blocks = ceil_div(rows, block_tokens) * ceil_div(ceil_div(n_rows, 16), block_rows / 16);
-  // A block's partial: its consumer threads' accumulators, block_tokens / 2 floats each; two blocks an SM at 64 rows.
-  return plan_prefill_split(blocks, block_rows == 64 ? 2 * sm_count : sm_count, k,
-                            static_cast<size_t>(2 * block_rows) * (block_tokens / 2));
+PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens) {
+  const int blocks = ceil_div(rows, block_tokens) * ceil_div(ceil_div(n_rows, 16), kBlockRows / 16);
+  return plan_prefill_split(blocks, sm_count, k, static_cast<size_t>(128 * kConsumers) * (block_tokens / 2));
 }
 
 bool gemm_wgmma_available() {
@@ -445,14 +427,12 @@ bool gemm_wgmma_available() {
 void gemm_wgmma_prepare() {
   gemm_wgmma_available();  // the probe at load, not at the first prefill
   TokenKernels<64>::prepare();
-  TokenKernels<64, 1>::prepare();
   TokenKernels<128>::prepare();
   TokenKernels<256>::prepare();
 }
 
 void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cudaStream_t stream, int block_tokens,
-                        bool pdl, int block_rows) {
-  check_block(block_tokens, block_rows, "gemm_prefill_wgmma");
+                        bool pdl) {
   if (p.rows <= 0) return;
   if (!gemm_wgmma_available()) {
     throw std::runtime_error("gemm_prefill_wgmma: this device or build has no sm_90a code (H100/H200 only); "
@@ -473,7 +453,7 @@ void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cu
   const cuuint64_t chunks = tiled_chunks(p.k), tiles = (p.n_rows + 15) / 16;
   const cuuint64_t weight_dims[4] = {32, 16, chunks, tiles};
   const cuuint64_t weight_strides[3] = {kRowBytes, 16 * kRowBytes, chunks * 16 * kRowBytes};
-  const cuuint32_t weight_box[4] = {32, 16, 1, static_cast<cuuint32_t>(block_rows / 16)};
+  const cuuint32_t weight_box[4] = {32, 16, 1, kBlockRows / 16};
   CUtensorMap weight_map, input_map;
   encode(&weight_map, p.weight, 4, weight_dims, weight_strides, weight_box, "weights");
   const cuuint64_t input_dims[2] = {static_cast<cuuint64_t>(p.k), static_cast<cuuint64_t>(p.rows)};
@@ -481,9 +461,7 @@ void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cu
   const cuuint32_t input_box[2] = {32, static_cast<cuuint32_t>(block_tokens)};
   encode(&input_map, p.x, 2, input_dims, input_strides, input_box, "inputs");
   switch (block_tokens) {
-    case 64:
-      if (block_rows == 64) return TokenKernels<64, 1>::run(p, epilogue, weight_map, input_map, splits, stream, pdl);
-      return TokenKernels<64>::run(p, epilogue, weight_map, input_map, splits, stream, pdl);
+    case 64: return TokenKernels<64>::run(p, epilogue, weight_map, input_map, splits, stream, pdl);
     case 128: return TokenKernels<128>::run(p, epilogue, weight_map, input_map, splits, stream, pdl);
     case 256: return TokenKernels<256>::run(p, epilogue, weight_map, input_map, splits, stream, pdl);
     default: throw std::invalid_argument("gemm_prefill_wgmma: block tokens must be 64, 128 or 256, got " + std::to_string(block_tokens));

@@ -309,7 +309,6 @@ class DeviceModel {
   struct PrefillLaunch {
     bool wgmma = false;
     int wgmma_tokens = 0;
-    int wgmma_block_rows = 128;  // 64: the narrow block (GemmTuning::prefill_wgmma_narrow_rows)
     PrefillShape shape;
     PrefillSplit split;
   };

@@ -63,11 +63,10 @@ DeviceModel::PrefillLaunch DeviceModel::prefill_launch(const PrefillGemmParams& 
   launch.wgmma =
       tuning.prefill_wgmma && tma_fits && params.rows >= tuning.prefill_wgmma_min_rows && gemm_wgmma_available();
   launch.wgmma_tokens = prefill_wgmma_tokens(params.rows);
-  if (launch.wgmma_tokens == 64 && params.rows <= tuning.prefill_wgmma_narrow_rows) launch.wgmma_block_rows = 64;
   launch.shape = prefill_shape(params.rows, tuning.prefill_shape_by_rows);
   launch.split = launch.wgmma ? prefill_wgmma_split(params.rows, params.n_rows, params.k,
                                                     tuning.prefill_split_blocks_per_sm > 0 ? tuning.sm_count : 0,
-                                                    launch.wgmma_tokens, launch.wgmma_block_rows)
+                                                    launch.wgmma_tokens)
                               : prefill_split(params.rows, params.n_rows, params.k,
                                               tuning.prefill_split_blocks_per_sm * launch.shape.blocks_per_sm, tuning.sm_count,
                                               launch.shape);
@@ -113,7 +112,7 @@ void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogu
     params.partial = scratch.partial;
     params.counters = scratch.counters;
   }
-  if (launch.wgmma) return gemm_prefill_wgmma(params, epilogue, stream_, launch.wgmma_tokens, pdl, launch.wgmma_block_rows);
+  if (launch.wgmma) return gemm_prefill_wgmma(params, epilogue, stream_, launch.wgmma_tokens, pdl);
   gemm_prefill(params, epilogue, stream_, launch.shape);  // the mma.sync kernel has no PDL wait: launched after the last
 }
 

@@ -1056,8 +1056,8 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s
       a2d::cpu::matmuls(pool, x.values.data(), rows, {a2d::cpu::Projection{&wt, s.bias ? bias.values.data() : nullptr, y.data()}});
 
       // Every block shape the mma.sync kernel is built at (kPrefillShapes), then the warpgroup kernel at each of
-      // kWgmmaTokens, then its narrow block (64 weight rows at 64 tokens), each from fresh outputs.
-      const int kernels = static_cast<int>(std::size(kPrefillShapes) + std::size(kWgmmaTokens)) + 1;
+      // kWgmmaTokens, each from fresh outputs.
+      const int kernels = static_cast<int>(std::size(kPrefillShapes) + std::size(kWgmmaTokens));
       for (int kernel = 0; kernel < kernels; ++kernel) {
         out.poison();
         k_cache.poison();
@@ -1065,10 +1065,8 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s
         residual.upload(residual_before);
         if (kernel < static_cast<int>(std::size(kPrefillShapes))) {
           gemm_prefill(p, s.epilogue, g_stream, kPrefillShapes[kernel]);
-        } else if (kernel < kernels - 1) {
-          gemm_prefill_wgmma(p, s.epilogue, g_stream, kWgmmaTokens[kernel - std::size(kPrefillShapes)]);
         } else {
-          gemm_prefill_wgmma(p, s.epilogue, g_stream, 64, false, 64);
+          gemm_prefill_wgmma(p, s.epilogue, g_stream, kWgmmaTokens[kernel - std::size(kPrefillShapes)]);
         }
         A2D_CUDA_CHECK(cudaStreamSynchronize(g_stream));
         if (s.epilogue == PrefillEpilogue::store_bf16 || s.epilogue == PrefillEpilogue::silu_mul) {
