@@ -9,10 +9,14 @@
 //     through a decode forward, as the backend does), the decode forwards alone for comparison, and both
 //     paths per chunk size (where the backend's kPrefillFromRows comes from);
 //  4. unless --decode-prefill-gemm 0: decode forwards of 64 and 40 rows on the prefill GEMMs against the same
-//     forwards on the decode GEMMs (every random shape and the 2B one), and their time beside the decode GEMMs'.
+//     forwards on the decode GEMMs (every random shape and the 2B one), and their time beside the decode GEMMs';
+//  5. with --forward-rows N above 64 (ModelOptions::max_forward_rows): a prompt in forwards of N rows against
+//     forwards of 64, and one forward of many sequences (continuous batching past 64 rows: 32 x 5 rows, 48 x 5, 20 x
+//     12) against each sequence's part alone, every window row's logits; on the 2B shape the time of such forwards
+//     of 8-48 sequences at block 4 against the same sequences in forwards of at most 64 rows.
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
 //   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--split-attention 0|1]
-//                 [--decode-prefill-gemm ROWS]     (--probe:
+//                 [--decode-prefill-gemm ROWS] [--forward-rows N]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
 //   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
 //   call, g_wgmma below; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention)
@@ -53,6 +57,9 @@ bool g_split_attention = ModelOptions{}.prefill_split_attention;
 // (ModelOptions::decode_prefill_gemm_rows; the engine's default unless given, 0 never): held to the decode GEMMs'
 // forwards, and timed beside them.
 int g_decode_prefill_gemm = ModelOptions{}.decode_prefill_gemm_rows;
+// --forward-rows N: forwards of up to N rows (ModelOptions::max_forward_rows; the engine's default unless given); above
+// 64, the checks and timings of item 5.
+int g_forward_rows = ModelOptions{}.max_forward_rows;
 
 void check(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
@@ -109,6 +116,7 @@ ModelShape make_shape(int hidden, int inter, int layers, int heads, int kv_heads
 std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed, int decode_prefill_gemm = -1) {
   ModelOptions options;
   options.decode_prefill_gemm_rows = decode_prefill_gemm >= 0 ? decode_prefill_gemm : g_decode_prefill_gemm;
+  options.max_forward_rows = g_forward_rows;
   options.gemm.prefill_split_blocks_per_sm = g_split;
   options.gemm.prefill_shape_by_rows = g_shapes;
   options.gemm.prefill_wgmma = g_wgmma;
@@ -289,6 +297,122 @@ void decode_gemm_parity(const Case& c, std::vector<std::string>& table) {
           s, c.prompt, runs[1], runs[0], table);
 }
 
+// A prompt in forwards of g_forward_rows rows (one sequence, more than 64 rows a forward) against forwards of 64, on
+// one model.
+void long_forward_parity(const Case& c, std::vector<std::string>& table) {
+  ModelShape s = c.shape;
+  s.max_context = c.prompt + 64;
+  auto model = random_model(s, 7);
+  const int rows = model->max_forward_rows();
+  if (rows <= kMaxRows) {
+    std::printf("%s: forwards stay at %d rows on this shape (no prefill GEMMs for its decode forwards)\n", c.name.c_str(), rows);
+    return;
+  }
+  const std::vector<int32_t> tokens = prompt_tokens(c.prompt, s.vocab, 3);
+  A2D_CUDA_CHECK(cudaMemset(model->kv_storage(), 0, model->kv_storage_elements() * 2));
+  decode_prompt(*model, tokens, kMaxRows);
+  const Snapshot want = snapshot(*model);
+  A2D_CUDA_CHECK(cudaMemset(model->kv_storage(), 0, model->kv_storage_elements() * 2));
+  decode_prompt(*model, tokens, rows);
+  const Snapshot got = snapshot(*model);
+  compare("forwards of " + std::to_string(rows) + " rows " + c.name,
+          std::to_string(c.prompt) + " tokens against forwards of " + std::to_string(kMaxRows), s, c.prompt, got, want, table);
+}
+
+// One forward of `sequences` sequences, each a prompt in its own slot then `commit` committed and `window` window
+// rows (every other one the mask token) with logits at the window rows, against each sequence's rows as a forward of
+// its own: every window row's logits, and the argmax of each.
+void batch_parity(const std::string& name, ModelShape s, int sequences, int commit, int window, std::vector<std::string>& table) {
+  s.kv_slots = sequences;
+  s.max_context = 512;
+  auto model = random_model(s, 9);
+  const int rows = sequences * (commit + window);
+  const std::string what = std::to_string(sequences) + " sequences x (" + std::to_string(commit) + " + " +
+                           std::to_string(window) + ") rows";
+  if (model->slots() < sequences || rows > model->max_forward_rows()) {
+    check(false, "batch " + name + ": " + what + " do not fit one forward (" + std::to_string(model->slots()) + " slots, " +
+                     std::to_string(model->max_forward_rows()) + " rows)");
+    return;
+  }
+  std::vector<std::vector<int32_t>> prompts, parts;
+  for (int e = 0; e < sequences; ++e) {
+    prompts.push_back(prompt_tokens(40 + 9 * e, s.vocab, 10 + e));
+    std::vector<int32_t> part = prompt_tokens(commit + window, s.vocab, 100 + e);
+    for (int j = 0; j < window; j += 2) part[commit + j] = s.mask_token_id;
+    parts.push_back(part);
+  }
+  auto fill_prompts = [&] {
+    A2D_CUDA_CHECK(cudaMemset(model->kv_storage(), 0, model->kv_storage_elements() * 2));
+    for (int e = 0; e < sequences; ++e) model->prefill(e, 0, prompts[e].data(), static_cast<int>(prompts[e].size()));
+  };
+  const int logits = sequences * window;
+  std::vector<float> together(size_t(logits) * s.vocab), alone(size_t(logits) * s.vocab);
+  std::vector<TokenChoice> together_choice(logits), alone_choice(logits);
+  fill_prompts();
+  std::vector<int32_t> tokens, logit_rows;
+  std::vector<ForwardEntry> entries;
+  for (int e = 0; e < sequences; ++e) {
+    for (int j = 0; j < window; ++j) logit_rows.push_back(static_cast<int32_t>(tokens.size()) + commit + j);
+    tokens.insert(tokens.end(), parts[e].begin(), parts[e].end());
+    entries.push_back({e, static_cast<int>(prompts[e].size()), commit, commit + window});
+  }
+  ForwardInputs in;
+  in.tokens = tokens.data();
+  in.rows = rows;
+  in.logit_rows = logit_rows.data();
+  in.logit_count = logits;
+  in.write_logits = true;
+  in.entries = entries.data();
+  in.entry_count = sequences;
+  model->forward(in);
+  model->copy_logits(together.data(), 0, logits);
+  model->copy_choices(together_choice.data(), logits);
+  fill_prompts();
+  std::vector<int32_t> own_rows(window);
+  for (int j = 0; j < window; ++j) own_rows[j] = commit + j;
+  for (int e = 0; e < sequences; ++e) {
+    ForwardInputs one;
+    one.slot = e;
+    one.cached = static_cast<int>(prompts[e].size());
+    one.commit = commit;
+    one.tokens = parts[e].data();
+    one.rows = commit + window;
+    one.logit_rows = own_rows.data();
+    one.logit_count = window;
+    one.write_logits = true;
+    model->forward(one);
+    model->copy_logits(alone.data() + size_t(e) * window * s.vocab, 0, window);
+    model->copy_choices(alone_choice.data() + e * window, window);
+  }
+  double worst = 0;
+  int worst_sequence = 0, agree = 0, choice_mismatch = 0;
+  for (int e = 0; e < sequences; ++e) {
+    const size_t first = size_t(e) * window * s.vocab;
+    const double err = rel_error(together.data() + first, alone.data() + first, int64_t(window) * s.vocab);
+    if (err > worst) {
+      worst = err;
+      worst_sequence = e;
+    }
+  }
+  for (int i = 0; i < logits; ++i) {
+    agree += together_choice[i].token == alone_choice[i].token;
+    // The device argmax of each row against the host's own reading of the same forward's logits.
+    const float* row = together.data() + size_t(i) * s.vocab;
+    int best = -1;
+    for (int v = 0; v < s.vocab; ++v) {
+      if (v != s.mask_token_id && (best < 0 || row[v] > row[best])) best = v;
+    }
+    choice_mismatch += together_choice[i].token != best;
+  }
+  char line[512];
+  std::snprintf(line, sizeof line, "batch %s: %s in one forward of %d rows against each alone: logits rel err worst %.2e "
+                "(sequence %d), argmax agree %d/%d, device argmax vs its logits %d off",
+                name.c_str(), what.c_str(), rows, worst, worst_sequence, agree, logits, choice_mismatch);
+  // Ties in random weights may flip an argmax between the two GEMM paths; the logits bound the error.
+  check(worst < 3e-2 && choice_mismatch == 0, line);
+  table.push_back("| batch " + name + ", " + what + " | " + (worst < 3e-2 && choice_mismatch == 0 ? "ok" : "FAIL") + " |");
+}
+
 // The CUDA backend against the CPU backend through the Backend interface on a tiny model folder.
 void backend_parity(std::vector<std::string>& table) {
   a2d::test::TinyShape shape;
@@ -455,6 +579,76 @@ void timings(bool quick, std::vector<std::string>& table) {
   }
 }
 
+// Continuous batching past 64 rows on the 2B shape: E sequences after 1,024 cached tokens each, one commit row and a
+// window of 4 (block 4, one token a step) with logits at the window rows; one forward of all 5E rows against the
+// same sequences in forwards of at most 64 rows (12 a forward, as CudaBackend packs them), and one sequence alone.
+// Tokens a second count one token a sequence a forward.
+void forward_rows_timings(ModelShape s, std::vector<std::string>& table) {
+  s.kv_slots = 48;
+  s.max_context = 2048;
+  auto model = random_model(s, 13);
+  A2D_CUDA_CHECK(cudaMemset(model->kv_storage(), 0, model->kv_storage_elements() * 2));
+  const int max_rows = model->max_forward_rows();
+  const int window = 4, cached = 1024;
+  auto run = [&](int first, int count) {
+    std::vector<int32_t> tokens, logit_rows;
+    std::vector<ForwardEntry> entries;
+    for (int e = first; e < first + count; ++e) {
+      for (int j = 0; j < window; ++j) logit_rows.push_back(static_cast<int32_t>(tokens.size()) + 1 + j);
+      std::vector<int32_t> part = prompt_tokens(1 + window, s.vocab, e);
+      for (int j = 0; j < window; ++j) part[1 + j] = s.mask_token_id;
+      tokens.insert(tokens.end(), part.begin(), part.end());
+      entries.push_back({e, cached, 1, 1 + window});
+    }
+    ForwardInputs in;
+    in.tokens = tokens.data();
+    in.rows = static_cast<int>(tokens.size());
+    in.logit_rows = logit_rows.data();
+    in.logit_count = static_cast<int>(logit_rows.size());
+    if (count == 1) {
+      in.slot = first;
+      in.cached = cached;
+      in.commit = 1;
+    } else {
+      in.entries = entries.data();
+      in.entry_count = count;
+    }
+    model->forward(in);
+  };
+  auto ms_of = [&](auto&& body) {
+    body();  // warm
+    std::vector<double> seconds;
+    for (int r = 0; r < 5; ++r) {
+      model->synchronize();
+      const double start = now_s();
+      for (int i = 0; i < 10; ++i) body();
+      model->synchronize();
+      seconds.push_back((now_s() - start) / 10);
+    }
+    return 1e3 * median(seconds);
+  };
+  const double single = ms_of([&] { run(0, 1); });
+  char line[256];
+  std::printf("2B, one sequence after %d cached, block 4: %.3f ms a forward (%.0f tokens/s)\n", cached, single, 1e3 / single);
+  table.push_back("");
+  table.push_back("| 2B sequences at block 4 (KV 1k) | rows | one forward ms | forwards of <= 64 rows ms | tokens/s, one forward | "
+                  "tokens/s, <= 64 rows | x one sequence (" + std::to_string(int(1e3 / single)) + " tokens/s) |");
+  table.push_back("|---|---|---|---|---|---|---|");
+  const int per_forward = kMaxRows / (1 + window);
+  for (const int sequences : {8, 12, 13, 16, 24, 32, 40, 48}) {
+    const int rows = sequences * (1 + window);
+    const double split = ms_of([&] {
+      for (int first = 0; first < sequences; first += per_forward) run(first, std::min(per_forward, sequences - first));
+    });
+    const double one = rows <= max_rows ? ms_of([&] { run(0, sequences); }) : NAN;
+    const double best = std::isnan(one) ? split : std::min(one, split);
+    std::snprintf(line, sizeof line, "| %d | %d | %.3f | %.3f | %.0f | %.0f | %.2f |", sequences, rows, one, split,
+                  1e3 * sequences / one, 1e3 * sequences / split, (1e3 * sequences / best) / (1e3 / single));
+    std::printf("2B %s\n", line);
+    table.push_back(line);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -469,9 +663,10 @@ int main(int argc, char** argv) {
     else if (arg == "--wgmma" && i + 1 < argc) g_wgmma = std::atoi(argv[++i]) != 0;
     else if (arg == "--split-attention" && i + 1 < argc) g_split_attention = std::atoi(argv[++i]) != 0;
     else if (arg == "--decode-prefill-gemm" && i + 1 < argc) g_decode_prefill_gemm = std::atoi(argv[++i]);
+    else if (arg == "--forward-rows" && i + 1 < argc) g_forward_rows = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
-                           "[--split-attention 0|1] [--decode-prefill-gemm ROWS]\n");
+                           "[--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N]\n");
       return 2;
     }
   }
@@ -500,6 +695,12 @@ int main(int argc, char** argv) {
         decode_gemm_parity(Case{c.name + ", 40-row forwards", c.shape, c.prompt, 40}, table);
       }
     }
+    if (g_forward_rows > kMaxRows) {
+      for (const Case& c : cases) long_forward_parity(c, table);
+      batch_parity(cases[0].name, cases[0].shape, 32, 1, 4, table);   // 160 rows, 128 logits rows: two lm_head passes
+      batch_parity(cases[0].name, cases[0].shape, 48, 1, 4, table);   // 240 rows, 192: three
+      batch_parity(cases[2].name, cases[2].shape, 20, 4, 8, table);   // 240 rows, bias, tied, hd64
+    }
     backend_parity(table);
     if (!skip_2b) {
       ModelShape big = make_shape(2048, 6144, 42, 16, 2, 128, 130560);
@@ -507,6 +708,10 @@ int main(int argc, char** argv) {
       parity(Case{"2B shape", big, 2100, 2048}, table);
       parity(Case{"2B shape, short chunks", big, 300, 40}, table);  // 40 rows and a 19-row tail: both small shapes
       if (g_decode_prefill_gemm > 0) decode_gemm_parity(Case{"2B shape", big, 300, kMaxRows}, table);
+      if (g_forward_rows > kMaxRows) {
+        batch_parity("2B shape", big, 32, 1, 4, table);
+        forward_rows_timings(big, table);
+      }
       timings(quick, table);
     }
   } catch (const std::exception& e) {

@@ -106,7 +106,7 @@ constexpr int kPrefillFromRows = 128;
 // Continuous batching (docs/decoding.md, "Several sequences at once"): each sequence has a KV cache slot of the
 // DeviceModel's. A batch's sequences run their long prompt parts alone (the prefill kernels, then commit-only
 // forwards of kMaxRows rows), and their last parts, each at most kMaxRows rows with the window, packed together into
-// forwards of up to kMaxRows rows: one stream of the weights for every sequence in it.
+// forwards of up to DeviceModel::max_forward_rows() rows: one stream of the weights for every sequence in it.
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const Model& model, int64_t max_context, int32_t max_batch)
@@ -257,7 +257,7 @@ class CudaBackend final : public Backend {
 
   // Every entry checked first (check_batch, and the window's bound); then the leading parts of each sequence alone
   // (the prefill kernels for long commits before its first logits row, then commit-only forwards of kMaxRows rows),
-  // then the last parts of all, packed into forwards of at most kMaxRows rows in the batch's order. Collects every
+  // then the last parts of all, packed into forwards of at most max_forward_rows() rows in the batch's order. Collects every
   // logits row's choice into its slot, and the fp32 logits of an entry whose destination is set.
   void run(const std::vector<SlotForward>& batch, const std::vector<float*>& destinations) {
     check_batch(batch);
@@ -306,8 +306,9 @@ class CudaBackend final : public Backend {
     }
     std::vector<Part> group;
     int group_rows = 0;
+    const int forward_rows = device_.max_forward_rows();
     for (const Part& part : last_parts) {
-      if (group_rows + part.rows > cuda::kMaxRows) {
+      if (group_rows + part.rows > forward_rows) {
         run_forward(batch, destinations, tokens, group);
         group.clear();
         group_rows = 0;

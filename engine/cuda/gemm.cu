@@ -50,6 +50,12 @@ __device__ __forceinline__ uint4 load_input_row(const GemmParams& p, int input_r
 
 constexpr int kStagedParts = 128;  // sums-of-squares parts the tile kernel stages (hidden up to 2048)
 
+// Logits: the input row of this pass's token row t, and the pass's token rows (GemmParams::logit_first).
+__device__ __forceinline__ int logit_row(const GemmParams& p, int t) { return p.state->logit_rows[p.logit_first + t]; }
+__device__ __forceinline__ int logit_pass_rows(const GemmParams& p) {
+  return min(p.state->logit_count - p.logit_first, kMaxRows);
+}
+
 // The RMSNorm scale of each input row t < rows, one warp per row (the block's `warps` warps take turns):
 // the producer's per-tile partial sums of squares ssq[part * stride + row], summed across the lanes. ssq is
 // the producer's ssq_in (stride kMaxRows) or the tile kernel's copy in shared memory (stride kCols, rows
@@ -62,7 +68,7 @@ __device__ __forceinline__ void rmsnorm_row_scales(const GemmParams& p, const fl
       if (lane == 0) row_scale[t] = 0.f;
       continue;
     }
-    const int r = p.use_row_map ? p.state->logit_rows[t] : t;
+    const int r = p.use_row_map ? logit_row(p, t) : t;
     float sum = 0.f;
     for (int part = lane; part < p.ssq_in_parts; part += 32) sum += ssq[part * stride + r];
     for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
@@ -85,7 +91,7 @@ __device__ __forceinline__ TileInputs<kTiles> tile_inputs(const GemmParams& p, i
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int t = min(j * 8 + g, rows - 1);
-    in.row[j] = p.use_row_map ? p.state->logit_rows[t] : t;
+    in.row[j] = p.use_row_map ? logit_row(p, t) : t;
     in.scale[j] = kInput == GemmInput::rmsnorm_residual && row_scale != nullptr ? row_scale[t] : 1.f;
   }
   return in;
@@ -543,7 +549,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   // row count: the host wrote the step state before the forward's first kernel.
   load_weights(chunk_begin);
   if (!kFp8 && !adapter_tile) prefetch_low_rank_rows(p, tile, threadIdx.x, blockDim.x);
-  const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
+  const int rows = kEpilogue == GemmEpilogue::logits ? logit_pass_rows(p) : p.state->rows;
   const StepView view = step_view(p);
   wait_for_previous_grid();
   A2D_TRACE(const uint64_t t_waited = trace_clock());
@@ -707,7 +713,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
     load_stream16_if(wb[u], w + kChunkBytes / 2, has_tile && u < n);
   }
   if (!kFp8 && has_tile && !adapter_tile) prefetch_low_rank_rows(p, tile, lane, 32);
-  const int rows = kEpilogue == GemmEpilogue::logits ? p.state->logit_count : p.state->rows;
+  const int rows = kEpilogue == GemmEpilogue::logits ? logit_pass_rows(p) : p.state->rows;
   const StepView view = step_view(p);
   wait_for_previous_grid();
   if (rows <= 0) return;
@@ -720,7 +726,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
       const int half = piece / (kCols * 4), t = piece / 4 % kCols, quarter = piece % 4;
       const int k = k0 + half * 32 + quarter * 8;
       const bool valid = t < rows && i < n && k < p.k;
-      const int row = valid ? (p.use_row_map ? p.state->logit_rows[t] : t) : 0;
+      const int row = valid ? (p.use_row_map ? logit_row(p, t) : t) : 0;
       cp_async16(&stage[i % kWideStages][half][t][quarter * 8],
                  p.x + static_cast<size_t>(row) * p.x_stride + (valid ? k : 0), valid);
     }

@@ -129,7 +129,11 @@ struct GemmParams {
   int ssq_in_parts;
   const bf16* norm_weight;
   float norm_eps;
-  bool use_row_map;  // logits: token row t reads input row state->logit_rows[t]
+  bool use_row_map;  // logits: token row t reads input row state->logit_rows[logit_first + t]
+  // logits: this launch's first logits row. A forward of more than kMaxRows logits rows runs the lm_head in passes of
+  // kMaxRows, each with its own `logits` and `argmax_out` (DeviceModel::enqueue_forward); token row t of a pass is
+  // logits row logit_first + t, and a pass takes min(state->logit_count - logit_first, kMaxRows) of them.
+  int logit_first;
 
   // Outputs.
   bf16* out;            // store_bf16 / silu_mul: [rows][out_stride]

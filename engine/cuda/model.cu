@@ -77,7 +77,10 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   hidden_tiles_ = ceil_div(s.hidden, kGemmTileRows);
   vocab_tiles_ = ceil_div(s.vocab, kGemmTileRows);
   const int group = s.heads / s.kv_heads;
-  attention_row_capacity_ = kMaxRows * group;
+  forward_capacity_ = options.max_forward_rows > kMaxRows && decode_prefill_gemms_possible()
+                          ? bucket_rows(row_bucket(std::min(options.max_forward_rows, kMaxForwardRows)))
+                          : kMaxRows;
+  attention_row_capacity_ = forward_capacity_ * group;
   if (s.adapter_rank > 0 && s.fp8) {
     throw std::runtime_error("the CUDA backend runs a row adapter (a2d.mask_adapter / a2d.window_adapter) on bf16 weights "
                              "only; serve the bf16 model, or this FP8 one on the CPU backend");
@@ -134,35 +137,39 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   rope_table_ = device_alloc<float2>(size_t(s.max_context) * (s.head_dim / 2), stream_);
   fill_rope_table(rope_table_, s.max_context, s.head_dim, s.rope_theta, stream_);
 
-  // Activations of one forward, sized for kMaxRows rows.
-  for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
+  // Activations of one forward, sized for forward_capacity_ rows (the decode GEMMs' sums of squares and the
+  // adapter's t for kMaxRows: larger forwards run on the prefill GEMMs).
+  const int row_buckets = row_bucket(forward_capacity_);
+  for (int bucket = 1; bucket <= row_buckets; ++bucket) {
     for (int e = 0; e < kEntryBuckets; ++e) {
-      attention_splits_[bucket][e] = attention_max_splits(bucket * 8, 1 << e, s.heads, s.kv_heads, sm_count_);
+      attention_splits_[bucket][e] = attention_max_splits(bucket_rows(bucket), 1 << e, s.heads, s.kv_heads, sm_count_);
     }
   }
+  const size_t R = forward_capacity_;
   A2D_CUDA_CHECK(cudaMalloc(&state_, sizeof(StepState)));
   A2D_CUDA_CHECK(cudaMallocHost(&state_host_, sizeof(StepState)));
   std::memset(state_host_, 0, sizeof(StepState));
-  residual_ = device_alloc<float>(size_t(kMaxRows) * H, stream_);
+  residual_ = device_alloc<float>(R * H, stream_);
   ssq_attention_ = device_alloc<float>(size_t(hidden_tiles_) * kMaxRows, stream_);
-  ssq_layer_ = device_alloc<float>(size_t(hidden_tiles_) * kMaxRows, stream_);
+  // The embedding writes one part of every row's sum (embed.cuh), whatever the path.
+  ssq_layer_ = device_alloc<float>(std::max(size_t(hidden_tiles_) * kMaxRows, R), stream_);
   qkv_out_ = device_alloc<bf16>(size_t(kMaxRows) * qkv_rows_, stream_);
-  q_roped_ = device_alloc<bf16>(size_t(kMaxRows) * s.heads * head_dim_padded_, stream_);
-  attention_out_ = device_alloc<bf16>(size_t(kMaxRows) * s.heads * s.head_dim, stream_);
-  mlp_act_ = device_alloc<bf16>(size_t(kMaxRows) * s.intermediate, stream_);
-  normed_ = device_alloc<bf16>(size_t(kMaxRows) * H, stream_);
+  q_roped_ = device_alloc<bf16>(R * s.heads * head_dim_padded_, stream_);
+  attention_out_ = device_alloc<bf16>(R * s.heads * s.head_dim, stream_);
+  mlp_act_ = device_alloc<bf16>(R * s.intermediate, stream_);
+  normed_ = device_alloc<bf16>(R * H, stream_);
   // Splits x KV heads x rows: the largest over the buckets, each bucket's grid covers rows up to its size.
   size_t partial_slots = 0;
-  for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
+  for (int bucket = 1; bucket <= row_buckets; ++bucket) {
     for (int e = 0; e < kEntryBuckets; ++e) {
       partial_slots = std::max(partial_slots, size_t(attention_splits_[bucket][e]) * s.kv_heads * attention_row_capacity_);
     }
   }
   attention_partial_o_ = device_alloc<float>(partial_slots * head_dim_padded_, stream_);
   attention_partial_ml_ = device_alloc<float2>(partial_slots, stream_);
-  logits_ = device_alloc<float>(size_t(kMaxRows) * s.vocab, stream_);
-  argmax_partials_ = device_alloc<ArgmaxPartial>(size_t(vocab_tiles_) * kMaxRows, stream_);
-  choices_ = device_alloc<TokenChoice>(kMaxRows, stream_);
+  logits_ = device_alloc<float>(R * s.vocab, stream_);
+  argmax_partials_ = device_alloc<ArgmaxPartial>(size_t(ceil_div(forward_capacity_, kMaxRows)) * vocab_tiles_ * kMaxRows, stream_);
+  choices_ = device_alloc<TokenChoice>(R, stream_);
   options_.gemm.sm_count = sm_count_;
   gemm_split_counters_ = device_alloc<unsigned>(
       size_t(std::max({vocab_tiles_, gemm_rows(H, std::max(site_rank(kOSite), site_rank(kDownSite))) / kGemmTileRows,
@@ -517,7 +524,7 @@ void DeviceModel::capture_graphs() {
   reserve_decode_prefill_splits();
   if (!options_.graphs) return;
   const double started = now_s();
-  for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
+  for (int bucket = 1; bucket <= kRowBuckets; ++bucket) {
     for (int entries = 0; entries < kEntryBuckets; ++entries) {
       if (captures(bucket, entries)) capture_graph(bucket, entries);
     }
@@ -571,7 +578,7 @@ RopeParams DeviceModel::rope_params(const LayerWeights& L, const bf16* qkv, cons
 // enqueue (or one captured graph) serves every forward of up to max_rows rows.
 void DeviceModel::enqueue_forward(int max_rows, int entries) {
   const ModelShape& s = shape_;
-  const int bucket = ceil_div(max_rows, 8);
+  const int bucket = row_bucket(max_rows);
   const bool pdl = options_.pdl;
   cudaStream_t st = stream_;
   // A layer's K (or V): every slot's, slot after slot; a row's kernels add its slot's offset (step_state.cuh).
@@ -748,7 +755,16 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
   } else {
     normalise_input(head);
   }
-  gemm(head, normalised, GemmEpilogue::logits, max_rows, options_.gemm, st, on_prefill_gemms ? chain : pdl);
+  // The decode GEMM takes kMaxRows logits rows a launch: a forward of more rows runs it in passes, each pass's
+  // logits and argmax partials after the last one's (GemmParams::logit_first).
+  for (int first = 0; first < max_rows; first += kMaxRows) {
+    GemmParams pass = head;
+    pass.logit_first = first;
+    pass.logits = logits_ + size_t(first) * s.vocab;
+    pass.argmax_out = argmax_partials_ + size_t(first / kMaxRows) * vocab_tiles_ * kMaxRows;
+    gemm(pass, normalised, GemmEpilogue::logits, std::min(max_rows - first, kMaxRows), options_.gemm, st,
+         on_prefill_gemms ? chain : pdl);
+  }
   reveal_argmax(RevealParams{argmax_partials_, vocab_tiles_, state_, choices_}, max_rows, st, pdl);
 }
 
@@ -756,7 +772,7 @@ void DeviceModel::capture_graph(int bucket, int entries) {
   cudaGraph_t graph = nullptr;
   A2D_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   try {
-    enqueue_forward(bucket * 8, entries);
+    enqueue_forward(bucket_rows(bucket), entries);
   } catch (...) {
     cudaStreamEndCapture(stream_, &graph);
     if (graph != nullptr) cudaGraphDestroy(graph);
@@ -792,8 +808,19 @@ void DeviceModel::describe_entries(const ForwardInputs& in, StepState& st) const
   if (row != in.rows) throw std::logic_error("forward: the entries' rows do not add up to the forward's");
 }
 
+int DeviceModel::max_forward_rows() const {
+  // The largest row bucket within the option and the activations whose forwards run on the prefill GEMMs.
+  const int limit = std::min(options_.max_forward_rows, forward_capacity_);
+  int rows = kMaxRows;
+  for (int bucket = row_bucket(kMaxRows) + 1; bucket <= kRowBuckets && bucket_rows(bucket) <= limit; ++bucket) {
+    if (decode_on_prefill_gemms(bucket_rows(bucket))) rows = bucket_rows(bucket);
+  }
+  return rows;
+}
+
 void DeviceModel::forward(const ForwardInputs& in) {
-  if (in.rows < 1 || in.rows > kMaxRows) throw std::runtime_error("forward: rows must be 1.." + std::to_string(kMaxRows));
+  const int max_rows = max_forward_rows();
+  if (in.rows < 1 || in.rows > max_rows) throw std::runtime_error("forward: rows must be 1.." + std::to_string(max_rows));
   const bool several = in.entry_count > 1;
   if (in.entry_count == 1) throw std::logic_error("forward: one sequence goes in cached, commit and slot");
   if (!several && (in.commit < 0 || in.commit > in.rows)) throw std::runtime_error("forward: commit rows out of range");
@@ -826,12 +853,12 @@ void DeviceModel::forward(const ForwardInputs& in) {
   // One sequence's kernels read nothing past logit_rows: the copy leaves the arrays of several out.
   const size_t state_bytes = several ? sizeof(StepState) : offsetof(StepState, row_entry);
   A2D_CUDA_CHECK(cudaMemcpyAsync(state_, state_host_, state_bytes, cudaMemcpyHostToDevice, stream_));
-  const int bucket = ceil_div(in.rows, 8);
+  const int bucket = row_bucket(in.rows);
   const int entries = several ? entry_bucket(in.entry_count) : 0;
   if (options_.graphs && graphs_[bucket][entries].exec != nullptr) {
     A2D_CUDA_CHECK(cudaGraphLaunch(graphs_[bucket][entries].exec, stream_));
   } else {
-    enqueue_forward(bucket * 8, entries);
+    enqueue_forward(bucket_rows(bucket), entries);
   }
 }
 

@@ -1,7 +1,7 @@
 // The model on the GPU: bf16 (or an FP8 model's e4m3 GEMM) weights in the kernels' layout, the KV cache for the whole
 // context in one slot per sequence decoded at once, the activation buffers of one forward, and one CUDA graph per
-// tensor-core row bucket (8, 16, ..., 64 rows) and number of sequences (1, 2, 4, ... up to the slots) replayed with
-// the forward's inputs in device memory (StepState).
+// row bucket (8, 16, ..., 64 rows, then 96, 128, ... up to ModelOptions::max_forward_rows) and number of sequences
+// (1, 2, 4, ... up to the slots) replayed with the forward's inputs in device memory (StepState).
 #pragma once
 
 #include <algorithm>
@@ -126,6 +126,11 @@ struct ModelOptions {
   // The 2B shape at KV 1k on the H100 (bench/NOTES.md, run 132), ms a forward without / with: 34 rows 4.76 / 4.40,
   // 40 rows 4.79 / 4.44, 64 rows 5.51 / 5.18.
   bool decode_prefill_pdl = true;
+  // Most rows of one forward (continuous batching: 32 sequences at block 4 are 160 rows). Above kMaxRows (up to
+  // kMaxForwardRows) only where those forwards run on the prefill GEMMs (decode_prefill_gemm_rows: bf16 models
+  // without a row adapter, sm_90a), in row buckets of 32, the lm_head in passes of kMaxRows logits rows; elsewhere
+  // kMaxRows. Fixed at construction (the activations are sized for it; reconfigure keeps the construction's).
+  int max_forward_rows = kMaxRows;
   GemmTrace gemm_trace;  // per-block GEMM records (trace.cuh): only builds with A2D_GEMM_TRACE write them
 };
 
@@ -138,8 +143,9 @@ struct ForwardEntry {
   int rows = 0;
 };
 
-// The inputs of one forward of at most kMaxRows rows (see StepState): one sequence on `slot` (entry_count 0), or the
-// rows of entry_count sequences one after another (entries; cached, commit and slot unused).
+// The inputs of one forward of at most DeviceModel::max_forward_rows() rows (see StepState): one sequence on `slot`
+// (entry_count 0), or the rows of entry_count sequences one after another (entries; cached, commit and slot unused),
+// each of at most kMaxRows rows.
 struct ForwardInputs {
   int cached = 0;
   int commit = 0;
@@ -160,6 +166,12 @@ inline int entry_bucket(int entries) {
   while ((1 << bucket) < entries) ++bucket;
   return bucket;
 }
+
+// A forward's row bucket (1-based): the row count its graph and kernels are built for, 8, 16, ... kMaxRows, then
+// kMaxRows + 32, + 64, ... kMaxForwardRows.
+constexpr int kRowBuckets = kMaxRows / 8 + (kMaxForwardRows - kMaxRows) / 32;
+inline int row_bucket(int rows) { return rows <= kMaxRows ? (rows + 7) / 8 : kMaxRows / 8 + (rows - kMaxRows + 31) / 32; }
+inline int bucket_rows(int bucket) { return bucket <= kMaxRows / 8 ? bucket * 8 : kMaxRows + (bucket - kMaxRows / 8) * 32; }
 
 // Most rows of one prefill forward (DeviceModel::prefill); the model's buffers for them are allocated at
 // construction (about 80 MB on the 2B shape).
@@ -219,6 +231,8 @@ class DeviceModel {
   void synchronize();
   // KV cache slots: sequences one forward may hold (ModelShape::kv_slots, as many as fitted).
   int slots() const { return slots_; }
+  // Most rows one forward takes under the current options (ModelOptions::max_forward_rows where it applies).
+  int max_forward_rows() const;
 
   const ModelShape& shape() const { return shape_; }
   const StartupTimes& startup() const { return startup_; }
@@ -227,7 +241,7 @@ class DeviceModel {
   bf16* kv_storage() const { return kv_cache_; }
   int64_t kv_storage_elements() const { return kv_elements_; }
   const char* device_name() const { return device_name_; }
-  // The captured forward of a row bucket (up to 8 * bucket rows) of one sequence: the graph and its instance, both
+  // The captured forward of a row bucket (bucket_rows(bucket) rows) of one sequence: the graph and its instance, both
   // null without graphs. engine/bench disables nodes of an instance for its per-kernel timing breakdowns.
   struct CapturedForward {
     cudaGraph_t graph = nullptr;
@@ -272,7 +286,9 @@ class DeviceModel {
   bf16* site_weight(int layer, int site) const;
 
   // Graphs are captured for sequence counts 1 << entries (entry_bucket) that a forward of max_rows rows can hold.
-  bool captures(int bucket, int entries) const { return entries == 0 || (1 << (entries - 1)) < std::min(slots_, bucket * 8); }
+  bool captures(int bucket, int entries) const {
+    return bucket_rows(bucket) <= max_forward_rows() && (entries == 0 || (1 << (entries - 1)) < std::min(slots_, bucket_rows(bucket)));
+  }
   void enqueue_forward(int max_rows, int entries);
   void describe_entries(const ForwardInputs& in, StepState& st) const;
   // The rope kernel's parameters for layer L: RoPE (and QK-norm) on the q and k heads of `qkv`, q to q_out, k and
@@ -326,6 +342,8 @@ class DeviceModel {
   // Whether a decode forward of `max_rows` rows runs its projections on the prefill GEMMs
   // (ModelOptions::decode_prefill_gemm_rows), and the split scratch its graphs read, reserved before capture.
   bool decode_on_prefill_gemms(int max_rows) const;
+  // Whether any decode forward may (the shape, the device and the options, whatever the rows).
+  bool decode_prefill_gemms_possible() const;
   void reserve_decode_prefill_splits();
 
   ModelShape shape_;
@@ -361,7 +379,10 @@ class DeviceModel {
   int hidden_tiles_ = 0;
   int vocab_tiles_ = 0;
   int attention_row_capacity_ = 0;
-  int attention_splits_[kMaxRows / 8 + 1][kEntryBuckets] = {};
+  int attention_splits_[kRowBuckets + 1][kEntryBuckets] = {};
+  // The rows the activations are sized for: ModelOptions::max_forward_rows at construction where the shape and the
+  // device take forwards that large (decode_on_prefill_gemms), else kMaxRows.
+  int forward_capacity_ = kMaxRows;
 
   StepState* state_ = nullptr;       // device
   StepState* state_host_ = nullptr;  // pinned
@@ -377,7 +398,7 @@ class DeviceModel {
   float2* attention_partial_ml_ = nullptr;
   float* logits_ = nullptr;
   float* anchor_logits_ = nullptr;  // [slots][vocab]
-  ArgmaxPartial* argmax_partials_ = nullptr;
+  ArgmaxPartial* argmax_partials_ = nullptr;  // [logits passes of kMaxRows rows][vocab tiles][kMaxRows]
   TokenChoice* choices_ = nullptr;
   float* gemm_split_partials_ = nullptr;  // split-K scratch, sized for the current tuning
   size_t gemm_split_floats_ = 0;
@@ -417,7 +438,7 @@ class DeviceModel {
   int staging_next_ = 0;
   double upload_started_ = -1;
 
-  std::array<std::array<CapturedForward, kEntryBuckets>, kMaxRows / 8 + 1> graphs_ = {};
+  std::array<std::array<CapturedForward, kEntryBuckets>, kRowBuckets + 1> graphs_ = {};
 };
 
 }  // namespace a2d::cuda

@@ -116,21 +116,25 @@ void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogu
   gemm_prefill(params, epilogue, stream_, launch.shape);  // the mma.sync kernel has no PDL wait: launched after the last
 }
 
+bool DeviceModel::decode_prefill_gemms_possible() const {
+  // The warpgroup kernel only: the mma.sync one is slower than the decode GEMMs at these rows (bench/NOTES.md, run 116).
+  return options_.decode_prefill_gemm_rows > 0 && fused_rope_ && !shape_.fp8 && shape_.adapter_rank == 0 &&
+         options_.gemm.prefill_wgmma && gemm_wgmma_available();
+}
+
 bool DeviceModel::decode_on_prefill_gemms(int max_rows) const {
-  const int from = options_.decode_prefill_gemm_rows;
   // More than 8 rows: the decode forward's inputs are bf16 rows (enqueue_forward's `prenormalise`), which the
   // lm_head then reads.
-  // The warpgroup kernel only: the mma.sync one is slower than the decode GEMMs at these rows (bench/NOTES.md, run 116).
-  return from > 0 && max_rows >= from && max_rows > 8 && max_rows <= prefill_capacity_ && fused_rope_ && !shape_.fp8 &&
-         shape_.adapter_rank == 0 && options_.gemm.prefill_wgmma && gemm_wgmma_available();
+  return decode_prefill_gemms_possible() && max_rows >= options_.decode_prefill_gemm_rows && max_rows > 8 &&
+         max_rows <= prefill_capacity_;
 }
 
 // The splits of the four projections at every row bucket that runs on the prefill GEMMs, before any graph holds
 // the scratch's address.
 void DeviceModel::reserve_decode_prefill_splits() {
   const ModelShape& s = shape_;
-  for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
-    if (!decode_on_prefill_gemms(bucket * 8)) continue;
+  for (int bucket = 1; bucket <= row_bucket(forward_capacity_); ++bucket) {
+    if (!decode_on_prefill_gemms(bucket_rows(bucket))) continue;
     if (layers_.empty()) return;
     // Layer 0's weights stand for every layer's: the plan reads their alignment, which the arena gives them all.
     const LayerWeights& L = layers_[0];
@@ -143,7 +147,8 @@ void DeviceModel::reserve_decode_prefill_splits() {
                  {L.gate_up, gate_up_rows_, s.hidden, normed_},
                  {L.down, s.hidden, s.intermediate, mlp_act_}};
     for (const auto& g : gemms) {
-      reserve_split(decode_split_, prefill_launch(prefill_params(g.weight, g.n_rows, g.n_rows, g.k, g.x, g.k, bucket * 8)).split,
+      reserve_split(decode_split_,
+                    prefill_launch(prefill_params(g.weight, g.n_rows, g.n_rows, g.k, g.x, g.k, bucket_rows(bucket))).split,
                     true);
     }
   }

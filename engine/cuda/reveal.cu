@@ -25,12 +25,14 @@ __global__ void __launch_bounds__(kThreads) reveal_argmax_kernel(const RevealPar
   // round trip to L2 per batch, not per tile).
   constexpr int kBatch = 16;
   ArgmaxPartial best{-INFINITY, 0.f, -1};
+  // Logits row t's partials: its lm_head pass's [tiles][kMaxRows], column t % kMaxRows.
+  const ArgmaxPartial* partials = p.partials + static_cast<size_t>(t / kMaxRows) * p.tiles * kMaxRows + t % kMaxRows;
   for (int base = threadIdx.x; base < p.tiles; base += kThreads * kBatch) {
     ArgmaxPartial batch[kBatch];
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const int tile = base + i * kThreads;
-      batch[i] = tile < p.tiles ? p.partials[tile * kMaxRows + t] : ArgmaxPartial{-INFINITY, 0.f, -1};
+      batch[i] = tile < p.tiles ? partials[tile * kMaxRows] : ArgmaxPartial{-INFINITY, 0.f, -1};
     }
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) best = merge(best, batch[i]);

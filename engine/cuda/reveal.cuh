@@ -15,10 +15,11 @@ struct TokenChoice {
 };
 
 struct RevealParams {
-  const ArgmaxPartial* partials;  // [tiles][kMaxRows]
+  // [lm_head passes][tiles][kMaxRows]: logits rows 0..kMaxRows-1 in the first pass's, then the next kMaxRows.
+  const ArgmaxPartial* partials;
   int tiles;
   const StepState* state;
-  TokenChoice* choices;  // [kMaxRows]
+  TokenChoice* choices;  // [logits rows]
 };
 
 void reveal_argmax(const RevealParams& params, int max_rows, cudaStream_t stream, bool pdl);

@@ -14,12 +14,17 @@
 
 namespace a2d::cuda {
 
-// Most rows one forward processes; longer commits (prompts) run as several forwards.
+// Most rows of a forward on the decode GEMMs, of one sequence's part of a forward, and most sequences a forward
+// holds; longer commits (prompts) run as several forwards.
 constexpr int kMaxRows = 64;
+// Most rows of one forward of several sequences on the prefill GEMMs (ModelOptions::max_forward_rows): the rows'
+// arrays below are this long, the sequences' kMaxRows.
+constexpr int kMaxForwardRows = 256;
 // Query rows, (token, q head) pairs, of one attention block (attention_tile.cuh's kRowsPerBlock), and the most blocks
-// one attention launch runs: a forward's query rows cut at every sequence, for groups of up to 64 q heads per KV head.
+// one attention launch runs: a forward's query rows cut at every sequence, for groups of up to 64 q heads per KV head
+// (at most rows x group / 64 + sequences <= 256 + 64).
 constexpr int kAttentionRowsPerBlock = 64;
-constexpr int kMaxAttentionBlocks = 2 * kMaxRows;
+constexpr int kMaxAttentionBlocks = 2 * kMaxForwardRows;
 
 struct StepState {
   int cached;        // entries <= 1: n, tokens in the sequence's cache before this forward; row r takes position n + r
@@ -29,10 +34,10 @@ struct StepState {
   int logit_count;   // how many rows get logits
   int write_logits;  // 0: compute only the per-row argmax and confidence, not the fp32 logits
   int entries;       // sequences in this forward: 0 or 1 reads the three fields above, more the arrays below
-  int tokens[kMaxRows];
-  int logit_rows[kMaxRows];  // which rows, ascending
+  int tokens[kMaxForwardRows];
+  int logit_rows[kMaxForwardRows];  // which rows, ascending
   // entries > 1: each row's entry, and each entry's slot, cached tokens, commit rows, first row and rows.
-  int row_entry[kMaxRows];
+  int row_entry[kMaxForwardRows];
   int entry_slot[kMaxRows];
   int entry_cached[kMaxRows];
   int entry_commit[kMaxRows];
@@ -56,10 +61,11 @@ struct EntryView {
 // Appends sequence e of a several-sequence forward to the state: its facts, its rows' entry, and its query rows
 // (heads `group` a row) cut into attention blocks. Entries come in row order, e = 0 first; the caller sets `entries`.
 inline void add_entry(StepState& st, int e, const EntryView& entry, int group) {
-  if (e < 0 || e >= kMaxRows || entry.row0 < 0 || entry.rows < 0 || entry.row0 + entry.rows > kMaxRows) {
+  if (e < 0 || e >= kMaxRows || entry.row0 < 0 || entry.rows < 0 || entry.rows > kMaxRows ||
+      entry.row0 + entry.rows > kMaxForwardRows) {
     throw std::logic_error("forward: entry " + std::to_string(e) + "'s rows [" + std::to_string(entry.row0) + ", " +
                            std::to_string(entry.row0 + entry.rows) + ") pass the " + std::to_string(kMaxRows) +
-                           " rows a forward holds");
+                           " sequences or rows of one, or the " + std::to_string(kMaxForwardRows) + " rows a forward holds");
   }
   if (e == 0) st.attention_blocks = 0;
   st.entry_slot[e] = entry.slot;
