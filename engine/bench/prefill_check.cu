@@ -16,7 +16,7 @@
 //     of 8-48 sequences at block 4 against the same sequences in forwards of at most 64 rows.
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
 //   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--split-attention 0|1]
-//                 [--decode-prefill-gemm ROWS] [--forward-rows N]     (--probe:
+//                 [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
 //   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
 //   call, g_wgmma below; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention)
@@ -652,7 +652,7 @@ void forward_rows_timings(ModelShape s, std::vector<std::string>& table) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool skip_2b = false, quick = false;
+  bool skip_2b = false, quick = false, forward_rows_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--probe") return 0;
@@ -664,9 +664,10 @@ int main(int argc, char** argv) {
     else if (arg == "--split-attention" && i + 1 < argc) g_split_attention = std::atoi(argv[++i]) != 0;
     else if (arg == "--decode-prefill-gemm" && i + 1 < argc) g_decode_prefill_gemm = std::atoi(argv[++i]);
     else if (arg == "--forward-rows" && i + 1 < argc) g_forward_rows = std::atoi(argv[++i]);
+    else if (arg == "--forward-rows-only") forward_rows_only = true;  // item 5 alone
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
-                           "[--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N]\n");
+                           "[--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]\n");
       return 2;
     }
   }
@@ -686,8 +687,8 @@ int main(int argc, char** argv) {
     cases.push_back({"padded hd48", padded, 450, 129});
     ModelShape small = make_shape(256, 512, 3, 8, 8, 32, 300);
     cases.push_back({"mha hd32", small, 333, 2048});
-    for (const Case& c : cases) parity(c, table);
-    if (g_decode_prefill_gemm > 0) {
+    if (!forward_rows_only) for (const Case& c : cases) parity(c, table);
+    if (g_decode_prefill_gemm > 0 && !forward_rows_only) {
       // Forwards of 64 rows and of 40 (the 40-row bucket, a 20-row tail); the shapes whose RoPE the QKV epilogue
       // does (the others keep the decode GEMMs, which this then checks too).
       for (const Case& c : cases) {
@@ -701,18 +702,20 @@ int main(int argc, char** argv) {
       batch_parity(cases[0].name, cases[0].shape, 48, 1, 4, table);   // 240 rows, 192: three
       batch_parity(cases[2].name, cases[2].shape, 20, 4, 8, table);   // 240 rows, bias, tied, hd64
     }
-    backend_parity(table);
+    if (!forward_rows_only) backend_parity(table);
     if (!skip_2b) {
       ModelShape big = make_shape(2048, 6144, 42, 16, 2, 128, 130560);
       big.rope_theta = 5e6;
-      parity(Case{"2B shape", big, 2100, 2048}, table);
-      parity(Case{"2B shape, short chunks", big, 300, 40}, table);  // 40 rows and a 19-row tail: both small shapes
-      if (g_decode_prefill_gemm > 0) decode_gemm_parity(Case{"2B shape", big, 300, kMaxRows}, table);
+      if (!forward_rows_only) {
+        parity(Case{"2B shape", big, 2100, 2048}, table);
+        parity(Case{"2B shape, short chunks", big, 300, 40}, table);  // 40 rows and a 19-row tail: both small shapes
+        if (g_decode_prefill_gemm > 0) decode_gemm_parity(Case{"2B shape", big, 300, kMaxRows}, table);
+      }
       if (g_forward_rows > kMaxRows) {
         batch_parity("2B shape", big, 32, 1, 4, table);
         forward_rows_timings(big, table);
       }
-      timings(quick, table);
+      if (!forward_rows_only) timings(quick, table);
     }
   } catch (const std::exception& e) {
     std::printf("FAIL error: %s\n", e.what());
