@@ -16,7 +16,8 @@
 //     of 8-48 sequences at block 4 against the same sequences in forwards of at most 64 rows.
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
 //   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--split-attention 0|1]
-//                 [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]     (--probe:
+//                 [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]
+//                 [--attention-typical-blocks 0|1]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
 //   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
 //   call, g_wgmma below; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention)
@@ -60,6 +61,8 @@ int g_decode_prefill_gemm = ModelOptions{}.decode_prefill_gemm_rows;
 // --forward-rows N: forwards of up to N rows (ModelOptions::max_forward_rows; the engine's default unless given); above
 // 64, the checks and timings of item 5.
 int g_forward_rows = ModelOptions{}.max_forward_rows;
+// --attention-typical-blocks 0|1: ModelOptions::attention_typical_blocks (the engine's default unless given).
+bool g_attention_typical_blocks = ModelOptions{}.attention_typical_blocks;
 
 void check(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
@@ -117,6 +120,7 @@ std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed
   ModelOptions options;
   options.decode_prefill_gemm_rows = decode_prefill_gemm >= 0 ? decode_prefill_gemm : g_decode_prefill_gemm;
   options.max_forward_rows = g_forward_rows;
+  options.attention_typical_blocks = g_attention_typical_blocks;
   options.gemm.prefill_split_blocks_per_sm = g_split;
   options.gemm.prefill_shape_by_rows = g_shapes;
   options.gemm.prefill_wgmma = g_wgmma;
@@ -665,9 +669,11 @@ int main(int argc, char** argv) {
     else if (arg == "--decode-prefill-gemm" && i + 1 < argc) g_decode_prefill_gemm = std::atoi(argv[++i]);
     else if (arg == "--forward-rows" && i + 1 < argc) g_forward_rows = std::atoi(argv[++i]);
     else if (arg == "--forward-rows-only") forward_rows_only = true;  // item 5 alone
+    else if (arg == "--attention-typical-blocks" && i + 1 < argc) g_attention_typical_blocks = std::atoi(argv[++i]) != 0;
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
-                           "[--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]\n");
+                           "[--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]] "
+                           "[--attention-typical-blocks 0|1]\n");
       return 2;
     }
   }

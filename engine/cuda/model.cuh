@@ -131,6 +131,10 @@ struct ModelOptions {
   // without a row adapter, sm_90a), in row buckets of 32, the lm_head in passes of kMaxRows logits rows; elsewhere
   // kMaxRows. Fixed at construction (the activations are sized for it; reconfigure keeps the construction's).
   int max_forward_rows = kMaxRows;
+  // The attention's key splits of forwards of several sequences planned by the blocks of query rows they mostly run
+  // (attention_max_splits' typical_blocks) instead of the grid's bound: at 32 sequences of 5 rows on the 2B shape,
+  // 4 splits instead of 2. Fixed at construction (it sizes the partials).
+  bool attention_typical_blocks = false;
   GemmTrace gemm_trace;  // per-block GEMM records (trace.cuh): only builds with A2D_GEMM_TRACE write them
 };
 
