@@ -206,12 +206,14 @@ class CudaBackend final : public Backend {
   // bucket alone, and with as many sequences as each of its captured sequence counts holds (window rows on empty
   // slots, which the next sequence of a slot overwrites).
   void warm_up() {
-    std::vector<int32_t> tokens(cuda::kMaxRows, 0);
-    std::vector<int32_t> rows(cuda::kMaxRows);
-    for (int i = 0; i < cuda::kMaxRows; ++i) rows[i] = i;
-    const int64_t limit = std::min<int64_t>(cuda::kMaxRows, max_context());
+    const int most = device_.max_forward_rows();
+    std::vector<int32_t> tokens(most, 0);
+    std::vector<int32_t> rows(most);
+    for (int i = 0; i < most; ++i) rows[i] = i;
+    const int64_t limit = std::min<int64_t>(most, max_context());
     const int slots = device_.slots();
-    for (int bucket = 8; bucket <= limit; bucket += 8) {
+    for (int b = 1; b <= cuda::kRowBuckets && cuda::bucket_rows(b) <= limit; ++b) {
+      const int bucket = cuda::bucket_rows(b);
       cuda::ForwardInputs in;
       in.tokens = tokens.data();
       in.rows = bucket;
@@ -222,6 +224,7 @@ class CudaBackend final : public Backend {
       for (int e = 1; e < cuda::kEntryBuckets; ++e) {
         const int count = std::min({1 << e, slots, bucket});
         if (count <= (1 << (e - 1))) break;
+        if (bucket > count * cuda::kMaxRows) continue;  // a sequence's part holds at most kMaxRows rows
         std::vector<cuda::ForwardEntry> entries(count);
         for (int i = 0; i < count; ++i) entries[i] = {i, 0, 0, bucket / count + (i < bucket % count ? 1 : 0)};
         in.entries = entries.data();
