@@ -323,6 +323,35 @@ void long_forward_parity(const Case& c, std::vector<std::string>& table) {
           std::to_string(c.prompt) + " tokens against forwards of " + std::to_string(kMaxRows), s, c.prompt, got, want, table);
 }
 
+// Parts of sequences packed into one forward as CudaBackend packs them: each part's commit rows, then its window rows
+// with logits. A single part runs as its sequence alone (cached, commit and slot).
+struct Packed {
+  std::vector<int32_t> tokens, logit_rows;
+  std::vector<ForwardEntry> entries;
+  void add(int slot, int cached, int commit, const std::vector<int32_t>& part) {
+    for (int j = commit; j < static_cast<int>(part.size()); ++j) logit_rows.push_back(static_cast<int32_t>(tokens.size()) + j);
+    tokens.insert(tokens.end(), part.begin(), part.end());
+    entries.push_back({slot, cached, commit, static_cast<int>(part.size())});
+  }
+  ForwardInputs inputs(bool write_logits) const {
+    ForwardInputs in;
+    in.tokens = tokens.data();
+    in.rows = static_cast<int>(tokens.size());
+    in.logit_rows = logit_rows.data();
+    in.logit_count = static_cast<int>(logit_rows.size());
+    in.write_logits = write_logits;
+    if (entries.size() == 1) {
+      in.slot = entries[0].slot;
+      in.cached = entries[0].cached;
+      in.commit = entries[0].commit;
+    } else {
+      in.entries = entries.data();
+      in.entry_count = static_cast<int>(entries.size());
+    }
+    return in;
+  }
+};
+
 // One forward of `sequences` sequences, each a prompt in its own slot then `commit` committed and `window` window
 // rows (every other one the mask token) with logits at the window rows, against each sequence's rows as a forward of
 // its own: every window row's logits, and the argmax of each.
@@ -353,38 +382,16 @@ void batch_parity(const std::string& name, ModelShape s, int sequences, int comm
   std::vector<float> together(size_t(logits) * s.vocab), alone(size_t(logits) * s.vocab);
   std::vector<TokenChoice> together_choice(logits), alone_choice(logits);
   fill_prompts();
-  std::vector<int32_t> tokens, logit_rows;
-  std::vector<ForwardEntry> entries;
-  for (int e = 0; e < sequences; ++e) {
-    for (int j = 0; j < window; ++j) logit_rows.push_back(static_cast<int32_t>(tokens.size()) + commit + j);
-    tokens.insert(tokens.end(), parts[e].begin(), parts[e].end());
-    entries.push_back({e, static_cast<int>(prompts[e].size()), commit, commit + window});
-  }
-  ForwardInputs in;
-  in.tokens = tokens.data();
-  in.rows = rows;
-  in.logit_rows = logit_rows.data();
-  in.logit_count = logits;
-  in.write_logits = true;
-  in.entries = entries.data();
-  in.entry_count = sequences;
-  model->forward(in);
+  Packed all;
+  for (int e = 0; e < sequences; ++e) all.add(e, static_cast<int>(prompts[e].size()), commit, parts[e]);
+  model->forward(all.inputs(true));
   model->copy_logits(together.data(), 0, logits);
   model->copy_choices(together_choice.data(), logits);
   fill_prompts();
-  std::vector<int32_t> own_rows(window);
-  for (int j = 0; j < window; ++j) own_rows[j] = commit + j;
   for (int e = 0; e < sequences; ++e) {
-    ForwardInputs one;
-    one.slot = e;
-    one.cached = static_cast<int>(prompts[e].size());
-    one.commit = commit;
-    one.tokens = parts[e].data();
-    one.rows = commit + window;
-    one.logit_rows = own_rows.data();
-    one.logit_count = window;
-    one.write_logits = true;
-    model->forward(one);
+    Packed one;
+    one.add(e, static_cast<int>(prompts[e].size()), commit, parts[e]);
+    model->forward(one.inputs(true));
     model->copy_logits(alone.data() + size_t(e) * window * s.vocab, 0, window);
     model->copy_choices(alone_choice.data() + e * window, window);
   }
@@ -595,29 +602,13 @@ void forward_rows_timings(ModelShape s, std::vector<std::string>& table) {
   const int max_rows = model->max_forward_rows();
   const int window = 4, cached = 1024;
   auto run = [&](int first, int count) {
-    std::vector<int32_t> tokens, logit_rows;
-    std::vector<ForwardEntry> entries;
+    Packed packed;
     for (int e = first; e < first + count; ++e) {
-      for (int j = 0; j < window; ++j) logit_rows.push_back(static_cast<int32_t>(tokens.size()) + 1 + j);
       std::vector<int32_t> part = prompt_tokens(1 + window, s.vocab, e);
       for (int j = 0; j < window; ++j) part[1 + j] = s.mask_token_id;
-      tokens.insert(tokens.end(), part.begin(), part.end());
-      entries.push_back({e, cached, 1, 1 + window});
+      packed.add(e, cached, 1, part);
     }
-    ForwardInputs in;
-    in.tokens = tokens.data();
-    in.rows = static_cast<int>(tokens.size());
-    in.logit_rows = logit_rows.data();
-    in.logit_count = static_cast<int>(logit_rows.size());
-    if (count == 1) {
-      in.slot = first;
-      in.cached = cached;
-      in.commit = 1;
-    } else {
-      in.entries = entries.data();
-      in.entry_count = count;
-    }
-    model->forward(in);
+    model->forward(packed.inputs(false));
   };
   auto ms_of = [&](auto&& body) {
     body();  // warm

@@ -174,7 +174,7 @@ inline int entry_bucket(int entries) {
 // A forward's row bucket (1-based): the row count its graph and kernels are built for, 8, 16, ... kMaxRows, then
 // kMaxRows + 32, + 64, ... kMaxForwardRows.
 constexpr int kRowBuckets = kMaxRows / 8 + (kMaxForwardRows - kMaxRows) / 32;
-inline int row_bucket(int rows) { return rows <= kMaxRows ? (rows + 7) / 8 : kMaxRows / 8 + (rows - kMaxRows + 31) / 32; }
+inline int row_bucket(int rows) { return rows <= kMaxRows ? ceil_div(rows, 8) : kMaxRows / 8 + ceil_div(rows - kMaxRows, 32); }
 inline int bucket_rows(int bucket) { return bucket <= kMaxRows / 8 ? bucket * 8 : kMaxRows + (bucket - kMaxRows / 8) * 32; }
 
 // Most rows of one prefill forward (DeviceModel::prefill); the model's buffers for them are allocated at
