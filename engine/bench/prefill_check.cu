@@ -333,23 +333,7 @@ struct Packed {
     tokens.insert(tokens.end(), part.begin(), part.end());
     entries.push_back({slot, cached, commit, static_cast<int>(part.size())});
   }
-  ForwardInputs inputs(bool write_logits) const {
-    ForwardInputs in;
-    in.tokens = tokens.data();
-    in.rows = static_cast<int>(tokens.size());
-    in.logit_rows = logit_rows.data();
-    in.logit_count = static_cast<int>(logit_rows.size());
-    in.write_logits = write_logits;
-    if (entries.size() == 1) {
-      in.slot = entries[0].slot;
-      in.cached = entries[0].cached;
-      in.commit = entries[0].commit;
-    } else {
-      in.entries = entries.data();
-      in.entry_count = static_cast<int>(entries.size());
-    }
-    return in;
-  }
+  ForwardInputs inputs(bool write_logits) const { return forward_inputs(tokens, logit_rows, entries, write_logits); }
 };
 
 // One forward of `sequences` sequences, each a prompt in its own slot then `commit` committed and `window` window

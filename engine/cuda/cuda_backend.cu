@@ -343,21 +343,7 @@ class CudaBackend final : public Backend {
       entries.push_back({slot, static_cast<int>(slots_[slot].cached), part.commit, part.rows});
       write_logits = write_logits || (destinations[part.entry] != nullptr && part.logits > 0);
     }
-    cuda::ForwardInputs in;
-    in.tokens = rows_tokens.data();
-    in.rows = static_cast<int>(rows_tokens.size());
-    in.logit_rows = logit_rows.data();
-    in.logit_count = static_cast<int>(logit_rows.size());
-    in.write_logits = write_logits || !anchors.empty();
-    if (entries.size() == 1) {
-      in.slot = entries[0].slot;
-      in.cached = entries[0].cached;
-      in.commit = entries[0].commit;
-    } else {
-      in.entries = entries.data();
-      in.entry_count = static_cast<int>(entries.size());
-    }
-    device_.forward(in);
+    device_.forward(cuda::forward_inputs(rows_tokens, logit_rows, entries, write_logits || !anchors.empty()));
     for (const auto& [slot, index] : anchors) device_.keep_anchor(slot, index);
     if (!logit_rows.empty()) {
       choices_.resize(logit_rows.size());

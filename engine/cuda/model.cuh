@@ -163,6 +163,27 @@ struct ForwardInputs {
   int entry_count = 0;
 };
 
+// The inputs of one forward of these rows (commit then window tokens of each entry in turn) and logits rows: one
+// entry runs as that sequence alone (cached, commit and slot), more as several. The vectors must outlive the forward.
+inline ForwardInputs forward_inputs(const std::vector<int32_t>& tokens, const std::vector<int32_t>& logit_rows,
+                                    const std::vector<ForwardEntry>& entries, bool write_logits) {
+  ForwardInputs in;
+  in.tokens = tokens.data();
+  in.rows = static_cast<int>(tokens.size());
+  in.logit_rows = logit_rows.data();
+  in.logit_count = static_cast<int>(logit_rows.size());
+  in.write_logits = write_logits;
+  if (entries.size() == 1) {
+    in.slot = entries[0].slot;
+    in.cached = entries[0].cached;
+    in.commit = entries[0].commit;
+  } else {
+    in.entries = entries.data();
+    in.entry_count = static_cast<int>(entries.size());
+  }
+  return in;
+}
+
 // The sequence counts a forward's graph is captured for: 1, 2, 4, ... 64 (the most a forward of kMaxRows rows holds).
 constexpr int kEntryBuckets = 7;
 inline int entry_bucket(int entries) {
