@@ -17,10 +17,12 @@
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
 //   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--split-attention 0|1]
 //                 [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]
-//                 [--attention-typical-blocks 0|1]     (--probe:
+//                 [--attention-typical-blocks 0|1] [--profile-sequences N]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
 //   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
-//   call, g_wgmma below; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention)
+//   call, g_wgmma below; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention;
+//   --profile-sequences N: nothing else but one forward of N sequences at block 4 on the 2B shape between
+//   cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off`)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,6 +32,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <cuda_profiler_api.h>
 
 #include "backend.h"
 #include "model.cuh"
@@ -63,6 +67,8 @@ int g_decode_prefill_gemm = ModelOptions{}.decode_prefill_gemm_rows;
 int g_forward_rows = ModelOptions{}.max_forward_rows;
 // --attention-typical-blocks 0|1: ModelOptions::attention_typical_blocks (the engine's default unless given).
 bool g_attention_typical_blocks = ModelOptions{}.attention_typical_blocks;
+// --profile-sequences N: only profile_forward below (N sequences of forward_rows_timings' kind in one forward).
+int g_profile_sequences = 0;
 
 void check(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
@@ -578,22 +584,52 @@ void timings(bool quick, std::vector<std::string>& table) {
 // window of 4 (block 4, one token a step) with logits at the window rows; one forward of all 5E rows against the
 // same sequences in forwards of at most 64 rows (12 a forward, as CudaBackend packs them), and one sequence alone.
 // Tokens a second count one token a sequence a forward.
-void forward_rows_timings(ModelShape s, std::vector<std::string>& table) {
-  s.kv_slots = 48;
-  s.max_context = 2048;
-  auto model = random_model(s, 13);
-  A2D_CUDA_CHECK(cudaMemset(model->kv_storage(), 0, model->kv_storage_elements() * 2));
-  const int max_rows = model->max_forward_rows();
-  const int window = 4, cached = 1024;
-  auto run = [&](int first, int count) {
+struct BatchForwards {
+  static constexpr int kWindow = 4, kCached = 1024;
+  ModelShape s;
+  std::unique_ptr<DeviceModel> model;
+  explicit BatchForwards(ModelShape shape) : s(shape) {
+    s.kv_slots = 48;
+    s.max_context = 2048;
+    model = random_model(s, 13);
+    A2D_CUDA_CHECK(cudaMemset(model->kv_storage(), 0, model->kv_storage_elements() * 2));
+  }
+  // One forward of sequences first .. first + count - 1: a commit row and a window of kWindow masks each.
+  void run(int first, int count) {
     Packed packed;
     for (int e = first; e < first + count; ++e) {
-      std::vector<int32_t> part = prompt_tokens(1 + window, s.vocab, e);
-      for (int j = 0; j < window; ++j) part[1 + j] = s.mask_token_id;
-      packed.add(e, cached, 1, part);
+      std::vector<int32_t> part = prompt_tokens(1 + kWindow, s.vocab, e);
+      for (int j = 0; j < kWindow; ++j) part[1 + j] = s.mask_token_id;
+      packed.add(e, kCached, 1, part);
     }
     model->forward(packed.inputs(false));
-  };
+  }
+};
+
+// One forward of `sequences` sequences (forward_rows_timings' kind), after three warm ones, alone between
+// cudaProfilerStart and cudaProfilerStop: `ncu --profile-from-start off` lists its kernels and nothing else.
+void profile_forward(ModelShape s, int sequences) {
+  BatchForwards batch(s);
+  if (sequences * (1 + BatchForwards::kWindow) > batch.model->max_forward_rows()) {
+    check(false, "profile: " + std::to_string(sequences) + " sequences do not fit one forward of " +
+                     std::to_string(batch.model->max_forward_rows()) + " rows (--forward-rows)");
+    return;
+  }
+  for (int i = 0; i < 3; ++i) batch.run(0, sequences);
+  batch.model->synchronize();
+  A2D_CUDA_CHECK(cudaProfilerStart());
+  batch.run(0, sequences);
+  batch.model->synchronize();
+  A2D_CUDA_CHECK(cudaProfilerStop());
+  std::printf("profiled one forward of %d sequences (%d rows)\n", sequences, sequences * (1 + BatchForwards::kWindow));
+}
+
+void forward_rows_timings(ModelShape s, std::vector<std::string>& table) {
+  BatchForwards batch(s);
+  DeviceModel* model = batch.model.get();
+  const int max_rows = model->max_forward_rows();
+  const int window = BatchForwards::kWindow, cached = BatchForwards::kCached;
+  auto run = [&](int first, int count) { batch.run(first, count); };
   auto ms_of = [&](auto&& body) {
     body();  // warm
     std::vector<double> seconds;
@@ -645,14 +681,26 @@ int main(int argc, char** argv) {
     else if (arg == "--forward-rows" && i + 1 < argc) g_forward_rows = std::atoi(argv[++i]);
     else if (arg == "--forward-rows-only") forward_rows_only = true;  // item 5 alone
     else if (arg == "--attention-typical-blocks" && i + 1 < argc) g_attention_typical_blocks = std::atoi(argv[++i]) != 0;
+    else if (arg == "--profile-sequences" && i + 1 < argc) g_profile_sequences = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
                            "[--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]] "
-                           "[--attention-typical-blocks 0|1]\n");
+                           "[--attention-typical-blocks 0|1] [--profile-sequences N]\n");
       return 2;
     }
   }
   std::vector<std::string> table = {"| check | result |", "|---|---|"};
+  ModelShape big = make_shape(2048, 6144, 42, 16, 2, 128, 130560);
+  big.rope_theta = 5e6;
+  if (g_profile_sequences > 0) {
+    try {
+      profile_forward(big, g_profile_sequences);
+    } catch (const std::exception& e) {
+      std::printf("FAIL error: %s\n", e.what());
+      ++failures;
+    }
+    return failures == 0 ? 0 : 1;
+  }
   try {
     std::vector<Case> cases;
     ModelShape gqa = make_shape(256, 512, 2, 4, 2, 128, 512);  // RoPE in the QKV epilogue, head_dim 128
@@ -685,8 +733,6 @@ int main(int argc, char** argv) {
     }
     if (!forward_rows_only) backend_parity(table);
     if (!skip_2b) {
-      ModelShape big = make_shape(2048, 6144, 42, 16, 2, 128, 130560);
-      big.rope_theta = 5e6;
       if (!forward_rows_only) {
         parity(Case{"2B shape", big, 2100, 2048}, table);
         parity(Case{"2B shape, short chunks", big, 300, 40}, table);  // 40 rows and a 19-row tail: both small shapes
