@@ -17,10 +17,11 @@
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
 //   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--split-attention 0|1]
 //                 [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]
-//                 [--attention-typical-blocks 0|1] [--profile-sequences N]     (--probe:
+//                 [--attention-typical-blocks 0|1] [--attention-blocks-per-sm N] [--profile-sequences N]
+//                 [--wgmma-tokens N]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
 //   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
-//   call, g_wgmma below; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention;
+//   call, g_wgmma below; --wgmma-tokens: its block tokens, g_wgmma_tokens; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention;
 //   --profile-sequences N: nothing else but one forward of N sequences at block 4 on the 2B shape between
 //   cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off`)
 #include <algorithm>
@@ -55,6 +56,9 @@ bool g_shapes = GemmTuning{}.prefill_shape_by_rows;
 // --wgmma 0|1: the prefill GEMMs of at least GemmTuning::prefill_wgmma_min_rows rows (every call) on the warpgroup kernel
 // (GemmTuning::prefill_wgmma; the engine's default unless given).
 bool g_wgmma = GemmTuning{}.prefill_wgmma;
+// --wgmma-tokens N: the warpgroup kernel's token rows a block for every call (GemmTuning::prefill_wgmma_tokens; 0,
+// the engine's default: by the call's rows).
+int g_wgmma_tokens = GemmTuning{}.prefill_wgmma_tokens;
 // --split-attention 0|1: chunks of at most 64 rows attend through the decode forwards' kernels
 // (ModelOptions::prefill_split_attention; the engine's default unless given).
 bool g_split_attention = ModelOptions{}.prefill_split_attention;
@@ -67,6 +71,8 @@ int g_decode_prefill_gemm = ModelOptions{}.decode_prefill_gemm_rows;
 int g_forward_rows = ModelOptions{}.max_forward_rows;
 // --attention-typical-blocks 0|1: ModelOptions::attention_typical_blocks (the engine's default unless given).
 bool g_attention_typical_blocks = ModelOptions{}.attention_typical_blocks;
+// --attention-blocks-per-sm N: ModelOptions::attention_blocks_per_sm (the engine's default unless given).
+int g_attention_blocks_per_sm = ModelOptions{}.attention_blocks_per_sm;
 // --profile-sequences N: only profile_forward below (N sequences of forward_rows_timings' kind in one forward).
 int g_profile_sequences = 0;
 
@@ -127,9 +133,11 @@ std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed
   options.decode_prefill_gemm_rows = decode_prefill_gemm >= 0 ? decode_prefill_gemm : g_decode_prefill_gemm;
   options.max_forward_rows = g_forward_rows;
   options.attention_typical_blocks = g_attention_typical_blocks;
+  options.attention_blocks_per_sm = g_attention_blocks_per_sm;
   options.gemm.prefill_split_blocks_per_sm = g_split;
   options.gemm.prefill_shape_by_rows = g_shapes;
   options.gemm.prefill_wgmma = g_wgmma;
+  options.gemm.prefill_wgmma_tokens = g_wgmma_tokens;
   options.prefill_split_attention = g_split_attention;
   auto model = std::make_unique<DeviceModel>(shape, options);
   const ModelShape& s = shape;
@@ -676,16 +684,19 @@ int main(int argc, char** argv) {
     else if (arg == "--split" && i + 1 < argc) g_split = std::atoi(argv[++i]);
     else if (arg == "--shapes" && i + 1 < argc) g_shapes = std::atoi(argv[++i]) != 0;
     else if (arg == "--wgmma" && i + 1 < argc) g_wgmma = std::atoi(argv[++i]) != 0;
+    else if (arg == "--wgmma-tokens" && i + 1 < argc) g_wgmma_tokens = std::atoi(argv[++i]);
     else if (arg == "--split-attention" && i + 1 < argc) g_split_attention = std::atoi(argv[++i]) != 0;
     else if (arg == "--decode-prefill-gemm" && i + 1 < argc) g_decode_prefill_gemm = std::atoi(argv[++i]);
     else if (arg == "--forward-rows" && i + 1 < argc) g_forward_rows = std::atoi(argv[++i]);
     else if (arg == "--forward-rows-only") forward_rows_only = true;  // item 5 alone
     else if (arg == "--attention-typical-blocks" && i + 1 < argc) g_attention_typical_blocks = std::atoi(argv[++i]) != 0;
+    else if (arg == "--attention-blocks-per-sm" && i + 1 < argc) g_attention_blocks_per_sm = std::atoi(argv[++i]);
     else if (arg == "--profile-sequences" && i + 1 < argc) g_profile_sequences = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
                            "[--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]] "
-                           "[--attention-typical-blocks 0|1] [--profile-sequences N]\n");
+                           "[--attention-typical-blocks 0|1] [--attention-blocks-per-sm N] [--profile-sequences N] "
+                           "[--wgmma-tokens 0|64|128|256]\n");
       return 2;
     }
   }

@@ -72,13 +72,16 @@ struct GemmTuning {
   // nothing changes from 512 rows (bench/NOTES.md, run 122, prefill_check --shapes 1 with every parity check).
   bool prefill_shape_by_rows = true;
   // The warpgroup kernel (gemm_wgmma.cu: wgmma fed by TMA) for prefill GEMMs of at least prefill_wgmma_min_rows
-  // rows, 64 token rows a block up to 64 rows, 128 up to 1,024, then 256 (prefill_wgmma_tokens), K split towards a
+  // rows, its token rows a block by the call's rows and the weight's (prefill_wgmma_tokens), K split towards a
   // block per SM where prefill_split_blocks_per_sm is on (prefill_wgmma_split). Faster than the mma.sync kernel at
   // every row count (H100, 2B layer's four GEMMs: 60 against 72 us at 8 rows, 90 against 179 at 160, 410 against
   // 1,283 at 2,048), so on wherever the device runs its sm_90a code (gemm_wgmma_available) and the operands suit
   // TMA; prefill_check --wgmma 1 holds it to the decode forwards (bench/NOTES.md, run 123).
   bool prefill_wgmma = true;
   int prefill_wgmma_min_rows = 1;
+  // The warpgroup kernel's token rows a block for every call (one of kWgmmaTokens); 0: by the call's rows
+  // (prefill_wgmma_tokens).
+  int prefill_wgmma_tokens = 0;
 };
 
 // How one GEMM launches under a tuning, and the split scratch it needs.

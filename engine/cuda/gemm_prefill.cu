@@ -176,14 +176,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gemm_prefill_kernel(cons
     const int tile = tile0 + warp_tile + i;
     if (tile >= tiles) continue;
     const float2 bias = prefill_tile_bias(p, tile, g);
-#pragma unroll
-    for (int j = 0; j < kWarpGroups; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {  // token 2c + h
-        const int t = token0 + warp_token + j * 8 + 2 * c + h;
-        if (t < p.rows) prefill_epilogue<kEpilogue>(p, tile, g, t, acc[i][j][h] + bias.x, acc[i][j][h + 2] + bias.y);
-      }
-    }
+    // Token row b = 2j + h: token 8j + 2c + h of the warp's rows.
+    prefill_epilogue_rows<kEpilogue, 2 * kWarpGroups>(
+        p, tile, g, [&](int b) { return token0 + warp_token + (b / 2) * 8 + 2 * c + b % 2; },
+        [&](int b) { return make_float2(acc[i][b / 2][b % 2] + bias.x, acc[i][b / 2][b % 2 + 2] + bias.y); },
+        [&](int b) { return prefill_token(p, token0 + warp_token + (b / 2) * 8 + 2 * c + b % 2); });
   }
 }
 

@@ -120,7 +120,14 @@ void gemm_prefill_wgmma(const PrefillGemmParams& params, PrefillEpilogue epilogu
 bool gemm_wgmma_available();
 // How the warpgroup kernel splits K: as prefill_split, towards one block per SM.
 PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens);
-// The warpgroup kernel's block tokens for a call of `rows` rows: 64 up to 64 rows, 128 up to 1,024, then 256.
-inline int prefill_wgmma_tokens(int rows) { return rows <= 64 ? 64 : rows <= 1024 ? 128 : 256; }
+// The warpgroup kernel's block tokens for a call of `rows` rows of a weight of `n_rows` rows: 64 up to 64 rows;
+// up to 256 rows, one token block of all of them (128 or 256) where the weight's 128-row blocks fill half the SMs
+// (gate_up: its weights stream once) and 64 where they do not (qkv, o, down: the K split fills the SMs, and its
+// reduction tail is shortest); 128 up to 1,024 rows, then 256.
+inline int prefill_wgmma_tokens(int rows, int n_rows, int sm_count) {
+  if (rows <= 64) return 64;
+  if (rows <= 256) return 2 * ((n_rows + 127) / 128) >= sm_count ? (rows <= 128 ? 128 : 256) : 64;
+  return rows <= 1024 ? 128 : 256;
+}
 
 }  // namespace a2d::cuda

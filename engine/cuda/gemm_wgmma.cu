@@ -254,6 +254,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   // The epilogue reads the residual rows and the split counters earlier kernels wrote.
   wait_for_previous_grid();
+  // RoPE's token rows (their positions and KV slots) staged while the first stages load: the epilogue then reads
+  // the rope table alone.
+  __shared__ int token_slot[kEpilogue == PrefillEpilogue::rope_qkv ? kTokens : 1];
+  __shared__ size_t token_offset[kEpilogue == PrefillEpilogue::rope_qkv ? kTokens : 1];
+  if constexpr (kEpilogue == PrefillEpilogue::rope_qkv) {
+    for (int r = threadIdx.x - 128; r < kTokens; r += 128 * kConsumers) {
+      const PrefillToken token = prefill_token(p, token0 + r);
+      token_slot[r] = token.slot;
+      token_offset[r] = token.slot_offset;
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(128 * kConsumers) : "memory");  // the consumers only
+  }
 
   const int consumer = warpgroup - 1;
   const int warp = threadIdx.x / 32 % 4;  // this warp's 16-row slab of the consumer's 64 rows
@@ -306,6 +318,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     __threadfence();
 #pragma unroll
     for (int i = 0; i < kTokens / 2; ++i) acc[i] = 0.f;
+    // Two splits' loads in flight at 64-token blocks (whose accumulators leave the registers for it).
+#pragma unroll(kTokens == 64 ? 2 : 1)
     for (int split = 0; split < static_cast<int>(gridDim.z); ++split) {
       const float4* part = reinterpret_cast<const float4*>(p.partial) + (split * blocks + block) * kQuads * kConsumerThreads;
 #pragma unroll
@@ -324,14 +338,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tile >= (p.n_rows + 15) / 16) return;
   const int g = lane / 4, c = lane % 4;
   const float2 bias = prefill_tile_bias(p, tile, g);
-#pragma unroll
-  for (int j = 0; j < kTokens / 8; ++j) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {  // acc[4j + h]: row g, token 8j + 2c + h; acc[4j + 2 + h]: row g + 8
-      const int t = token0 + 8 * j + 2 * c + h;
-      if (t < p.rows) prefill_epilogue<kEpilogue>(p, tile, g, t, acc[4 * j + h] + bias.x, acc[4 * j + 2 + h] + bias.y);
-    }
-  }
+  // Token row i = 2j + h: acc[4j + h] is row g of token 8j + 2c + h, acc[4j + 2 + h] row g + 8.
+  constexpr int kBatch = kTokens == 256 && kEpilogue == PrefillEpilogue::rope_qkv ? 4 : 8;
+  prefill_epilogue_rows<kEpilogue, kTokens / 4, kBatch>(
+      p, tile, g, [&](int i) { return token0 + 8 * (i / 2) + 2 * c + i % 2; },
+      [&](int i) { return make_float2(acc[4 * (i / 2) + i % 2] + bias.x, acc[4 * (i / 2) + 2 + i % 2] + bias.y); },
+      [&](int i) {
+        const int r = 8 * (i / 2) + 2 * c + i % 2;
+        return PrefillToken{token_slot[r], token_offset[r]};
+      });
 #else
   __trap();  // sm_90 code: the kernel needs sm_90a's wgmma
 #endif

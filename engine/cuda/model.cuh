@@ -129,12 +129,18 @@ struct ModelOptions {
   // Most rows of one forward (continuous batching: 32 sequences at block 4 are 160 rows). Above kMaxRows (up to
   // kMaxForwardRows) only where those forwards run on the prefill GEMMs (decode_prefill_gemm_rows: bf16 models
   // without a row adapter, sm_90a), in row buckets of 32, the lm_head in passes of kMaxRows logits rows; elsewhere
-  // kMaxRows. Fixed at construction (the activations are sized for it; reconfigure keeps the construction's).
-  int max_forward_rows = kMaxRows;
+  // kMaxRows. Fixed at construction (the activations are sized for it; reconfigure keeps the construction's). The
+  // 2B shape at KV 1k on the H100, block 4 (bench/NOTES.md, run 141), ms for 32 sequences: 7.23 in one forward of 160
+  // rows against 13.41 in forwards of at most 64; 48 sequences 8.74 against 18.75.
+  int max_forward_rows = kMaxForwardRows;
   // The attention's key splits of forwards of several sequences planned by the blocks of query rows they mostly run
   // (attention_max_splits' typical_blocks) instead of the grid's bound: at 32 sequences of 5 rows on the 2B shape,
-  // 4 splits instead of 2. Fixed at construction (it sizes the partials).
-  bool attention_typical_blocks = false;
+  // 4 splits instead of 2. Fixed at construction (it sizes the partials). The 2B shape at KV 1k on the H100
+  // (bench/NOTES.md, run 138), one forward of 32 sequences at block 4: 9.43 ms against 10.04, 48: 11.05 against 12.26.
+  bool attention_typical_blocks = true;
+  // The attention's key splits of forwards of several sequences aim at this many blocks an SM
+  // (attention_max_splits); one sequence's aim at two. Fixed at construction (it sizes the partials).
+  int attention_blocks_per_sm = 2;
   GemmTrace gemm_trace;  // per-block GEMM records (trace.cuh): only builds with A2D_GEMM_TRACE write them
 };
 

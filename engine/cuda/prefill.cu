@@ -62,7 +62,7 @@ DeviceModel::PrefillLaunch DeviceModel::prefill_launch(const PrefillGemmParams& 
                         reinterpret_cast<uintptr_t>(params.weight) % 16 == 0;
   launch.wgmma =
       tuning.prefill_wgmma && tma_fits && params.rows >= tuning.prefill_wgmma_min_rows && gemm_wgmma_available();
-  launch.wgmma_tokens = prefill_wgmma_tokens(params.rows);
+  launch.wgmma_tokens = tuning.prefill_wgmma_tokens > 0 ? tuning.prefill_wgmma_tokens : prefill_wgmma_tokens(params.rows, params.n_rows, tuning.sm_count);
   launch.shape = prefill_shape(params.rows, tuning.prefill_shape_by_rows);
   launch.split = launch.wgmma ? prefill_wgmma_split(params.rows, params.n_rows, params.k,
                                                     tuning.prefill_split_blocks_per_sm > 0 ? tuning.sm_count : 0,
