@@ -14,7 +14,9 @@
 #  - `a2d bench --random-shape minicpm5-2b --device cuda --ar-baseline` through the packed CUDA addon, in two
 #    passes (BENCH1_ARGS: KV 1024 with the AR baseline; BENCH2_ARGS: KV 8192 and 32768), so a slow long-KV
 #    pass cannot take the baseline with it.
-# Step limits RESTORE_S, VERIFY_S, SIM_S, BENCH1_S, BENCH2_S (seconds) are each cut to what is left of TOTAL_S.
+#  - `a2d selfcheck` of the folder (SELFCHECK_S, 0 skips it);
+# Step limits RESTORE_S, VERIFY_S, SIM_S, SELFCHECK_S, BENCH1_S, BENCH2_S (seconds) are each cut to what is left of
+# TOTAL_S.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -143,6 +145,17 @@ simulate() {
   return $status
 }
 
+# The folder's own selfcheck (serve.sh started as a user would: readiness, the API's shapes, single-stream speed).
+selfcheck() {
+  timeout -k 10 "$(limit "${SELFCHECK_S:-240}")" "$node" "$cli" selfcheck "$folder" --json >"$out/selfcheck.json" \
+    2>"$out/selfcheck.log"
+  local status=$?
+  "$node" -e '
+    const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    console.log(JSON.stringify(r).slice(0, 1500));' "$out/selfcheck.json" 2>/dev/null || tail -n 5 "$out/selfcheck.log"
+  return $status
+}
+
 bench() {
   local seconds="$1"
   shift
@@ -159,6 +172,7 @@ main() {
   step "a2d verify" verify
   step "prepare (strace, libcuda)" prepare
   step "simulate-startup --gpu-run --gpu h200" simulate
+  [[ ${SELFCHECK_S:-240} == 0 ]] || step "selfcheck" selfcheck
   local bench1 bench2
   read -ra bench1 <<<"${BENCH1_ARGS:---kv 1024 --ar-baseline}"
   read -ra bench2 <<<"${BENCH2_ARGS:---kv 8192,32768}"
