@@ -5,7 +5,8 @@
 # (or the kit in two calls, as bench/device-gpu-run.sh says). Steps, within TOTAL_S (default 450):
 #  - unpack the kit and regenerate the weights (bench/device-gpu-run.sh's steps);
 #  - parity: PARITY_STREAMS (8) greedy generations of PARITY_TOKENS (256) tokens alone, then at once with
-#    --max-batch 8, through the packed engine (bench/batch-parity.mjs): identical tokens or the first difference;
+#    --max-batch PARITY_BATCH (8), through the packed engine (bench/batch-parity.mjs): identical tokens or the first
+#    difference;
 #  - HTTP: `a2d serve --device cuda --max-batch MAX_BATCH` (default 32) of the folder, then `a2d bench-serve`
 #    at LEVELS (1,8,32), max_tokens BENCH_TOKENS (1024), temperature 0, ignore_eos, one token a forward
 #    (threshold 1: random weights are never confident), so the figures compare with peers/http_stream.mjs;
@@ -20,7 +21,7 @@ port="${PORT:-18231}"
 
 parity() {
   A2D_ADDON_DIR="$folder/engine" timeout -k 5 "$(limit "${PARITY_S:-150}")" "$node" "$root/bench/batch-parity.mjs" \
-    --engine "$folder/app/dist/engine/index.js" --model "$folder/model" --device cuda --max-batch 8 \
+    --engine "$folder/app/dist/engine/index.js" --model "$folder/model" --device cuda --max-batch "${PARITY_BATCH:-8}" \
     --streams "${PARITY_STREAMS:-8}" --max-tokens "${PARITY_TOKENS:-256}" >"$out/parity.json"
   local status=$?
   cat "$out/parity.json"
@@ -57,7 +58,7 @@ batch_main() {
   step "unpack" unpack || finish 1
   step "restore weights (folder's node, bench generator)" restore || finish 1
   step "prepare (strace, libcuda)" prepare
-  step "parity: alone vs --max-batch 8" parity
+  step "parity: alone vs --max-batch ${PARITY_BATCH:-8}" parity
   step "HTTP bench-serve ${LEVELS:-1,8,32}" http
   {
     echo "== batch summary"
