@@ -17,7 +17,7 @@
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
 //   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--split-attention 0|1]
 //                 [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]
-//                 [--attention-typical-blocks 0|1] [--attention-blocks-per-sm N] [--profile-sequences N]
+//                 [--attention-typical-blocks 0|1] [--profile-sequences N]
 //                 [--wgmma-tokens N]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
 //   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
@@ -71,8 +71,6 @@ int g_decode_prefill_gemm = ModelOptions{}.decode_prefill_gemm_rows;
 int g_forward_rows = ModelOptions{}.max_forward_rows;
 // --attention-typical-blocks 0|1: ModelOptions::attention_typical_blocks (the engine's default unless given).
 bool g_attention_typical_blocks = ModelOptions{}.attention_typical_blocks;
-// --attention-blocks-per-sm N: ModelOptions::attention_blocks_per_sm (the engine's default unless given).
-int g_attention_blocks_per_sm = ModelOptions{}.attention_blocks_per_sm;
 // --profile-sequences N: only profile_forward below (N sequences of forward_rows_timings' kind in one forward).
 int g_profile_sequences = 0;
 
@@ -133,7 +131,6 @@ std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed
   options.decode_prefill_gemm_rows = decode_prefill_gemm >= 0 ? decode_prefill_gemm : g_decode_prefill_gemm;
   options.max_forward_rows = g_forward_rows;
   options.attention_typical_blocks = g_attention_typical_blocks;
-  options.attention_blocks_per_sm = g_attention_blocks_per_sm;
   options.gemm.prefill_split_blocks_per_sm = g_split;
   options.gemm.prefill_shape_by_rows = g_shapes;
   options.gemm.prefill_wgmma = g_wgmma;
@@ -690,12 +687,11 @@ int main(int argc, char** argv) {
     else if (arg == "--forward-rows" && i + 1 < argc) g_forward_rows = std::atoi(argv[++i]);
     else if (arg == "--forward-rows-only") forward_rows_only = true;  // item 5 alone
     else if (arg == "--attention-typical-blocks" && i + 1 < argc) g_attention_typical_blocks = std::atoi(argv[++i]) != 0;
-    else if (arg == "--attention-blocks-per-sm" && i + 1 < argc) g_attention_blocks_per_sm = std::atoi(argv[++i]);
     else if (arg == "--profile-sequences" && i + 1 < argc) g_profile_sequences = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
                            "[--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]] "
-                           "[--attention-typical-blocks 0|1] [--attention-blocks-per-sm N] [--profile-sequences N] "
+                           "[--attention-typical-blocks 0|1] [--profile-sequences N] "
                            "[--wgmma-tokens 0|64|128|256]\n");
       return 2;
     }

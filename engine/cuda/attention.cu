@@ -339,12 +339,11 @@ void attention_prepare() {
                                       smem_bytes<128>()));
 }
 
-int attention_max_splits(int max_rows, int max_entries, int num_heads, int num_kv_heads, int sm_count, bool typical_blocks,
-                         int blocks_per_sm) {
+int attention_max_splits(int max_rows, int max_entries, int num_heads, int num_kv_heads, int sm_count, bool typical_blocks) {
   const int group = num_heads / num_kv_heads;
   const int row_blocks = typical_blocks && max_entries > 1 ? std::max(ceil_div(max_rows * group, kRowsPerBlock), max_entries)
                                                            : attention_row_blocks(max_rows, group, max_entries);
-  const int splits = (max_entries > 1 ? blocks_per_sm : 2) * sm_count / (num_kv_heads * row_blocks);
+  const int splits = 2 * sm_count / (num_kv_heads * row_blocks);
   return splits < 1 ? 1 : (splits > 256 ? 256 : splits);
 }
 

@@ -55,10 +55,9 @@ void attention_prepare();
 // Split count that gives about two blocks per SM when the KV is long, for forwards of up to max_rows rows of up to
 // max_entries sequences. The blocks of query rows it divides by are the grid's bound (attention_row_blocks), or with
 // `typical_blocks` the blocks a forward of several sequences mostly runs: the larger of the rows' blocks and the
-// sequences (each sequence's rows in one block at block 4), which the bound counts twice. `blocks_per_sm`: the
-// blocks an SM it aims at for forwards of several sequences (one sequence's always aim at two).
+// sequences (each sequence's rows in one block at block 4), which the bound counts twice.
 int attention_max_splits(int max_rows, int max_entries, int num_heads, int num_kv_heads, int sm_count,
-                         bool typical_blocks = false, int blocks_per_sm = 2);
+                         bool typical_blocks = false);
 
 // max_entries: the most sequences a forward of this launch holds (1: one; the grid then has a block of query rows
 // more for each).

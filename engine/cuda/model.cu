@@ -143,7 +143,7 @@ DeviceModel::DeviceModel(const ModelShape& shape, const ModelOptions& options) :
   for (int bucket = 1; bucket <= row_buckets; ++bucket) {
     for (int e = 0; e < kEntryBuckets; ++e) {
       attention_splits_[bucket][e] = attention_max_splits(bucket_rows(bucket), 1 << e, s.heads, s.kv_heads, sm_count_,
-                                                          options.attention_typical_blocks, options.attention_blocks_per_sm);
+                                                          options.attention_typical_blocks);
     }
   }
   const size_t R = forward_capacity_;

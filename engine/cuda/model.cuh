@@ -138,9 +138,6 @@ struct ModelOptions {
   // 4 splits instead of 2. Fixed at construction (it sizes the partials). The 2B shape at KV 1k on the H100
   // (bench/NOTES.md, run 138), one forward of 32 sequences at block 4: 9.43 ms against 10.04, 48: 11.05 against 12.26.
   bool attention_typical_blocks = true;
-  // The attention's key splits of forwards of several sequences aim at this many blocks an SM
-  // (attention_max_splits); one sequence's aim at two. Fixed at construction (it sizes the partials).
-  int attention_blocks_per_sm = 2;
   GemmTrace gemm_trace;  // per-block GEMM records (trace.cuh): only builds with A2D_GEMM_TRACE write them
 };
 
