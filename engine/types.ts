@@ -78,7 +78,8 @@ export interface DecodeParams {
   trace?: boolean;
 }
 
-/** Tokens a step commits to the completion (EOS and anything after it excluded). */
+/** Tokens a step made final: the revealed run that starts the window, past what earlier steps handed out (EOS and
+ * anything after it excluded), so a block's first tokens arrive before the block is done. */
 export interface BlockEvent {
   tokens: number[];
   forwardPasses: number;
@@ -114,7 +115,7 @@ export interface GenerateResult {
 export interface GenerateRequest {
   promptIds: number[];
   params: DecodeParams;
-  /** Called on the JS thread as each step commits tokens. */
+  /** Called on the JS thread as each step makes tokens final. */
   onBlock?: (event: BlockEvent) => void;
   /** Aborting cancels the generation within one denoising step; the promise resolves with finishReason "cancelled". */
   signal?: AbortSignal;

@@ -19,7 +19,7 @@ export class SseStream {
     this.raw.writeHead(200, {
       "content-type": "text/event-stream; charset=utf-8",
       "cache-control": "no-cache",
-      // Reverse proxies must not buffer the stream: each block is a chunk the client is waiting for.
+      // Reverse proxies must not buffer the stream: each step's final tokens are a chunk the client is waiting for.
       "x-accel-buffering": "no",
     });
     // Node holds headers back until the first body byte; a request waiting in the queue would look

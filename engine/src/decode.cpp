@@ -230,11 +230,16 @@ void Sequence::advance() {
   const int32_t relevant = std::min(limit_len, limit_eos);
   int32_t done = 0;
   while (done < relevant && revealed_[done]) ++done;
+  // The revealed run that starts the window is final (before any revealed EOS, within max_tokens): handed out now.
+  if (on_block_ && done > streamed_) {
+    on_block_(std::vector<int32_t>(window_.begin() + streamed_, window_.begin() + done), result_.forward_passes);
+    streamed_ = done;
+  }
   if (done < relevant && !(params_.advance == Advance::slide && done > 0)) return;
+  streamed_ = 0;
   const std::vector<int32_t> finished(window_.begin(), window_.begin() + done);
   result_.tokens.insert(result_.tokens.end(), finished.begin(), finished.end());
   generated_ += done;
-  if (on_block_ && !finished.empty()) on_block_(finished, result_.forward_passes);
   if (done == relevant && limit_eos < limit_len) {
     finish(FinishReason::stop);
     return;
@@ -253,7 +258,12 @@ void Sequence::advance() {
 }
 
 void Sequence::cancel() {
-  if (!finished_) finish(FinishReason::cancelled);
+  if (finished_) return;
+  // What was handed out of the unfinished block is final: the result holds it too.
+  result_.tokens.insert(result_.tokens.end(), window_.begin(), window_.begin() + streamed_);
+  generated_ += streamed_;
+  streamed_ = 0;
+  finish(FinishReason::cancelled);
 }
 
 void Sequence::finish(FinishReason reason) {

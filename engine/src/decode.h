@@ -42,7 +42,9 @@ struct GenerateResult {
 // last token it may reveal): what the KV cache must hold. The server derives the room for max_tokens from it.
 int64_t positions_needed(int64_t prompt_tokens, int64_t max_tokens, int32_t block_size);
 
-// Called on the engine thread with the tokens each step commits to the completion.
+// Called on the engine thread with the completion's tokens as soon as they are final: the revealed run that starts
+// the window after each step (revealed tokens never change; the block's remaining tokens follow as they are
+// revealed), so a client sees a block's first tokens before the block is done.
 using BlockCallback = std::function<void(const std::vector<int32_t>& tokens, int64_t forward_passes)>;
 
 // One generation as a resumable state machine: the decode loop, paused at every forward it needs. A driver
@@ -96,6 +98,7 @@ class Sequence {
   std::vector<int32_t> window_;
   std::vector<bool> revealed_;
   int32_t step_ = 0;         // denoising steps since the window last moved
+  int32_t streamed_ = 0;     // tokens of the window already handed to on_block_ (its final revealed run)
   int64_t generated_ = 0;    // completion tokens so far
   Kind kind_ = Kind::none;   // the prepared forward
   ForwardArgs args_;

@@ -408,7 +408,7 @@ TEST_CASE("decode: unshifted logits predict each position from its own row") {
   }
 }
 
-TEST_CASE("decode: cancellation stops between steps; streaming reports each block") {
+TEST_CASE("decode: cancellation stops between steps; a cancelled result holds what was streamed") {
   auto model = load_model(write_tiny_model("dec-cancel", TinyShape{}, 26));
   auto backend = make_cpu_backend(*model, BackendOptions{2, 0});
   std::atomic<bool> cancel{true};
@@ -427,6 +427,38 @@ TEST_CASE("decode: cancellation stops between steps; streaming reports each bloc
   CHECK(r.finish_reason == FinishReason::cancelled);
   REQUIRE(blocks.size() == 1);
   CHECK(r.tokens == blocks[0]);
+}
+
+TEST_CASE("decode: streaming hands out the window's revealed run after every step") {
+  auto model = load_model(write_tiny_model("dec-stream", TinyShape{}, 29));
+  auto backend = make_cpu_backend(*model, BackendOptions{1, 0});
+  std::vector<std::vector<int32_t>> events;
+  const GenerateResult r = generate(*backend, kPrompt, greedy(24),
+                                    [&](const std::vector<int32_t>& tokens, int64_t) { events.push_back(tokens); }, nullptr);
+  REQUIRE(r.tokens.size() == 24);
+  // What the trace says each step made final: the run of revealed positions that starts the window, past what the
+  // steps before it in the same block had made final.
+  std::vector<std::vector<int32_t>> expected;
+  std::map<int32_t, int32_t> revealed;  // window position -> token, this block
+  int64_t block_start = -1;
+  int32_t handed = 0;
+  for (const TraceStep& step : r.trace) {
+    if (step.block_start != block_start) {
+      block_start = step.block_start;
+      revealed.clear();
+      handed = 0;
+    }
+    for (const Revealed& x : step.revealed) revealed[x.j] = x.token;
+    std::vector<int32_t> run;
+    for (int32_t j = handed; revealed.count(j) > 0; ++j) run.push_back(revealed[j]);
+    if (!run.empty()) expected.push_back(run);
+    handed += static_cast<int32_t>(run.size());
+  }
+  CHECK(events == expected);
+  std::vector<int32_t> all;
+  for (const auto& e : events) all.insert(all.end(), e.begin(), e.end());
+  CHECK(all == r.tokens);
+  CHECK(events.size() > 24 / 4);  // some blocks reached the client in parts, before they were done
 }
 
 TEST_CASE("decode: bad requests are errors, not crashes") {
