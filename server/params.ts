@@ -71,7 +71,6 @@ export function resolveParams(
   if (body.remasking !== undefined) params.remasking = body.remasking as DecodeParams["remasking"];
   if (body.advance !== undefined) params.advance = body.advance as DecodeParams["advance"];
   if (body.commit !== undefined) params.commit = body.commit as DecodeParams["commit"];
-  if (body.adjacent_repeats !== undefined) params.adjacentRepeats = body.adjacent_repeats as DecodeParams["adjacentRepeats"];
   if (body.ignore_eos === true) params.eosTokenIds = [];
   params.seed = body.seed != null ? requestSeed(body.seed, exactSeed) : randomSeed();
   return { params, stops };

@@ -25,7 +25,6 @@ interface GoldenDecode {
     remasking: "low_confidence" | "random" | "leftmost";
     advance: "block" | "slide";
     commit: "fused" | "separate";
-    adjacent_repeats: "reveal" | "defer";
     seed: number;
     eos_token_ids: number[];
   };
@@ -82,7 +81,6 @@ function decodeParams(p: GoldenDecode["params"]): DecodeParams {
     remasking: p.remasking,
     advance: p.advance,
     commit: p.commit,
-    adjacentRepeats: p.adjacent_repeats,
     seed: BigInt(p.seed),
     eosTokenIds: p.eos_token_ids,
     trace: true,
@@ -243,7 +241,6 @@ describe("generation on the engine thread", () => {
       [{ topP: 0 }, "topP"],
       [{ remasking: "sometimes" as never }, "remasking"],
       [{ commit: "later" as never }, "commit"],
-      [{ adjacentRepeats: "skip" as never }, "adjacentRepeats"],
       [{ seed: -1 }, "seed"],
       [{ seed: 1n << 64n }, "seed"],
       [{ seed: 2 ** 60 }, "seed"],

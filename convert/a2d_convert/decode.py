@@ -101,14 +101,6 @@ def reveal_set(confidences: Sequence[float], priorities: Sequence[float], thresh
     return sorted(chosen)
 
 
-def defer_adjacent_repeats(picked: Sequence[int], candidates: Sequence[int], tokens: Sequence[int]) -> list[int]:
-    """Step 3 with `adjacent_repeats: defer`: of `picked` (ascending indices into the candidate list), drops each
-    whose window position follows the previous picked one's and whose token equals it (that one held back too or
-    not); the leftmost picked always stays."""
-    return [i for n, i in enumerate(picked)
-            if n == 0 or not (candidates[picked[n - 1]] == candidates[i] - 1 and tokens[picked[n - 1]] == tokens[i])]
-
-
 def decode_steps(
     prompt_ids: Sequence[int],
     params: DecodeParams,
@@ -187,8 +179,6 @@ def decode_steps(
             k_steps = 0 if params.steps == 0 else math.ceil(len(candidates) / max(params.steps - step, 1))
             k = min(len(candidates), max(params.min_per_step, k_steps))
             picked = reveal_set(confidences, priorities, params.threshold, k)
-            if params.adjacent_repeats == "defer":
-                picked = defer_adjacent_repeats(picked, candidates, [t for t, _ in choices])
             counts["steps"] += 1
             counts["revealed"] += len(picked)
             counts["topped_up"] += max(0, k - sum(c > params.threshold for c in confidences))

@@ -45,18 +45,6 @@ class DecodingDefaults:
     remasking: str = DECODING_PARAMETERS["remasking"]["default"]
     advance: str = DECODING_PARAMETERS["advance"]["default"]
     commit: str = DECODING_PARAMETERS["commit"]["default"]
-    adjacent_repeats: str = DECODING_PARAMETERS["adjacent_repeats"]["default"]
-
-
-# Fields a model's files hold only where they differ from the default, so that the files of models that keep the
-# default stay as they were before the field existed (a rebuilt model is the same bytes).
-WRITTEN_WHEN_SET = ("adjacent_repeats",)
-
-
-def written_decoding(values: dict) -> dict:
-    """A decoding as config.json, decoder_config.json and probe reports write it: WRITTEN_WHEN_SET fields only
-    where they are not the default."""
-    return {k: v for k, v in values.items() if k not in WRITTEN_WHEN_SET or v != DECODING_PARAMETERS[k]["default"]}
 
 
 def add_decoding_flags(parser) -> None:

@@ -83,7 +83,6 @@ def decode_runs(block_size: int, eos: list[int]) -> list[tuple[str, dict]]:
         remasking="low_confidence",
         advance="block",
         commit="fused",
-        adjacent_repeats="reveal",
         seed=0,
         eos_token_ids=eos,
     )
@@ -98,7 +97,6 @@ def decode_runs(block_size: int, eos: list[int]) -> list[tuple[str, dict]]:
         ("remask_random", {"remasking": "random", "seed": 7}),
         ("remask_leftmost", {"remasking": "leftmost", "threshold": 0.6}),
         ("threshold_low", {"threshold": 0.3}),
-        ("repeats_defer", {"adjacent_repeats": "defer", "threshold": 0.1}),
     ]
     for b in (2, 4, 8):
         runs.append((f"block_{b}", {"block_size": b, "max_tokens": max(6 * b, 12)}))

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from a2d_convert.decode import choose_token, decode, defer_adjacent_repeats
+from a2d_convert.decode import choose_token, decode
 from a2d_convert.decoding import DecodeParams
 from a2d_convert.errors import A2DError
 from a2d_convert.model import BlockForward, load_transformer
@@ -265,13 +265,3 @@ def test_real_model_slide_is_deterministic_and_takes_no_more_forwards_than_block
             assert slide.forward_passes == 20 // a2d.block_size
         if threshold == 1.0:  # one token per forward, the most confident first
             assert slide.forward_passes == 20
-
-
-def test_defer_adjacent_repeats_holds_back_a_repeat_of_the_position_before_it():
-    # Candidates at window positions 0, 1, 2, 4, 5 with tokens 7 7 7 9 9, all picked (engine/tests/reveal_test.cpp).
-    candidates, tokens = [0, 1, 2, 4, 5], [7, 7, 7, 9, 9]
-    assert defer_adjacent_repeats([0, 1, 2, 3, 4], candidates, tokens) == [0, 3]
-    # Position 1 not picked: 0 and 2 are not neighbours in this step.
-    assert defer_adjacent_repeats([0, 2], candidates, tokens) == [0, 2]
-    # The leftmost picked always stays.
-    assert defer_adjacent_repeats([3, 4], candidates, tokens) == [3]

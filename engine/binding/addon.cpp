@@ -146,7 +146,6 @@ a2d::DecodeParams read_params(const Napi::Object& o) {
   const std::string remasking = string_field(o, "remasking");
   const std::string advance = string_field(o, "advance");
   const std::string commit = string_field(o, "commit");
-  const std::string adjacent_repeats = string_field(o, "adjacentRepeats");
   if (!a2d::parse_remasking(remasking, &p.remasking)) {
     throw Napi::TypeError::New(env, "decode params: remasking must be " + a2d::choice_problem(a2d::decoding_spec("remasking"), remasking));
   }
@@ -155,10 +154,6 @@ a2d::DecodeParams read_params(const Napi::Object& o) {
   }
   if (!a2d::parse_commit(commit, &p.commit)) {
     throw Napi::TypeError::New(env, "decode params: commit must be " + a2d::choice_problem(a2d::decoding_spec("commit"), commit));
-  }
-  if (!a2d::parse_adjacent_repeats(adjacent_repeats, &p.adjacent_repeats)) {
-    throw Napi::TypeError::New(env, "decode params: adjacentRepeats must be " +
-                                        a2d::choice_problem(a2d::decoding_spec("adjacent_repeats"), adjacent_repeats));
   }
   Napi::Value seed = get_field(o, "seed");
   bool lossless = false;
@@ -239,7 +234,6 @@ Napi::Object info_object(Napi::Env env, const a2d::Model& model, const a2d::Back
   decoding.Set("remasking", a2d::remasking_name(d.remasking));
   decoding.Set("advance", a2d::advance_name(d.advance));
   decoding.Set("commit", a2d::commit_name(d.commit));
-  decoding.Set("adjacentRepeats", a2d::adjacent_repeats_name(d.adjacent_repeats));
   Napi::Object info = Napi::Object::New(env);
   info.Set("architecture", c.architecture);
   info.Set("modelType", c.model_type);

@@ -43,7 +43,6 @@ struct RevealArgs {
   double top_p = 1.0;
   double threshold = 0.9;
   int32_t min_reveal = 1;  // k: at least this many candidates are revealed
-  bool defer_adjacent_repeats = false;  // adjacent_repeats "defer" (docs/decoding.md, step 3)
 };
 
 struct Revealed {

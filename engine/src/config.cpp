@@ -189,8 +189,7 @@ void read_decoding_defaults(Fields d, DecodeParams& p) {
       const std::string value = d.string_or(spec.name, spec.default_choice);
       const bool known = (spec.name == "remasking" && parse_remasking(value, &p.remasking)) ||
                          (spec.name == "advance" && parse_advance(value, &p.advance)) ||
-                         (spec.name == "commit" && parse_commit(value, &p.commit)) ||
-                         (spec.name == "adjacent_repeats" && parse_adjacent_repeats(value, &p.adjacent_repeats));
+                         (spec.name == "commit" && parse_commit(value, &p.commit));
       if (!known) d.fail(spec.name, "= '" + value + "'; use " + choice_problem(spec, value));
       continue;
     }

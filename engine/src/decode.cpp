@@ -186,7 +186,6 @@ void Sequence::prepare_denoise(const std::vector<int32_t>& candidates) {
   reveal.temperature = params_.temperature;
   reveal.top_p = params_.top_p;
   reveal.threshold = params_.threshold;
-  reveal.defer_adjacent_repeats = params_.adjacent_repeats == AdjacentRepeats::defer;
 }
 
 void Sequence::accept(StepResult stepped) {

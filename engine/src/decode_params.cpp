@@ -133,13 +133,9 @@ const std::string& rule_message(const std::string& id) {
 const char* remasking_name(Remasking remasking) { return choice_name("remasking", remasking); }
 const char* advance_name(Advance advance) { return choice_name("advance", advance); }
 const char* commit_name(CommitPolicy commit) { return choice_name("commit", commit); }
-const char* adjacent_repeats_name(AdjacentRepeats repeats) { return choice_name("adjacent_repeats", repeats); }
 bool parse_remasking(const std::string& name, Remasking* out) { return parse_choice("remasking", name, out); }
 bool parse_advance(const std::string& name, Advance* out) { return parse_choice("advance", name, out); }
 bool parse_commit(const std::string& name, CommitPolicy* out) { return parse_choice("commit", name, out); }
-bool parse_adjacent_repeats(const std::string& name, AdjacentRepeats* out) {
-  return parse_choice("adjacent_repeats", name, out);
-}
 
 void validate_decode_params(const DecodeParams& p, const ModelConfig& config) {
   auto bad = [](const std::string& what) { throw std::runtime_error("invalid decoding parameter: " + what); };

@@ -131,32 +131,23 @@ std::vector<int32_t> select_reveals(const std::vector<double>& confidences,
   return selected;
 }
 
-StepResult reveal_choices(const RevealArgs& args, const std::vector<Choice>& choices) {
-  std::vector<double> confidences(choices.size());
-  for (size_t c = 0; c < choices.size(); ++c) confidences[c] = choices[c].confidence;
-  const std::vector<double>& priorities = args.priority_draws.empty() ? confidences : args.priority_draws;
-  const std::vector<int32_t> selected = select_reveals(confidences, priorities, args.threshold, args.min_reveal);
-  StepResult result;
-  for (size_t i = 0; i < selected.size(); ++i) {
-    const int32_t c = selected[i];
-    if (args.defer_adjacent_repeats && i > 0) {
-      const int32_t before = selected[i - 1];
-      if (args.candidates[before] == args.candidates[c] - 1 && choices[before].token == choices[c].token) continue;
-    }
-    result.revealed.push_back({args.candidates[c], choices[c].token, choices[c].confidence});
-  }
-  return result;
-}
-
 StepResult reveal_on_host(const RevealArgs& args, int32_t vocab,
                           const std::function<const float*(int32_t)>& row) {
   const int32_t n = static_cast<int32_t>(args.candidates.size());
   std::vector<Choice> choices(n);
+  std::vector<double> confidences(n);
   for (int32_t c = 0; c < n; ++c) {
     const double u = args.temperature > 0.0 ? args.sample_draws.at(c) : 0.0;
     choices[c] = choose_token(row(c), vocab, args.mask_token_id, args.temperature, args.top_p, u);
+    confidences[c] = choices[c].confidence;
   }
-  return reveal_choices(args, choices);
+  const std::vector<double>& priorities =
+      args.priority_draws.empty() ? confidences : args.priority_draws;
+  StepResult result;
+  for (int32_t c : select_reveals(confidences, priorities, args.threshold, args.min_reveal)) {
+    result.revealed.push_back({args.candidates[c], choices[c].token, choices[c].confidence});
+  }
+  return result;
 }
 
 }  // namespace a2d

@@ -47,11 +47,6 @@ std::vector<int32_t> select_reveals(const std::vector<double>& confidences,
                                     const std::vector<double>& priorities, double threshold,
                                     int32_t min_reveal);
 
-// Step 3 from step 1's choices (one per candidate): select_reveals by the args' priorities, then, with
-// defer_adjacent_repeats, each selected candidate whose position follows a selected candidate's and whose token
-// equals that one's waits for a later step.
-StepResult reveal_choices(const RevealArgs& args, const std::vector<Choice>& choices);
-
 // Steps 1-3 over host logits; `row(c)` is the fp32 logits row of candidate c.
 StepResult reveal_on_host(const RevealArgs& args, int32_t vocab,
                           const std::function<const float*(int32_t)>& row);

@@ -235,7 +235,6 @@ TEST_CASE("config: the decoding table's shared cases, its defaults and its choic
       else if (name == "remasking" && !parse_remasking(value.get<std::string>(), &p.remasking)) refused = name;
       else if (name == "advance" && !parse_advance(value.get<std::string>(), &p.advance)) refused = name;
       else if (name == "commit" && !parse_commit(value.get<std::string>(), &p.commit)) refused = name;
-      else if (name == "adjacent_repeats" && !parse_adjacent_repeats(value.get<std::string>(), &p.adjacent_repeats)) refused = name;
     }
     if (c.value("ok", false)) {
       CHECK(refused.empty());
@@ -256,11 +255,9 @@ TEST_CASE("config: the decoding table's shared cases, its defaults and its choic
   CHECK(remasking_name(defaults.remasking) == decoding_spec("remasking").default_choice);
   CHECK(advance_name(defaults.advance) == decoding_spec("advance").default_choice);
   CHECK(commit_name(defaults.commit) == decoding_spec("commit").default_choice);
-  CHECK(adjacent_repeats_name(defaults.adjacent_repeats) == decoding_spec("adjacent_repeats").default_choice);
   CHECK(std::string(remasking_name(Remasking::leftmost)) == "leftmost");
   CHECK(std::string(advance_name(Advance::slide)) == "slide");
   CHECK(std::string(commit_name(CommitPolicy::separate)) == "separate");
-  CHECK(std::string(adjacent_repeats_name(AdjacentRepeats::defer)) == "defer");
 }
 
 namespace {

@@ -51,8 +51,6 @@ DecodeParams decode_params(const json& p) {
   if (!parse_remasking(remasking, &d.remasking) || !parse_advance(advance, &d.advance) || !parse_commit(commit, &d.commit)) {
     throw std::runtime_error("golden run with an unknown remasking, advance or commit: " + p.dump());
   }
-  const std::string repeats = p.value("adjacent_repeats", "reveal");
-  if (!parse_adjacent_repeats(repeats, &d.adjacent_repeats)) throw std::runtime_error("golden run with an unknown adjacent_repeats: " + p.dump());
   d.seed = p.at("seed").get<uint64_t>();
   d.eos_token_ids = p.at("eos_token_ids").get<std::vector<int32_t>>();
   d.trace = true;

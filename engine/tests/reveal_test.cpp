@@ -67,32 +67,6 @@ TEST_CASE("select_reveals: threshold, then the minimum by priority, ties to the 
   CHECK(select_reveals({1.0, 0.99}, {1.0, 0.99}, 1.0, 1) == std::vector<int32_t>{0});
 }
 
-TEST_CASE("reveal_choices: adjacent_repeats defer holds back a repeat of the position before it, chosen in the same step") {
-  // Window positions 0, 1, 2, 4, 5 masked; every one above the threshold. Tokens: 7 7 7 | 9 9 at 4 and 5, 3 at 2.
-  RevealArgs args;
-  args.candidates = {0, 1, 2, 4, 5};
-  args.threshold = 0.5;
-  const std::vector<Choice> choices = {{7, 0.9}, {7, 0.8}, {7, 0.95}, {9, 0.9}, {9, 0.6}};
-  auto positions = [](const StepResult& r) {
-    std::vector<int32_t> j;
-    for (const Revealed& x : r.revealed) j.push_back(x.j);
-    return j;
-  };
-  CHECK(positions(reveal_choices(args, choices)) == std::vector<int32_t>{0, 1, 2, 4, 5});
-  args.defer_adjacent_repeats = true;
-  // 1 repeats 0, 2 repeats 1 (chosen in this step too, though held back), 5 repeats 4.
-  CHECK(positions(reveal_choices(args, choices)) == std::vector<int32_t>{0, 4});
-  // Not adjacent (a revealed or unchosen position between): both stay.
-  args.candidates = {0, 2};
-  CHECK(positions(reveal_choices(args, {{7, 0.9}, {7, 0.9}})) == std::vector<int32_t>{0, 2});
-  // The leftmost chosen is never held back: a step reveals at least one.
-  args.candidates = {3, 4};
-  args.threshold = 0.99;
-  CHECK(positions(reveal_choices(args, {{5, 0.2}, {5, 0.1}})) == std::vector<int32_t>{3});
-  args.min_reveal = 2;
-  CHECK(positions(reveal_choices(args, {{5, 0.2}, {5, 0.1}})) == std::vector<int32_t>{3});
-}
-
 TEST_CASE("reveal_on_host maps candidates to rows and returns ascending block positions") {
   const float rows[2][4] = {{0.0f, 10.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.1f}};
   RevealArgs args;

@@ -29,7 +29,6 @@ export function registerHealthRoute(app: App, ctx: ServerContext): void {
         remasking: d.remasking,
         advance: d.advance,
         commit: d.commit,
-        adjacent_repeats: d.adjacentRepeats,
         mask_token_id: info.maskTokenId,
       },
       forward_passes: ctx.model.engine.totalForwardPasses(),
