@@ -8,7 +8,8 @@
 # (BASE: the imported AR base, `a2d_convert import --source .cache/demo/base.gguf --out .cache/demo/base`.)
 # Knobs: THRESHOLDS (0.5,0.7,0.8,0.9,0.95), RULES (leftmost low_confidence), MINS (1 2), THREADS (2),
 # MAX_TOKENS (48; open prompts OPEN_TOKENS, 128), CALIBRATION (0: no calibration table; it takes minutes and
-# depends only on the model, so one run of several that split the decodings between them is enough).
+# depends only on the model, so one run of several that split the decodings between them is enough), EXTRA (more
+# evaluate-probes flags for every decoding, e.g. "--reveal-order prefix").
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 model=${MODEL:-$root/.cache/demo/model}
@@ -30,7 +31,7 @@ for set in "${sets[@]}"; do
       # shellcheck disable=SC2086
       "$py" -m a2d_convert evaluate-probes --model "$model" "${basearg[@]}" --engine cpu --threads "${THREADS:-2}" \
         --thresholds "${THRESHOLDS:-0.5,0.7,0.8,0.9,0.95}" --max-tokens "$tokens" --remasking "$rule" --min-per-step "$min" \
-        --out "$report.tmp" --details "$out/$name-$rule-$min.jsonl" $flags > "$out/log.txt" 2>&1 || { tail -5 "$out/log.txt"; exit 1; }
+        --out "$report.tmp" --details "$out/$name-$rule-$min.jsonl" $flags ${EXTRA:-} > "$out/log.txt" 2>&1 || { tail -5 "$out/log.txt"; exit 1; }
       mv "$report.tmp" "$report"
       [ -f "$out/$name-base.jsonl" ] || grep '"kind": "base"' "$out/$name-$rule-$min.jsonl" > "$out/$name-base.jsonl"
     done

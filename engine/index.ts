@@ -147,6 +147,7 @@ function nativeParams(request: GenerateRequest, info: ModelInfo): NativeParams {
     remasking: checked<NativeParams["remasking"]>("remasking", p.remasking ?? d.remasking, blockSize),
     advance: checked<NativeParams["advance"]>("advance", p.advance ?? d.advance, blockSize),
     commit: checked<NativeParams["commit"]>("commit", p.commit ?? d.commit, blockSize),
+    revealOrder: checked<NativeParams["revealOrder"]>("reveal_order", p.revealOrder ?? d.revealOrder, blockSize),
     seed: checkSeed(p.seed),
     eosTokenIds: Array.from(checkTokenIds("eosTokenIds", p.eosTokenIds ?? info.eosTokenIds, info.vocabSize)),
     trace: p.trace === true,

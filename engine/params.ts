@@ -75,13 +75,15 @@ export interface RuleInputs {
   steps: number;
   remasking: string;
   advance: string;
+  /** reveal_order; absent: "any". */
+  revealOrder?: string;
 }
 
 /** The first cross-field rule of the table these (in-range) parameters break: { id, message }, or null. */
 export function brokenRule(p: RuleInputs): { id: string; message: string } | null {
   const oneByOne = p.minPerStep === 1 && (p.steps === 0 || p.steps >= p.blockSize);
   let id: string | null = null;
-  if (p.remasking === "leftmost" && p.threshold >= 1 && oneByOne) id = "left_to_right";
+  if ((p.remasking === "leftmost" || p.revealOrder === "prefix") && p.threshold >= 1 && oneByOne) id = "left_to_right";
   else if (p.advance === "slide" && p.steps > 0) id = "schedule_needs_blocks";
   if (id === null) return null;
   const rule = DECODING_TABLE.rules.find((r) => r.id === id);

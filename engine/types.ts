@@ -7,6 +7,7 @@ export type Device = "cpu" | "cuda";
 export type Remasking = "low_confidence" | "random" | "leftmost";
 export type Advance = "block" | "slide";
 export type CommitPolicy = "fused" | "separate";
+export type RevealOrder = "reveal" | "defer";
 export type FinishReason = "stop" | "length" | "cancelled";
 
 export interface LoadOptions {
@@ -35,6 +36,8 @@ export interface DecodingDefaults {
   /** "block": the window moves on once wholly revealed; "slide": past every revealed prefix (docs/decoding.md). */
   advance: Advance;
   commit: CommitPolicy;
+  /** "defer": a token equal to the one revealed in the same step just before it waits a step (docs/decoding.md). */
+  revealOrder: RevealOrder;
 }
 
 export interface ModelInfo {
@@ -71,6 +74,7 @@ export interface DecodeParams {
   remasking?: Remasking;
   advance?: Advance;
   commit?: CommitPolicy;
+  revealOrder?: RevealOrder;
   /** Unsigned 64-bit seed, as a bigint or a safe integer. */
   seed?: bigint | number;
   eosTokenIds?: number[];

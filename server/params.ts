@@ -39,6 +39,7 @@ export function resolveParams(
     steps: body.steps ?? Math.min(d.steps, blockSize),
     remasking: body.remasking ?? d.remasking,
     advance: body.advance ?? d.advance,
+    revealOrder: body.reveal_order ?? d.revealOrder,
   });
   if (rule !== null) throw new ApiError("invalid_value", `These decoding parameters break the rule ${rule.id}: ${rule.message}.`, rule.id);
 
@@ -71,6 +72,7 @@ export function resolveParams(
   if (body.remasking !== undefined) params.remasking = body.remasking as DecodeParams["remasking"];
   if (body.advance !== undefined) params.advance = body.advance as DecodeParams["advance"];
   if (body.commit !== undefined) params.commit = body.commit as DecodeParams["commit"];
+  if (body.reveal_order !== undefined) params.revealOrder = body.reveal_order as DecodeParams["revealOrder"];
   if (body.ignore_eos === true) params.eosTokenIds = [];
   params.seed = body.seed != null ? requestSeed(body.seed, exactSeed) : randomSeed();
   return { params, stops };

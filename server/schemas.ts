@@ -31,7 +31,7 @@ const Stop = Type.Optional(
 /** An a2d decoding field's schema from its entry in engine/decoding-params.json ("block_size" bounds: 64). */
 function decodingField(name: "block_size" | "min_per_step" | "steps"): TInteger;
 function decodingField(name: "threshold"): TNumber;
-function decodingField(name: "remasking" | "advance" | "commit"): TString;
+function decodingField(name: "remasking" | "advance" | "commit" | "reveal_order"): TString;
 function decodingField(name: string): TInteger | TNumber | TString {
   const spec = paramSpec(name);
   const description = `${valueProblem(spec, undefined, 64)}: ${spec.doc}`;
@@ -79,6 +79,7 @@ const Sampling = {
   remasking: Type.Optional(decodingField("remasking")),
   advance: Type.Optional(decodingField("advance")),
   commit: Type.Optional(decodingField("commit")),
+  reveal_order: Type.Optional(decodingField("reveal_order")),
   // As in vLLM: generate max_tokens whatever the model says, for throughput measurements.
   ignore_eos: Type.Optional(Type.Boolean()),
   // Fields of the retired remasking 'verify' and 'tree': any value is refused by name (params.ts).

@@ -25,6 +25,7 @@ interface GoldenDecode {
     remasking: "low_confidence" | "random" | "leftmost";
     advance: "block" | "slide";
     commit: "fused" | "separate";
+    reveal_order: "reveal" | "defer";
     seed: number;
     eos_token_ids: number[];
   };
@@ -81,6 +82,7 @@ function decodeParams(p: GoldenDecode["params"]): DecodeParams {
     remasking: p.remasking,
     advance: p.advance,
     commit: p.commit,
+    revealOrder: p.reveal_order,
     seed: BigInt(p.seed),
     eosTokenIds: p.eos_token_ids,
     trace: true,
@@ -241,6 +243,7 @@ describe("generation on the engine thread", () => {
       [{ topP: 0 }, "topP"],
       [{ remasking: "sometimes" as never }, "remasking"],
       [{ commit: "later" as never }, "commit"],
+      [{ revealOrder: "skip" as never }, "revealOrder"],
       [{ seed: -1 }, "seed"],
       [{ seed: 1n << 64n }, "seed"],
       [{ seed: 2 ** 60 }, "seed"],

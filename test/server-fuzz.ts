@@ -174,7 +174,7 @@ class Generator {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "n", "stop", "stream", "stream_options",
     "logprobs", "top_logprobs", "logit_bias", "presence_penalty", "frequency_penalty", "tools", "tool_choice", "response_format",
     "functions", "function_call", "parallel_tool_calls", "user", "block_size", "threshold", "min_per_step", "steps", "remasking",
-    "commit", "ignore_eos", "chat_template_kwargs", "prompt", "echo", "suffix", "best_of", "modalities", "audio", "__proto__", "constructor",
+    "commit", "reveal_order", "ignore_eos", "chat_template_kwargs", "prompt", "echo", "suffix", "best_of", "modalities", "audio", "__proto__", "constructor",
   ];
 
   private static readonly STRUCTURED: Record<string, unknown[]> = {

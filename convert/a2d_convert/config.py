@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .decoding import DECODING_PARAMETERS, RETIRED_DECODING_FIELDS, RETIRED_RULES_NOTE, DecodeParams, DecodingDefaults
+from .decoding import DECODING_PARAMETERS, RETIRED_DECODING_FIELDS, RETIRED_RULES_NOTE, DecodeParams, DecodingDefaults, written_decoding
 from .errors import A2DError
 
 FORMAT_VERSION = 1
@@ -238,8 +238,10 @@ class A2DSection:
                 "remasking": self.decoding.remasking,
                 "advance": self.decoding.advance,
                 "commit": self.decoding.commit,
+                "reveal_order": self.decoding.reveal_order,
             },
         }
+        out["decoding"] = written_decoding(out["decoding"])
         if self.adapter is not None:
             out[self.adapter.section] = {"rank": self.adapter.rank, "targets": list(self.adapter.targets)}
         if self.precision != "bf16":  # written only where it applies: other models' files stay as they were

@@ -101,6 +101,17 @@ def reveal_set(confidences: Sequence[float], priorities: Sequence[float], thresh
     return sorted(chosen)
 
 
+def prefix_set(confidences: Sequence[float], candidates: Sequence[int], threshold: float, k: int) -> list[int]:
+    """Step 3 with `reveal_order: prefix`: indices (into the candidate list) of the first k candidates from the
+    left, then of each next one while it is adjacent to the one before it and above the threshold."""
+    picked = []
+    for c in range(len(candidates)):
+        if c >= k and not (candidates[c] == candidates[c - 1] + 1 and confidences[c] > threshold):
+            break
+        picked.append(c)
+    return picked
+
+
 def decode_steps(
     prompt_ids: Sequence[int],
     params: DecodeParams,
@@ -178,7 +189,10 @@ def decode_steps(
                 priorities = [rng.uniform() for _ in candidates]
             k_steps = 0 if params.steps == 0 else math.ceil(len(candidates) / max(params.steps - step, 1))
             k = min(len(candidates), max(params.min_per_step, k_steps))
-            picked = reveal_set(confidences, priorities, params.threshold, k)
+            if params.reveal_order == "prefix":
+                picked = prefix_set(confidences, candidates, params.threshold, k)
+            else:
+                picked = reveal_set(confidences, priorities, params.threshold, k)
             counts["steps"] += 1
             counts["revealed"] += len(picked)
             counts["topped_up"] += max(0, k - sum(c > params.threshold for c in confidences))

@@ -45,6 +45,18 @@ class DecodingDefaults:
     remasking: str = DECODING_PARAMETERS["remasking"]["default"]
     advance: str = DECODING_PARAMETERS["advance"]["default"]
     commit: str = DECODING_PARAMETERS["commit"]["default"]
+    reveal_order: str = DECODING_PARAMETERS["reveal_order"]["default"]
+
+
+# Fields a model's files hold only where they differ from the default, so that the files of models that keep the
+# default stay as they were before the field existed (a rebuilt model is the same bytes).
+WRITTEN_WHEN_SET = ("reveal_order",)
+
+
+def written_decoding(values: dict) -> dict:
+    """A decoding as config.json, decoder_config.json and probe reports write it: WRITTEN_WHEN_SET fields only
+    where they are not the default."""
+    return {k: v for k, v in values.items() if k not in WRITTEN_WHEN_SET or v != DECODING_PARAMETERS[k]["default"]}
 
 
 def add_decoding_flags(parser) -> None:
@@ -125,7 +137,7 @@ def table_problem(spec: dict, value, block_size) -> str | None:
 def broken_rule(p: "DecodeParams") -> str | None:
     """The id of the first cross-field rule of the table these (in-range) parameters break, or None."""
     one_by_one = p.min_per_step == 1 and (p.steps == 0 or p.steps >= p.block_size)
-    if p.remasking == "leftmost" and p.threshold >= 1 and one_by_one:
+    if (p.remasking == "leftmost" or p.reveal_order == "prefix") and p.threshold >= 1 and one_by_one:
         return "left_to_right"
     if p.advance == "slide" and p.steps > 0:
         return "schedule_needs_blocks"

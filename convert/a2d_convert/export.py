@@ -112,7 +112,7 @@ def probes_decoding(probes_file: Path, block_size: int) -> tuple[dict[str, Any],
 def decoder_choice(init_config: dict, args_decoding: dict[str, Any], probes_file: Path | None) -> tuple[dict, dict]:
     """(decoding defaults for config.json, decoder_config.json). A probes report, when given, chooses the
     whole decoding (the one it measured); a flag may only restate it, since the probes measured nothing else."""
-    from .decoding import DecodingDefaults
+    from .decoding import DecodingDefaults, written_decoding
 
     decoding = dict(init_config["a2d"]["decoding"])
     chosen_by: dict[str, Any] = {"method": "defaults"}
@@ -133,7 +133,7 @@ def decoder_choice(init_config: dict, args_decoding: dict[str, Any], probes_file
     elif overrides:
         decoding.update(overrides)
         chosen_by = {"method": "flags", "flags": overrides}
-    return decoding, chosen_by
+    return written_decoding(decoding), chosen_by
 
 
 def shipped_weights(ckpt: Path, record: dict[str, Any], init_dir: Path) -> tuple[dict, dict | None]:

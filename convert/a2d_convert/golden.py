@@ -83,6 +83,7 @@ def decode_runs(block_size: int, eos: list[int]) -> list[tuple[str, dict]]:
         remasking="low_confidence",
         advance="block",
         commit="fused",
+        reveal_order="any",
         seed=0,
         eos_token_ids=eos,
     )
@@ -97,6 +98,7 @@ def decode_runs(block_size: int, eos: list[int]) -> list[tuple[str, dict]]:
         ("remask_random", {"remasking": "random", "seed": 7}),
         ("remask_leftmost", {"remasking": "leftmost", "threshold": 0.6}),
         ("threshold_low", {"threshold": 0.3}),
+        ("reveal_prefix", {"reveal_order": "prefix", "threshold": 0.5}),
     ]
     for b in (2, 4, 8):
         runs.append((f"block_{b}", {"block_size": b, "max_tokens": max(6 * b, 12)}))

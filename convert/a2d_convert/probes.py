@@ -43,7 +43,7 @@ from tqdm import tqdm
 
 from . import lineage as lin
 from .config import read_json, write_json
-from .decoding import ADVANCE, REMASKING
+from .decoding import ADVANCE, DECODING_PARAMETERS, REMASKING
 from .errors import A2DError
 
 CHECKS = ("number", "choice", "contains", "exact", "math")
@@ -447,9 +447,9 @@ def evaluate_probes(
         answers = [record(f"model@{threshold}", probe, answer) for probe, answer in zip(probes, rows)]
         report["model"][str(threshold)] = summarise(probes, answers, base_answers)
     report["block_size"] = block_size
-    from .decoding import DecodingDefaults
+    from .decoding import DecodingDefaults, written_decoding
 
-    decoding = {k: getattr(per_threshold[0], k) for k in DecodingDefaults.__dataclass_fields__ if k != "threshold"}
+    decoding = written_decoding({k: getattr(per_threshold[0], k) for k in DecodingDefaults.__dataclass_fields__ if k != "threshold"})
     report["decoding"] = decoding  # what every threshold's run shared: export --probes ships exactly this
     reference = report["base"]["accuracy"] if "base" in report else max(r["accuracy"] for r in report["model"].values())
     report["aup"] = {
@@ -502,6 +502,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--remasking", choices=REMASKING, help="decode with this remasking instead of the model's default (docs/decoding.md)")
     p.add_argument("--advance", choices=ADVANCE, help="decode with this window policy instead of the model's default (docs/decoding.md)")
     p.add_argument("--min-per-step", type=int, help="decode with this floor of reveals per step instead of the model's default")
+    p.add_argument("--reveal-order", choices=DECODING_PARAMETERS["reveal_order"]["choices"],
+                   help="decode with this reveal order instead of the model's default (docs/decoding.md)")
     p.add_argument("--out", type=Path, required=True, help="JSON report to write")
     p.add_argument("--details", type=Path, help="also write every answer as JSONL")
     p.set_defaults(run=run)
@@ -526,7 +528,8 @@ def run(args) -> int:
     report = evaluate_probes(
         args.model, args.base, probes, thresholds, args.max_tokens, args.tolerance, args.device,
         False if args.no_think else None, args.details, args.engine, args.threads, args.batch_size, args.block_size,
-        {"remasking": args.remasking, "advance": args.advance, "min_per_step": args.min_per_step}, args.base_answers,
+        {"remasking": args.remasking, "advance": args.advance, "min_per_step": args.min_per_step,
+         "reveal_order": args.reveal_order}, args.base_answers,
     )
     report["probes"] = {
         "source": str(args.probes) if args.probes else f"built-in, seed {args.seed}, {args.per_family} per family",

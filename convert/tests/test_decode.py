@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from a2d_convert.decode import choose_token, decode
+from a2d_convert.decode import choose_token, decode, prefix_set
 from a2d_convert.decoding import DecodeParams
 from a2d_convert.errors import A2DError
 from a2d_convert.model import BlockForward, load_transformer
@@ -265,3 +265,11 @@ def test_real_model_slide_is_deterministic_and_takes_no_more_forwards_than_block
             assert slide.forward_passes == 20 // a2d.block_size
         if threshold == 1.0:  # one token per forward, the most confident first
             assert slide.forward_passes == 20
+
+
+def test_prefix_set_reveals_the_run_from_the_left():
+    # engine/tests/reveal_test.cpp's case: position 1 below the threshold, a gap before position 5.
+    candidates, confidences = [0, 1, 2, 3, 5], [0.3, 0.4, 0.9, 0.8, 0.9]
+    assert prefix_set(confidences, candidates, 0.5, 1) == [0]
+    assert prefix_set(confidences, candidates, 0.5, 2) == [0, 1, 2, 3]
+    assert prefix_set([0.9] * 5, candidates, 0.5, 1) == [0, 1, 2, 3]

@@ -18,7 +18,7 @@ from a2d_convert.prompts import load_prompt_codec
 # One case with shift_logits false and QK-norm, one whose mask row was appended (block size 2), the mask
 # adapter, the window adapter, and FP8 weights.
 SOME = ["qwen3_qknorm", "llama_appended_mask", "llama_mask_adapter", "llama_window_adapter", "llama_fp8"]
-PARAM_KEYS = {"max_tokens", "block_size", "threshold", "min_per_step", "steps", "temperature", "top_p", "remasking", "advance", "commit", "seed", "eos_token_ids"}
+PARAM_KEYS = {"max_tokens", "block_size", "threshold", "min_per_step", "steps", "temperature", "top_p", "remasking", "advance", "commit", "reveal_order", "seed", "eos_token_ids"}
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_decode_runs_replay_exactly(golden, name):
     runs = {r["name"]: r for r in data["decodes"]}
     assert list(runs) == [
         "greedy_fused", "greedy_separate", "min_per_step_2", "steps_schedule", "max_tokens_odd", "eos_stop",
-        "sample_top_p", "sample_full", "remask_random", "remask_leftmost", "threshold_low", "block_2", "block_4", "block_8",
+        "sample_top_p", "sample_full", "remask_random", "remask_leftmost", "threshold_low", "reveal_prefix", "block_2", "block_4", "block_8",
         "slide", "slide_mid", "slide_leftmost", "slide_sample",
     ]
     assert [f["name"] for f in data["forwards"]] == ["prefill", "cached"]

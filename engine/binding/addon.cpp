@@ -146,6 +146,7 @@ a2d::DecodeParams read_params(const Napi::Object& o) {
   const std::string remasking = string_field(o, "remasking");
   const std::string advance = string_field(o, "advance");
   const std::string commit = string_field(o, "commit");
+  const std::string reveal_order = string_field(o, "revealOrder");
   if (!a2d::parse_remasking(remasking, &p.remasking)) {
     throw Napi::TypeError::New(env, "decode params: remasking must be " + a2d::choice_problem(a2d::decoding_spec("remasking"), remasking));
   }
@@ -154,6 +155,10 @@ a2d::DecodeParams read_params(const Napi::Object& o) {
   }
   if (!a2d::parse_commit(commit, &p.commit)) {
     throw Napi::TypeError::New(env, "decode params: commit must be " + a2d::choice_problem(a2d::decoding_spec("commit"), commit));
+  }
+  if (!a2d::parse_reveal_order(reveal_order, &p.reveal_order)) {
+    throw Napi::TypeError::New(env, "decode params: revealOrder must be " +
+                                        a2d::choice_problem(a2d::decoding_spec("reveal_order"), reveal_order));
   }
   Napi::Value seed = get_field(o, "seed");
   bool lossless = false;
@@ -234,6 +239,7 @@ Napi::Object info_object(Napi::Env env, const a2d::Model& model, const a2d::Back
   decoding.Set("remasking", a2d::remasking_name(d.remasking));
   decoding.Set("advance", a2d::advance_name(d.advance));
   decoding.Set("commit", a2d::commit_name(d.commit));
+  decoding.Set("revealOrder", a2d::reveal_order_name(d.reveal_order));
   Napi::Object info = Napi::Object::New(env);
   info.Set("architecture", c.architecture);
   info.Set("modelType", c.model_type);

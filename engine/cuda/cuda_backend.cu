@@ -182,7 +182,6 @@ class CudaBackend final : public Backend {
     const int32_t vocab = config().vocab_size;
     const int32_t n = static_cast<int32_t>(reveal.candidates.size());
     std::vector<Choice> picked(n);
-    std::vector<double> confidences(n);
     for (int32_t c = 0; c < n; ++c) {
       const int32_t source = reveal.candidate_rows[c];
       if (!sampling) {
@@ -192,14 +191,8 @@ class CudaBackend final : public Backend {
         const float* row = source == kAnchorLogits ? anchor_logits(slot) : slot.host_logits.data() + size_t(source) * vocab;
         picked[c] = choose_token(row, vocab, reveal.mask_token_id, reveal.temperature, reveal.top_p, reveal.sample_draws.at(c));
       }
-      confidences[c] = picked[c].confidence;
     }
-    const std::vector<double>& priorities = reveal.priority_draws.empty() ? confidences : reveal.priority_draws;
-    StepResult result;
-    for (int32_t c : select_reveals(confidences, priorities, reveal.threshold, reveal.min_reveal)) {
-      result.revealed.push_back({reveal.candidates[c], picked[c].token, picked[c].confidence});
-    }
-    return result;
+    return reveal_choices(reveal, picked);
   }
 
   // Every graph runs once before the engine reports ready, so no first-launch cost lands on a request: each row

@@ -43,6 +43,7 @@ struct RevealArgs {
   double top_p = 1.0;
   double threshold = 0.9;
   int32_t min_reveal = 1;  // k: at least this many candidates are revealed
+  bool prefix_order = false;  // reveal_order "prefix" (docs/decoding.md, step 3)
 };
 
 struct Revealed {

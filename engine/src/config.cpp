@@ -189,7 +189,8 @@ void read_decoding_defaults(Fields d, DecodeParams& p) {
       const std::string value = d.string_or(spec.name, spec.default_choice);
       const bool known = (spec.name == "remasking" && parse_remasking(value, &p.remasking)) ||
                          (spec.name == "advance" && parse_advance(value, &p.advance)) ||
-                         (spec.name == "commit" && parse_commit(value, &p.commit));
+                         (spec.name == "commit" && parse_commit(value, &p.commit)) ||
+                         (spec.name == "reveal_order" && parse_reveal_order(value, &p.reveal_order));
       if (!known) d.fail(spec.name, "= '" + value + "'; use " + choice_problem(spec, value));
       continue;
     }

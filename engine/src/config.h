@@ -15,6 +15,7 @@ enum class Advance { block, slide };
 // every projection and the lm_head stored as e4m3 with one fp32 scale per output row.
 enum class WeightPrecision { bf16, fp8_e4m3 };
 enum class CommitPolicy { fused, separate };
+enum class RevealOrder { any, prefix };
 // Which rows a row adapter's factors act on (ModelConfig::adapter_rule): none, the rows holding the mask token,
 // or every window row.
 enum class AdapterRule { none, mask, window };
@@ -33,6 +34,7 @@ struct DecodeParams {
   Remasking remasking = Remasking::low_confidence;
   Advance advance = Advance::block;
   CommitPolicy commit = CommitPolicy::fused;
+  RevealOrder reveal_order = RevealOrder::any;
   int64_t max_tokens = 0;
   uint64_t seed = 0;
   std::vector<int32_t> eos_token_ids;

@@ -186,6 +186,7 @@ void Sequence::prepare_denoise(const std::vector<int32_t>& candidates) {
   reveal.temperature = params_.temperature;
   reveal.top_p = params_.top_p;
   reveal.threshold = params_.threshold;
+  reveal.prefix_order = params_.reveal_order == RevealOrder::prefix;
 }
 
 void Sequence::accept(StepResult stepped) {

@@ -118,7 +118,9 @@ std::string choice_problem(const ParamSpec& spec, const std::string& value) {
 
 std::string broken_rule(const DecodeParams& p) {
   const bool one_by_one = p.min_per_step == 1 && (p.steps == 0 || p.steps >= p.block_size);
-  if (p.remasking == Remasking::leftmost && p.threshold >= 1.0 && one_by_one) return "left_to_right";
+  if ((p.remasking == Remasking::leftmost || p.reveal_order == RevealOrder::prefix) && p.threshold >= 1.0 && one_by_one) {
+    return "left_to_right";
+  }
   if (p.advance == Advance::slide && p.steps > 0) return "schedule_needs_blocks";
   return "";
 }
@@ -133,9 +135,13 @@ const std::string& rule_message(const std::string& id) {
 const char* remasking_name(Remasking remasking) { return choice_name("remasking", remasking); }
 const char* advance_name(Advance advance) { return choice_name("advance", advance); }
 const char* commit_name(CommitPolicy commit) { return choice_name("commit", commit); }
+const char* reveal_order_name(RevealOrder order) { return choice_name("reveal_order", order); }
 bool parse_remasking(const std::string& name, Remasking* out) { return parse_choice("remasking", name, out); }
 bool parse_advance(const std::string& name, Advance* out) { return parse_choice("advance", name, out); }
 bool parse_commit(const std::string& name, CommitPolicy* out) { return parse_choice("commit", name, out); }
+bool parse_reveal_order(const std::string& name, RevealOrder* out) {
+  return parse_choice("reveal_order", name, out);
+}
 
 void validate_decode_params(const DecodeParams& p, const ModelConfig& config) {
   auto bad = [](const std::string& what) { throw std::runtime_error("invalid decoding parameter: " + what); };

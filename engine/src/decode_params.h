@@ -46,9 +46,11 @@ const std::string& rule_message(const std::string& id);
 const char* remasking_name(Remasking remasking);
 const char* advance_name(Advance advance);
 const char* commit_name(CommitPolicy commit);
+const char* reveal_order_name(RevealOrder order);
 bool parse_remasking(const std::string& name, Remasking* out);
 bool parse_advance(const std::string& name, Advance* out);
 bool parse_commit(const std::string& name, CommitPolicy* out);
+bool parse_reveal_order(const std::string& name, RevealOrder* out);
 
 // Checks decoding parameters against the table and its rules; throws std::runtime_error naming the
 // parameter (or rule) and what it must be.

@@ -131,23 +131,34 @@ std::vector<int32_t> select_reveals(const std::vector<double>& confidences,
   return selected;
 }
 
+StepResult reveal_choices(const RevealArgs& args, const std::vector<Choice>& choices) {
+  std::vector<double> confidences(choices.size());
+  for (size_t c = 0; c < choices.size(); ++c) confidences[c] = choices[c].confidence;
+  StepResult result;
+  auto reveal = [&](int32_t c) { result.revealed.push_back({args.candidates[c], choices[c].token, choices[c].confidence}); };
+  if (args.prefix_order) {
+    // The first k candidates from the left, then each next one while it is adjacent and above the threshold.
+    const int32_t n = static_cast<int32_t>(choices.size());
+    for (int32_t c = 0; c < n; ++c) {
+      if (c >= args.min_reveal && !(args.candidates[c] == args.candidates[c - 1] + 1 && confidences[c] > args.threshold)) break;
+      reveal(c);
+    }
+    return result;
+  }
+  const std::vector<double>& priorities = args.priority_draws.empty() ? confidences : args.priority_draws;
+  for (int32_t c : select_reveals(confidences, priorities, args.threshold, args.min_reveal)) reveal(c);
+  return result;
+}
+
 StepResult reveal_on_host(const RevealArgs& args, int32_t vocab,
                           const std::function<const float*(int32_t)>& row) {
   const int32_t n = static_cast<int32_t>(args.candidates.size());
   std::vector<Choice> choices(n);
-  std::vector<double> confidences(n);
   for (int32_t c = 0; c < n; ++c) {
     const double u = args.temperature > 0.0 ? args.sample_draws.at(c) : 0.0;
     choices[c] = choose_token(row(c), vocab, args.mask_token_id, args.temperature, args.top_p, u);
-    confidences[c] = choices[c].confidence;
   }
-  const std::vector<double>& priorities =
-      args.priority_draws.empty() ? confidences : args.priority_draws;
-  StepResult result;
-  for (int32_t c : select_reveals(confidences, priorities, args.threshold, args.min_reveal)) {
-    result.revealed.push_back({args.candidates[c], choices[c].token, choices[c].confidence});
-  }
-  return result;
+  return reveal_choices(args, choices);
 }
 
 }  // namespace a2d

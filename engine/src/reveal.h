@@ -47,6 +47,11 @@ std::vector<int32_t> select_reveals(const std::vector<double>& confidences,
                                     const std::vector<double>& priorities, double threshold,
                                     int32_t min_reveal);
 
+// Step 3 from step 1's choices (one per candidate): select_reveals by the args' priorities, or with prefix_order
+// (reveal_order "prefix") the first min_reveal candidates from the left and then each next one while it is
+// adjacent to the one before it and above the threshold.
+StepResult reveal_choices(const RevealArgs& args, const std::vector<Choice>& choices);
+
 // Steps 1-3 over host logits; `row(c)` is the fp32 logits row of candidate c.
 StepResult reveal_on_host(const RevealArgs& args, int32_t vocab,
                           const std::function<const float*(int32_t)>& row);

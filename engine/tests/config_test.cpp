@@ -235,6 +235,7 @@ TEST_CASE("config: the decoding table's shared cases, its defaults and its choic
       else if (name == "remasking" && !parse_remasking(value.get<std::string>(), &p.remasking)) refused = name;
       else if (name == "advance" && !parse_advance(value.get<std::string>(), &p.advance)) refused = name;
       else if (name == "commit" && !parse_commit(value.get<std::string>(), &p.commit)) refused = name;
+      else if (name == "reveal_order" && !parse_reveal_order(value.get<std::string>(), &p.reveal_order)) refused = name;
     }
     if (c.value("ok", false)) {
       CHECK(refused.empty());
@@ -255,9 +256,11 @@ TEST_CASE("config: the decoding table's shared cases, its defaults and its choic
   CHECK(remasking_name(defaults.remasking) == decoding_spec("remasking").default_choice);
   CHECK(advance_name(defaults.advance) == decoding_spec("advance").default_choice);
   CHECK(commit_name(defaults.commit) == decoding_spec("commit").default_choice);
+  CHECK(reveal_order_name(defaults.reveal_order) == decoding_spec("reveal_order").default_choice);
   CHECK(std::string(remasking_name(Remasking::leftmost)) == "leftmost");
   CHECK(std::string(advance_name(Advance::slide)) == "slide");
   CHECK(std::string(commit_name(CommitPolicy::separate)) == "separate");
+  CHECK(std::string(reveal_order_name(RevealOrder::prefix)) == "prefix");
 }
 
 namespace {

@@ -51,6 +51,8 @@ DecodeParams decode_params(const json& p) {
   if (!parse_remasking(remasking, &d.remasking) || !parse_advance(advance, &d.advance) || !parse_commit(commit, &d.commit)) {
     throw std::runtime_error("golden run with an unknown remasking, advance or commit: " + p.dump());
   }
+  const std::string order = p.value("reveal_order", "any");
+  if (!parse_reveal_order(order, &d.reveal_order)) throw std::runtime_error("golden run with an unknown reveal_order: " + p.dump());
   d.seed = p.at("seed").get<uint64_t>();
   d.eos_token_ids = p.at("eos_token_ids").get<std::vector<int32_t>>();
   d.trace = true;

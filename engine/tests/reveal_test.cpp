@@ -67,6 +67,30 @@ TEST_CASE("select_reveals: threshold, then the minimum by priority, ties to the 
   CHECK(select_reveals({1.0, 0.99}, {1.0, 0.99}, 1.0, 1) == std::vector<int32_t>{0});
 }
 
+TEST_CASE("reveal_choices: reveal_order prefix reveals the run from the left, at least k, never past a gap") {
+  RevealArgs args;
+  args.candidates = {0, 1, 2, 3, 5};
+  args.threshold = 0.5;
+  // Position 1 below the threshold, 2, 3 and 5 above it.
+  const std::vector<Choice> choices = {{7, 0.3}, {8, 0.4}, {9, 0.9}, {6, 0.8}, {5, 0.9}};
+  auto positions = [](const StepResult& r) {
+    std::vector<int32_t> j;
+    for (const Revealed& x : r.revealed) j.push_back(x.j);
+    return j;
+  };
+  // Any order: the three above the threshold.
+  CHECK(positions(reveal_choices(args, choices)) == std::vector<int32_t>{2, 3, 5});
+  args.prefix_order = true;
+  // Prefix: the first (k = 1), then 1 stops the run though 2 and 3 pass.
+  CHECK(positions(reveal_choices(args, choices)) == std::vector<int32_t>{0});
+  // k = 2 takes 0 and 1, then the run goes on through 2 and 3 and stops at the gap before 5.
+  args.min_reveal = 2;
+  CHECK(positions(reveal_choices(args, choices)) == std::vector<int32_t>{0, 1, 2, 3});
+  // Every candidate confident: all of them up to the gap.
+  args.min_reveal = 1;
+  CHECK(positions(reveal_choices(args, {{1, 0.9}, {2, 0.9}, {3, 0.9}, {4, 0.9}, {5, 0.9}})) == std::vector<int32_t>{0, 1, 2, 3});
+}
+
 TEST_CASE("reveal_on_host maps candidates to rows and returns ascending block positions") {
   const float rows[2][4] = {{0.0f, 10.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.1f}};
   RevealArgs args;

@@ -29,6 +29,7 @@ export function registerHealthRoute(app: App, ctx: ServerContext): void {
         remasking: d.remasking,
         advance: d.advance,
         commit: d.commit,
+        reveal_order: d.revealOrder,
         mask_token_id: info.maskTokenId,
       },
       forward_passes: ctx.model.engine.totalForwardPasses(),
