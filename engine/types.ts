@@ -7,7 +7,7 @@ export type Device = "cpu" | "cuda";
 export type Remasking = "low_confidence" | "random" | "leftmost";
 export type Advance = "block" | "slide";
 export type CommitPolicy = "fused" | "separate";
-export type RevealOrder = "reveal" | "defer";
+export type RevealOrder = "any" | "prefix";
 export type FinishReason = "stop" | "length" | "cancelled";
 
 export interface LoadOptions {
@@ -36,7 +36,7 @@ export interface DecodingDefaults {
   /** "block": the window moves on once wholly revealed; "slide": past every revealed prefix (docs/decoding.md). */
   advance: Advance;
   commit: CommitPolicy;
-  /** "defer": a token equal to the one revealed in the same step just before it waits a step (docs/decoding.md). */
+  /** "prefix": a step reveals only the run that continues the window's revealed start (docs/decoding.md, step 3). */
   revealOrder: RevealOrder;
 }
 

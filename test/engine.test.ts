@@ -25,7 +25,7 @@ interface GoldenDecode {
     remasking: "low_confidence" | "random" | "leftmost";
     advance: "block" | "slide";
     commit: "fused" | "separate";
-    reveal_order: "reveal" | "defer";
+    reveal_order: "any" | "prefix";
     seed: number;
     eos_token_ids: number[];
   };
