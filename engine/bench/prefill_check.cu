@@ -634,7 +634,6 @@ void forward_rows_timings(ModelShape s, std::vector<std::string>& table) {
   DeviceModel* model = batch.model.get();
   const int max_rows = model->max_forward_rows();
   const int window = BatchForwards::kWindow, cached = BatchForwards::kCached;
-  auto run = [&](int first, int count) { batch.run(first, count); };
   auto ms_of = [&](auto&& body) {
     body();  // warm
     std::vector<double> seconds;
@@ -647,7 +646,7 @@ void forward_rows_timings(ModelShape s, std::vector<std::string>& table) {
     }
     return 1e3 * median(seconds);
   };
-  const double single = ms_of([&] { run(0, 1); });
+  const double single = ms_of([&] { batch.run(0, 1); });
   char line[256];
   std::printf("2B, one sequence after %d cached, block 4: %.3f ms a forward (%.0f tokens/s)\n", cached, single, 1e3 / single);
   table.push_back("");
@@ -658,9 +657,9 @@ void forward_rows_timings(ModelShape s, std::vector<std::string>& table) {
   for (const int sequences : {8, 12, 13, 16, 24, 32, 40, 48}) {
     const int rows = sequences * (1 + window);
     const double split = ms_of([&] {
-      for (int first = 0; first < sequences; first += per_forward) run(first, std::min(per_forward, sequences - first));
+      for (int first = 0; first < sequences; first += per_forward) batch.run(first, std::min(per_forward, sequences - first));
     });
-    const double one = rows <= max_rows ? ms_of([&] { run(0, sequences); }) : NAN;
+    const double one = rows <= max_rows ? ms_of([&] { batch.run(0, sequences); }) : NAN;
     const double best = std::isnan(one) ? split : std::min(one, split);
     std::snprintf(line, sizeof line, "| %d | %d | %.3f | %.3f | %.0f | %.0f | %.2f |", sequences, rows, one, split,
                   1e3 * sequences / one, 1e3 * sequences / split, (1e3 * sequences / best) / (1e3 / single));

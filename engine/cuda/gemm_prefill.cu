@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gemm_prefill_kernel(cons
     prefill_epilogue_rows<kEpilogue, 2 * kWarpGroups>(
         p, tile, g, [&](int b) { return token0 + warp_token + (b / 2) * 8 + 2 * c + b % 2; },
         [&](int b) { return make_float2(acc[i][b / 2][b % 2] + bias.x, acc[i][b / 2][b % 2 + 2] + bias.y); },
-        [&](int b) { return prefill_token(p, token0 + warp_token + (b / 2) * 8 + 2 * c + b % 2); });
+        [&](int t) { return prefill_token(p, t); });
   }
 }
 

@@ -133,7 +133,7 @@ __device__ __forceinline__ void prefill_epilogue_write(const PrefillGemmParams& 
 }
 
 // The epilogue of kCount token rows of one thread's tile rows g and g + 8: token(i) is the i-th token row (skipped
-// past p.rows), value(i) its two results (float2, bias included), where(i) its prefill_token (rope_qkv). The reads
+// past p.rows), value(i) its two results (float2, bias included), where(t) token row t's prefill_token (rope_qkv). The reads
 // of kMaxBatch rows are issued before any of their writes (8; 4 where a thread's registers hold 128 accumulators
 // and RoPE's reads would spill).
 template <PrefillEpilogue kEpilogue, int kCount, int kMaxBatch = 8, typename Token, typename Value, typename Where>
@@ -149,7 +149,7 @@ __device__ __forceinline__ void prefill_epilogue_rows(const PrefillGemmParams& p
       const int t = token(i0 + b);
       if (t < p.rows) {
         PrefillToken token_row{};
-        if constexpr (kEpilogue == PrefillEpilogue::rope_qkv) token_row = where(i0 + b);
+        if constexpr (kEpilogue == PrefillEpilogue::rope_qkv) token_row = where(t);
         reads[b] = prefill_epilogue_reads<kEpilogue>(p, tile, g, t, token_row);
       }
     }

@@ -343,10 +343,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   prefill_epilogue_rows<kEpilogue, kTokens / 4, kBatch>(
       p, tile, g, [&](int i) { return token0 + 8 * (i / 2) + 2 * c + i % 2; },
       [&](int i) { return make_float2(acc[4 * (i / 2) + i % 2] + bias.x, acc[4 * (i / 2) + 2 + i % 2] + bias.y); },
-      [&](int i) {
-        const int r = 8 * (i / 2) + 2 * c + i % 2;
-        return PrefillToken{token_slot[r], token_offset[r]};
-      });
+      [&](int t) { return PrefillToken{token_slot[t - token0], token_offset[t - token0]}; });
 #else
   __trap();  // sm_90 code: the kernel needs sm_90a's wgmma
 #endif
