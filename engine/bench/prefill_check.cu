@@ -71,6 +71,8 @@ int g_decode_prefill_gemm = ModelOptions{}.decode_prefill_gemm_rows;
 int g_forward_rows = ModelOptions{}.max_forward_rows;
 // --attention-typical-blocks 0|1: ModelOptions::attention_typical_blocks (the engine's default unless given).
 bool g_attention_typical_blocks = ModelOptions{}.attention_typical_blocks;
+// --attention-warp-combine 0|1: ModelOptions::attention_warp_combine (the engine's default unless given).
+bool g_attention_warp_combine = ModelOptions{}.attention_warp_combine;
 // --profile-sequences N: only profile_forward below (N sequences of forward_rows_timings' kind in one forward).
 int g_profile_sequences = 0;
 
@@ -131,6 +133,7 @@ std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed
   options.decode_prefill_gemm_rows = decode_prefill_gemm >= 0 ? decode_prefill_gemm : g_decode_prefill_gemm;
   options.max_forward_rows = g_forward_rows;
   options.attention_typical_blocks = g_attention_typical_blocks;
+  options.attention_warp_combine = g_attention_warp_combine;
   options.gemm.prefill_split_blocks_per_sm = g_split;
   options.gemm.prefill_shape_by_rows = g_shapes;
   options.gemm.prefill_wgmma = g_wgmma;
@@ -686,6 +689,7 @@ int main(int argc, char** argv) {
     else if (arg == "--forward-rows" && i + 1 < argc) g_forward_rows = std::atoi(argv[++i]);
     else if (arg == "--forward-rows-only") forward_rows_only = true;  // item 5 alone
     else if (arg == "--attention-typical-blocks" && i + 1 < argc) g_attention_typical_blocks = std::atoi(argv[++i]) != 0;
+    else if (arg == "--attention-warp-combine" && i + 1 < argc) g_attention_warp_combine = std::atoi(argv[++i]) != 0;
     else if (arg == "--profile-sequences" && i + 1 < argc) g_profile_sequences = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "

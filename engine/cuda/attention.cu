@@ -123,18 +123,34 @@ __device__ void attention_rows(const AttentionParams& p, bf16* smem, const Entry
       }
     }
     // Scores in log2 units, -inf where the key is not visible; then the online-softmax step (attention_tile.cuh).
+    // Most tiles are wholly visible to every row of the warp (all but a split's last tile, and the window's only
+    // for rows that see it all): those skip the per-key test. A row past the forward's (limit -1) is never written.
+    const int tile_last = key0 + kKeys - 1;
+    bool whole = tile_last < key_end;
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
+    for (int h = 0; h < 2; ++h) {
+      whole = whole && (limit[h] < 0 || (tile_last <= limit[h] && (!skip_masked[h] || tile_last < window_key0)));
+    }
+    if (__all_sync(0xffffffffu, whole)) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2;
-        const int key = key0 + n * 8 + 2 * c + (e % 2);
-        bool visible = key <= limit[h] && key < key_end;
-        if (skip_masked[h] && visible && key >= window_key0) {
-          visible = st.tokens[entry.row0 + key - entry.cached] != p.revealed_rule_mask_token;
+      for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] *= scale;
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2;
+          const int key = key0 + n * 8 + 2 * c + (e % 2);
+          bool visible = key <= limit[h] && key < key_end;
+          if (skip_masked[h] && visible && key >= window_key0) {
+            visible = st.tokens[entry.row0 + key - entry.cached] != p.revealed_rule_mask_token;
+          }
+          const float v = visible ? s[n][e] * scale : -INFINITY;
+          s[n][e] = v;
         }
-        const float v = visible ? s[n][e] * scale : -INFINITY;
-        s[n][e] = v;
       }
     }
     softmax_accumulate<kKeys, kDim, kStride>(s, m, l, o, vs, lane);
@@ -313,6 +329,76 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const Attentio
   if (d < p.head_dim) p.out[(static_cast<size_t>(t) * p.num_heads + head) * p.head_dim + d] = __float2bfloat16(acc / total);
 }
 
+// Few splits (a forward of several sequences: about 2 x SMs / (KV heads x sequences) of them): one warp per (KV
+// head, query row), eight rows a block. Lane s holds split s's (max, sum); each lane owns kDim / 32 output
+// dimensions and requests every split's values of them at once, before the reductions, so the whole combine waits
+// for one round trip to L2. The block-per-row kernel above spends 256 threads and four barriers on each row, which
+// is what a single sequence's hundred-odd splits need and several sequences' handful do not.
+constexpr int kWarpCombineSplits = 16;
+constexpr int kWarpCombineRows = 8;
+
+template <int kDim>
+__global__ void __launch_bounds__(kWarpCombineRows * 32) combine_warp_kernel(const AttentionParams p) {
+  constexpr int kPer = kDim / 32;
+  const StepState& st = *p.state;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int kv_head = blockIdx.x;
+  const int lane = threadIdx.x % 32;
+  const int r = blockIdx.y * kWarpCombineRows + threadIdx.x / 32;
+  const bool valid = r < st.rows * group;
+  const EntryView entry = entry_view(st, valid ? row_entry(st, r / group) : 0);
+  const SplitPlan plan = plan_splits(entry.cached + entry.rows, p.max_splits);
+  if (early_trigger(p, st, plan)) allow_next_grid();
+  wait_for_previous_grid();
+  if (!valid) return;
+  const size_t split_stride = static_cast<size_t>(p.num_kv_heads) * p.row_capacity;
+  const size_t slot0 = static_cast<size_t>(kv_head) * p.row_capacity + r;
+  const float2 ml = lane < plan.active ? p.partial_ml[lane * split_stride + slot0] : make_float2(-INFINITY, 0.f);
+  // Every load unconditional (a split past the active ones reads the last active one's, weighted 0 below), and all
+  // of them held before the reductions, so that none waits behind another.
+  float v[kWarpCombineSplits][kPer];
+#pragma unroll
+  for (int s = 0; s < kWarpCombineSplits; ++s) {
+    const float* src = p.partial_o + (min(s, plan.active - 1) * split_stride + slot0) * kDim + kPer * lane;
+    if constexpr (kPer == 4) {
+      const float4 x = *reinterpret_cast<const float4*>(src);
+      v[s][0] = x.x, v[s][1] = x.y, v[s][2] = x.z, v[s][3] = x.w;
+    } else if constexpr (kPer == 2) {
+      const float2 x = *reinterpret_cast<const float2*>(src);
+      v[s][0] = x.x, v[s][1] = x.y;
+    } else {
+      v[s][0] = *src;
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < kWarpCombineSplits; ++s) {
+#pragma unroll
+    for (int d = 0; d < kPer; ++d) asm volatile("" : "+f"(v[s][d]));
+  }
+  float m_max = ml.x;
+  for (int offset = 16; offset > 0; offset /= 2) m_max = fmaxf(m_max, __shfl_xor_sync(0xffffffffu, m_max, offset));
+  const float w = ml.x == -INFINITY ? 0.f : exp2f(ml.x - m_max);  // a slice with no key this row may see
+  float total = w * ml.y;
+  for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+  float acc[kPer];
+#pragma unroll
+  for (int d = 0; d < kPer; ++d) acc[d] = 0.f;
+#pragma unroll
+  for (int s = 0; s < kWarpCombineSplits; ++s) {
+    const float ws = __shfl_sync(0xffffffffu, w, s);  // 0 past the active splits
+#pragma unroll
+    for (int d = 0; d < kPer; ++d) acc[d] += ws * v[s][d];
+  }
+  const int t = r / group;
+  const int head = kv_head * group + r % group;
+  bf16* out = p.out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim;
+#pragma unroll
+  for (int d = 0; d < kPer; ++d) {
+    const int dim = kPer * lane + d;
+    if (dim < p.head_dim) out[dim] = __float2bfloat16(acc[d] / total);
+  }
+}
+
 // Blocks of query rows for up to max_rows rows of up to max_entries sequences: each sequence's rows cut at most one
 // block more than the rows alone.
 int attention_row_blocks(int max_rows, int group, int max_entries) {
@@ -363,7 +449,19 @@ void attention(const AttentionParams& p, int max_rows, int max_entries, cudaStre
 
 void attention_combine(const AttentionParams& p, int max_rows, cudaStream_t stream, bool pdl) {
   if (p.max_splits > kMaxSplits) throw std::runtime_error("attention: too many KV splits");
-  const dim3 grid(p.num_kv_heads, max_rows * (p.num_heads / p.num_kv_heads));
+  const int query_rows = max_rows * (p.num_heads / p.num_kv_heads);
+  if (p.warp_combine && p.max_splits <= kWarpCombineSplits) {
+    const dim3 grid(p.num_kv_heads, ceil_div(query_rows, kWarpCombineRows));
+    const dim3 block(kWarpCombineRows * 32);
+    switch (p.head_dim_padded) {
+      case 32: return launch(combine_warp_kernel<32>, grid, block, 0, stream, pdl, p);
+      case 64: return launch(combine_warp_kernel<64>, grid, block, 0, stream, pdl, p);
+      case 128: return launch(combine_warp_kernel<128>, grid, block, 0, stream, pdl, p);
+      default:
+        throw std::runtime_error("the CUDA backend supports head_dim up to 128, got " + std::to_string(p.head_dim));
+    }
+  }
+  const dim3 grid(p.num_kv_heads, query_rows);
   switch (p.head_dim_padded) {
     case 32: return launch(combine_kernel<32>, grid, dim3(kCombineThreads), 0, stream, pdl, p);
     case 64: return launch(combine_kernel<64>, grid, dim3(kCombineThreads), 0, stream, pdl, p);

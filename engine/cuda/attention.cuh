@@ -47,6 +47,8 @@ struct AttentionParams {
   // window position under the window adapter's. -1: no row adapter (every window row sees the window).
   int revealed_rule_mask_token;
   bool revealed_rule_causal;
+  // Combine at most kWarpCombineSplits (16) splits with one warp per query row (ModelOptions::attention_warp_combine).
+  bool warp_combine = true;
 };
 
 // Sets the kernels' shared-memory limits; call once per process before the first launch.

@@ -138,6 +138,10 @@ struct ModelOptions {
   // 4 splits instead of 2. Fixed at construction (it sizes the partials). The 2B shape at KV 1k on the H100
   // (bench/NOTES.md, run 138), one forward of 32 sequences at block 4: 9.43 ms against 10.04, 48: 11.05 against 12.26.
   bool attention_typical_blocks = true;
+  // The attention's combine of at most 16 key splits (forwards of several sequences) by one warp per query row
+  // instead of one block of 256 threads per row (attention.cu, combine_warp_kernel). The 2B shape at KV 1k on the
+  // H100 (bench/NOTES.md, run 146), one forward at block 4: 32 sequences 6.74 ms against 7.14, 48 8.05 against 8.72.
+  bool attention_warp_combine = true;
   GemmTrace gemm_trace;  // per-block GEMM records (trace.cuh): only builds with A2D_GEMM_TRACE write them
 };
 
