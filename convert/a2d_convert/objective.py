@@ -139,7 +139,8 @@ def block_masks(cfg: TrainConfig, rng: np.random.Generator, L: int, confidence: 
     reaches by revealing what it is surest of first (d3LLM's teacher-order masking, with the AR base's probability
     of each distilled token, `confidence`, as the order): the first position masked as a sliding window's is, and
     of the others the round(t B) - 1 the base was least sure of (ties at random); blocks without the base's
-    probabilities (other corpora, prompts) stay "random". `t_max` (the curriculum's current top) replaces
+    probabilities (other corpora, prompts) stay "random". Then cfg.full_share of the blocks are wholly masked
+    (rate 1), the state reveal_order prefix meets at every step. `t_max` (the curriculum's current top) replaces
     cfg.t_max."""
     B = cfg.block_size
     if cfg.mask_pattern == "full":
@@ -162,6 +163,10 @@ def block_masks(cfg: TrainConfig, rng: np.random.Generator, L: int, confidence: 
         block, rank = np.nonzero(np.arange(B - 1)[None, :] < count[:, None])  # each block's `count` least sure
         teacher[block, 1 + rest[block, rank]] = True
         masked = np.where(np.repeat(ordered, B), teacher.reshape(L), masked)
+    if cfg.full_share > 0:
+        full = np.repeat(rng.random(L // B) < cfg.full_share, B)
+        masked = masked | full
+        t = np.where(full, 1.0, t)
     return masked, t
 
 

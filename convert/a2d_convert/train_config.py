@@ -37,6 +37,7 @@ class TrainConfig:
     loss_weighting: str = field(default="elbo", metadata={"help": "elbo (1/t weights of the NELBO) or none (plain masked-token CE)"})
     complementary: bool = field(default=True, metadata={"help": "second noisy copy with the complementary mask"})
     mask_pattern: str = field(default="random", metadata={"help": "random (each token of a block masked with rate t), full (every block wholly masked: the state of a window's first step; needs --loss-weighting none --no-complementary), decoder (half the blocks random, half as a sliding window meets them: the first position masked, the rest at rate t) or teacher (half the blocks random, half in the order a decoder reveals them: the first position masked and the others the AR base was least sure of, as many as rate t asks; needs self-distilled data, which records the base's probability of each token)"})
+    full_share: float = field(default=0.0, metadata={"help": "share of the blocks wholly masked (mask rate 1), over whatever --mask-pattern gave them: the one state a window meets under reveal_order prefix with advance slide (its anchor and B masks), which the other patterns give only at the top of their rates"})
     kl_weight: float = field(default=0.0, metadata={"help": "weight of KL(AR base || model) on masked targets"})
     anchor_weight: float = field(default=1.0, metadata={"help": "weight of the masked-token loss at each block's leftmost masked position, the next token the decoder reveals (its leftmost top-up), against 1 for the others: above 1 holds that prediction closer to the distilled (base's greedy) token"})
     ar_weight: float = field(default=0.0, metadata={"help": "weight of the next-token loss on the clean stream"})
@@ -88,6 +89,8 @@ def check_config(config: TrainConfig) -> None:
         raise A2DError(f"--anchor-weight {config.anchor_weight}: must be above 0 (1: every masked token alike)")
     if config.mask_pattern not in ("random", "full", "decoder", "teacher"):
         raise A2DError(f"--mask-pattern {config.mask_pattern!r}: use random, full, decoder or teacher")
+    if not 0.0 <= config.full_share <= 1.0:
+        raise A2DError(f"--full-share {config.full_share}: a share of the blocks, from 0 to 1")
     if config.t_max_start >= 0 and not config.t_min <= config.t_max_start <= config.t_max:
         raise A2DError(f"--t-max-start {config.t_max_start}: the curriculum rises from it to --t-max {config.t_max}, so it must lie "
                        f"between --t-min {config.t_min} and --t-max (or -1: no curriculum)")

@@ -221,6 +221,28 @@ def test_teacher_masks_hide_what_the_base_was_least_sure_of(workspace):
         RowSchedule(arrays, replace(config, batch_rows=2), mask_token_id=10_000)
 
 
+def test_full_share_masks_whole_blocks_over_the_pattern():
+    """--full-share P: about P of the blocks wholly masked at rate 1, the others as the pattern left them; at 0 the
+    masks (and the random stream) are exactly the pattern's."""
+    B, blocks = 4, 400
+    L = B * blocks
+    config = TrainConfig(block_size=B, mask_pattern="random", t_min=0.1, t_max=0.5)
+    plain_masked, plain_t = block_masks(config, np.random.default_rng(3), L)
+    masked, t = block_masks(replace(config, full_share=0.0), np.random.default_rng(3), L)
+    assert (masked == plain_masked).all() and (t == plain_t).all()
+    masked, t = block_masks(replace(config, full_share=0.5), np.random.default_rng(3), L)
+    whole = masked.reshape(blocks, B).all(axis=1)
+    rate_one = t.reshape(blocks, B)[:, 0] == 1.0
+    assert 0.4 * blocks <= rate_one.sum() <= 0.6 * blocks
+    assert whole[rate_one].all()
+    # The other blocks are the pattern's: the same masks as without the share.
+    assert (masked.reshape(blocks, B)[~rate_one] == plain_masked.reshape(blocks, B)[~rate_one]).all()
+    masked, t = block_masks(replace(config, full_share=1.0), np.random.default_rng(3), L)
+    assert masked.all() and (t == 1.0).all()
+    with pytest.raises(A2DError, match="--full-share"):
+        check_config(replace(config, full_share=1.5))
+
+
 def test_the_mask_rate_curriculum_rises_to_t_max():
     config = TrainConfig(t_min=0.1, t_max=0.9, t_max_start=0.3, curriculum_steps=100, loss_weighting="none")
     check_config(config)
