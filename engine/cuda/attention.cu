@@ -1,6 +1,7 @@
 #include "attention.cuh"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "attention_tile.cuh"
 
@@ -405,12 +406,16 @@ int attention_row_blocks(int max_rows, int group, int max_entries) {
   return ceil_div(max_rows * group, kRowsPerBlock) + (max_entries > 1 ? max_entries : 0);
 }
 
-template <int kDim>
-void launch_attention(const AttentionParams& p, int max_rows, int max_entries, cudaStream_t stream, bool pdl) {
-  constexpr int smem = smem_bytes<kDim>();
-  const int group = p.num_heads / p.num_kv_heads;
-  const dim3 grid(p.max_splits, p.num_kv_heads, attention_row_blocks(max_rows, group, max_entries));
-  launch(attention_kernel<kDim>, grid, dim3(kWarps * 32), smem, stream, pdl, p);
+// Calls go(std::integral_constant<int, D>{}) for the kernels' head dimension D (32, 64 or 128).
+template <typename Go>
+void by_head_dim(const AttentionParams& p, Go&& go) {
+  switch (p.head_dim_padded) {
+    case 32: return go(std::integral_constant<int, 32>{});
+    case 64: return go(std::integral_constant<int, 64>{});
+    case 128: return go(std::integral_constant<int, 128>{});
+    default:
+      throw std::runtime_error("the CUDA backend supports head_dim up to 128, got " + std::to_string(p.head_dim));
+  }
 }
 
 }  // namespace
@@ -438,37 +443,26 @@ void attention(const AttentionParams& p, int max_rows, int max_entries, cudaStre
   if (max_entries > 1 && attention_row_blocks(max_rows, p.num_heads / p.num_kv_heads, max_entries) > kMaxAttentionBlocks) {
     throw std::runtime_error("attention: more blocks of query rows than the step state lists");
   }
-  switch (p.head_dim_padded) {
-    case 32: return launch_attention<32>(p, max_rows, max_entries, stream, pdl);
-    case 64: return launch_attention<64>(p, max_rows, max_entries, stream, pdl);
-    case 128: return launch_attention<128>(p, max_rows, max_entries, stream, pdl);
-    default:
-      throw std::runtime_error("the CUDA backend supports head_dim up to 128, got " + std::to_string(p.head_dim));
-  }
+  const dim3 grid(p.max_splits, p.num_kv_heads, attention_row_blocks(max_rows, p.num_heads / p.num_kv_heads, max_entries));
+  by_head_dim(p, [&](auto dim) {
+    constexpr int kDim = decltype(dim)::value;
+    launch(attention_kernel<kDim>, grid, dim3(kWarps * 32), smem_bytes<kDim>(), stream, pdl, p);
+  });
 }
 
 void attention_combine(const AttentionParams& p, int max_rows, cudaStream_t stream, bool pdl) {
   if (p.max_splits > kMaxSplits) throw std::runtime_error("attention: too many KV splits");
   const int query_rows = max_rows * (p.num_heads / p.num_kv_heads);
-  if (p.warp_combine && p.max_splits <= kWarpCombineSplits) {
-    const dim3 grid(p.num_kv_heads, ceil_div(query_rows, kWarpCombineRows));
-    const dim3 block(kWarpCombineRows * 32);
-    switch (p.head_dim_padded) {
-      case 32: return launch(combine_warp_kernel<32>, grid, block, 0, stream, pdl, p);
-      case 64: return launch(combine_warp_kernel<64>, grid, block, 0, stream, pdl, p);
-      case 128: return launch(combine_warp_kernel<128>, grid, block, 0, stream, pdl, p);
-      default:
-        throw std::runtime_error("the CUDA backend supports head_dim up to 128, got " + std::to_string(p.head_dim));
+  const bool warp = p.warp_combine && p.max_splits <= kWarpCombineSplits;
+  by_head_dim(p, [&](auto dim) {
+    constexpr int kDim = decltype(dim)::value;
+    if (warp) {
+      launch(combine_warp_kernel<kDim>, dim3(p.num_kv_heads, ceil_div(query_rows, kWarpCombineRows)),
+             dim3(kWarpCombineRows * 32), 0, stream, pdl, p);
+    } else {
+      launch(combine_kernel<kDim>, dim3(p.num_kv_heads, query_rows), dim3(kCombineThreads), 0, stream, pdl, p);
     }
-  }
-  const dim3 grid(p.num_kv_heads, query_rows);
-  switch (p.head_dim_padded) {
-    case 32: return launch(combine_kernel<32>, grid, dim3(kCombineThreads), 0, stream, pdl, p);
-    case 64: return launch(combine_kernel<64>, grid, dim3(kCombineThreads), 0, stream, pdl, p);
-    case 128: return launch(combine_kernel<128>, grid, dim3(kCombineThreads), 0, stream, pdl, p);
-    default:
-      throw std::runtime_error("the CUDA backend supports head_dim up to 128, got " + std::to_string(p.head_dim));
-  }
+  });
 }
 
 }  // namespace a2d::cuda
