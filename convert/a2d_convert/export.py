@@ -239,7 +239,7 @@ def redecode(folder: Path, decoding_flags: dict[str, Any] | None = None, probes_
     replaced, by its sha256: the choice it held stays in the lineage, as the config of the stage that wrote it.
     Returns the new decoding."""
     from .config import load_config
-    from .decoding import RETIRED_DECODING_FIELDS, DecodeParams, DecodingDefaults
+    from .decoding import RETIRED_DECODING_FIELDS, DecodeParams, DecodingDefaults, written_decoding
 
     folder = Path(folder)
     for name in ("config.json", DECODER_CONFIG, lin.LINEAGE_FILE):
@@ -270,6 +270,7 @@ def redecode(folder: Path, decoding_flags: dict[str, Any] | None = None, probes_
     a2d = config["a2d"]
     DecodeParams.from_defaults(DecodingDefaults(**decoding), block_size=a2d["block_size"], max_tokens=0,
                                eos_token_ids=a2d["eos_token_ids"]).validate(f"{folder / 'config.json'}: a2d.decoding")
+    decoding = written_decoding(decoding)
     config["a2d"]["decoding"] = decoding
     decoder = {**decoder, "decoding": decoding, "chosen_by": chosen_by}
     # Written beside the old files and renamed over them only once all are complete.

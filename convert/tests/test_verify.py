@@ -96,6 +96,13 @@ def test_redecode_records_the_new_decoding_and_the_delta_still_rebuilds(full_fin
     done = run_verify(rebuilt)
     assert done.returncode == 0, done.stdout
     assert sha256_file(rebuilt / "model.safetensors") == sha256_file(model / "model.safetensors")
+    # reveal_order is written only where it is not the default, as export writes it.
+    for order, written in (("prefix", True), ("any", False)):
+        done = subprocess.run(cli + ["--reveal-order", order], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        decoding = json.loads((delta / "config.json").read_text())["a2d"]["decoding"]
+        assert ("reveal_order" in decoding) == written and decoding.get("reveal_order", "any") == order
+        assert json.loads((delta / "decoder_config.json").read_text())["decoding"] == decoding
     # Nothing to change, a bad value, or a file that is not the recorded one: refused, nothing written.
     before = {p.name: p.read_bytes() for p in delta.iterdir()}
     for args, message in (([], "give the decoding parameters"), (["--min-per-step", "99"], "min_per_step"),
