@@ -1,9 +1,11 @@
 """Where a forward's GEMM time goes, block by block, on the MiniCPM5-2B shape (random weights).
 
 Needs the trace build of the GPU harness (`TRACE=1 bash bench/stage-device.sh` puts it in
-build/device/trace/): its tile-per-block GEMM kernel writes one record per block (engine/cuda/trace.cuh:
-start, end of the wait for the previous kernel, first weights multiplied, main loop done, warps reduced,
-end, on one nanosecond clock for all SMs). For each traced forward this prints, per GEMM of a layer (median
+build/device/trace/): its decode GEMM kernels write one record per block (engine/cuda/trace.cuh: start, end
+of the wait for the previous kernel, first weights multiplied, main loop done, warps reduced, end, on one
+nanosecond clock for all SMs), and so does the warpgroup GEMM of forwards on the prefill GEMMs (`--rows 40
+--tunings dp33`: ModelOptions::decode_prefill_gemm_rows; there "reduced" is the split published, or in the
+tile's last block every split summed). For each traced forward this prints, per GEMM of a layer (median
 over the 42 layers) and for the lm_head: the kernel's span from its first block's start to its last block's
 end, its bytes over that span, the gap to the previous GEMM and the median block's phases; and saves every
 record (records-*.npz).

@@ -9,13 +9,6 @@
 namespace a2d::cuda {
 namespace {
 
-// A statement that only the trace build (trace.cuh) compiles.
-#if defined(A2D_GEMM_TRACE)
-#define A2D_TRACE(statement) statement
-#else
-#define A2D_TRACE(statement)
-#endif
-
 // The k-permutation that makes both operands 16-byte loads: lane (g, c) holds 8 consecutive k of its
 // weight rows g and g+8 (the tiled layout of weights.cuh) and loads the same 8 k of its token row g,
 // starting at chunk*32 + 8c. Those 8 values fill the fragment slots {2c, 2c+1, 2c+8, 2c+9} of two

@@ -18,6 +18,7 @@
 
 #include "common.cuh"
 #include "step_state.cuh"
+#include "trace.cuh"
 
 namespace a2d::cuda {
 
@@ -61,6 +62,11 @@ struct PrefillGemmParams {
   int steps_per_split;
   float* partial;
   int* counters;
+
+  // Per-block timing records (trace.cuh), written by the warpgroup kernel of trace builds only, and which GEMM of
+  // a decode forward this is (its `site`, as GemmParams::site).
+  GemmTrace trace;
+  int site = -1;
 };
 
 // A block's shape: token rows (32, 64 or 128), cp.async ring stages, blocks per SM (__launch_bounds__). The kernel

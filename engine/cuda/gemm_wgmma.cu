@@ -192,6 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                       const __grid_constant__ CUtensorMap input_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = WgmmaLayout<kTokens>;
+  A2D_TRACE(const uint64_t t_start = trace_clock());
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[L::stages], empty[L::stages];
   // Stage s: weight chunks 0 and 1 (128 rows x 64 bytes each), then input chunks 0 and 1 (kTokens rows x 64 bytes).
@@ -254,6 +255,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   // The epilogue reads the residual rows and the split counters earlier kernels wrote.
   wait_for_previous_grid();
+  A2D_TRACE(const uint64_t t_waited = trace_clock());
+  A2D_TRACE(uint64_t t_data = 0);
   // RoPE's token rows (their positions and KV slots) staged while the first stages load: the epilogue then reads
   // the rope table alone.
   __shared__ int token_slot[kEpilogue == PrefillEpilogue::rope_qkv ? kTokens : 1];
@@ -277,6 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int s = 0; s < steps; ++s) {
     const int slot = s % L::stages;
     mbarrier_wait(smem_address(&full[slot]), (s / L::stages) & 1);
+    A2D_TRACE(if (s == 0) t_data = trace_clock());
     const uint32_t stage = ring + slot * L::stage_bytes;
     wgmma_fence();
 #pragma unroll
@@ -295,6 +299,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   wgmma_wait<0>();
   fence_accumulators(acc);
+  A2D_TRACE(const uint64_t t_loop = trace_clock_after(acc[0]));
+#if defined(A2D_GEMM_TRACE)
+  // One record a block, by the first consumer thread: `reduced` once its split is published (and, in the tile's
+  // last block, every split summed), `end` after the epilogue; the record's tile is blockIdx.y, its split blockIdx.z.
+  auto record = [&](uint64_t t_reduced, bool epilogue) {
+    if (threadIdx.x != 128) return;
+    trace_write(p.trace, GemmBlockRecord{t_start, t_waited, t_data, t_loop, t_reduced, trace_clock(), trace_sm(), p.site,
+                                         static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z) + (epilogue ? 1000 : 0)});
+  };
+#endif
+  A2D_TRACE(uint64_t t_reduced = t_loop);
 
   if (p.steps_per_split > 0) {
     // Publish this split's accumulators ([quad][consumer thread] float4s: a warp's stores contiguous); the output
@@ -314,7 +329,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     __shared__ int arrived;
     if (ct == 0) arrived = atomicAdd(&p.counters[block], 1);
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
-    if (arrived != static_cast<int>(gridDim.z) - 1) return;
+    if (arrived != static_cast<int>(gridDim.z) - 1) {
+      A2D_TRACE(record(trace_clock(), false));
+      return;
+    }
     __threadfence();
 #pragma unroll
     for (int i = 0; i < kTokens / 2; ++i) acc[i] = 0.f;
@@ -332,6 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     if (ct == 0) p.counters[block] = 0;
+    A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
   }
 
   const int tile = tile0 + consumer * 4 + warp;
@@ -344,6 +363,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       p, tile, g, [&](int i) { return token0 + 8 * (i / 2) + 2 * c + i % 2; },
       [&](int i) { return make_float2(acc[4 * (i / 2) + i % 2] + bias.x, acc[4 * (i / 2) + 2 + i % 2] + bias.y); },
       [&](int t) { return PrefillToken{token_slot[t - token0], token_offset[t - token0]}; });
+  A2D_TRACE(record(t_reduced, true));
 #else
   __trap();  // sm_90 code: the kernel needs sm_90a's wgmma
 #endif

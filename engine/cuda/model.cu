@@ -621,9 +621,11 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
   // forward's, up to the bucket's, are computed and dropped: the RoPE epilogue writes nothing for them.
   const bool on_prefill_gemms = decode_on_prefill_gemms(max_rows);
   const bool chain = on_prefill_gemms && pdl && options_.decode_prefill_pdl;  // those forwards' kernels by PDL
-  auto many_rows = [&](const bf16* weight, int n_rows, int n_out, int k, const bf16* x, const bf16* bias) {
+  auto many_rows = [&](const bf16* weight, int n_rows, int n_out, int k, const bf16* x, const bf16* bias, int site) {
     PrefillGemmParams g = prefill_params(weight, n_rows, n_out, k, x, k, max_rows);
     g.bias = bias;
+    g.trace = options_.gemm_trace;
+    g.site = site;
     return g;
   };
   auto on_prefill = [&](PrefillGemmParams g, PrefillEpilogue epilogue) {
@@ -644,25 +646,26 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
     bf16* layer_v = v_cache + kv_layer * l;
     if (on_prefill_gemms) {
       rmsnorm_prefill(residual_, s.hidden, L.input_norm, s.rms_eps, max_rows, normed_, st, chain);
-      PrefillGemmParams qkv = many_rows(L.qkv, qkv_rows_, qkv_rows_, s.hidden, normed_, s.qkv_bias ? L.qkv_bias : nullptr);
+      PrefillGemmParams qkv = many_rows(L.qkv, qkv_rows_, qkv_rows_, s.hidden, normed_, s.qkv_bias ? L.qkv_bias : nullptr, 4 * l);
       set_rope_epilogue(qkv, s, rope_table_, q_roped_, layer_k, layer_v);
       qkv.state = state_;
       qkv.kv_slot_stride = size_t(kv_slot_elements_);
       on_prefill(qkv, PrefillEpilogue::rope_qkv);
       attend(layer_k, layer_v, chain);
 
-      PrefillGemmParams o = many_rows(L.o, s.hidden, s.hidden, s.heads * s.head_dim, attention_out_, s.o_bias ? L.o_bias : nullptr);
+      PrefillGemmParams o = many_rows(L.o, s.hidden, s.hidden, s.heads * s.head_dim, attention_out_, s.o_bias ? L.o_bias : nullptr,
+                                      4 * l + 1);
       o.residual = residual_;
       o.out_stride = s.hidden;
       on_prefill(o, PrefillEpilogue::residual_add);
 
       rmsnorm_prefill(residual_, s.hidden, L.post_norm, s.rms_eps, max_rows, normed_, st, chain);
-      PrefillGemmParams gate_up = many_rows(L.gate_up, gate_up_rows_, s.intermediate, s.hidden, normed_, nullptr);
+      PrefillGemmParams gate_up = many_rows(L.gate_up, gate_up_rows_, s.intermediate, s.hidden, normed_, nullptr, 4 * l + 2);
       gate_up.out = mlp_act_;
       gate_up.out_stride = s.intermediate;
       on_prefill(gate_up, PrefillEpilogue::silu_mul);
 
-      PrefillGemmParams down = many_rows(L.down, s.hidden, s.hidden, s.intermediate, mlp_act_, nullptr);
+      PrefillGemmParams down = many_rows(L.down, s.hidden, s.hidden, s.intermediate, mlp_act_, nullptr, 4 * l + 3);
       down.residual = residual_;
       down.out_stride = s.hidden;
       on_prefill(down, PrefillEpilogue::residual_add);

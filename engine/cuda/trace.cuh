@@ -1,4 +1,4 @@
-// Per-block timing records of the GEMM kernels, for finding where
+// Per-block timing records of the decode GEMM kernels (gemm.cu) and the warpgroup GEMM (gemm_wgmma.cu), for finding where
 // a forward's time goes between the weight-stream floor and the measured forward (bench/gemm_trace.py).
 // The records are compiled in only with A2D_GEMM_TRACE, which the GPU harness's trace build sets
 // (bench/stage-device.sh TRACE=1); every other build carries the (null) pointers in its parameters and
@@ -17,9 +17,16 @@ struct GemmBlockRecord {
   uint64_t start, waited, first_data, loop_done, reduced, end;
   int sm;
   int site;       // which GEMM of the forward: 4 * layer + (qkv, o, gate/up, down), 4 * layers for lm_head
-  int tile;       // blockIdx.x
-  int split;      // blockIdx.y; + 1000 when this block ran the tile's epilogue
+  int tile;       // the output tile's block: blockIdx.x (the warpgroup kernel: blockIdx.y)
+  int split;      // blockIdx.y (the warpgroup kernel: blockIdx.z); + 1000 when this block ran the tile's epilogue
 };
+
+// A statement that only the trace build compiles.
+#if defined(A2D_GEMM_TRACE)
+#define A2D_TRACE(statement) statement
+#else
+#define A2D_TRACE(statement)
+#endif
 
 struct GemmTrace {
   GemmBlockRecord* records = nullptr;  // null: no tracing
