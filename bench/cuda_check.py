@@ -52,6 +52,7 @@ TUNING_LABELS = {
     "decode_prefill_gemm_rows": "dp",  # ModelOptions::decode_prefill_gemm_rows: forwards of this many rows and more
                                       # on the prefill GEMMs (0: never),
     "decode_prefill_pdl": "dpp",      # and their kernels chained by PDL (0/1)
+    "wgmma_cluster": "wc",            # GemmTuning::prefill_wgmma_cluster: the warpgroup GEMM's K splits as clusters (0/1)
 }
 # No early trigger after attention, no attention key split: the option paths off the default.
 OPTIONS_TUNING = {"attention_trigger": 0, "attention_split_keys": 0}
@@ -95,7 +96,7 @@ class BenchOptions(ctypes.Structure):
                [(name, ctypes.c_int) for name in ("loads blocks_per_sm small_loads stage_ssq attention_trigger "
                                                   "attention_split_keys wide_from_rows wide_min_tiles_per_sm "
                                                   "wide_split_blocks_per_sm wide_split_chunks "
-                                                  "decode_prefill_gemm_rows decode_prefill_pdl").split()]
+                                                  "decode_prefill_gemm_rows decode_prefill_pdl wgmma_cluster").split()]
 
 
 class Shape(ctypes.Structure):

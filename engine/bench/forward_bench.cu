@@ -199,6 +199,7 @@ struct BenchOptions {
   int wide_from_rows, wide_min_tiles_per_sm, wide_split_blocks_per_sm, wide_split_chunks;
   int decode_prefill_gemm_rows;  // ModelOptions::decode_prefill_gemm_rows (0: never)
   int decode_prefill_pdl;        // ModelOptions::decode_prefill_pdl (0/1)
+  int wgmma_cluster;             // GemmTuning::prefill_wgmma_cluster (0/1)
 };
 
 // Recaptures the model's graphs under `b` (every kernel enabled again, see a2d_bench_kernels).
@@ -226,6 +227,7 @@ int a2d_bench_reconfigure(void* handle, const BenchOptions* b, char* error, int 
     if (b->wide_split_chunks >= 0) g.wide_split_chunks = b->wide_split_chunks;
     if (b->decode_prefill_gemm_rows >= 0) options.decode_prefill_gemm_rows = b->decode_prefill_gemm_rows;
     if (b->decode_prefill_pdl >= 0) options.decode_prefill_pdl = b->decode_prefill_pdl != 0;
+    if (b->wgmma_cluster >= 0) g.prefill_wgmma_cluster = b->wgmma_cluster != 0;
     static_cast<DeviceModel*>(handle)->reconfigure(options);
   });
 }

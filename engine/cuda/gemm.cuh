@@ -82,6 +82,11 @@ struct GemmTuning {
   // The warpgroup kernel's token rows a block for every call (one of kWgmmaTokens); 0: by the call's rows
   // (prefill_wgmma_tokens).
   int prefill_wgmma_tokens = 0;
+  // The warpgroup kernel's K splits as clusters that sum through each other's shared memory and share the
+  // epilogue (PrefillGemmParams::cluster_splits, prefill_wgmma_cluster_split) instead of the tile's last split
+  // summing every split's partials from global memory and running the whole epilogue. Off until measured
+  // (prefill_check --wgmma-cluster 1).
+  bool prefill_wgmma_cluster = false;
 };
 
 // How one GEMM launches under a tuning, and the split scratch it needs.

@@ -62,6 +62,11 @@ struct PrefillGemmParams {
   int steps_per_split;
   float* partial;
   int* counters;
+  // The warpgroup kernel only: > 1 launches each output block's splits as one thread-block cluster of this many
+  // (grid.z, at most kMaxClusterSplits) that sum their accumulators through each other's shared memory, each block
+  // one share of the output block's 16-row tiles, in split order (the same sums), and runs that share's epilogue:
+  // no partials, no counters, and no block left alone with the sums and the epilogue (prefill_wgmma_cluster_split).
+  int cluster_splits = 0;
 
   // Per-block timing records (trace.cuh), written by the warpgroup kernel of trace builds only, and which GEMM of
   // a decode forward this is (its `site`, as GemmParams::site).
@@ -95,6 +100,7 @@ struct PrefillSplit {
   int steps_per_split = 0;  // 0: no split
   size_t partial_floats = 0;
   int counters = 0;
+  bool cluster = false;  // the splits of an output block as one cluster (PrefillGemmParams::cluster_splits)
 };
 PrefillSplit prefill_split(int rows, int n_rows, int k, int blocks_per_sm, int sm_count, PrefillShape shape = {});
 // The rule both prefill kernels split by (prefill_split, prefill_wgmma_split): `blocks` output blocks against a wave
@@ -126,6 +132,12 @@ void gemm_prefill_wgmma(const PrefillGemmParams& params, PrefillEpilogue epilogu
 bool gemm_wgmma_available();
 // How the warpgroup kernel splits K: as prefill_split, towards one block per SM.
 PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens);
+// The same split with each output block's splits as one cluster (PrefillGemmParams::cluster_splits): at most
+// kMaxClusterSplits of them, and as many as let every output block's cluster be resident at once (a cluster's
+// blocks share one GPC, one block an SM: cudaOccupancyMaxActiveClusters). Where no cluster of two or more fits
+// that, the unclustered split.
+inline constexpr int kMaxClusterSplits = 8;
+PrefillSplit prefill_wgmma_cluster_split(int rows, int n_rows, int k, int sm_count, int block_tokens);
 // The warpgroup kernel's block tokens for a call of `rows` rows of a weight of `n_rows` rows: 64 up to 64 rows;
 // up to 256 rows, one token block of all of them (128 or 256) where the weight's 128-row blocks fill half the SMs
 // (gate_up: its weights stream once) and 64 where they do not (qkv, o, down: the K split fills the SMs, and its

@@ -23,6 +23,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -177,6 +178,28 @@ __device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t a, uint6
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
+// A cluster's blocks (PrefillGemmParams::cluster_splits): every thread of every block arrives, then waits; the
+// arrival releases this thread's shared-memory writes to the cluster and the wait acquires the others'.
+__device__ __forceinline__ void cluster_barrier() {
+  asm volatile("barrier.cluster.arrive.release;\n barrier.cluster.wait.acquire;" ::: "memory");
+}
+__device__ __forceinline__ int cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return static_cast<int>(rank);
+}
+// The float4 at this block's shared address `local` in block `rank` of the cluster.
+__device__ __forceinline__ float4 load_peer(uint32_t local, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(remote)
+               : "memory");
+  return v;
+}
+
 template <int kTokens>
 __device__ __forceinline__ void wgmma_tokens(float (&d)[kTokens / 2], uint64_t a, uint64_t b) {
   if constexpr (kTokens == 64) wgmma_m64n64(d, a, b, 1);
@@ -251,6 +274,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       wait_for_previous_grid();
     }
+    // A cluster's barriers count every thread of its blocks: the producers take part in both before leaving.
+    if (p.cluster_splits > 1) {
+      cluster_barrier();
+      cluster_barrier();
+    }
     return;
   }
   // The epilogue reads the residual rows and the split counters earlier kernels wrote.
@@ -311,7 +339,44 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
   A2D_TRACE(uint64_t t_reduced = t_loop);
 
-  if (p.steps_per_split > 0) {
+  // This warp's 16-row tile of the output block (0-7), and whether this block runs its epilogue.
+  const int slab = consumer * 4 + warp;
+  if (p.cluster_splits > 1) {
+    // Each split leaves its accumulators in its own ring ([quad][consumer thread] float4s), free once both consumers'
+    // products are done; after the cluster's barrier block r sums tiles r, r + splits, ... from every split's ring in
+    // split order, and a second barrier keeps each ring until every block has read it.
+    constexpr int kQuads = kTokens / 8;
+    constexpr int kConsumerThreads = 128 * kConsumers;
+    const int ct = threadIdx.x - 128;
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+    float4* own = reinterpret_cast<float4*>(smem_raw + (ring - smem_address(smem_raw)));
+#pragma unroll
+    for (int q = 0; q < kQuads; ++q) {
+      own[q * kConsumerThreads + ct] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+    }
+    cluster_barrier();
+    const bool mine = slab % p.cluster_splits == cluster_rank();
+    if (mine) {
+#pragma unroll
+      for (int i = 0; i < kTokens / 2; ++i) acc[i] = 0.f;
+      for (int split = 0; split < p.cluster_splits; ++split) {
+#pragma unroll
+        for (int q = 0; q < kQuads; ++q) {
+          const float4 v = load_peer(ring + static_cast<uint32_t>((q * kConsumerThreads + ct) * sizeof(float4)), split);
+          acc[4 * q] += v.x;
+          acc[4 * q + 1] += v.y;
+          acc[4 * q + 2] += v.z;
+          acc[4 * q + 3] += v.w;
+        }
+      }
+      A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
+    }
+    cluster_barrier();
+    if (!mine) {
+      A2D_TRACE(record(trace_clock(), false));
+      return;
+    }
+  } else if (p.steps_per_split > 0) {
     // Publish this split's accumulators ([quad][consumer thread] float4s: a warp's stores contiguous); the output
     // block's last split to arrive adds every split's in split order (the same sums whichever arrives last).
     constexpr int kQuads = kTokens / 8;
@@ -353,7 +418,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
   }
 
-  const int tile = tile0 + consumer * 4 + warp;
+  const int tile = tile0 + slab;
   if (tile >= (p.n_rows + 15) / 16) return;
   const int g = lane / 4, c = lane % 4;
   const float2 bias = prefill_tile_bias(p, tile, g);
@@ -424,9 +489,49 @@ struct TokenKernels {
                   const CUtensorMap& input_map, int splits, cudaStream_t stream, bool pdl) {
     const dim3 grid(ceil_div(p.rows, kTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockRows / 16), splits);
     with_prefill_epilogue(epilogue, [&](auto e) {
-      launch(gemm_wgmma_kernel<decltype(e)::value, kTokens>, grid, dim3(kThreads), L::smem_bytes, stream, pdl, p,
-             weight_map, input_map);
+      if (p.cluster_splits <= 1) {
+        launch(gemm_wgmma_kernel<decltype(e)::value, kTokens>, grid, dim3(kThreads), L::smem_bytes, stream, pdl, p,
+               weight_map, input_map);
+        return;
+      }
+      cudaLaunchAttribute attributes[2];
+      const unsigned count = cluster_attributes(attributes, splits, pdl);
+      cudaLaunchConfig_t config = {};
+      config.gridDim = grid;
+      config.blockDim = dim3(kThreads);
+      config.dynamicSmemBytes = L::smem_bytes;
+      config.stream = stream;
+      config.attrs = attributes;
+      config.numAttrs = count;
+      A2D_CUDA_CHECK(cudaLaunchKernelEx(&config, gemm_wgmma_kernel<decltype(e)::value, kTokens>, p, weight_map, input_map));
     });
+  }
+  // How many clusters of `splits` blocks can be resident at once (the residual epilogue's kernel stands for all:
+  // the same threads and shared memory).
+  static int active_clusters(int splits) {
+    cudaLaunchAttribute attributes[2];
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(1, 1, splits);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = L::smem_bytes;
+    config.attrs = attributes;
+    config.numAttrs = cluster_attributes(attributes, splits, false);
+    const auto kernel = gemm_wgmma_kernel<PrefillEpilogue::residual_add, kTokens>;
+    A2D_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::smem_bytes));
+    int clusters = 0;
+    A2D_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    return clusters;
+  }
+
+ private:
+  static unsigned cluster_attributes(cudaLaunchAttribute (&attributes)[2], int splits, bool pdl) {
+    attributes[0].id = cudaLaunchAttributeClusterDimension;
+    attributes[0].val.clusterDim.x = 1;
+    attributes[0].val.clusterDim.y = 1;
+    attributes[0].val.clusterDim.z = static_cast<unsigned>(splits);
+    attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[1].val.programmaticStreamSerializationAllowed = 1;
+    return pdl ? 2 : 1;
   }
 };
 
@@ -435,6 +540,38 @@ struct TokenKernels {
 PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens) {
   const int blocks = ceil_div(rows, block_tokens) * ceil_div(ceil_div(n_rows, 16), kBlockRows / 16);
   return plan_prefill_split(blocks, sm_count, k, static_cast<size_t>(128 * kConsumers) * (block_tokens / 2));
+}
+
+PrefillSplit prefill_wgmma_cluster_split(int rows, int n_rows, int k, int sm_count, int block_tokens) {
+  const PrefillSplit plain = prefill_wgmma_split(rows, n_rows, k, sm_count, block_tokens);
+  if (plain.steps_per_split == 0) return plain;
+  const int blocks = ceil_div(rows, block_tokens) * ceil_div(ceil_div(n_rows, 16), kBlockRows / 16);
+  const int steps = ceil_div(k, 64);
+  // Resident clusters a size, per block shape: one query each (the answer is the device's, for the process).
+  static int resident[3][kMaxClusterSplits + 1] = {};
+  const int shape = block_tokens == 64 ? 0 : block_tokens == 128 ? 1 : 2;
+  for (int want = std::min(plain.splits, kMaxClusterSplits); want >= 2; --want) {
+    PrefillSplit split;
+    split.steps_per_split = ceil_div(steps, want);
+    split.splits = ceil_div(steps, split.steps_per_split);
+    if (split.splits < 2) continue;
+    int& fits = resident[shape][split.splits];
+    if (fits == 0) {
+      int clusters = 0;
+      switch (block_tokens) {
+        case 64: clusters = TokenKernels<64>::active_clusters(split.splits); break;
+        case 128: clusters = TokenKernels<128>::active_clusters(split.splits); break;
+        case 256: clusters = TokenKernels<256>::active_clusters(split.splits); break;
+        default: throw std::invalid_argument("prefill_wgmma_cluster_split: block tokens must be 64, 128 or 256");
+      }
+      fits = clusters > 0 ? clusters : -1;  // -1: none fits (asked once)
+    }
+    if (fits >= blocks) {
+      split.cluster = true;
+      return split;
+    }
+  }
+  return plain;
 }
 
 bool gemm_wgmma_available() {
@@ -476,10 +613,15 @@ void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cu
     throw std::runtime_error("gemm_prefill_wgmma: k and the input row stride must be multiples of 8 and both operands "
                              "16-byte aligned (TMA), got k " + std::to_string(p.k) + ", stride " + std::to_string(p.x_stride));
   }
-  if (p.steps_per_split > 0 && (p.partial == nullptr || p.counters == nullptr)) {
+  const int splits = p.steps_per_split > 0 ? ceil_div(ceil_div(p.k, 64), p.steps_per_split) : 1;
+  if (p.cluster_splits > 1 && (p.cluster_splits != splits || splits > kMaxClusterSplits)) {
+    throw std::logic_error("gemm_prefill_wgmma: a clustered split takes every split of an output block in one cluster "
+                           "of at most " + std::to_string(kMaxClusterSplits) + " (got " + std::to_string(p.cluster_splits) +
+                           " of " + std::to_string(splits) + " splits)");
+  }
+  if (p.steps_per_split > 0 && p.cluster_splits <= 1 && (p.partial == nullptr || p.counters == nullptr)) {
     throw std::logic_error("gemm_prefill_wgmma: a split K needs its partials and counters");
   }
-  const int splits = p.steps_per_split > 0 ? ceil_div(ceil_div(p.k, 64), p.steps_per_split) : 1;
   check_prefill_epilogue(p, epilogue, "gemm_prefill_wgmma");
   // The tiled weights: {32 columns, 16 rows, chunks, tiles}; strides in bytes of dims 1-3.
   const cuuint64_t chunks = tiled_chunks(p.k), tiles = (p.n_rows + 15) / 16;

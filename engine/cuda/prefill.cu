@@ -64,9 +64,12 @@ DeviceModel::PrefillLaunch DeviceModel::prefill_launch(const PrefillGemmParams& 
       tuning.prefill_wgmma && tma_fits && params.rows >= tuning.prefill_wgmma_min_rows && gemm_wgmma_available();
   launch.wgmma_tokens = tuning.prefill_wgmma_tokens > 0 ? tuning.prefill_wgmma_tokens : prefill_wgmma_tokens(params.rows, params.n_rows, tuning.sm_count);
   launch.shape = prefill_shape(params.rows, tuning.prefill_shape_by_rows);
-  launch.split = launch.wgmma ? prefill_wgmma_split(params.rows, params.n_rows, params.k,
-                                                    tuning.prefill_split_blocks_per_sm > 0 ? tuning.sm_count : 0,
-                                                    launch.wgmma_tokens)
+  const int wgmma_wave = tuning.prefill_split_blocks_per_sm > 0 ? tuning.sm_count : 0;
+  launch.split = launch.wgmma ? (tuning.prefill_wgmma_cluster
+                                     ? prefill_wgmma_cluster_split(params.rows, params.n_rows, params.k, wgmma_wave,
+                                                                   launch.wgmma_tokens)
+                                     : prefill_wgmma_split(params.rows, params.n_rows, params.k, wgmma_wave,
+                                                           launch.wgmma_tokens))
                               : prefill_split(params.rows, params.n_rows, params.k,
                                               tuning.prefill_split_blocks_per_sm * launch.shape.blocks_per_sm, tuning.sm_count,
                                               launch.shape);
@@ -111,6 +114,7 @@ void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogu
     params.steps_per_split = launch.split.steps_per_split;
     params.partial = scratch.partial;
     params.counters = scratch.counters;
+    params.cluster_splits = launch.split.cluster ? launch.split.splits : 0;
   }
   if (launch.wgmma) return gemm_prefill_wgmma(params, epilogue, stream_, launch.wgmma_tokens, pdl);
   gemm_prefill(params, epilogue, stream_, launch.shape);  // the mma.sync kernel has no PDL wait: launched after the last
