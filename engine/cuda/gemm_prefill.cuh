@@ -62,8 +62,8 @@ struct PrefillGemmParams {
   int steps_per_split;
   float* partial;
   int* counters;
-  // The warpgroup kernel only: > 1 launches each output block's splits as one thread-block cluster of this many
-  // (grid.z, at most kMaxClusterSplits) that sum their accumulators through each other's shared memory, each block
+  // The warpgroup kernel at 64-token blocks only: > 1 launches each output block's splits as one thread-block
+  // cluster of this many (grid.z, at most kMaxClusterSplits) that sum their accumulators through each other's shared memory, each block
   // one share of the output block's 16-row tiles, in split order (the same sums), and runs that share's epilogue:
   // no partials, no counters, and no block left alone with the sums and the epilogue (prefill_wgmma_cluster_split).
   int cluster_splits = 0;
@@ -132,7 +132,8 @@ void gemm_prefill_wgmma(const PrefillGemmParams& params, PrefillEpilogue epilogu
 bool gemm_wgmma_available();
 // How the warpgroup kernel splits K: as prefill_split, towards one block per SM.
 PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens);
-// The same split with each output block's splits as one cluster (PrefillGemmParams::cluster_splits): at most
+// The same split with each output block's splits as one cluster (PrefillGemmParams::cluster_splits; 64-token
+// blocks only, others keep the unclustered split): at most
 // kMaxClusterSplits of them, and as many as let every output block's cluster be resident at once (a cluster's
 // blocks share one GPC, one block an SM: cudaOccupancyMaxActiveClusters). Where no cluster of two or more fits
 // that, the unclustered split.

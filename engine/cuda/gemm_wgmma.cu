@@ -215,6 +215,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                       const __grid_constant__ CUtensorMap input_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = WgmmaLayout<kTokens>;
+  // Clustered splits (PrefillGemmParams::cluster_splits) at 64-token blocks only, the decode forwards' shape: the
+  // larger blocks' kernels stay as they were (the cluster path costs them registers, and rope_qkv at 256 a spill).
+  constexpr bool kClusters = kTokens == 64;
   A2D_TRACE(const uint64_t t_start = trace_clock());
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[L::stages], empty[L::stages];
@@ -275,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wait_for_previous_grid();
     }
     // A cluster's barriers count every thread of its blocks: the producers take part in both before leaving.
-    if (p.cluster_splits > 1) {
+    if (kClusters && p.cluster_splits > 1) {
       cluster_barrier();
       cluster_barrier();
     }
@@ -341,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // This warp's 16-row tile of the output block (0-7), and whether this block runs its epilogue.
   const int slab = consumer * 4 + warp;
-  if (p.cluster_splits > 1) {
+  if (kClusters && p.cluster_splits > 1) {
     // Each split leaves its accumulators in its own ring ([quad][consumer thread] float4s), free once both consumers'
     // products are done; after the cluster's barrier block r sums tiles r, r + splits, ... from every split's ring in
     // split order, and a second barrier keeps each ring until every block has read it.
@@ -544,26 +547,19 @@ PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int 
 
 PrefillSplit prefill_wgmma_cluster_split(int rows, int n_rows, int k, int sm_count, int block_tokens) {
   const PrefillSplit plain = prefill_wgmma_split(rows, n_rows, k, sm_count, block_tokens);
-  if (plain.steps_per_split == 0) return plain;
+  if (plain.steps_per_split == 0 || block_tokens != 64) return plain;  // the kernel clusters 64-token blocks only
   const int blocks = ceil_div(rows, block_tokens) * ceil_div(ceil_div(n_rows, 16), kBlockRows / 16);
   const int steps = ceil_div(k, 64);
-  // Resident clusters a size, per block shape: one query each (the answer is the device's, for the process).
-  static int resident[3][kMaxClusterSplits + 1] = {};
-  const int shape = block_tokens == 64 ? 0 : block_tokens == 128 ? 1 : 2;
+  // Resident clusters a size: one query each (the answer is the device's, for the process).
+  static int resident[kMaxClusterSplits + 1] = {};
   for (int want = std::min(plain.splits, kMaxClusterSplits); want >= 2; --want) {
     PrefillSplit split;
     split.steps_per_split = ceil_div(steps, want);
     split.splits = ceil_div(steps, split.steps_per_split);
     if (split.splits < 2) continue;
-    int& fits = resident[shape][split.splits];
+    int& fits = resident[split.splits];
     if (fits == 0) {
-      int clusters = 0;
-      switch (block_tokens) {
-        case 64: clusters = TokenKernels<64>::active_clusters(split.splits); break;
-        case 128: clusters = TokenKernels<128>::active_clusters(split.splits); break;
-        case 256: clusters = TokenKernels<256>::active_clusters(split.splits); break;
-        default: throw std::invalid_argument("prefill_wgmma_cluster_split: block tokens must be 64, 128 or 256");
-      }
+      const int clusters = TokenKernels<64>::active_clusters(split.splits);
       fits = clusters > 0 ? clusters : -1;  // -1: none fits (asked once)
     }
     if (fits >= blocks) {
@@ -614,10 +610,11 @@ void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cu
                              "16-byte aligned (TMA), got k " + std::to_string(p.k) + ", stride " + std::to_string(p.x_stride));
   }
   const int splits = p.steps_per_split > 0 ? ceil_div(ceil_div(p.k, 64), p.steps_per_split) : 1;
-  if (p.cluster_splits > 1 && (p.cluster_splits != splits || splits > kMaxClusterSplits)) {
-    throw std::logic_error("gemm_prefill_wgmma: a clustered split takes every split of an output block in one cluster "
-                           "of at most " + std::to_string(kMaxClusterSplits) + " (got " + std::to_string(p.cluster_splits) +
-                           " of " + std::to_string(splits) + " splits)");
+  if (p.cluster_splits > 1 && (p.cluster_splits != splits || splits > kMaxClusterSplits || block_tokens != 64)) {
+    throw std::logic_error("gemm_prefill_wgmma: a clustered split takes every split of a 64-token output block in one "
+                           "cluster of at most " + std::to_string(kMaxClusterSplits) + " (got " +
+                           std::to_string(p.cluster_splits) + " of " + std::to_string(splits) + " splits, " +
+                           std::to_string(block_tokens) + "-token blocks)");
   }
   if (p.steps_per_split > 0 && p.cluster_splits <= 1 && (p.partial == nullptr || p.counters == nullptr)) {
     throw std::logic_error("gemm_prefill_wgmma: a split K needs its partials and counters");
