@@ -1056,8 +1056,21 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s
       a2d::cpu::matmuls(pool, x.values.data(), rows, {a2d::cpu::Projection{&wt, s.bias ? bias.values.data() : nullptr, y.data()}});
 
       // Every block shape the mma.sync kernel is built at (kPrefillShapes), then the warpgroup kernel at each of
-      // kWgmmaTokens, each from fresh outputs.
-      const int kernels = static_cast<int>(std::size(kPrefillShapes) + std::size(kWgmmaTokens));
+      // kWgmmaTokens, each from fresh outputs; then, where K has two 64-k steps or more, the warpgroup kernel at
+      // 64-token blocks with K split in up to four: the tile's last split summing the partials, and the splits as
+      // one cluster (PrefillGemmParams::cluster_splits).
+      const int plain_kernels = static_cast<int>(std::size(kPrefillShapes) + std::size(kWgmmaTokens));
+      const int steps = (s.k + 63) / 64;
+      const int per_split = (steps + std::min(4, steps) - 1) / std::min(4, steps);
+      const int splits = (steps + per_split - 1) / per_split;
+      const int output_blocks = ((padded + 63) / 64) * (((layout.n_rows + 15) / 16 + 7) / 8);
+      std::unique_ptr<DeviceArray<float>> partial;
+      std::unique_ptr<DeviceArray<int>> counters;
+      if (splits >= 2) {
+        partial = std::make_unique<DeviceArray<float>>(size_t(splits) * output_blocks * 128 * 2 * 32);
+        counters = std::make_unique<DeviceArray<int>>(std::vector<int>(output_blocks, 0));
+      }
+      const int kernels = plain_kernels + (splits >= 2 ? 2 : 0);
       for (int kernel = 0; kernel < kernels; ++kernel) {
         out.poison();
         k_cache.poison();
@@ -1065,8 +1078,15 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s
         residual.upload(residual_before);
         if (kernel < static_cast<int>(std::size(kPrefillShapes))) {
           gemm_prefill(p, s.epilogue, g_stream, kPrefillShapes[kernel]);
-        } else {
+        } else if (kernel < plain_kernels) {
           gemm_prefill_wgmma(p, s.epilogue, g_stream, kWgmmaTokens[kernel - std::size(kPrefillShapes)]);
+        } else {
+          PrefillGemmParams split_params = p;
+          split_params.steps_per_split = per_split;
+          split_params.partial = partial->get();
+          split_params.counters = counters->get();
+          split_params.cluster_splits = kernel == plain_kernels + 1 ? splits : 0;
+          gemm_prefill_wgmma(split_params, s.epilogue, g_stream, 64);
         }
         A2D_CUDA_CHECK(cudaStreamSynchronize(g_stream));
         if (s.epilogue == PrefillEpilogue::store_bf16 || s.epilogue == PrefillEpilogue::silu_mul) {
