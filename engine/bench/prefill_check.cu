@@ -15,13 +15,14 @@
 //     12) against each sequence's part alone, every window row's logits; on the 2B shape the time of such forwards
 //     of 8-48 sequences at block 4 against the same sequences in forwards of at most 64 rows.
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
-//   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--wgmma-cluster 0|1] [--split-attention 0|1]
-//                 [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]
+//   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--wgmma-cluster 0|1]
+//                 [--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]
 //                 [--attention-typical-blocks 0|1] [--profile-sequences N]
 //                 [--wgmma-tokens N]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
 //   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
-//   call, g_wgmma below; --wgmma-cluster: its K splits as clusters (GemmTuning::prefill_wgmma_cluster); --wgmma-tokens: its block tokens, g_wgmma_tokens; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention;
+//   call, g_wgmma below; --wgmma-cluster: its K splits as clusters, g_wgmma_cluster; --wgmma-tokens: its block
+//   tokens, g_wgmma_tokens; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention;
 //   --profile-sequences N: nothing else but one forward of N sequences at block 4 on the 2B shape between
 //   cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off`)
 #include <algorithm>

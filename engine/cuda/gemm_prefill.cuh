@@ -63,9 +63,10 @@ struct PrefillGemmParams {
   float* partial;
   int* counters;
   // The warpgroup kernel at 64-token blocks only: > 1 launches each output block's splits as one thread-block
-  // cluster of this many (grid.z, at most kMaxClusterSplits) that sum their accumulators through each other's shared memory, each block
-  // one share of the output block's 16-row tiles, in split order (the same sums), and runs that share's epilogue:
-  // no partials, no counters, and no block left alone with the sums and the epilogue (prefill_wgmma_cluster_split).
+  // cluster of this many (grid.z, at most kMaxClusterSplits) that sum their accumulators through each other's
+  // shared memory, each block one share of the output block's 16-row tiles, in split order (the same sums), and
+  // run that share's epilogue: no partials, no counters, and no block left alone with the sums and the epilogue
+  // (prefill_wgmma_cluster_split).
   int cluster_splits = 0;
 
   // Per-block timing records (trace.cuh), written by the warpgroup kernel of trace builds only, and which GEMM of
@@ -133,10 +134,9 @@ bool gemm_wgmma_available();
 // How the warpgroup kernel splits K: as prefill_split, towards one block per SM.
 PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens);
 // The same split with each output block's splits as one cluster (PrefillGemmParams::cluster_splits; 64-token
-// blocks only, others keep the unclustered split): at most
-// kMaxClusterSplits of them, and as many as let every output block's cluster be resident at once (a cluster's
-// blocks share one GPC, one block an SM: cudaOccupancyMaxActiveClusters). Where no cluster of two or more fits
-// that, the unclustered split.
+// blocks only, others keep the unclustered split): at most kMaxClusterSplits of them, and as many as let every
+// output block's cluster be resident at once (a cluster's blocks share one GPC, one block an SM:
+// cudaOccupancyMaxActiveClusters). Where no cluster of two or more fits that, the unclustered split.
 inline constexpr int kMaxClusterSplits = 8;
 PrefillSplit prefill_wgmma_cluster_split(int rows, int n_rows, int k, int sm_count, int block_tokens);
 // The warpgroup kernel's block tokens for a call of `rows` rows of a weight of `n_rows` rows: 64 up to 64 rows;
