@@ -31,23 +31,42 @@ using bf16 = __nv_bfloat16;
 // Launch errors surface at the launch; faults surface at the next synchronization and are checked there.
 #define A2D_CUDA_CHECK_LAUNCH() A2D_CUDA_CHECK(cudaGetLastError())
 
+// A launch's configuration, for cudaLaunchKernelEx (and the occupancy queries that take one): the PDL attribute
+// when `pdl` is set, and thread-block clusters of `cluster_z` blocks along z when that is above 1. Not copyable:
+// `config.attrs` points into it.
+struct LaunchConfig {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attributes[2] = {};
+
+  LaunchConfig(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl, unsigned cluster_z = 1) {
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    unsigned count = 0;
+    if (pdl) {
+      attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster_z > 1) {
+      attributes[count].id = cudaLaunchAttributeClusterDimension;
+      attributes[count++].val.clusterDim = {1, 1, cluster_z};
+    }
+    config.attrs = attributes;
+    config.numAttrs = count;
+  }
+  LaunchConfig(const LaunchConfig&) = delete;
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+};
+
 // Launches `kernel` with the PDL attribute when `pdl` is set: the kernel may then begin before the
 // previous kernel in the stream has finished, and must call `wait_for_previous_grid()` before it reads
 // anything that kernel wrote.
 template <typename... KernelArgs, typename... Args>
 void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
             Args&&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = pdl ? 1 : 0;
-  A2D_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+  LaunchConfig launch_config(grid, block, smem, stream, pdl);
+  A2D_CUDA_CHECK(cudaLaunchKernelEx(&launch_config.config, kernel, std::forward<Args>(args)...));
 }
 
 // Every block of every kernel calls this before touching data written by earlier kernels, and before it

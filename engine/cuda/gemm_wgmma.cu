@@ -344,19 +344,29 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // This warp's 16-row tile of the output block (0-7), and whether this block runs its epilogue.
   const int slab = consumer * 4 + warp;
-  if (kClusters && p.cluster_splits > 1) {
-    // Each split leaves its accumulators in its own ring ([quad][consumer thread] float4s), free once both consumers'
-    // products are done; after the cluster's barrier block r sums tiles r, r + splits, ... from every split's ring in
-    // split order, and a second barrier keeps each ring until every block has read it.
-    constexpr int kQuads = kTokens / 8;
-    constexpr int kConsumerThreads = 128 * kConsumers;
-    const int ct = threadIdx.x - 128;
-    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
-    float4* own = reinterpret_cast<float4*>(smem_raw + (ring - smem_address(smem_raw)));
+  // A split's accumulators where an output block's splits meet, as [quad][consumer thread] float4s (a warp's stores
+  // contiguous): publish() writes this thread's, add() sums one quad of another split's into acc.
+  constexpr int kQuads = kTokens / 8;
+  constexpr int kConsumerThreads = 128 * kConsumers;
+  const int ct = threadIdx.x - 128;
+  auto publish = [&](float4* to) {
 #pragma unroll
     for (int q = 0; q < kQuads; ++q) {
-      own[q * kConsumerThreads + ct] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+      to[q * kConsumerThreads + ct] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
     }
+  };
+  auto add = [&](int q, float4 v) {
+    acc[4 * q] += v.x;
+    acc[4 * q + 1] += v.y;
+    acc[4 * q + 2] += v.z;
+    acc[4 * q + 3] += v.w;
+  };
+  if (kClusters && p.cluster_splits > 1) {
+    // Each split leaves its accumulators in its own ring, free once both consumers' products are done; after the
+    // cluster's barrier block r sums tiles r, r + splits, ... from every split's ring in split order, and a second
+    // barrier keeps each ring until every block has read it.
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+    publish(reinterpret_cast<float4*>(smem_raw + (ring - smem_address(smem_raw))));
     cluster_barrier();
     const bool mine = slab % p.cluster_splits == cluster_rank();
     if (mine) {
@@ -365,11 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int split = 0; split < p.cluster_splits; ++split) {
 #pragma unroll
         for (int q = 0; q < kQuads; ++q) {
-          const float4 v = load_peer(ring + static_cast<uint32_t>((q * kConsumerThreads + ct) * sizeof(float4)), split);
-          acc[4 * q] += v.x;
-          acc[4 * q + 1] += v.y;
-          acc[4 * q + 2] += v.z;
-          acc[4 * q + 3] += v.w;
+          add(q, load_peer(ring + static_cast<uint32_t>((q * kConsumerThreads + ct) * sizeof(float4)), split));
         }
       }
       A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
@@ -380,18 +386,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       return;
     }
   } else if (p.steps_per_split > 0) {
-    // Publish this split's accumulators ([quad][consumer thread] float4s: a warp's stores contiguous); the output
-    // block's last split to arrive adds every split's in split order (the same sums whichever arrives last).
-    constexpr int kQuads = kTokens / 8;
-    constexpr int kConsumerThreads = 128 * kConsumers;
-    const int ct = threadIdx.x - 128;
+    // Publish this split's accumulators in the global partials; the output block's last split to arrive adds every
+    // split's in split order (the same sums whichever arrives last).
     const int block = blockIdx.y * gridDim.x + blockIdx.x;
     const size_t blocks = static_cast<size_t>(gridDim.x) * gridDim.y;
-    float4* own = reinterpret_cast<float4*>(p.partial) + (blockIdx.z * blocks + block) * kQuads * kConsumerThreads;
-#pragma unroll
-    for (int q = 0; q < kQuads; ++q) {
-      own[q * kConsumerThreads + ct] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
-    }
+    publish(reinterpret_cast<float4*>(p.partial) + (blockIdx.z * blocks + block) * kQuads * kConsumerThreads);
     __threadfence();
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // the consumers only: the producer is gone
     __shared__ int arrived;
@@ -409,13 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int split = 0; split < static_cast<int>(gridDim.z); ++split) {
       const float4* part = reinterpret_cast<const float4*>(p.partial) + (split * blocks + block) * kQuads * kConsumerThreads;
 #pragma unroll
-      for (int q = 0; q < kQuads; ++q) {
-        const float4 v = __ldcg(part + q * kConsumerThreads + ct);
-        acc[4 * q] += v.x;
-        acc[4 * q + 1] += v.y;
-        acc[4 * q + 2] += v.z;
-        acc[4 * q + 3] += v.w;
-      }
+      for (int q = 0; q < kQuads; ++q) add(q, __ldcg(part + q * kConsumerThreads + ct));
     }
     if (ct == 0) p.counters[block] = 0;
     A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
@@ -492,49 +485,22 @@ struct TokenKernels {
                   const CUtensorMap& input_map, int splits, cudaStream_t stream, bool pdl) {
     const dim3 grid(ceil_div(p.rows, kTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockRows / 16), splits);
     with_prefill_epilogue(epilogue, [&](auto e) {
-      if (p.cluster_splits <= 1) {
-        launch(gemm_wgmma_kernel<decltype(e)::value, kTokens>, grid, dim3(kThreads), L::smem_bytes, stream, pdl, p,
-               weight_map, input_map);
-        return;
-      }
-      cudaLaunchAttribute attributes[2];
-      const unsigned count = cluster_attributes(attributes, splits, pdl);
-      cudaLaunchConfig_t config = {};
-      config.gridDim = grid;
-      config.blockDim = dim3(kThreads);
-      config.dynamicSmemBytes = L::smem_bytes;
-      config.stream = stream;
-      config.attrs = attributes;
-      config.numAttrs = count;
-      A2D_CUDA_CHECK(cudaLaunchKernelEx(&config, gemm_wgmma_kernel<decltype(e)::value, kTokens>, p, weight_map, input_map));
+      // Each output block's splits as one cluster where the params ask (PrefillGemmParams::cluster_splits).
+      LaunchConfig launch_config(grid, dim3(kThreads), L::smem_bytes, stream, pdl,
+                                 p.cluster_splits > 1 ? static_cast<unsigned>(splits) : 1u);
+      A2D_CUDA_CHECK(cudaLaunchKernelEx(&launch_config.config, gemm_wgmma_kernel<decltype(e)::value, kTokens>, p,
+                                        weight_map, input_map));
     });
   }
   // How many clusters of `splits` blocks can be resident at once (the residual epilogue's kernel stands for all:
   // the same threads and shared memory).
   static int active_clusters(int splits) {
-    cudaLaunchAttribute attributes[2];
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(1, 1, splits);
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = L::smem_bytes;
-    config.attrs = attributes;
-    config.numAttrs = cluster_attributes(attributes, splits, false);
     const auto kernel = gemm_wgmma_kernel<PrefillEpilogue::residual_add, kTokens>;
     A2D_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::smem_bytes));
+    LaunchConfig query(dim3(1, 1, splits), dim3(kThreads), L::smem_bytes, nullptr, false, static_cast<unsigned>(splits));
     int clusters = 0;
-    A2D_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    A2D_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &query.config));
     return clusters;
-  }
-
- private:
-  static unsigned cluster_attributes(cudaLaunchAttribute (&attributes)[2], int splits, bool pdl) {
-    attributes[0].id = cudaLaunchAttributeClusterDimension;
-    attributes[0].val.clusterDim.x = 1;
-    attributes[0].val.clusterDim.y = 1;
-    attributes[0].val.clusterDim.z = static_cast<unsigned>(splits);
-    attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[1].val.programmaticStreamSerializationAllowed = 1;
-    return pdl ? 2 : 1;
   }
 };
 

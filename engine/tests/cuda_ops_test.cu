@@ -1067,7 +1067,8 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s
       std::unique_ptr<DeviceArray<float>> partial;
       std::unique_ptr<DeviceArray<int>> counters;
       if (splits >= 2) {
-        partial = std::make_unique<DeviceArray<float>>(size_t(splits) * output_blocks * 128 * 2 * 32);
+        // A split's partial of one output block: 32 floats (64 tokens x 128 rows / 256 threads) a consumer thread.
+        partial = std::make_unique<DeviceArray<float>>(size_t(splits) * output_blocks * 256 * 32);
         counters = std::make_unique<DeviceArray<int>>(std::vector<int>(output_blocks, 0));
       }
       const int kernels = plain_kernels + (splits >= 2 ? 2 : 0);
