@@ -30,6 +30,8 @@ if [ "${#warm_parts[@]}" -gt 0 ] && [ ! -f /root/warm/delta.safetensors ]; then
     echo "warm delta: ${#warm_parts[@]} of $((10#$warm_want)) parts stashed"
   fi
 fi
+# An earlier conversion's training data (.device/data-NN, bench/stage-data.sh) into the recipe's WORK/data.
+bash bench/device-data.sh
 for part in .device/gguf-*/gguf.part*-of-* .device/a/part0[0] .device/b/part0[1]; do
   cp -u "$part" /root/stash/ && echo "stashed $part"
 done

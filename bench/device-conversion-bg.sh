@@ -9,7 +9,10 @@
 #   bash bench/device-conversion-bg.sh
 #       prints the job's state and the tail of its logs; once it has finished (or with COLLECT=1) copies its
 #       results into $OUT: log.txt, results.tar.gz, the delta's parts, train-2b.jsonl; what does not fit one call's
-#       return (RETURN_BYTES, 62 MB, and RETURN_FILES, 8) comes with the next poll.
+#       return (RETURN_BYTES, 62 MB, and RETURN_FILES, 8) comes with the next poll. With SEND_DATA=1, after those,
+#       the training data (WORK/data's train and held-out rows and manifest: data.sha256, data.tar.gz.part-NN) for
+#       the next conversion: `bash bench/stage-data.sh DIR...` here stages it, and that conversion skips its
+#       self-distillation (bench/device-data.sh).
 #       While it runs, each poll also exports the run's latest checkpoint in the background (SNAPSHOT=1, the
 #       default) and the next poll brings that export back: snapshot.tar.gz (the delta folder's small files and
 #       the checkpoint's name) and snapshot-delta.safetensors.part-NN, so that a machine taken back mid-run
@@ -117,6 +120,20 @@ if grep -q finished "$bg/done" 2>/dev/null || [ "${COLLECT:-0}" = 1 ]; then
   cp "$bg/recipe.log" "$out/log.txt" 2>/dev/null && sent_files=1 sent_bytes=$(stat -c %s "$out/log.txt")
   if send "$bg"/out/results.tar.gz "$bg"/out/delta.safetensors.part-* "$bg"/out/train-2b.jsonl; then
     echo "results copied back (the delta's parts may span this poll's OUT and earlier ones: bench/snapshot-delta.sh joins them)"
+    if [ "${SEND_DATA:-0}" = 1 ] && [ -f "$work/data/data_manifest.json" ]; then
+      data=$bg/data
+      if [ ! -f "$data/ready" ]; then
+        rm -rf "$data" && mkdir -p "$data"
+        (cd "$work/data" && tar czf "$data/data.tar.gz" data_manifest.json train.safetensors $(ls heldout.safetensors 2>/dev/null)) &&
+          (cd "$data" && sha256sum data.tar.gz > data.sha256 && split -b "${PART_BYTES:-15000000}" -d data.tar.gz data.tar.gz.part- &&
+            rm data.tar.gz && touch ready)
+      fi
+      if [ -f "$data/ready" ] && send "$data"/data.sha256 "$data"/data.tar.gz.part-*; then
+        echo "training data copied back (bash bench/stage-data.sh joins it from the polls' folders)"
+      else
+        echo "part of the training data copied back; poll again for the rest"
+      fi
+    fi
   else
     echo "part of the results copied back; poll again for the rest"
   fi

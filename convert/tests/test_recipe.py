@@ -262,3 +262,79 @@ def test_a_poll_of_the_background_job_brings_back_the_latest_checkpoint_as_a_del
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "final" / "delta.safetensors").read_bytes() == weights
     assert json.loads((tmp_path / "final" / "delta.json").read_text()) == json.loads(results(out)["delta/delta.json"])
+
+
+def test_a_finished_job_sends_its_data_back_and_the_next_conversion_trains_on_it_without_distilling(tmp_path):
+    """bench/device-conversion-bg.sh with SEND_DATA=1: once the job has finished, the polls bring back the recipe's
+    training data in parts (no more a poll than one call returns); bench/stage-data.sh joins them and splits them into
+    .device/data-NN for the next calls; bench/device-data.sh stashes what each call carried and, once every part is
+    there, unpacks WORK/data, on which the recipe trains without distilling again."""
+    make_tiny_base(tmp_path / "hf")
+    rc, log = run_recipe(tmp_path, tmp_path / "out", PROBES="0", STEPS="2")
+    assert rc == 0, log
+    data = tmp_path / "w" / "data"
+    bg = tmp_path / "bg"
+    (bg / "out").mkdir(parents=True)
+    (bg / "done").write_text("recipe exit 0\nfinished\n")
+    (bg / "pid").write_text("999999999")  # no such process: the job has ended
+    size = (data / "train.safetensors").stat().st_size
+    env = {**python_env(tmp_path), "BG": str(bg), "BG_WORK": str(tmp_path / "w"), "SEND_DATA": "1",
+           "PART_BYTES": str(size // 4 + 1), "RETURN_FILES": "2", "SNAPSHOT": "0"}
+    polls = []
+    for i in range(8):
+        name = tmp_path / f"poll{i}"
+        done = subprocess.run(["bash", str(REPO / "bench" / "device-conversion-bg.sh")], cwd=REPO, capture_output=True,
+                              text=True, timeout=60, env={**env, "OUT": str(name)})
+        assert done.returncode == 0, done.stdout + done.stderr
+        polls.append(name)
+        if "training data copied back" in done.stdout and "part of the training data" not in done.stdout:
+            break
+    assert len(polls) > 1, "the data should span polls of two files each"
+    assert all(len(list(p.glob("data.*"))) <= 2 for p in polls)
+
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    stage_env = {**os.environ, "STAGE_ROOT": str(stage)}
+
+    def stage_data(*dirs: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(REPO / "bench" / "stage-data.sh"), *map(str, dirs)], capture_output=True,
+                              text=True, timeout=60, env=stage_env)
+
+    # A poll's folder left out: the joined parts miss data.sha256's bytes, and nothing is staged.
+    done = stage_data(*polls[:-1])
+    assert done.returncode != 0 and "do not match" in done.stderr and not list(stage.glob(".device/data-*"))
+    done = stage_data(*polls)
+    assert done.returncode == 0, done.stdout + done.stderr
+    folders = sorted(stage.glob(".device/data-*"))
+    assert folders and (folders[0] / "data.sha256").is_file()
+
+    def carry(*carried: Path) -> subprocess.CompletedProcess:
+        """One device call carrying these folders: its tree holds only them under .device/."""
+        call = tmp_path / "call"
+        if call.exists():
+            subprocess.run(["rm", "-rf", str(call)], check=True)
+        (call / ".device").mkdir(parents=True)
+        for folder in carried:
+            subprocess.run(["cp", "-r", str(folder), str(call / ".device" / folder.name)], check=True)
+        return subprocess.run(["bash", str(REPO / "bench" / "device-data.sh")], cwd=call, capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "DATA_STASH": str(tmp_path / "stash"),
+                                               "DATA_DIR": str(tmp_path / "w2" / "data")})
+
+    for folder in folders[:-1]:
+        done = carry(folder)
+        assert done.returncode == 0 and "parts stashed" in done.stdout, done.stdout + done.stderr
+        assert not (tmp_path / "w2" / "data").exists()
+    done = carry(folders[-1])
+    assert done.returncode == 0 and "unpacked" in done.stdout, done.stdout + done.stderr
+    sent = {"train.safetensors", "heldout.safetensors", "data_manifest.json"} & {p.name for p in data.iterdir()}
+    assert {"train.safetensors", "data_manifest.json"} <= sent  # a data set this small keeps no held-out rows
+    assert {p.name for p in (tmp_path / "w2" / "data").iterdir()} == sent
+    for name in sent:
+        assert (tmp_path / "w2" / "data" / name).read_bytes() == (data / name).read_bytes()
+
+    # The next conversion on that WORK trains on the data it was given.
+    rc, log = run_recipe(tmp_path, tmp_path / "out2", PROBES="0", STEPS="2", WORK=str(tmp_path / "w2"))
+    assert rc == 0, log
+    assert "self-distillation" not in log and "data done" not in log
+    assert json.loads(results(tmp_path / "out2")["data/data_manifest.json"]) == json.loads((data / "data_manifest.json").read_text())
+    assert delta_from(tmp_path / "out2")
