@@ -128,7 +128,9 @@ if grep -q finished "$bg/done" 2>/dev/null || [ "${COLLECT:-0}" = 1 ]; then
           (cd "$data" && sha256sum data.tar.gz > data.sha256 && split -b "${PART_BYTES:-15000000}" -d data.tar.gz data.tar.gz.part- &&
             rm data.tar.gz && touch ready)
       fi
-      if [ -f "$data/ready" ] && send "$data"/data.sha256 "$data"/data.tar.gz.part-*; then
+      if [ ! -f "$data/ready" ]; then
+        echo "the training data could not be packed in $data (disk space? the next poll tries again)"
+      elif send "$data"/data.sha256 "$data"/data.tar.gz.part-*; then
         echo "training data copied back (bash bench/stage-data.sh joins it from the polls' folders)"
       else
         echo "part of the training data copied back; poll again for the rest"
