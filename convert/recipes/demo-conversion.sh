@@ -18,6 +18,8 @@
 #   OUT         folder for results as they are made               (default: none)
 #   DEADLINE    epoch seconds by which this call must be done     (default 0: no deadline)
 #   PROMPTS     JSONL of prompts for self-distillation            (default: made by make_prompts.py)
+#   PROMPT_ARGS more make_prompts.py arguments for that default, e.g. "--code-weight 10 --seed 1" (programming tasks
+#               beside the other categories; another draw)
 #   BENCHMARKS  benchmark files or folders, space-separated, whose text the data is n-gram-deduplicated
 #               against: each benchmark's own file (gpqa_diamond.csv, math_500.jsonl, livecodebench_v6.jsonl,
 #               mmlu_pro.jsonl|.parquet) or the folder `a2d eval --data` reads   (default: none; the manifest
@@ -123,7 +125,8 @@ trap 'save_results' EXIT
 
 # The prompts first: a count the generator cannot write fails here, in a second, not after the import.
 PROMPTS=${PROMPTS:-$WORK/prompts.jsonl}
-[ -f "$PROMPTS" ] || python3 "$here/make_prompts.py" --out "$PROMPTS" --count "$DISTILL_N"
+read -r -a PROMPT_ARGS_ARRAY <<< "${PROMPT_ARGS:-}"
+[ -f "$PROMPTS" ] || python3 "$here/make_prompts.py" --out "$PROMPTS" --count "$DISTILL_N" ${PROMPT_ARGS_ARRAY[@]+"${PROMPT_ARGS_ARRAY[@]}"}
 if [ ! -f "$WORK/base/config.json" ]; then
   stamp import; py import --source "$SOURCE" --out "$WORK/base" --force
 fi

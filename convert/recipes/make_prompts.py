@@ -288,6 +288,50 @@ STYLES = [
     "Answer in two or three sentences.",
 ]
 
+# Programming tasks, for a code base (opt-in: --code-weight). None is an open prompt's task (open-prompts.jsonl asks
+# for a factorial and a string reversal); none has a number, an operator or a probe's wording.
+LANGUAGES = words("Python, JavaScript, TypeScript, Go, Rust, Java, C, C++, Ruby, Bash")
+CODE_TASKS = words("""removes duplicate items from a list, checks whether a word is a palindrome, counts the vowels in
+a string, finds the longest word in a sentence, merges two sorted lists into one sorted list, converts a temperature
+from Celsius to Fahrenheit, checks whether a year is a leap year, returns the biggest value in a list, capitalizes
+the first letter of every word, reads a text file and prints each line, writes a list of names to a file, sorts a
+list of names alphabetically, checks whether a string contains only digits, joins a list of words with commas,
+splits a sentence into words, returns the average of a list of numbers, checks whether two words are anagrams,
+flattens a nested list, groups words by their first letter, counts how often each word appears in a text, removes
+extra spaces from a string, checks whether a number is prime, returns the greatest common divisor of two numbers,
+builds a dictionary from two lists, finds the smallest value in a list, checks whether a list is sorted, returns
+the last element of a list, converts a string to title case, validates an email address with a simple rule, swaps
+the keys and values of a dictionary, returns the middle element of a list, removes all punctuation from a string,
+turns a list of pairs into a dictionary, checks whether a string starts with a capital letter, finds the index of
+an item in a list, returns a list without its empty strings, parses a date written as year, month and day, formats
+a number with thousands separators, reads a CSV file and prints its header, retries a function call when it fails,
+caches the results of a slow function, measures how long a function takes to run, walks a folder and lists its
+files, sends a greeting to every name in a list, checks whether a password is long enough, converts minutes to
+hours and minutes, builds a simple to-do list class, implements a stack with push and pop, implements a queue,
+implements binary search on a sorted list, implements bubble sort, implements insertion sort""")
+CODE = [
+    "Write a {l} function that {k}.",
+    "Write a {l} function that {k}, with a short comment on each step.",
+    "Show me how to write a {l} function that {k}.",
+    "Write a {l} function that {k}, and give an example of calling it.",
+    "Explain how a {l} function that {k} works, then write it.",
+    "Write a {l} function that {k}, and add a docstring or comment that describes it.",
+    "What is a clean way in {l} to write a function that {k}?",
+    "Write a {l} function that {k}, and list the edge cases it handles.",
+]
+CODE_TOPICS = words("""a for loop, a while loop, a function, a variable, a list, a dictionary, a class, an object, a
+method, recursion, an exception, a module, a string, a boolean, an if statement, a return value, a parameter, a
+closure, an iterator, a generator, a hash map, a linked list, a tree, a queue, a stack, a unit test, a type, an
+interface, a pointer, an array, a callback, a promise, an event loop, a thread, a lock, a file handle, a command
+line argument, an environment variable, a regular expression, a JSON object, an API, a database index, a commit,
+a branch, a merge conflict, a compiler, an interpreter, a syntax error, a stack trace, a null value""")
+CODE_EXPLAIN = [
+    "Explain {c} in {l} to a beginner, with a short example.",
+    "What is {c} in {l}? Show a small example.",
+    "Give a short code example in {l} that uses {c}, and explain it.",
+    "What are common mistakes with {c} in {l}?",
+]
+
 # category -> (weight in the stratified sample, pool builder)
 CATEGORIES = {
     "writing": (18, lambda: [t.format(t=x) for t in WRITING for x in TOPICS]),
@@ -305,6 +349,13 @@ CATEGORIES = {
     "messages": (2, lambda: [t.format(p=p, q=q) for t in MESSAGES for p in RECIPIENTS for q in SUBJECTS]),
 }
 
+# Categories a recipe asks for by name and weight (make_prompts' `extra`; --code-weight): none unless asked, so that
+# every existing recipe's prompt file keeps its bytes.
+OPT_IN = {
+    "code": lambda: [t.format(l=lang, k=k) for t in CODE for lang in LANGUAGES for k in CODE_TASKS]
+    + [t.format(c=c, l=lang) for t in CODE_EXPLAIN for c in CODE_TOPICS for lang in LANGUAGES],
+}
+
 # What evaluate-probes asks (a2d_convert/probes.py): none of this may appear in a training prompt.
 PROBE_PATTERNS = [
     r"\d\s*[-+*/x]\s*\d", r"\bplus\b", r"\bminus\b", r"\btimes\b\s+\d", r"\bwhat is \d", r"which number", r"\blarger\b",
@@ -318,26 +369,40 @@ def probe_like(prompt: str) -> str | None:
     return next((p for p in PROBE_PATTERNS if re.search(p, text)), None)
 
 
-def pools() -> dict[str, list[str]]:
-    return {name: sorted(set(build())) for name, (_, build) in CATEGORIES.items()}
+def categories(extra: dict[str, int] | None = None) -> dict:
+    """CATEGORIES and the opt-in ones asked for (name -> weight; a weight of 0 leaves it out)."""
+    chosen = dict(CATEGORIES)
+    for name, weight in (extra or {}).items():
+        if name not in OPT_IN:
+            raise SystemExit(f"no opt-in prompt category {name!r}; there are: {', '.join(sorted(OPT_IN))}")
+        if weight < 0:
+            raise SystemExit(f"the {name} category's weight must be 0 or more, not {weight}")
+        if weight > 0:
+            chosen[name] = (weight, OPT_IN[name])
+    return chosen
 
 
-def all_prompts() -> list[str]:
+def pools(extra: dict[str, int] | None = None) -> dict[str, list[str]]:
+    return {name: sorted(set(build())) for name, (_, build) in categories(extra).items()}
+
+
+def all_prompts(extra: dict[str, int] | None = None) -> list[str]:
     """Every distinct prompt any category can write, sorted."""
-    return sorted({p for pool in pools().values() for p in pool})
+    return sorted({p for pool in pools(extra).values() for p in pool})
 
 
-def quotas(sizes: dict[str, int], count: int) -> dict[str, int]:
+def quotas(sizes: dict[str, int], count: int, weights: dict[str, int] | None = None) -> dict[str, int]:
     """Per-category counts summing to `count`: proportional to the weights, capped by each pool's size."""
+    weights = weights or {n: CATEGORIES[n][0] for n in sizes}
     if count > sum(sizes.values()):
         raise SystemExit(f"--count {count}: only {sum(sizes.values())} distinct prompts can be written; ask for fewer")
     share = {name: 0 for name in sizes}
     left = count
     open_ = [n for n in sizes if sizes[n] > 0]
     while left > 0 and open_:
-        weight = sum(CATEGORIES[n][0] for n in open_)
+        weight = sum(weights[n] for n in open_)
         # Largest-remainder split of what is left over the categories with room.
-        exact = {n: left * CATEGORIES[n][0] / weight for n in open_}
+        exact = {n: left * weights[n] / weight for n in open_}
         give = {n: min(int(exact[n]), sizes[n] - share[n]) for n in open_}
         rest = left - sum(give.values())
         for n in sorted(open_, key=lambda n: (-(exact[n] - int(exact[n])), n)):
@@ -353,14 +418,16 @@ def quotas(sizes: dict[str, int], count: int) -> dict[str, int]:
     return share
 
 
-def make_prompts(count: int, seed: int) -> list[dict[str, str]]:
-    """`count` distinct prompts, stratified over the categories, shuffled; the same for the same arguments."""
-    by_category = pools()
+def make_prompts(count: int, seed: int, extra: dict[str, int] | None = None) -> list[dict[str, str]]:
+    """`count` distinct prompts, stratified over the categories (and the opt-in ones in `extra`, name -> weight),
+    shuffled; the same for the same arguments."""
+    chosen = categories(extra)
+    by_category = pools(extra)
     seen: set[str] = set()
     for name in by_category:  # a prompt two categories can both write belongs to the first only
         by_category[name] = [p for p in by_category[name] if p not in seen]
         seen.update(by_category[name])
-    share = quotas({n: len(p) for n, p in by_category.items()}, count)
+    share = quotas({n: len(p) for n, p in by_category.items()}, count, {n: w for n, (w, _) in chosen.items()})
     rows = []
     for name, pool in by_category.items():
         random.Random(f"{seed}:{name}").shuffle(pool)
@@ -374,8 +441,10 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="JSONL file to write ({\"prompt\": ..., \"category\": ...} per line)")
     parser.add_argument("--count", type=int, default=6000, help="how many distinct prompts to write")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--code-weight", type=int, default=0,
+                        help="add the programming-task category at this weight (the others weigh 2-18 each; default 0: none)")
     args = parser.parse_args()
-    rows = make_prompts(args.count, args.seed)
+    rows = make_prompts(args.count, args.seed, {"code": args.code_weight})
     with open(Path(args.out), "w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")

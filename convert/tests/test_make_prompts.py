@@ -54,3 +54,30 @@ def test_asking_for_more_than_exists_is_refused():
 
     with pytest.raises(SystemExit, match="distinct prompts"):
         make_prompts.make_prompts(10**6, seed=0)
+
+
+def test_the_code_category_is_opt_in_distinct_and_asks_nothing_the_evaluations_ask():
+    plain = make_prompts.make_prompts(20000, seed=1)
+    assert plain == make_prompts.make_prompts(20000, seed=1, extra={"code": 0})  # existing prompt files keep their bytes
+    assert "code" not in {r["category"] for r in plain}
+    rows = make_prompts.make_prompts(20000, seed=1, extra={"code": 10})
+    code = [r["prompt"] for r in rows if r["category"] == "code"]
+    assert 1000 < len(code) < 0.25 * len(rows) and len(set(code)) == len(code)
+    assert any("Python" in p for p in code) and any("Rust" in p for p in code)
+    pool = make_prompts.all_prompts({"code": 10})
+    assert [p for p in pool if make_prompts.probe_like(p)] == []
+    recipes = SCRIPT.parent
+    asked = {json.loads(line)["prompt"].strip().lower() for name in ("open-prompts.jsonl", "heldout-prompts.jsonl")
+             for line in (recipes / name).read_text().splitlines() if line.strip()}
+    assert asked and not asked & {p.strip().lower() for p in pool}
+    assert not any("factorial" in p or "reverses a string" in p for p in pool)
+
+
+def test_an_unknown_or_negative_opt_in_category_is_refused(tmp_path):
+    import pytest
+
+    with pytest.raises(SystemExit, match="no opt-in prompt category 'poetry'"):
+        make_prompts.make_prompts(100, seed=0, extra={"poetry": 3})
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "p.jsonl"), "--count", "100",
+                           "--code-weight", "-1"], capture_output=True, text=True)
+    assert done.returncode != 0 and "0 or more" in done.stderr and not (tmp_path / "p.jsonl").exists()

@@ -182,6 +182,19 @@ def test_a_prompt_count_the_generator_cannot_write_fails_before_the_import(tmp_p
     assert not (tmp_path / "w" / "base").exists()
 
 
+def test_prompt_args_reach_the_prompt_generator(tmp_path):
+    """PROMPT_ARGS: the recipe's default prompts made with more generator arguments (the opt-in code category);
+    a bad one stops the recipe before the import, with the generator's message."""
+    status, output = run_recipe(tmp_path, tmp_path / "out", DISTILL_N="300", PROMPT_ARGS="--code-weight 30 --seed 2",
+                                SOURCE=str(tmp_path / "no-such-base"))
+    assert status != 0  # no base: it stops at the import, after the prompts
+    rows = [json.loads(line) for line in (tmp_path / "w" / "prompts.jsonl").read_text().splitlines()]
+    assert len(rows) == 300 and any(r["category"] == "code" for r in rows)
+    status, output = run_recipe(tmp_path, tmp_path / "out2", WORK=str(tmp_path / "w2"), PROMPT_ARGS="--code-weight -3",
+                                SOURCE=str(tmp_path / "no-such-base"))
+    assert status != 0 and "0 or more" in output and not (tmp_path / "w2" / "prompts.jsonl").exists()
+
+
 def test_auto_steps_size_the_schedule_to_the_first_training_call(tmp_path):
     """STEPS=auto: the trainer sizes the schedule to the first training call's time (train --steps-from-time; the
     run's train_config holds the size) and a call that resumes it keeps that size."""
