@@ -303,7 +303,7 @@ builds a dictionary from two lists, finds the smallest value in a list, checks w
 the last element of a list, converts a string to title case, validates an email address with a simple rule, swaps
 the keys and values of a dictionary, returns the middle element of a list, removes all punctuation from a string,
 turns a list of pairs into a dictionary, checks whether a string starts with a capital letter, finds the index of
-an item in a list, returns a list without its empty strings, parses a date written as year, month and day, formats
+an item in a list, returns a list without its empty strings, parses an ISO date string, formats
 a number with thousands separators, reads a CSV file and prints its header, retries a function call when it fails,
 caches the results of a slow function, measures how long a function takes to run, walks a folder and lists its
 files, sends a greeting to every name in a list, checks whether a password is long enough, converts minutes to
