@@ -36,7 +36,7 @@ if [ "${MODE:-poll}" = start ]; then
   echo "unpacked in $((SECONDS - t0)) s: $(du -sh $rk | cut -f1)"
   work=$rk prepare
   # This call's knobs (and PATH, with the kit's strace and bwrap) for the job.
-  for name in PATH KILL_STEP $(compgen -e | grep -E '^(DISTILL_|STEPS$|SAVE_EVERY$|SEQ_LEN$|BATCH_ROWS$|MICRO_ROWS$|RANK$|LR$|WARMUP$|AC$|TRAIN_EXTRA$|PROBE|THRESHOLDS$|SIMULATE_EXTRA$|GPU$|LOG_EVERY$|MIN_TRAIN_S$|DEVICE$|SHAPE_SET$|OMP_NUM_THREADS$|BENCHMARKS$|CORPORA$)'); do
+  for name in PATH KILL_STEP $(compgen -e | grep -E '^(DISTILL_|STEPS$|SAVE_EVERY$|SEQ_LEN$|BATCH_ROWS$|MICRO_ROWS$|RANK$|LR$|WARMUP$|AC$|TRAIN_EXTRA$|PROBE|THRESHOLDS$|SIMULATE_EXTRA$|GPU$|LOG_EVERY$|MIN_TRAIN_S$|DEVICE$|SHAPE_SET$|OMP_NUM_THREADS$|BENCHMARKS$|CORPORA$|PROMPT_ARGS$)'); do
     [ -n "${!name+x}" ] && printf 'export %s=%q\n' "$name" "${!name}"
   done > "$rk/job/env"
   MODE=job setsid bash "$rk/repo/bench/device-recipe-dry-run.sh" < /dev/null > "$rk/job/log.txt" 2>&1 &
