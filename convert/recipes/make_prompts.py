@@ -391,9 +391,8 @@ def all_prompts(extra: dict[str, int] | None = None) -> list[str]:
     return sorted({p for pool in pools(extra).values() for p in pool})
 
 
-def quotas(sizes: dict[str, int], count: int, weights: dict[str, int] | None = None) -> dict[str, int]:
+def quotas(sizes: dict[str, int], count: int, weights: dict[str, int]) -> dict[str, int]:
     """Per-category counts summing to `count`: proportional to the weights, capped by each pool's size."""
-    weights = weights or {n: CATEGORIES[n][0] for n in sizes}
     if count > sum(sizes.values()):
         raise SystemExit(f"--count {count}: only {sum(sizes.values())} distinct prompts can be written; ask for fewer")
     share = {name: 0 for name in sizes}
