@@ -9,17 +9,17 @@
 set -euo pipefail
 stash=${DATA_STASH:-/root/data-stash}
 dest=${DATA_DIR:-/root/w/data}
+source "$(dirname "$0")/device-parts.sh"
 shopt -s nullglob
 carried=(.device/data-*/*)
 [ "${#carried[@]}" -gt 0 ] || exit 0
-mkdir -p "$stash"
-for file in "${carried[@]}"; do cp -u "$file" "$stash/" && echo "stashed $file"; done
+stash_carried "$stash" "${carried[@]}"
 if [ -f "$dest/data_manifest.json" ]; then echo "data: $dest holds its data already"; exit 0; fi
-parts=("$stash"/data.tar.gz.part*-of-*)
-[ "${#parts[@]}" -gt 0 ] && [ -f "$stash/data.sha256" ] || { echo "data: no parts or no data.sha256 stashed yet"; exit 0; }
-want=$((10#${parts[0]##*-of-}))
-if [ "${#parts[@]}" -lt "$want" ]; then echo "data: ${#parts[@]} of $want parts stashed"; exit 0; fi
-cat "${parts[@]}" > "$stash/data.tar.gz"
+[ -f "$stash/data.sha256" ] || { echo "data: no data.sha256 stashed yet"; exit 0; }
+status=0
+join_stashed "$stash" data.tar.gz "$stash/data.tar.gz" || status=$?
+[ "$status" = 3 ] && echo "data: no parts stashed yet"
+[ "$status" = 0 ] || exit 0
 (cd "$stash" && sha256sum -c --quiet data.sha256) || { rm -f "$stash/data.tar.gz"; echo "data: the parts do not join to data.sha256"; exit 1; }
 rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
 tar xzf "$stash/data.tar.gz" -C "$dest.tmp"

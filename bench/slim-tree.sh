@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tree that travels with every device call (64 MiB with what `carry` names) holds the 39 MB demo delta.
-# `bash bench/slim-tree.sh out` takes models/ out of it for calls that carry large files (the GGUF halves
-# .device/a and .device/b, build/device beside one of them; the delta itself can then travel as
+# `bash bench/slim-tree.sh out` takes models/ out of it for calls that carry large files (the GGUF parts
+# .device/gguf-NN, a warm delta's or data's parts, build/device; the delta itself can then travel as
 # `carry ["models/smollm2-135m-a2d"]`); `bash bench/slim-tree.sh in` puts it back. While it is out, git
 # sees the delta as deleted in the index: put it back before any commit.
 set -euo pipefail

@@ -7,6 +7,7 @@
 # `a2d_convert rebuild --base BASE --delta OUT_DELTA --out MODEL`.
 #   bash bench/snapshot-delta.sh /work/.device/N [/work/.device/M ...] /tmp/snapshot/delta
 set -euo pipefail
+source "$(dirname "$0")/device-parts.sh"
 [ $# -ge 2 ] || { echo "usage: bash bench/snapshot-delta.sh DIR... OUT_DELTA" >&2; exit 2; }
 dst=${*: -1}
 dirs=("${@:1:$#-1}")
@@ -19,15 +20,6 @@ done
 [ -n "$kind" ] || { echo "none of ${dirs[*]} holds snapshot.tar.gz or results.tar.gz (a poll brings one back once an export finished)" >&2; exit 1; }
 prefix=delta.safetensors.part-
 [ "$kind" = snapshot ] && prefix=snapshot-$prefix
-declare -A part_of=()
-for d in "${dirs[@]}"; do
-  for f in "$d/$prefix"*; do
-    [ -f "$f" ] || continue
-    name=$(basename "$f")
-    [ -n "${part_of[$name]:-}" ] || part_of[$name]=$f
-  done
-done
-[ ${#part_of[@]} -gt 0 ] || { echo "no $prefix* in ${dirs[*]}" >&2; exit 1; }
 rm -rf "$dst.tmp" && mkdir -p "$dst.tmp"
 if [ "$kind" = snapshot ]; then
   tar xzf "$archive" -C "$dst.tmp"
@@ -37,9 +29,9 @@ else
   tar xzf "$archive" -C "$dst.tmp/results" delta delta.sha256
   mv "$dst.tmp/results/delta/"* "$dst.tmp/" && mv "$dst.tmp/results/delta.sha256" "$dst.tmp/" && rm -rf "$dst.tmp/results"
 fi
-mapfile -t names < <(printf '%s\n' "${!part_of[@]}" | sort)
-for name in "${names[@]}"; do cat "${part_of[$name]}"; done > "$dst.tmp/delta.safetensors"
+join_by_name "$dst.tmp/delta.safetensors" "$prefix" "${dirs[@]}"
+[ "$joined" -gt 0 ] || { rm -rf "$dst.tmp"; echo "no $prefix* in ${dirs[*]}" >&2; exit 1; }
 (cd "$dst.tmp" && sha256sum -c --quiet delta.sha256) ||
-  { rm -rf "$dst.tmp"; echo "the joined weights do not match delta.sha256: a part is missing (${#names[@]} found in ${dirs[*]})" >&2; exit 1; }
+  { rm -rf "$dst.tmp"; echo "the joined weights do not match delta.sha256: a part is missing ($joined found in ${dirs[*]})" >&2; exit 1; }
 rm -rf "$dst" && mv "$dst.tmp" "$dst"
 if [ "$kind" = snapshot ]; then echo "$dst: the delta of checkpoint $(cat "$dst/checkpoint")"; else echo "$dst: the final delta"; fi

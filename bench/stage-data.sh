@@ -16,20 +16,14 @@ source bench/device-parts.sh
 stage=${STAGE_ROOT:-$root}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-declare -A part_of=()
 sha=""
 for d in "$@"; do
   [ -d "$d" ] || { echo "$d: no such folder" >&2; exit 1; }
   [ -z "$sha" ] && [ -f "$d/data.sha256" ] && sha=$d/data.sha256
-  for f in "$d"/data.tar.gz.part-*; do
-    [ -f "$f" ] || continue
-    name=$(basename "$f")
-    [ -n "${part_of[$name]:-}" ] || part_of[$name]=$f
-  done
 done
 [ -n "$sha" ] || { echo "none of $* holds data.sha256 (a poll with SEND_DATA=1 brings it back first)" >&2; exit 1; }
-[ "${#part_of[@]}" -gt 0 ] || { echo "no data.tar.gz.part-* in $*" >&2; exit 1; }
-for name in $(printf '%s\n' "${!part_of[@]}" | sort); do cat "${part_of[$name]}" >> "$tmp/data.tar.gz"; done
+join_by_name "$tmp/data.tar.gz" data.tar.gz.part- "$@"
+[ "$joined" -gt 0 ] || { echo "no data.tar.gz.part-* in $*" >&2; exit 1; }
 cp "$sha" "$tmp/data.sha256"
 (cd "$tmp" && sha256sum -c --quiet data.sha256) || { echo "the parts do not match data.sha256: a part is missing or cut short (poll again)" >&2; exit 1; }
 LIMIT=$((64 * 1024 * 1024)); MARGIN=${MARGIN:-$((2 * 1024 * 1024))}

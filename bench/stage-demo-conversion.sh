@@ -29,4 +29,4 @@ printf '  %d. no carry, timeout_s 300: TRAIN_S=140 CALL_S=230 MIN_TRAIN_S=30 bas
 echo "     (same warm machine: resumes to the end of the LR schedule, exports; the delta in \$OUT. Then here:"
 echo "      python -m a2d_convert rebuild and evaluate-probes on the CPU, about 6 min: bench/NOTES.md, second conversion."
 echo "      PROBES=1 TRAIN=0 CALL_S=240 instead runs the probes on the GPU machine)"
-echo "with models/ out of the tree (bash bench/slim-tree.sh out; 44 MB less), the older halves fit instead: carry .device/a, then .device/b + .device/whl"
+echo "with models/ out of the tree (bash bench/slim-tree.sh out; 44 MB less), run this again: fewer, larger parts"

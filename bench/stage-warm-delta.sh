@@ -7,6 +7,7 @@
 #   bash bench/stage-warm-delta.sh /tmp/q15/delta
 # Then carry [".device/warm-00"], [".device/warm-01"], ... in calls within 30 s of each other, before the start call,
 # whose TRAIN_EXTRA adds --init-adapter /root/warm (the same --lora-rank, --lora-alpha and --lora-targets).
+# STAGE_ROOT (default: the repository) is where .device/ goes.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 src=${1:?usage: bash bench/stage-warm-delta.sh DELTA_DIR}
@@ -19,10 +20,12 @@ small=$(find "$src" -maxdepth 1 -type f ! -name delta.safetensors -printf '%s\n'
 room=$(( LIMIT - tree - MARGIN - small ))  # the small files travel with the first part
 [ "$room" -gt $((4 * 1024 * 1024)) ] || { echo "the tree takes $tree bytes: no room for the delta's parts (bash bench/slim-tree.sh out)"; exit 1; }
 size=$(stat -c %s "$src/delta.safetensors")
-split_parts "$src/delta.safetensors" "$room" .device/warm delta.safetensors 1
-mkdir -p .device/warm-00
-find "$src" -maxdepth 1 -type f ! -name delta.safetensors -exec cp {} .device/warm-00/ \;
-(cd "$src" && sha256sum delta.safetensors) > .device/warm-00/delta.sha256
+stage=${STAGE_ROOT:-$root}
+mkdir -p "$stage/.device"
+split_parts "$src/delta.safetensors" "$room" "$stage/.device/warm" delta.safetensors 1
+mkdir -p "$stage/.device/warm-00"
+find "$src" -maxdepth 1 -type f ! -name delta.safetensors -exec cp {} "$stage/.device/warm-00/" \;
+(cd "$src" && sha256sum delta.safetensors) > "$stage/.device/warm-00/delta.sha256"
 echo "the delta ($size bytes) in $n parts of $part bytes; the calls:"
 printf '  carry [".device/warm-00", ".device/warm-01"]\n'
 for ((i = 2; i <= n; i++)); do printf '  carry [".device/warm-%02d"]\n' "$i"; done

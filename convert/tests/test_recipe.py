@@ -351,3 +351,60 @@ def test_a_finished_job_sends_its_data_back_and_the_next_conversion_trains_on_it
     assert "self-distillation" not in log and "data done" not in log
     assert json.loads(results(tmp_path / "out2")["data/data_manifest.json"]) == json.loads((data / "data_manifest.json").read_text())
     assert delta_from(tmp_path / "out2")
+
+
+def test_a_warm_delta_staged_in_parts_joins_on_the_gpu_machine_once_every_part_is_there(tmp_path):
+    """bench/stage-warm-delta.sh splits an earlier delta into .device/warm-NN (small files with the first part) and
+    bench/device-base-gguf.sh, run by each call, stashes what that call carried: WARM_DIR holds the delta, checked
+    against its sha256, only after the call that brings the last part; a part whose bytes changed is refused."""
+    delta = tmp_path / "delta"
+    delta.mkdir()
+    weights = os.urandom(11 * 1024 * 1024 + 17)
+    (delta / "delta.safetensors").write_bytes(weights)
+    (delta / "delta.json").write_text('{"rank": 4}')
+    tree = subprocess.run(["bash", "-c", "source bench/device-parts.sh && tree_bytes"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    margin = 64 * 1024 * 1024 - int(tree) - 4096 - 4096 - 5 * 1024 * 1024  # room for parts of about 5 MiB
+    done = subprocess.run(["bash", str(REPO / "bench" / "stage-warm-delta.sh"), str(delta)], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "STAGE_ROOT": str(stage), "MARGIN": str(margin)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    folders = sorted((stage / ".device").glob("warm-*"))
+    assert [f.name for f in folders] == ["warm-00", "warm-01", "warm-02", "warm-03"]  # three parts
+    assert {p.name for p in folders[0].iterdir()} == {"delta.json", "delta.sha256"}
+
+    def call(*carried: Path, warm: Path) -> subprocess.CompletedProcess:
+        """One device call carrying these folders, with no GGUF part among them (status 3 after the warm step)."""
+        where = tmp_path / "call"
+        subprocess.run(["rm", "-rf", str(where)], check=True)
+        (where / ".device").mkdir(parents=True)
+        for folder in carried:
+            subprocess.run(["cp", "-r", str(folder), str(where / ".device" / folder.name)], check=True)
+        return subprocess.run(["bash", str(REPO / "bench" / "device-base-gguf.sh")], cwd=where, capture_output=True,
+                              text=True, timeout=60,
+                              env={**os.environ, "WARM_STASH": str(warm) + "-stash", "WARM_DIR": str(warm),
+                                   "GGUF_STASH": str(tmp_path / "gguf-stash"), "BASE_GGUF": str(tmp_path / "base.gguf"),
+                                   "DATA_STASH": str(tmp_path / "data-stash"), "DATA_DIR": str(tmp_path / "data")})
+
+    warm = tmp_path / "warm"
+    done = call(folders[0], folders[1], warm=warm)
+    assert done.returncode == 3 and "1 of 3 parts stashed" in done.stdout, done.stdout + done.stderr
+    done = call(folders[2], warm=warm)
+    assert done.returncode == 3 and "2 of 3 parts stashed" in done.stdout, done.stdout + done.stderr
+    assert not warm.exists()
+    done = call(folders[3], warm=warm)
+    assert done.returncode == 3 and "no parts here" in done.stdout, done.stdout + done.stderr
+    assert (warm / "delta.safetensors").read_bytes() == weights
+    assert (warm / "delta.json").read_text() == '{"rank": 4}'
+
+    # The same parts with one byte changed: nothing is left that looks like a delta.
+    bad = tmp_path / "warm-03"
+    subprocess.run(["cp", "-r", str(folders[3]), str(bad)], check=True)
+    part = next(bad.iterdir())
+    data = bytearray(part.read_bytes())
+    data[100] ^= 1
+    part.write_bytes(bytes(data))
+    done = call(folders[0], folders[1], folders[2], bad, warm=tmp_path / "warm-bad")
+    assert done.returncode == 1 and "do not join to its sha256" in done.stdout, done.stdout + done.stderr
+    assert not (tmp_path / "warm-bad" / "delta.safetensors").exists()
