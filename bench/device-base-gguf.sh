@@ -5,7 +5,7 @@
 # and once every part is there joins them into /root/base.gguf, checks the pinned sha256 and installs the carried
 # wheels (.device/whl: gguf) into /tmp/site. Parts of an earlier run's delta (.device/warm-NN,
 # bench/stage-warm-delta.sh) are stashed and joined into /root/warm the same way, and an earlier conversion's
-# training data (.device/data-NN) by bench/device-data.sh.
+# training data (.device/data-NN) by bench/device-data.sh; a corpus's files (.device/corpus) are stashed.
 # Exit 0: /root/base.gguf is ready; 10: more parts are to come in the next call; 3: no parts at all.
 # GGUF_STASH, BASE_GGUF, WARM_STASH and WARM_DIR (defaults /root/stash, /root/base.gguf, /root/warm-stash,
 # /root/warm) say where the parts and what they join go.
@@ -33,6 +33,10 @@ if [ -d "$warm_stash" ] && [ ! -f "$warm/delta.safetensors" ]; then
   fi
 fi
 bash "$here/device-data.sh"
+# Files for the recipe's CORPORA (bench/stage-corpus.sh: a pinned wheel whose sources convert/recipes/code_corpus.py
+# cuts into a JSONL), kept in CORPUS_STASH (default /root/corpus) for the start call to build from.
+carried=(.device/corpus/*)
+[ "${#carried[@]}" -gt 0 ] && stash_carried "${CORPUS_STASH:-/root/corpus}" "${carried[@]}"
 carried=(.device/gguf-*/gguf.part*-of-*)
 [ "${#carried[@]}" -gt 0 ] && stash_carried "$gguf_stash" "${carried[@]}"
 if [ ! -f "$base" ] || ! echo "$GGUF_SHA256  $base" | sha256sum -c --quiet 2>/dev/null; then
