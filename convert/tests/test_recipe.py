@@ -356,7 +356,8 @@ def test_a_finished_job_sends_its_data_back_and_the_next_conversion_trains_on_it
 def test_a_warm_delta_staged_in_parts_joins_on_the_gpu_machine_once_every_part_is_there(tmp_path):
     """bench/stage-warm-delta.sh splits an earlier delta into .device/warm-NN (small files with the first part) and
     bench/device-base-gguf.sh, run by each call, stashes what that call carried: WARM_DIR holds the delta, checked
-    against its sha256, only after the call that brings the last part; a part whose bytes changed is refused."""
+    against its sha256, only after the call that brings the last part; a part whose bytes changed is refused. A
+    corpus's files (.device/corpus) carried on the way are stashed for the start call."""
     delta = tmp_path / "delta"
     delta.mkdir()
     weights = os.urandom(11 * 1024 * 1024 + 17)
@@ -385,11 +386,16 @@ def test_a_warm_delta_staged_in_parts_joins_on_the_gpu_machine_once_every_part_i
                               text=True, timeout=60,
                               env={**os.environ, "WARM_STASH": str(warm) + "-stash", "WARM_DIR": str(warm),
                                    "GGUF_STASH": str(tmp_path / "gguf-stash"), "BASE_GGUF": str(tmp_path / "base.gguf"),
-                                   "DATA_STASH": str(tmp_path / "data-stash"), "DATA_DIR": str(tmp_path / "data")})
+                                   "DATA_STASH": str(tmp_path / "data-stash"), "DATA_DIR": str(tmp_path / "data"),
+                                   "CORPUS_STASH": str(tmp_path / "corpus-stash")})
 
     warm = tmp_path / "warm"
-    done = call(folders[0], folders[1], warm=warm)
+    corpus = tmp_path / "corpus"  # a corpus's files ride any call and are kept for the start call
+    corpus.mkdir()
+    (corpus / "pkg-1.0-py3-none-any.whl").write_bytes(b"wheel bytes")
+    done = call(folders[0], folders[1], corpus, warm=warm)
     assert done.returncode == 3 and "1 of 3 parts stashed" in done.stdout, done.stdout + done.stderr
+    assert (tmp_path / "corpus-stash" / "pkg-1.0-py3-none-any.whl").read_bytes() == b"wheel bytes"
     done = call(folders[2], warm=warm)
     assert done.returncode == 3 and "2 of 3 parts stashed" in done.stdout, done.stdout + done.stderr
     assert not warm.exists()
