@@ -61,6 +61,17 @@ def delta_from(out: Path) -> bytes:
     return b"".join(p.read_bytes() for p in parts)
 
 
+def device_call(where: Path, script: str, carried, **env: str) -> subprocess.CompletedProcess:
+    """One device call: a fresh tree at `where` holding only the carried folders under .device/, running
+    bench/SCRIPT there with the environment's paths pointed into the test's folders."""
+    subprocess.run(["rm", "-rf", str(where)], check=True)
+    (where / ".device").mkdir(parents=True)
+    for folder in carried:
+        subprocess.run(["cp", "-r", str(folder), str(where / ".device" / folder.name)], check=True)
+    return subprocess.run(["bash", str(REPO / "bench" / script)], cwd=where, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, **env})
+
+
 def train_log(files: dict[str, bytes]) -> list[dict]:
     return [json.loads(line) for line in files["run/train_log.jsonl"].decode().splitlines()]
 
@@ -322,16 +333,8 @@ def test_a_finished_job_sends_its_data_back_and_the_next_conversion_trains_on_it
     assert folders and (folders[0] / "data.sha256").is_file()
 
     def carry(*carried: Path) -> subprocess.CompletedProcess:
-        """One device call carrying these folders: its tree holds only them under .device/."""
-        call = tmp_path / "call"
-        if call.exists():
-            subprocess.run(["rm", "-rf", str(call)], check=True)
-        (call / ".device").mkdir(parents=True)
-        for folder in carried:
-            subprocess.run(["cp", "-r", str(folder), str(call / ".device" / folder.name)], check=True)
-        return subprocess.run(["bash", str(REPO / "bench" / "device-data.sh")], cwd=call, capture_output=True, text=True,
-                              timeout=60, env={**os.environ, "DATA_STASH": str(tmp_path / "stash"),
-                                               "DATA_DIR": str(tmp_path / "w2" / "data")})
+        return device_call(tmp_path / "call", "device-data.sh", carried,
+                           DATA_STASH=str(tmp_path / "stash"), DATA_DIR=str(tmp_path / "w2" / "data"))
 
     for folder in folders[:-1]:
         done = carry(folder)
@@ -376,18 +379,11 @@ def test_a_warm_delta_staged_in_parts_joins_on_the_gpu_machine_once_every_part_i
     assert {p.name for p in folders[0].iterdir()} == {"delta.json", "delta.sha256"}
 
     def call(*carried: Path, warm: Path) -> subprocess.CompletedProcess:
-        """One device call carrying these folders, with no GGUF part among them (status 3 after the warm step)."""
-        where = tmp_path / "call"
-        subprocess.run(["rm", "-rf", str(where)], check=True)
-        (where / ".device").mkdir(parents=True)
-        for folder in carried:
-            subprocess.run(["cp", "-r", str(folder), str(where / ".device" / folder.name)], check=True)
-        return subprocess.run(["bash", str(REPO / "bench" / "device-base-gguf.sh")], cwd=where, capture_output=True,
-                              text=True, timeout=60,
-                              env={**os.environ, "WARM_STASH": str(warm) + "-stash", "WARM_DIR": str(warm),
-                                   "GGUF_STASH": str(tmp_path / "gguf-stash"), "BASE_GGUF": str(tmp_path / "base.gguf"),
-                                   "DATA_STASH": str(tmp_path / "data-stash"), "DATA_DIR": str(tmp_path / "data"),
-                                   "CORPUS_STASH": str(tmp_path / "corpus-stash")})
+        """No GGUF part among the folders: status 3 after the warm step."""
+        return device_call(tmp_path / "call", "device-base-gguf.sh", carried, WARM_STASH=str(warm) + "-stash",
+                           WARM_DIR=str(warm), GGUF_STASH=str(tmp_path / "gguf-stash"),
+                           BASE_GGUF=str(tmp_path / "base.gguf"), DATA_STASH=str(tmp_path / "data-stash"),
+                           DATA_DIR=str(tmp_path / "data"), CORPUS_STASH=str(tmp_path / "corpus-stash"))
 
     warm = tmp_path / "warm"
     corpus = tmp_path / "corpus"  # a corpus's files ride any call and are kept for the start call
