@@ -6,6 +6,9 @@
 #   {"<shape>[+<rule><rank>]": <a2d bench --json>, ...}
 # Knobs: SHAPES ("smollm2-135m minicpm5-2b"), ADAPTERS ("mask:64 window:64"), BLOCKS (4,32), KV (1024), TOKENS (256),
 # TOTAL_S (400).
+# NCU=1 then profiles (Nsight Compute) the decode GEMMs of three layers of one MiniCPM5-2B forward at block 4, without
+# and with a window:64 adapter, into $OUT/ncu-<name>.txt (NCU_SKIP: GEMM launches skipped first, 676 = four forwards
+# of 169; NCU_COUNT: 12).
 set -u
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export TOTAL_S="${TOTAL_S:-400}"
@@ -31,6 +34,17 @@ cost_main() {
     done
   done
   echo '"done": true}' >> "$out/adapter-cost.json"
+  [[ ${NCU:-0} == 1 ]] && for adapter in none window:64; do
+    name=minicpm5-2b; args=(); [[ $adapter == none ]] || { name="$name+${adapter/:/}"; args=(--random-adapter "$adapter"); }
+    step "ncu $name" bash -c '
+      TMPDIR="$1" A2D_ADDON_DIR="$2/engine" timeout -k 10 "$3" ncu --target-processes all \
+        --kernel-name regex:"gemm_kernel|gemm_wide_kernel" --launch-skip "$4" --launch-count "$5" \
+        --section SpeedOfLight --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
+        "$6" "$7" bench --random-shape minicpm5-2b --device cuda --blocks 4 --kv 1024 --tokens 32 "${@:8}"' _ \
+      "$work" "$folder" "$(limit 120)" "${NCU_SKIP:-676}" "${NCU_COUNT:-12}" "$node" "$cli" "${args[@]}" \
+      > "$out/ncu-$name.txt" 2>&1
+    grep -E "^  [a-z_]+.*gemm|Duration|DRAM Throughput|Compute \(SM\) Throughput|Grid Size" "$out/ncu-$name.txt" | head -60
+  done
   finish 0
 }
 cost_main 2>&1 | tee "$out/run.log"
