@@ -6,6 +6,7 @@ import { execFileSync, spawn } from "node:child_process";
 import { openSync, readFileSync } from "node:fs";
 import http from "node:http";
 
+import { sleep, stopGroup } from "./process-group.js";
 import { type ListenAddress, listeningSockets } from "./sockets.js";
 
 export interface InnerJob {
@@ -164,26 +165,6 @@ function addonLoadedAt(guardReport: string): number | null {
   return null;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-function groupAlive(pgid: number): boolean {
-  try {
-    process.kill(-pgid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** SIGTERM to the whole group (strace, bash, the server), SIGKILL whatever is left after 5 s. */
-async function stopGroup(pgid: number): Promise<void> {
-  if (!groupAlive(pgid)) return;
-  process.kill(-pgid, "SIGTERM");
-  for (let waited = 0; waited < 5000 && groupAlive(pgid); waited += 100) await sleep(100);
-  if (groupAlive(pgid)) process.kill(-pgid, "SIGKILL");
-  for (let waited = 0; waited < 2000 && groupAlive(pgid); waited += 50) await sleep(50);
-}
-
 /** Python's ioctl for machines without iproute2: SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP. */
 const LO_UP_PY = `
 import fcntl, socket, struct
@@ -288,7 +269,7 @@ async function main(): Promise<void> {
       result.stream = { ...stream, seconds: now() - started };
     }
   }
-  if (child.pid !== undefined) await stopGroup(child.pid);
+  if (child.pid !== undefined) await stopGroup(child.pid, 5000);
   await exited;
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }

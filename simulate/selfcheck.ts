@@ -15,6 +15,7 @@ import { Agent, fetch } from "undici";
 
 import { ModelTokenizer } from "../server/tokenizer.js";
 import { judgeAnswerText, preview } from "./answer-text.js";
+import { groupAlive, sleep, stopGroup } from "./process-group.js";
 import { ChatCompletion, ChatCompletionChunk, HealthDecoding, ModelList, schemaErrors } from "./openai-schemas.js";
 import { listeningSockets, listensOnAllAddresses } from "./sockets.js";
 
@@ -52,7 +53,6 @@ export interface SelfcheckReport {
   server_log_tail?: string;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function freePort(): Promise<number> {
   return new Promise((resolvePort, reject) => {
@@ -150,22 +150,8 @@ async function startFolder(folder: string, port: number): Promise<Started> {
   return { child, logFile, workDir };
 }
 
-function groupAlive(pid: number): boolean {
-  try {
-    process.kill(-pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 async function stop(started: Started): Promise<void> {
-  const pid = started.child.pid;
-  if (pid !== undefined && groupAlive(pid)) {
-    process.kill(-pid, "SIGTERM");
-    for (let waited = 0; waited < 10_000 && groupAlive(pid); waited += 100) await sleep(100);
-    if (groupAlive(pid)) process.kill(-pid, "SIGKILL");
-  }
+  if (started.child.pid !== undefined) await stopGroup(started.child.pid, 10_000);
   await rm(started.workDir, { recursive: true, force: true });
 }
 
