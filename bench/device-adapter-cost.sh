@@ -13,6 +13,12 @@ set -u
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export TOTAL_S="${TOTAL_S:-400}"
 A2D_GPU_RUN_LIB=1 source "$root/bench/device-gpu-run.sh"
+# Sets `name` ("<shape>" or "<shape>+<rule><rank>") and `args` (the bench's --random-adapter, if any) of a shape and
+# an adapter ("none" or "<rule>:<rank>").
+variant() {
+  name=$1; args=()
+  [[ $2 == none ]] || { name="$1+${2/:/}"; args=(--random-adapter "$2"); }
+}
 cost_main() {
   step "machine" machine
   step "assemble kit parts" assemble || finish 3
@@ -21,7 +27,7 @@ cost_main() {
   echo "{" > "$out/adapter-cost.json"
   for shape in ${SHAPES:-smollm2-135m minicpm5-2b}; do
     for adapter in none ${ADAPTERS:-mask:64 window:64}; do
-      name=$shape; args=(); [[ $adapter == none ]] || { name="$shape+${adapter/:/}"; args=(--random-adapter "$adapter"); }
+      variant "$shape" "$adapter"
       step "bench $name" bash -c '
         TMPDIR="$1" A2D_ADDON_DIR="$2/engine" timeout -k 10 "$3" "$4" "$5" bench --random-shape "$6" --device cuda \
           --blocks "$7" --kv "$8" --tokens "$9" --json "${@:10}" > "$1/bench.json" 2> >(grep -v "^  block" >&2)' _ \
@@ -35,7 +41,7 @@ cost_main() {
   done
   echo '"done": true}' >> "$out/adapter-cost.json"
   [[ ${NCU:-0} == 1 ]] && for adapter in none window:64; do
-    name=minicpm5-2b; args=(); [[ $adapter == none ]] || { name="$name+${adapter/:/}"; args=(--random-adapter "$adapter"); }
+    variant minicpm5-2b "$adapter"
     step "ncu $name" bash -c '
       TMPDIR="$1" A2D_ADDON_DIR="$2/engine" timeout -k 10 "$3" ncu --target-processes all \
         --kernel-name regex:"gemm_kernel|gemm_wide_kernel" --launch-skip "$4" --launch-count "$5" \

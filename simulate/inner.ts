@@ -5,8 +5,9 @@
 import { execFileSync, spawn } from "node:child_process";
 import { openSync, readFileSync } from "node:fs";
 import http from "node:http";
+import { setTimeout as sleep } from "node:timers/promises";
 
-import { sleep, stopGroup } from "./process-group.js";
+import { stopGroup } from "./process-group.js";
 import { type ListenAddress, listeningSockets } from "./sockets.js";
 
 export interface InnerJob {

@@ -1,6 +1,6 @@
 // Stopping a started server and everything it spawned: each is started as the leader of its own process group.
 
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+import { setTimeout as sleep } from "node:timers/promises";
 
 /** Whether any process of the group led by `pgid` is still alive. */
 export function groupAlive(pgid: number): boolean {

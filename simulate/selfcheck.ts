@@ -10,12 +10,13 @@ import { mkdtemp, rm } from "node:fs/promises";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 
 import { Agent, fetch } from "undici";
 
 import { ModelTokenizer } from "../server/tokenizer.js";
 import { judgeAnswerText, preview } from "./answer-text.js";
-import { groupAlive, sleep, stopGroup } from "./process-group.js";
+import { groupAlive, stopGroup } from "./process-group.js";
 import { ChatCompletion, ChatCompletionChunk, HealthDecoding, ModelList, schemaErrors } from "./openai-schemas.js";
 import { listeningSockets, listensOnAllAddresses } from "./sockets.js";
 
@@ -52,7 +53,6 @@ export interface SelfcheckReport {
   rows: CheckRow[];
   server_log_tail?: string;
 }
-
 
 async function freePort(): Promise<number> {
   return new Promise((resolvePort, reject) => {
