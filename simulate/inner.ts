@@ -9,6 +9,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 import { stopGroup } from "./process-group.js";
 import { type ListenAddress, listeningSockets } from "./sockets.js";
+import { parseEvents } from "./sse-events.js";
 
 export interface InnerJob {
   command: string[];
@@ -119,22 +120,7 @@ function streamRequest(port: number, body: unknown, timeoutMs: number): Promise<
         let text = "";
         res.on("data", (c: Buffer) => (text += c.toString("utf8")));
         res.on("end", () => {
-          for (const event of text.split(/\r?\n\r?\n/)) {
-            const data = event
-              .split(/\r?\n/)
-              .filter((line) => line.startsWith("data:"))
-              .map((line) => line.slice(5).trimStart())
-              .join("\n");
-            if (!data) continue;
-            if (data === "[DONE]") result.done = true;
-            else {
-              try {
-                result.chunks.push(JSON.parse(data));
-              } catch {
-                result.malformed.push(data.slice(0, 80));
-              }
-            }
-          }
+          Object.assign(result, parseEvents(text));
           resolve(result);
         });
       },

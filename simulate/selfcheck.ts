@@ -19,6 +19,7 @@ import { judgeAnswerText, preview } from "./answer-text.js";
 import { groupAlive, stopGroup } from "./process-group.js";
 import { ChatCompletion, ChatCompletionChunk, HealthDecoding, ModelList, schemaErrors } from "./openai-schemas.js";
 import { listeningSockets, listensOnAllAddresses } from "./sockets.js";
+import { parseEvents } from "./sse-events.js";
 
 export interface SelfcheckOptions {
   /** A packed folder to start with its serve.sh. */
@@ -102,34 +103,6 @@ function parseJson(text: string): unknown {
   } catch {
     return text;
   }
-}
-
-interface StreamResult {
-  chunks: unknown[];
-  done: boolean;
-  malformed: string[];
-}
-
-function parseEvents(text: string): StreamResult {
-  const result: StreamResult = { chunks: [], done: false, malformed: [] };
-  for (const event of text.split(/\r?\n\r?\n/)) {
-    const data = event
-      .split(/\r?\n/)
-      .filter((line) => line.startsWith("data:"))
-      .map((line) => line.slice(5).trimStart())
-      .join("\n");
-    if (!data) continue;
-    if (data === "[DONE]") {
-      result.done = true;
-      continue;
-    }
-    try {
-      result.chunks.push(JSON.parse(data));
-    } catch {
-      result.malformed.push(data.slice(0, 80));
-    }
-  }
-  return result;
 }
 
 interface Started {

@@ -17,7 +17,7 @@
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
 //   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--wgmma-cluster 0|1]
 //                 [--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]
-//                 [--attention-typical-blocks 0|1] [--profile-sequences N]
+//                 [--attention-typical-blocks 0|1] [--attention-warp-combine 0|1] [--profile-sequences N]
 //                 [--wgmma-tokens N]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
 //   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
@@ -699,9 +699,9 @@ int main(int argc, char** argv) {
     else if (arg == "--profile-sequences" && i + 1 < argc) g_profile_sequences = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
-                           "[--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]] "
-                           "[--attention-typical-blocks 0|1] [--profile-sequences N] "
-                           "[--wgmma-tokens 0|64|128|256]\n");
+                           "[--wgmma-cluster 0|1] [--split-attention 0|1] [--decode-prefill-gemm ROWS] "
+                           "[--forward-rows N [--forward-rows-only]] [--attention-typical-blocks 0|1] "
+                           "[--attention-warp-combine 0|1] [--profile-sequences N] [--wgmma-tokens 0|64|128|256]\n");
       return 2;
     }
   }
