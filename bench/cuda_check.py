@@ -100,9 +100,15 @@ class BenchOptions(ctypes.Structure):
 
 
 class Shape(ctypes.Structure):
+    """engine/bench/forward_bench.cu's BenchShape, field for field."""
     _fields_ = [(n, ctypes.c_int) for n in ("hidden intermediate layers heads kv_heads head_dim vocab max_context "
                                             "mask_token_id tied qkv_bias o_bias qk_norm fp8").split()] + \
-               [("rms_eps", ctypes.c_double), ("rope_theta", ctypes.c_double)]
+               [("rms_eps", ctypes.c_double), ("rope_theta", ctypes.c_double)] + \
+               [(n, ctypes.c_int) for n in ("adapter_rank", "adapter_targets", "adapter_on_window")]
+
+
+# A row adapter's targets in the engine's order (AdapterTarget), each a projection's weight name.
+ADAPTER_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 
 
 def log(*args):
@@ -125,11 +131,17 @@ class Lib:
 class Engine:
     """A DeviceModel through the harness's C interface."""
 
-    def __init__(self, lib, cfg, graphs=True, pdl=True, fuse_rope=True):
+    def __init__(self, lib, cfg, graphs=True, pdl=True, fuse_rope=True, adapter=None):
+        """adapter: None, or (rule, rank) with rule "window" or "mask": a row adapter on every projection, whose
+        factors upload_adapter then gives."""
         self.lib, self.cfg = lib, cfg
+        rule, rank = adapter or ("window", 0)
+        if rule not in ("window", "mask"):
+            raise ValueError(f"adapter rule {rule!r}: window or mask")
         shape = Shape(cfg["hidden"], cfg["inter"], cfg["layers"], cfg["heads"], cfg["kv_heads"], cfg["head_dim"],
                       cfg["vocab"], cfg["max_context"], cfg["mask"], int(cfg["tied"]), int(cfg["qkv_bias"]),
-                      int(cfg["o_bias"]), int(cfg["qk_norm"]), int(cfg.get("fp8", False)), cfg["eps"], cfg["theta"])
+                      int(cfg["o_bias"]), int(cfg["qk_norm"]), int(cfg.get("fp8", False)), cfg["eps"], cfg["theta"],
+                      rank, (1 << len(ADAPTER_TARGETS)) - 1 if rank else 0, int(rule == "window"))
         error = ctypes.create_string_buffer(2048)
         self.handle = lib.lib.a2d_bench_create(ctypes.byref(shape), int(graphs), int(pdl), int(fuse_rope), error, 2048)
         if not self.handle:
@@ -137,10 +149,16 @@ class Engine:
         self.handle = ctypes.c_void_p(self.handle)
         self.keep = []
 
-    def upload(self, weights, dtypes=None, on_host=False):
+    def upload(self, weights, dtypes=None, on_host=False, adapters=None):
         """weights: (name, layer) -> tensor, or for an FP8 engine's projections and lm_head (e4m3 tensor, fp32
-        row scales)."""
+        row scales). adapters (an engine made with one): (target, layer) -> (a [rank, in], b [out, rank]) for every
+        target of ADAPTER_TARGETS and layer; they are copied from host memory."""
         dtypes = dtypes or {}
+        for (target, layer), (a, b) in (adapters or {}).items():
+            a, b = (t.to(torch.bfloat16).contiguous().cpu() for t in (a, b))
+            self.keep += [a, b]
+            self.lib.call("a2d_bench_upload_adapter", self.handle, ADAPTER_TARGETS.index(target), layer,
+                          ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr()), SOURCE_TYPES[torch.bfloat16])
         for (name, layer), tensor in weights.items():
             if isinstance(tensor, tuple):
                 q, scale = (t.contiguous().cpu() if on_host else t.contiguous() for t in tensor)

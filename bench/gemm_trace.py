@@ -8,9 +8,13 @@ nanosecond clock for all SMs), and so does the warpgroup GEMM of forwards on the
 tile's last block every split summed). For each traced forward this prints, per GEMM of a layer (median
 over the 42 layers) and for the lm_head: the kernel's span from its first block's start to its last block's
 end, its bytes over that span, the gap to the previous GEMM and the median block's phases; and saves every
-record (records-*.npz).
+record (records-*.npz). `--adapter window:64` gives every projection a random row adapter of that rule and rank
+(its tiles fused into the GEMMs, recorded with tile -1 - i): each GEMM then also shows when its last adapter tile
+ended (from the GEMM's first block start) and the weight tiles' epilogue blocks' finish (their split merge, the wait
+for t, B t and the epilogue), which beside a run without the adapter say where the adapter's time goes.
 
     python3 bench/gemm_trace.py --lib build/device/trace/liba2d_cuda_bench.so --out $OUT
+    python3 bench/gemm_trace.py --lib build/device/trace/liba2d_cuda_bench.so --out $OUT --tunings default --adapter window:64
 """
 import argparse
 import ctypes
@@ -22,7 +26,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cuda_check import ALL_KERNELS, GEMM_KERNELS, MINICPM, Engine, Lib, log, make_weights, parse_tuning, tuning_label  # noqa: E402
+from cuda_check import (ADAPTER_TARGETS, ALL_KERNELS, GEMM_KERNELS, MINICPM, Engine, Lib, log, make_weights,  # noqa: E402
+                        parse_tuning, tuning_label)
 
 RECORD = np.dtype([("start", "<u8"), ("waited", "<u8"), ("first_data", "<u8"), ("loop_done", "<u8"),
                    ("reduced", "<u8"), ("end", "<u8"), ("sm", "<i4"), ("site", "<i4"), ("tile", "<i4"),
@@ -39,6 +44,33 @@ def site_bytes(cfg):
 def sites_of(kind_index, layers):
     """The forward's GEMM sites of one kind (model.cu: 4 * layer + kind; the lm_head is 4 * layers)."""
     return [4 * layers] if kind_index == len(KINDS) else [4 * l + kind_index for l in range(layers)]
+
+
+def adapter_factors(cfg, rank, seed=77):
+    """Random row adapter factors for every projection of every layer: (target, layer) -> (a [rank, in], b [out,
+    rank]), bf16 on the host, at the scale of cuda_check.write_folder's."""
+    H, I, D = cfg["hidden"], cfg["inter"], cfg["head_dim"]
+    nq, nkv = cfg["heads"] * D, cfg["kv_heads"] * D
+    dims = {"q": (nq, H), "k": (nkv, H), "v": (nkv, H), "o": (H, nq), "gate": (I, H), "up": (I, H), "down": (H, I)}
+    g = torch.Generator().manual_seed(seed)
+    factors = {}
+    for layer in range(cfg["layers"]):
+        for target in ADAPTER_TARGETS:
+            out_features, in_features = dims[target]
+            a = (torch.randn(rank, in_features, generator=g) / in_features ** 0.5).to(torch.bfloat16)
+            b = (torch.randn(out_features, rank, generator=g) * 0.05).to(torch.bfloat16)
+            factors[(target, layer)] = (a, b)
+    return factors
+
+
+def parse_adapter(text):
+    """'window:64' -> ('window', 64); '' -> None."""
+    if not text:
+        return None
+    rule, _, rank = text.partition(":")
+    if rule not in ("window", "mask") or not rank.isdigit() or int(rank) < 1:
+        raise SystemExit(f"--adapter {text!r}: RULE:RANK, RULE window or mask, RANK a positive number (window:64)")
+    return rule, int(rank)
 
 
 def trace(engine, kernels, cached, rows, capacity=400_000):
@@ -70,6 +102,8 @@ def analyse(rec, cfg):
             if s not in sites:
                 continue
             r = sites[s]
+            adapter, weight = r[r["tile"] < 0], r[r["tile"] >= 0]
+            epilogues = weight[weight["split"] >= 1000] if weight["split"].max() >= 1000 else weight
             span = (int(r["end"].max()) - int(r["start"].min())) / 1e3
             busy = (int(r["end"].max()) - int(r["waited"].min())) / 1e3
             prev = ends.get(s - 1)
@@ -88,21 +122,29 @@ def analyse(rec, cfg):
                 finish=np.median((r["end"].astype(np.int64) - r["reduced"].astype(np.int64))) / 1e3,
                 block=np.median((r["end"].astype(np.int64) - r["start"].astype(np.int64))) / 1e3,
                 blocks_per_sm_max=int(np.bincount(r["sm"]).max()),
+                adapter_end=(int(adapter["end"].max()) - int(r["start"].min())) / 1e3 if len(adapter) else float("nan"),
+                epi_finish=np.median((epilogues["end"].astype(np.int64) - epilogues["reduced"].astype(np.int64))) / 1e3,
             ))
         if not stats:
             continue
-        med = {k: float(np.nanmedian([x[k] for x in stats])) for k in stats[0]}
+        med = {k: nan_median([x[k] for x in stats]) for k in stats[0]}
         med["TBps_over_span"] = nbytes[kind] / (med["span"] * 1e-6) / 1e12
         rows[kind] = med
     total = (int(rec["end"].max()) - int(t0)) / 1e3
     return rows, total
 
 
+def nan_median(values):
+    """The median of the values that are numbers; NaN when none is (adapter_end without an adapter)."""
+    values = [v for v in values if not np.isnan(v)]
+    return float(np.median(values)) if values else float("nan")
+
+
 def print_table(label, rows, total, lines):
     head = (f"{label}: first GEMM block start to last GEMM block end {total:.1f} us; per GEMM (median over layers), us:")
     lines.append(head)
     cols = ["blocks", "span", "TBps_over_span", "gap", "first_data_after_prev", "tail90", "sm_end_spread",
-                    "block", "wait", "to_data", "loop", "reduce", "finish", "blocks_per_sm_max"]
+                    "block", "wait", "to_data", "loop", "reduce", "finish", "blocks_per_sm_max", "adapter_end", "epi_finish"]
     lines.append("  kind     " + " ".join(f"{c[:12]:>12s}" for c in cols))
     for kind, med in rows.items():
         lines.append(f"  {kind:8s} " + " ".join(f"{med[c]:12.2f}" for c in cols))
@@ -116,13 +158,15 @@ def main():
     parser.add_argument("--kv", type=int, default=1024)
     parser.add_argument("--tunings", default="default;s8",
                         help="tunings as cuda_check.py labels them (tuning_label: 's8 b2 wf0'), ';' between them")
+    parser.add_argument("--adapter", default="", help="RULE:RANK: a random row adapter on every projection (window:64)")
     args = parser.parse_args()
+    adapter = parse_adapter(args.adapter)
     os.makedirs(args.out, exist_ok=True)
     cfg = dict(MINICPM)
     lib = Lib(args.lib)
     W = make_weights(cfg, seed=2026)
-    engine = Engine(lib, cfg)
-    engine.upload(W)
+    engine = Engine(lib, cfg, adapter=adapter)
+    engine.upload(W, adapters=adapter_factors(cfg, adapter[1]) if adapter else None)
     del W
     torch.cuda.empty_cache()
     engine.fill_kv()
@@ -135,8 +179,9 @@ def main():
             ms, _ = engine.time(args.kv, 0, args.rows, args.rows, iterations=20)
             rec = trace(engine, kernels, args.kv, args.rows)
             ms_after, _ = engine.time(args.kv, 0, args.rows, args.rows, iterations=20)
-            name = f"{what} {tuning_label(tuning)} rows {args.rows} kv {args.kv}"
-            tag = f"{what}-{tuning_label(tuning)}".replace(" ", "-")
+            with_adapter = f" {adapter[0]}{adapter[1]}" if adapter else ""
+            name = f"{what} {tuning_label(tuning)}{with_adapter} rows {args.rows} kv {args.kv}"
+            tag = f"{what}-{tuning_label(tuning)}{with_adapter}".replace(" ", "-")
             np.savez_compressed(os.path.join(args.out, f"records-{tag}.npz"), records=rec)
             rows, total = analyse(rec, cfg)
             lines.append(f"{name}: {ms:.3f} ms per forward (the trace build, trace off), {ms_after:.3f} after "

@@ -124,6 +124,9 @@ struct BenchShape {
   int tied, qkv_bias, o_bias, qk_norm;
   int fp8;  // ModelShape::fp8: the projections (and an untied lm_head) come through a2d_bench_upload_fp8
   double rms_eps, rope_theta;
+  // ModelShape's row adapter: its rank on every target of the bits of adapter_targets (AdapterTarget order; 0:
+  // none), on the window rows (1) or the mask-token rows (0); the factors come through a2d_bench_upload_adapter.
+  int adapter_rank, adapter_targets, adapter_on_window;
 };
 
 // fuse_rope: ModelOptions::fuse_rope.
@@ -147,6 +150,9 @@ void* a2d_bench_create(const BenchShape* b, int graphs, int pdl, int fuse_rope, 
     s.fp8 = b->fp8 != 0;
     s.rms_eps = static_cast<float>(b->rms_eps);
     s.rope_theta = b->rope_theta;
+    s.adapter_rank = b->adapter_rank;
+    s.adapter_targets = static_cast<unsigned>(b->adapter_targets);
+    s.adapter_on_window = b->adapter_on_window != 0;
     ModelOptions options;
     options.graphs = graphs;
     options.pdl = pdl;
@@ -172,6 +178,18 @@ int a2d_bench_upload_fp8(void* handle, int name, int layer, const void* data, co
   return guarded(error, size, [&] {
     static_cast<DeviceModel*>(handle)->upload(static_cast<WeightName>(name), layer,
                                               WeightSource{data, SourceType::f8_e4m3, on_device != 0, scale});
+  });
+}
+
+// A row adapter's factors for one projection of one layer (target: AdapterTarget), in host memory: a [rank][in] and
+// b [out][rank], both of source type `type`.
+int a2d_bench_upload_adapter(void* handle, int target, int layer, const void* a, const void* b, int type, char* error,
+                             int size) {
+  return guarded(error, size, [&] {
+    if (target < 0 || target > static_cast<int>(AdapterTarget::down)) throw std::runtime_error("adapter target out of range");
+    static_cast<DeviceModel*>(handle)->upload_adapter(static_cast<AdapterTarget>(target), layer,
+                                                      WeightSource{a, static_cast<SourceType>(type), false},
+                                                      WeightSource{b, static_cast<SourceType>(type), false});
   });
 }
 

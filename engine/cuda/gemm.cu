@@ -622,7 +622,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   auto record = [&](bool epilogue) {
     if (threadIdx.x != 0) return;
     trace_write(p.trace, GemmBlockRecord{t_start, t_waited, t_data, t_loop, t_reduced, trace_clock(), trace_sm(), p.site,
-                                         tile, static_cast<int>(blockIdx.y) + (epilogue ? 1000 : 0)});
+                                         adapter_tile ? -1 - tile : tile, static_cast<int>(blockIdx.y) + (epilogue ? 1000 : 0)});
   };
 #endif
 

@@ -17,7 +17,7 @@ struct GemmBlockRecord {
   uint64_t start, waited, first_data, loop_done, reduced, end;
   int sm;
   int site;       // which GEMM of the forward: 4 * layer + (qkv, o, gate/up, down), 4 * layers for lm_head
-  int tile;       // the output tile's block: blockIdx.x (the warpgroup kernel: blockIdx.y)
+  int tile;       // the output tile (the warpgroup kernel: blockIdx.y); a fused row adapter's tile i: -1 - i
   int split;      // blockIdx.y (the warpgroup kernel: blockIdx.z); + 1000 when this block ran the tile's epilogue
 };
 
