@@ -1,7 +1,8 @@
 """Where a forward's GEMM time goes, block by block, on the MiniCPM5-2B shape (random weights).
 
 Needs the trace build of the GPU harness (`TRACE=1 bash bench/stage-device.sh` puts it in
-build/device/trace/): its decode GEMM kernels write one record per block (engine/cuda/trace.cuh: start, end
+build/device/trace/): its decode GEMM kernels write one record per block, the wide kernel (forwards of 32 rows and
+more) one per warp, so its `blocks` count warps (engine/cuda/trace.cuh: start, end
 of the wait for the previous kernel, first weights multiplied, main loop done, warps reduced, end, on one
 nanosecond clock for all SMs), and so does the warpgroup GEMM of forwards on the prefill GEMMs (`--rows 40
 --tunings dp33`: ModelOptions::decode_prefill_gemm_rows; there "reduced" is the split published, or in the

@@ -696,6 +696,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
   const unsigned char* weights =
       weight_bytes<kFp8>(p) + (static_cast<size_t>(min(stored, tiles - 1)) * chunks + chunk_begin) * kChunkBytes + lane * 16;
 
+  A2D_TRACE(const uint64_t t_start = trace_clock());
   // The weights do not depend on earlier kernels: start streaming them before waiting.
   uint4 wa[kWideLoads], wb[kWideLoads];
 #pragma unroll
@@ -709,6 +710,8 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
   const int rows = kEpilogue == GemmEpilogue::logits ? logit_pass_rows(p) : p.state->rows;
   const StepView view = step_view(p);
   wait_for_previous_grid();
+  A2D_TRACE(const uint64_t t_waited = trace_clock());
+  A2D_TRACE(uint64_t t_data = 0);
   if (rows <= 0) return;
 
   // Local chunk i of every input row into stage slot i % kWideStages, 16 bytes a thread; zeros for
@@ -756,9 +759,11 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
       load_stream16_if(wa[u], w, has_tile && next < n);
       load_stream16_if(wb[u], w + kChunkBytes / 2, has_tile && next < n);
     }
+    A2D_TRACE(if (t_data == 0) t_data = trace_clock_after(acc[0][0]));
   }
   cp_async_wait<0>();
   allow_next_grid();
+  A2D_TRACE(const uint64_t t_loop = trace_clock_after(acc[0][0]));
   __syncthreads();  // every warp is done with the stages: their bytes become the partials
   if (!has_tile) return;
 
@@ -772,9 +777,19 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
     sums[g + 8][j * 8 + 2 * c + 1] = acc[j][3];
   }
   __syncwarp();
+  A2D_TRACE(const uint64_t t_reduced = trace_clock());
+#if defined(A2D_GEMM_TRACE)
+  // One record a warp (its tile), as the tile-per-block kernel writes one a block.
+  auto record = [&](bool epilogue) {
+    if (lane != 0) return;
+    trace_write(p.trace, GemmBlockRecord{t_start, t_waited, t_data, t_loop, t_reduced, trace_clock(), trace_sm(), p.site,
+                                         adapter_tile ? -1 - tile : tile, static_cast<int>(blockIdx.y) + (epilogue ? 1000 : 0)});
+  };
+#endif
   // Split K: the tile's last warp to finish (of its splits' blocks) sums them and runs the epilogue.
   if (p.splits > 1 &&
       !merge_split_k<kCols>(p, stored, blockIdx.y, sums, active_cols, lane, 32, [] { __syncwarp(); }, warp_from_lane0)) {
+    A2D_TRACE(record(false));
     return;
   }
   if (!kFp8 && adapter_tile) {
@@ -783,6 +798,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
     tile_epilogue<kEpilogue, kCols, !kFp8>(p, view, tile, sums, partial[warp][1], active_cols, lane, 32, [] { __syncwarp(); },
                                    warp_from_lane0);
   }
+  A2D_TRACE(record(true));
 }
 
 template <int kTiles, bool kFp8>

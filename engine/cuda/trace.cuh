@@ -1,4 +1,5 @@
-// Per-block timing records of the decode GEMM kernels (gemm.cu) and the warpgroup GEMM (gemm_wgmma.cu), for
+// Per-block timing records of the decode GEMM kernels (gemm.cu; the wide kernel writes one a warp, each warp being
+// its own tile's team) and the warpgroup GEMM (gemm_wgmma.cu), for
 // finding where a forward's time goes between the weight-stream floor and the measured forward (bench/gemm_trace.py).
 // The records are compiled in only with A2D_GEMM_TRACE, which the GPU harness's trace build sets
 // (bench/stage-device.sh TRACE=1); every other build carries the (null) pointers in its parameters and
