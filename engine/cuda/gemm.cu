@@ -157,6 +157,20 @@ __device__ __forceinline__ RowPlace place_of(const GemmParams& p, const StepView
   return {e.cached + t - e.row0, e.slot};
 }
 
+#if defined(A2D_GEMM_TRACE)
+// A decode GEMM tile's record (trace.cuh), written when its block (the wide kernel: its warp) ends: the times up to
+// the reduction, then the end now; an adapter tile i as tile -1 - i; the split + 1000 where it ran the epilogue.
+struct TileTimes {
+  uint64_t start, waited, first_data, loop_done, reduced;
+};
+__device__ __forceinline__ void trace_tile(const GemmParams& p, const TileTimes& t, bool adapter_tile, int tile,
+                                           bool epilogue) {
+  trace_write(p.trace, GemmBlockRecord{t.start, t.waited, t.first_data, t.loop_done, t.reduced, trace_clock(), trace_sm(),
+                                       p.site, adapter_tile ? -1 - tile : tile,
+                                       static_cast<int>(blockIdx.y) + (epilogue ? 1000 : 0)});
+}
+#endif
+
 // A fused row adapter (GemmParams::adapter_tiles). The adapter tiles write t, then count themselves written
 // (adapter_sync[1]); a weight tile's epilogue waits for that count once, then adds B t for its 16 rows on tensor
 // cores, every token column at once: one round of L2 loads whatever the rank or the token count. (Summing each
@@ -620,9 +634,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   A2D_TRACE(const uint64_t t_reduced = trace_clock());
 #if defined(A2D_GEMM_TRACE)
   auto record = [&](bool epilogue) {
-    if (threadIdx.x != 0) return;
-    trace_write(p.trace, GemmBlockRecord{t_start, t_waited, t_data, t_loop, t_reduced, trace_clock(), trace_sm(), p.site,
-                                         adapter_tile ? -1 - tile : tile, static_cast<int>(blockIdx.y) + (epilogue ? 1000 : 0)});
+    if (threadIdx.x == 0) trace_tile(p, {t_start, t_waited, t_data, t_loop, t_reduced}, adapter_tile, tile, epilogue);
   };
 #endif
 
@@ -781,9 +793,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
 #if defined(A2D_GEMM_TRACE)
   // One record a warp (its tile), as the tile-per-block kernel writes one a block.
   auto record = [&](bool epilogue) {
-    if (lane != 0) return;
-    trace_write(p.trace, GemmBlockRecord{t_start, t_waited, t_data, t_loop, t_reduced, trace_clock(), trace_sm(), p.site,
-                                         adapter_tile ? -1 - tile : tile, static_cast<int>(blockIdx.y) + (epilogue ? 1000 : 0)});
+    if (lane == 0) trace_tile(p, {t_start, t_waited, t_data, t_loop, t_reduced}, adapter_tile, tile, epilogue);
   };
 #endif
   // Split K: the tile's last warp to finish (of its splits' blocks) sums them and runs the epilogue.
