@@ -9,7 +9,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 import { stopGroup } from "./process-group.js";
 import { type ListenAddress, listeningSockets } from "./sockets.js";
-import { parseEvents } from "./sse-events.js";
+import { type StreamEvents, parseEvents } from "./sse-events.js";
 
 export interface InnerJob {
   command: string[];
@@ -37,12 +37,9 @@ export interface ChatProbe {
   body: unknown;
 }
 
-export interface StreamProbe {
+export interface StreamProbe extends StreamEvents {
   status: number;
   seconds: number;
-  chunks: unknown[];
-  done: boolean;
-  malformed: string[];
 }
 
 export interface InnerResult {

@@ -1,5 +1,7 @@
 // Reading a finished server-sent-events body of the OpenAI stream format: every `data:` event's JSON, whether the
-// `[DONE]` event came, and the starts of events that were not JSON.
+// `[DONE]` event came, and the starts of events that were not JSON. The events are framed by eval's SseDecoder.
+
+import { SseDecoder } from "../eval/sse.js";
 
 export interface StreamEvents {
   chunks: unknown[];
@@ -9,12 +11,10 @@ export interface StreamEvents {
 
 export function parseEvents(text: string): StreamEvents {
   const result: StreamEvents = { chunks: [], done: false, malformed: [] };
-  for (const event of text.split(/\r?\n\r?\n/)) {
-    const data = event
-      .split(/\r?\n/)
-      .filter((line) => line.startsWith("data:"))
-      .map((line) => line.slice(5).trimStart())
-      .join("\n");
+  const decoder = new SseDecoder();
+  for (const payload of [...decoder.push(text), ...decoder.end()]) {
+    // As the probes have read them: leading white space dropped, empty events passed over.
+    const data = payload.trimStart();
     if (!data) continue;
     if (data === "[DONE]") {
       result.done = true;
