@@ -250,6 +250,13 @@ def make_weights(cfg, seed, lm_scale=1.0):
     return W
 
 
+def random_adapter(rank, out_features, in_features, gen):
+    """One projection's random row adapter factors, bf16 on the host: a [rank, in], b [out, rank]."""
+    a = (torch.randn(rank, in_features, generator=gen) / in_features ** 0.5).to(torch.bfloat16)
+    b = (torch.randn(out_features, rank, generator=gen) * 0.05).to(torch.bfloat16)
+    return a, b
+
+
 def reference_logits(W, cfg, tokens, n_causal, rows, dtype=torch.float32):
     """fp32 forward of the whole sequence: rows < n_causal are causal, later rows (the window) see all.
     dtype=torch.bfloat16 gives a plain PyTorch bf16 forward instead (norms and softmax in fp32), the
@@ -420,10 +427,8 @@ def write_folder(path, cfg, W, block_size=4, remasking="low_confidence", advance
         gen = torch.Generator().manual_seed(77)
         for key in sorted(tensors):
             if key.endswith("proj.weight"):
-                out_features, in_features = tensors[key].shape
                 stem = key.removesuffix(".weight")
-                tensors[f"{stem}.{rule}_a"] = (torch.randn(rank, in_features, generator=gen) / in_features ** 0.5).to(torch.bfloat16)
-                tensors[f"{stem}.{rule}_b"] = (torch.randn(out_features, rank, generator=gen) * 0.05).to(torch.bfloat16)
+                tensors[f"{stem}.{rule}_a"], tensors[f"{stem}.{rule}_b"] = random_adapter(rank, *tensors[key].shape, gen)
         config["a2d"][f"{rule}_adapter"] = {"rank": rank, "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                                        "up_proj", "down_proj"]}
     save_file(tensors, os.path.join(path, "model.safetensors"))

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cuda_check import (ADAPTER_TARGETS, ALL_KERNELS, GEMM_KERNELS, MINICPM, Engine, Lib, log, make_weights,  # noqa: E402
-                        parse_tuning, tuning_label)
+                        parse_tuning, random_adapter, tuning_label)
 
 RECORD = np.dtype([("start", "<u8"), ("waited", "<u8"), ("first_data", "<u8"), ("loop_done", "<u8"),
                    ("reduced", "<u8"), ("end", "<u8"), ("sm", "<i4"), ("site", "<i4"), ("tile", "<i4"),
@@ -49,19 +49,13 @@ def sites_of(kind_index, layers):
 
 def adapter_factors(cfg, rank, seed=77):
     """Random row adapter factors for every projection of every layer: (target, layer) -> (a [rank, in], b [out,
-    rank]), bf16 on the host, at the scale of cuda_check.write_folder's."""
+    rank]) (cuda_check.random_adapter)."""
     H, I, D = cfg["hidden"], cfg["inter"], cfg["head_dim"]
     nq, nkv = cfg["heads"] * D, cfg["kv_heads"] * D
     dims = {"q": (nq, H), "k": (nkv, H), "v": (nkv, H), "o": (H, nq), "gate": (I, H), "up": (I, H), "down": (H, I)}
     g = torch.Generator().manual_seed(seed)
-    factors = {}
-    for layer in range(cfg["layers"]):
-        for target in ADAPTER_TARGETS:
-            out_features, in_features = dims[target]
-            a = (torch.randn(rank, in_features, generator=g) / in_features ** 0.5).to(torch.bfloat16)
-            b = (torch.randn(out_features, rank, generator=g) * 0.05).to(torch.bfloat16)
-            factors[(target, layer)] = (a, b)
-    return factors
+    return {(target, layer): random_adapter(rank, *dims[target], g)
+            for layer in range(cfg["layers"]) for target in ADAPTER_TARGETS}
 
 
 def parse_adapter(text):
