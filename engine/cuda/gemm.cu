@@ -164,20 +164,49 @@ struct TileTimes {
   uint64_t start, waited, first_data, loop_done, reduced;
 };
 __device__ __forceinline__ void trace_tile(const GemmParams& p, const TileTimes& t, bool adapter_tile, int tile,
-                                           bool epilogue) {
+                                           int split, bool epilogue) {
   trace_write(p.trace, GemmBlockRecord{t.start, t.waited, t.first_data, t.loop_done, t.reduced, trace_clock(), trace_sm(),
-                                       p.site, adapter_tile ? -1 - tile : tile,
-                                       static_cast<int>(blockIdx.y) + (epilogue ? 1000 : 0)});
+                                       p.site, adapter_tile ? -1 - tile : tile, split + (epilogue ? 1000 : 0)});
 }
 #endif
 
+// A block's place in the grid (gridDim.x blocks of tiles by gridDim.y K splits): its tile block and its split.
+// The first `adapter_blocks` tile blocks hold a fused adapter's tiles; they take the lowest linear block indices
+// with every split of theirs, so t is written by the first blocks dispatched (with the weight's split order, the
+// adapter's second split came after every weight tile's first). The weight's blocks follow in the grid's order.
+struct BlockPlace {
+  int block;
+  int split;
+};
+__device__ __forceinline__ BlockPlace block_place(int adapter_blocks) {
+  const int blocks = gridDim.x, splits = gridDim.y;
+  const int linear = blockIdx.y * blocks + blockIdx.x;
+  if (linear < adapter_blocks * splits) return {linear / splits, linear % splits};
+  const int rest = linear - adapter_blocks * splits, others = blocks - adapter_blocks;
+  return {adapter_blocks + rest % others, rest / others};
+}
+
+// The adapter's counts (GemmParams::adapter_sync): a release add after the team's barrier publishes the team's
+// writes of t; an acquire poll, then the team's barrier, makes them visible to the team.
+__device__ __forceinline__ void add_release(unsigned* at, unsigned value) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(at), "r"(value) : "memory");
+}
+__device__ __forceinline__ unsigned load_acquire(const unsigned* at) {
+  unsigned value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(at) : "memory");
+  return value;
+}
+__device__ __forceinline__ unsigned* adapter_written(const GemmParams& p, int copy) {
+  return p.adapter_sync + kAdapterSyncLine * (1 + copy);
+}
+
 // A fused row adapter (GemmParams::adapter_tiles). The adapter tiles write t, then count themselves written
-// (adapter_sync[1]); a weight tile's epilogue waits for that count once, then adds B t for its 16 rows on tensor
+// (adapter_written); a weight tile's epilogue waits for that count once, then adds B t for its 16 rows on tensor
 // cores, every token column at once: one round of L2 loads whatever the rank or the token count. (Summing each
 // (row, token) pair in lane groups, with a check of every t value it read, cost one dependent L2 round trip per
 // pass: three passes at block 4 and seventeen at block 32, most of what the adapter cost; bench/NOTES.md.) The
-// adapter tiles hold the lowest block indices, so they were all dispatched before any weight tile's last block
-// (the one that runs the epilogue) and never wait themselves: the wait ends.
+// adapter tiles' blocks, every split of them, hold the lowest linear block indices (block_place), so they were all
+// dispatched before any weight tile's block and never wait themselves: the wait ends.
 
 // Asks L2 for a weight tile's B rows and offsets while the K loop streams its weights, so that the epilogue finds
 // them there. Called before the K loop by every thread of the team.
@@ -209,28 +238,39 @@ constexpr int kLowRankLaneColumns = 8;
 
 // tile_sum[r][t] += sum_i B[row][i] t[t][offset(row) + i] for few token columns: each (row, token) pair summed by a
 // group of lanes, 8 rank values a lane with 16-byte loads (B from global memory, t from L2, all issued in one round),
-// the group reduced with shuffles. Every lane of the team takes the same trip count.
-template <int kCols>
+// the group reduced with shuffles. Every lane of the team takes the same trip count. What does not depend on t
+// (the offset and first B chunk of this thread's first row) is loaded before `wait_for_t`, so that only t's loads
+// follow the wait. (The team is a multiple of the lane groups: a thread's chunk is the same on every pass.)
+template <int kCols, typename WaitForT>
 __device__ __forceinline__ void add_low_rank_by_lanes(const GemmParams& p, int tile, float (*tile_sum)[kCols + 1],
-                                                      int active_cols, int rank, int team) {
+                                                      int active_cols, int rank, int team, WaitForT wait_for_t) {
   const int R = p.adapter_rank;
   const int chunks = (R + 7) / 8;
   int lanes = 1;  // a power of two, at most 32: the groups line up with the warps' lanes
   while (lanes < chunks && lanes < 32) lanes *= 2;
   const int items = kGemmTileRows * active_cols * lanes;
+  const int lane_in_pair = rank % lanes;
+  const int first_row = tile * kGemmTileRows + rank / lanes % kGemmTileRows;
+  const bool first_valid = first_row < p.n_rows && lane_in_pair < chunks && R % 8 == 0;
+  const int first_offset = first_row < p.n_rows ? p.adapter_offset[first_row] : 0;
+  const uint4 first_b = first_valid ? __ldg(reinterpret_cast<const uint4*>(p.adapter_b + static_cast<size_t>(first_row) * R +
+                                                                           8 * lane_in_pair))
+                                    : make_uint4(0, 0, 0, 0);
+  wait_for_t();
   for (int base = 0; base < items; base += team) {
     const int e = base + rank;
-    const int pair = e / lanes, lane_in_pair = e % lanes;
+    const int pair = e / lanes;
     const int r = pair % kGemmTileRows, t = pair / kGemmTileRows;
     const int row = tile * kGemmTileRows + r;
     float sum = 0.f;
     if (e < items && row < p.n_rows) {
       const bf16* b = p.adapter_b + static_cast<size_t>(row) * R;
-      const float* tv = p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank + p.adapter_offset[row];
+      const float* tv = p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank +
+                        (row == first_row ? first_offset : p.adapter_offset[row]);
       for (int c = lane_in_pair; c < chunks; c += lanes) {
         const int i = 8 * c;
         if (R % 8 == 0) {  // then t's rows and offsets are multiples of 8 floats too: 16-byte loads
-          const uint4 bv = __ldg(reinterpret_cast<const uint4*>(b + i));
+          const uint4 bv = row == first_row && c == lane_in_pair ? first_b : __ldg(reinterpret_cast<const uint4*>(b + i));
           const float4 t0 = __ldcg(reinterpret_cast<const float4*>(tv + i));
           const float4 t1 = __ldcg(reinterpret_cast<const float4*>(tv + i + 4));
           const float2 b0 = unpack_bf16(bv.x), b1 = unpack_bf16(bv.y), b2 = unpack_bf16(bv.z), b3 = unpack_bf16(bv.w);
@@ -255,14 +295,18 @@ __device__ __forceinline__ void add_low_rank_by_lanes(const GemmParams& p, int t
 template <int kCols, typename Sync>
 __device__ __forceinline__ void add_low_rank(const GemmParams& p, int tile, float (*tile_sum)[kCols + 1], int active_cols,
                                              int rank, int team, Sync sync) {
-  if (rank == 0) {
-    const volatile unsigned* written = p.adapter_sync + 1;
-    while (*written < static_cast<unsigned>(p.adapter_tiles)) __nanosleep(32);
-    __threadfence();
-  }
-  sync();
+  // Rank 0 spins on its copy of the written count (one L2 round trip a poll, no sleep between: a copy's line has
+  // an eighth of the pollers), then the team's barrier.
+  auto wait_for_t = [&] {
+    if (rank == 0) {
+      const unsigned* written = adapter_written(p, tile % kAdapterWrittenCopies);
+      while (load_acquire(written) < static_cast<unsigned>(p.adapter_tiles)) {
+      }
+    }
+    sync();
+  };
   if (active_cols <= kLowRankLaneColumns) {
-    add_low_rank_by_lanes<kCols>(p, tile, tile_sum, active_cols, rank, team);
+    add_low_rank_by_lanes<kCols>(p, tile, tile_sum, active_cols, rank, team, wait_for_t);
     return;
   }
   const int lane = rank % 32, g = lane / 4, c = lane % 4;
@@ -270,52 +314,63 @@ __device__ __forceinline__ void add_low_rank(const GemmParams& p, int tile, floa
   const bool has_lo = row_lo < p.n_rows, has_hi = row_hi < p.n_rows;
   const int offset_lo = has_lo ? p.adapter_offset[row_lo] : 0;
   const int offset_hi = has_hi ? p.adapter_offset[row_hi] : 0;
+  wait_for_t();
   const int R = p.adapter_rank;
-  for (int j = rank / 32; j * 8 < active_cols; j += team / 32) {
-    const int t = j * 8 + g;  // this lane's token column of the B operand
-    const float* t_row = p.adapter_t + static_cast<size_t>(t < active_cols ? t : 0) * p.adapter_total_rank;
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
-    bool need_lo = has_lo, need_hi = has_hi;
-    for (;;) {
-      const int offset = __reduce_min_sync(0xffffffffu, min(need_lo ? offset_lo : INT_MAX, need_hi ? offset_hi : INT_MAX));
-      if (offset == INT_MAX) break;
-      const bool use_lo = need_lo && offset_lo == offset, use_hi = need_hi && offset_hi == offset;
-      auto t_pair = [&](int k) {
-        return make_float2(t < active_cols && k < R ? __ldcg(t_row + offset + k) : 0.f,
-                           t < active_cols && k + 1 < R ? __ldcg(t_row + offset + k + 1) : 0.f);
-      };
-      for (int k0 = 0; k0 < R; k0 += 16) {
-        const uint32_t a0 = use_lo ? low_rank_b_pair(p, row_lo, k0 + 2 * c) : 0u;
-        const uint32_t a1 = use_hi ? low_rank_b_pair(p, row_hi, k0 + 2 * c) : 0u;
-        const uint32_t a2 = use_lo ? low_rank_b_pair(p, row_lo, k0 + 2 * c + 8) : 0u;
-        const uint32_t a3 = use_hi ? low_rank_b_pair(p, row_hi, k0 + 2 * c + 8) : 0u;
-        const float2 t0 = t_pair(k0 + 2 * c), t1 = t_pair(k0 + 2 * c + 8);
+  // This warp's token blocks j = first + w * warps (w < kBlocks): B's fragments are loaded once per 16 rank values
+  // for all of them, and their t loads are independent, so that one warp holding every block (the wide kernel's
+  // team) waits for one round of loads per 16 rank values, not one per block.
+  constexpr int kBlocks = kCols / 8;
+  const int first = rank / 32, warps = team / 32;
+  float d[kBlocks][4];
+#pragma unroll
+  for (int w = 0; w < kBlocks; ++w) d[w][0] = d[w][1] = d[w][2] = d[w][3] = 0.f;
+  bool need_lo = has_lo, need_hi = has_hi;
+  for (;;) {
+    const int offset = __reduce_min_sync(0xffffffffu, min(need_lo ? offset_lo : INT_MAX, need_hi ? offset_hi : INT_MAX));
+    if (offset == INT_MAX) break;
+    const bool use_lo = need_lo && offset_lo == offset, use_hi = need_hi && offset_hi == offset;
+    for (int k0 = 0; k0 < R; k0 += 16) {
+      const uint32_t a0 = use_lo ? low_rank_b_pair(p, row_lo, k0 + 2 * c) : 0u;
+      const uint32_t a1 = use_hi ? low_rank_b_pair(p, row_hi, k0 + 2 * c) : 0u;
+      const uint32_t a2 = use_lo ? low_rank_b_pair(p, row_lo, k0 + 2 * c + 8) : 0u;
+      const uint32_t a3 = use_hi ? low_rank_b_pair(p, row_hi, k0 + 2 * c + 8) : 0u;
+#pragma unroll
+      for (int w = 0; w < kBlocks; ++w) {
+        const int j = first + w * warps;
+        if (j * 8 >= active_cols) break;  // the same for the whole warp
+        const int t = j * 8 + g;            // this lane's token column of the B operand
+        const float* t_row = p.adapter_t + static_cast<size_t>(t < active_cols ? t : 0) * p.adapter_total_rank + offset;
+        auto t_at = [&](int k) { return t < active_cols && k < R ? __ldcg(t_row + k) : 0.f; };
+        const float2 t0 = make_float2(t_at(k0 + 2 * c), t_at(k0 + 2 * c + 1));
+        const float2 t1 = make_float2(t_at(k0 + 2 * c + 8), t_at(k0 + 2 * c + 9));
         const uint32_t b0 = pack_bf16(t0.x, t0.y), b1 = pack_bf16(t1.x, t1.y);
         const float2 h0 = unpack_bf16(b0), h1 = unpack_bf16(b1);
-        mma_bf16_16816(d, a0, a1, a2, a3, b0, b1);
-        mma_bf16_16816(d, a0, a1, a2, a3, pack_bf16(t0.x - h0.x, t0.y - h0.y), pack_bf16(t1.x - h1.x, t1.y - h1.y));
+        mma_bf16_16816(d[w], a0, a1, a2, a3, b0, b1);
+        mma_bf16_16816(d[w], a0, a1, a2, a3, pack_bf16(t0.x - h0.x, t0.y - h0.y), pack_bf16(t1.x - h1.x, t1.y - h1.y));
       }
-      need_lo = need_lo && !use_lo;
-      need_hi = need_hi && !use_hi;
     }
-    // d: rows g and g + 8, token columns j * 8 + 2c and + 1 (inside tile_sum's kCols + 1 columns).
-    tile_sum[g][j * 8 + 2 * c] += d[0];
-    tile_sum[g][j * 8 + 2 * c + 1] += d[1];
-    tile_sum[g + 8][j * 8 + 2 * c] += d[2];
-    tile_sum[g + 8][j * 8 + 2 * c + 1] += d[3];
+    need_lo = need_lo && !use_lo;
+    need_hi = need_hi && !use_hi;
+  }
+  // d[w]: rows g and g + 8, token columns j * 8 + 2c and + 1 (inside tile_sum's kCols + 1 columns).
+#pragma unroll
+  for (int w = 0; w < kBlocks; ++w) {
+    const int j = first + w * warps;
+    if (j * 8 >= active_cols) break;
+    tile_sum[g][j * 8 + 2 * c] += d[w][0];
+    tile_sum[g][j * 8 + 2 * c + 1] += d[w][1];
+    tile_sum[g + 8][j * 8 + 2 * c] += d[w][2];
+    tile_sum[g + 8][j * 8 + 2 * c + 1] += d[w][3];
   }
 }
 
-// Counts this weight tile done; the last one resets both counts for the next launch (every weight tile has read
-// t by then, and every adapter tile has counted itself). `from_rank0` hands rank 0's count to the team.
-template <typename FromRank0>
-__device__ __forceinline__ void weight_tile_done(const GemmParams& p, int rank, FromRank0 from_rank0) {
-  const unsigned tiles = static_cast<unsigned>(ceil_div(p.n_rows, kGemmTileRows));
-  unsigned done = 0;
-  if (rank == 0) done = atomicAdd(p.adapter_sync, 1u);
-  if (from_rank0(done) != tiles - 1 || rank != 0) return;
+// Counts this weight tile done, by rank 0 once the team has read t and stored its outputs, so that nobody waits on
+// the count; the last one resets every count for the next launch (every weight tile has read t by then, and every
+// adapter tile has counted itself in every copy).
+__device__ __forceinline__ void weight_tile_done(const GemmParams& p, int rank) {
+  if (rank != 0 || atomicAdd(p.adapter_sync, 1u) != static_cast<unsigned>(ceil_div(p.n_rows, kGemmTileRows)) - 1) return;
   p.adapter_sync[0] = 0;
-  p.adapter_sync[1] = 0;
+  for (int copy = 0; copy < kAdapterWrittenCopies; ++copy) *adapter_written(p, copy) = 0;
 }
 
 // The epilogue of adapter tile `a_tile`: its 16 rows of t = A x for the token rows the adapter acts on, zeros for
@@ -331,20 +386,19 @@ __device__ __forceinline__ void adapter_tile_epilogue(const GemmParams& p, int a
     const bool acts = row_in_window(st, t) && (p.adapter_mask_token < 0 || st.tokens[t] == p.adapter_mask_token);
     __stcg(p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank + i, acts ? tile_sum[r][t] : 0.f);
   }
-  __threadfence();
   sync();
-  if (rank == 0) atomicAdd(p.adapter_sync + 1, 1u);
+  if (rank < kAdapterWrittenCopies) add_release(adapter_written(p, rank), 1u);
 }
 
 // The epilogue of one finished 16-row tile, run by a team of `team` threads (a whole block, or one warp of
 // the wide kernel), `rank` being this thread's index in it and `sync` the team's barrier: the bias, then
-// the epilogue's own work (kAdapter: a fused adapter's B t first, where the GEMM has one; never in an FP8 one).
-// tile_sum[r][t] holds row r of the tile for token column t; tile_scratch is a
+// the epilogue's own work (kAdapter: a fused adapter's B t first, where the GEMM has one; never in an FP8 one; the
+// tile counted done last). tile_sum[r][t] holds row r of the tile for token column t; tile_scratch is a
 // second buffer of the same shape the epilogue may overwrite.
-template <GemmEpilogue kEpilogue, int kCols, bool kAdapter, typename Sync, typename FromRank0>
+template <GemmEpilogue kEpilogue, int kCols, bool kAdapter, typename Sync>
 __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepView& view, int tile,
                                               float (*tile_sum)[kCols + 1], float (*tile_scratch)[kCols + 1],
-                                              int active_cols, int rank, int team, Sync sync, FromRank0 from_rank0) {
+                                              int active_cols, int rank, int team, Sync sync) {
   if (p.weight_scale != nullptr || p.bias != nullptr) {
     sync();
     for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
@@ -359,7 +413,6 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
   if (kAdapter && p.adapter_tiles > 0) {
     sync();
     add_low_rank<kCols>(p, tile, tile_sum, active_cols, rank, team, sync);
-    weight_tile_done(p, rank, from_rank0);
   }
   sync();
 
@@ -468,6 +521,7 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
       }
     }
   }
+  if (kAdapter && p.adapter_tiles > 0) weight_tile_done(p, rank);
 }
 
 // Split K across teams (a block, or one warp): publishes this team's fp32 partial of `tile` (sums[r][t], 16 rows x
@@ -527,13 +581,14 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int c = lane % 4;
-  // A fused adapter's tiles first (GemmParams::adapter_tiles); `tile` numbers the output (or adapter) tile,
-  // `stored` its place in the weight.
-  const bool adapter_tile = static_cast<int>(blockIdx.x) < p.adapter_tiles;
-  const int tile = adapter_tile ? blockIdx.x : blockIdx.x - p.adapter_tiles;
+  // A fused adapter's tiles first (GemmParams::adapter_tiles, block_place); `tile` numbers the output (or adapter)
+  // tile, `stored` its place in the weight.
+  const BlockPlace place = block_place(p.adapter_tiles);
+  const bool adapter_tile = place.block < p.adapter_tiles;
+  const int tile = adapter_tile ? place.block : place.block - p.adapter_tiles;
   const int stored = adapter_tile ? ceil_div(p.n_rows, kGemmTileRows) + tile : tile;
   const int chunks = ceil_div(p.k, chunk_cols<kFp8>());
-  const int chunk_begin = blockIdx.y * p.chunks_per_split;
+  const int chunk_begin = place.split * p.chunks_per_split;
   const int chunk_end = min(chunks, chunk_begin + p.chunks_per_split);
   const unsigned char* tile_weights = weight_bytes<kFp8>(p) + static_cast<size_t>(stored) * chunks * kChunkBytes + lane * 16;
 
@@ -634,7 +689,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   A2D_TRACE(const uint64_t t_reduced = trace_clock());
 #if defined(A2D_GEMM_TRACE)
   auto record = [&](bool epilogue) {
-    if (threadIdx.x == 0) trace_tile(p, {t_start, t_waited, t_data, t_loop, t_reduced}, adapter_tile, tile, epilogue);
+    if (threadIdx.x == 0) trace_tile(p, {t_start, t_waited, t_data, t_loop, t_reduced}, adapter_tile, tile, place.split, epilogue);
   };
 #endif
 
@@ -646,7 +701,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
       __syncthreads();
       return arrived;
     };
-    if (!merge_split_k<kCols>(p, stored, blockIdx.y, partial[0], active_cols, threadIdx.x, blockDim.x, sync, from_thread0)) {
+    if (!merge_split_k<kCols>(p, stored, place.split, partial[0], active_cols, threadIdx.x, blockDim.x, sync, from_thread0)) {
       A2D_TRACE(record(false));
       return;
     }
@@ -654,13 +709,8 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
   if (!kFp8 && adapter_tile) {
     adapter_tile_epilogue<kCols>(p, tile, partial[0], active_cols, threadIdx.x, blockDim.x, [] { __syncthreads(); });
   } else {
-    const auto from_thread0 = [&](unsigned value) {
-      if (threadIdx.x == 0) arrived = value;
-      __syncthreads();
-      return arrived;
-    };
     tile_epilogue<kEpilogue, kCols, !kFp8>(p, view, tile, partial[0], partial[1], active_cols, threadIdx.x, blockDim.x,
-                                   [] { __syncthreads(); }, from_thread0);
+                                           [] { __syncthreads(); });
   }
   A2D_TRACE(record(true));
 }
@@ -697,13 +747,14 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
   // A fused adapter's tiles first, as in the tile-per-block kernel.
   const int out_tiles = ceil_div(p.n_rows, kGemmTileRows);
   const int tiles = out_tiles + p.adapter_tiles;
-  const int logical = blockIdx.x * kWideWarps + warp;
+  const BlockPlace place = block_place(ceil_div(p.adapter_tiles, kWideWarps));
+  const int logical = place.block * kWideWarps + warp;
   const bool has_tile = logical < tiles;
   const bool adapter_tile = logical < p.adapter_tiles;
   const int tile = adapter_tile ? logical : logical - p.adapter_tiles;
   const int stored = adapter_tile ? out_tiles + tile : tile;
   const int chunks = ceil_div(p.k, chunk_cols<kFp8>());
-  const int chunk_begin = blockIdx.y * p.chunks_per_split;
+  const int chunk_begin = place.split * p.chunks_per_split;
   const int n = min(chunks, chunk_begin + p.chunks_per_split) - chunk_begin;  // >= 1 (gemm_plan)
   const unsigned char* weights =
       weight_bytes<kFp8>(p) + (static_cast<size_t>(min(stored, tiles - 1)) * chunks + chunk_begin) * kChunkBytes + lane * 16;
@@ -793,20 +844,20 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
 #if defined(A2D_GEMM_TRACE)
   // One record a warp (its tile), as the tile-per-block kernel writes one a block.
   auto record = [&](bool epilogue) {
-    if (lane == 0) trace_tile(p, {t_start, t_waited, t_data, t_loop, t_reduced}, adapter_tile, tile, epilogue);
+    if (lane == 0) trace_tile(p, {t_start, t_waited, t_data, t_loop, t_reduced}, adapter_tile, tile, place.split, epilogue);
   };
 #endif
   // Split K: the tile's last warp to finish (of its splits' blocks) sums them and runs the epilogue.
   if (p.splits > 1 &&
-      !merge_split_k<kCols>(p, stored, blockIdx.y, sums, active_cols, lane, 32, [] { __syncwarp(); }, warp_from_lane0)) {
+      !merge_split_k<kCols>(p, stored, place.split, sums, active_cols, lane, 32, [] { __syncwarp(); }, warp_from_lane0)) {
     A2D_TRACE(record(false));
     return;
   }
   if (!kFp8 && adapter_tile) {
     adapter_tile_epilogue<kCols>(p, tile, sums, active_cols, lane, 32, [] { __syncwarp(); });
   } else {
-    tile_epilogue<kEpilogue, kCols, !kFp8>(p, view, tile, sums, partial[warp][1], active_cols, lane, 32, [] { __syncwarp(); },
-                                   warp_from_lane0);
+    tile_epilogue<kEpilogue, kCols, !kFp8>(p, view, tile, sums, partial[warp][1], active_cols, lane, 32,
+                                           [] { __syncwarp(); });
   }
   A2D_TRACE(record(true));
 }
@@ -902,24 +953,27 @@ void dispatch_rows(const GemmParams& p, const GemmPlan& plan, GemmInput input, G
 
 }  // namespace
 
-GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bool fp8) {
+GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bool fp8, int adapter_tiles) {
   const int chunks = ceil_div(k, fp8 ? chunk_cols<true>() : chunk_cols<false>());
   const int tiles = ceil_div(n_rows, kGemmTileRows);
+  // Every choice below is the weight's; a fused adapter's tiles ride it (more blocks, the same splits).
+  const size_t split_tiles = static_cast<size_t>(tiles + adapter_tiles);
   GemmPlan plan;
   if (tuning.wide_from_rows > 0 && max_rows > 8 && max_rows >= tuning.wide_from_rows &&
       tiles >= tuning.wide_min_tiles_per_sm * tuning.sm_count) {
     // kWideWarps tiles per block; K split towards wide_split_blocks_per_sm blocks per SM, each split at
     // least wide_split_chunks chunks.
     plan.wide = true;
-    plan.blocks = ceil_div(tiles, kWideWarps);
-    const int splits = std::max(1, std::min(ceil_div(tuning.wide_split_blocks_per_sm * tuning.sm_count, plan.blocks),
+    const int weight_blocks = ceil_div(tiles, kWideWarps);
+    const int splits = std::max(1, std::min(ceil_div(tuning.wide_split_blocks_per_sm * tuning.sm_count, weight_blocks),
                                             chunks / std::max(1, tuning.wide_split_chunks)));
+    plan.blocks = ceil_div(tiles + adapter_tiles, kWideWarps);
     plan.chunks_per_split = ceil_div(chunks, splits);
     plan.splits = ceil_div(chunks, plan.chunks_per_split);
-    if (plan.splits > 1) plan.scratch_floats = static_cast<size_t>(tiles) * plan.splits * kMaxRows * kGemmTileRows;
+    if (plan.splits > 1) plan.scratch_floats = split_tiles * plan.splits * kMaxRows * kGemmTileRows;
     return plan;
   }
-  plan.blocks = tiles;
+  plan.blocks = tiles + adapter_tiles;
   if (tuning.small_loads > 0 && max_rows <= 16 && chunks <= tuning.small_loads * kGemmWarps &&
       tiles <= std::max(1, tuning.blocks_per_sm) * tuning.sm_count) {
     // 4 loads where one round of 4 holds every chunk: the slots past the last chunk would multiply zeros
@@ -941,7 +995,7 @@ GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bo
   // Whole rounds per split, and no empty split.
   plan.chunks_per_split = ceil_div(rounds, splits) * round;
   plan.splits = ceil_div(chunks, plan.chunks_per_split);
-  if (plan.splits > 1) plan.scratch_floats = static_cast<size_t>(tiles) * plan.splits * kMaxRows * kGemmTileRows;
+  if (plan.splits > 1) plan.scratch_floats = split_tiles * plan.splits * kMaxRows * kGemmTileRows;
   return plan;
 }
 
@@ -959,7 +1013,7 @@ void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int 
                               adapter_tile_count(p.adapter_total_rank) != p.adapter_tiles)) {
     throw std::logic_error("gemm: a fused adapter needs a bf16 weight, its B rows, offsets, t, counters and ranks");
   }
-  const GemmPlan plan = gemm_plan(p.n_rows + p.adapter_tiles * kGemmTileRows, p.k, max_rows, tuning, fp8);
+  const GemmPlan plan = gemm_plan(p.n_rows, p.k, max_rows, tuning, fp8, p.adapter_tiles);
   p.splits = plan.splits;
   p.chunks_per_split = plan.chunks_per_split;
   p.stage_ssq = tuning.stage_ssq;

@@ -99,9 +99,16 @@ struct GemmPlan {
   size_t scratch_floats = 0;
 };
 // `fp8`: the weight is e4m3 (GemmParams::weight_fp8), whose chunks hold 64 columns instead of 32. n_rows counts
-// every row the GEMM streams (a fused adapter's tiles included: gemm_rows).
-GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bool fp8);
+// the weight's output rows; a fused adapter's `adapter_tiles` ride the weight's plan (blocks and split scratch).
+GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bool fp8, int adapter_tiles = 0);
 
+// GemmParams::adapter_sync: the weight tiles' done count in word 0, then kAdapterWrittenCopies copies of the adapter
+// tiles' written count, each on a 128-byte line of its own; each weight tile polls one copy until t is written.
+// (With one count, in the trace of a 32-row forward of the 2B shape some 1,500 warps polled one line while the
+// gate/up adapter tiles took 12 us from their last split's reduction to their end: bench/NOTES.md.)
+constexpr int kAdapterSyncLine = 32;  // 32-bit words a line
+constexpr int kAdapterWrittenCopies = 8;
+constexpr int kAdapterSyncWords = kAdapterSyncLine * (1 + kAdapterWrittenCopies);
 // The rows a GEMM of n_rows output rows streams with a fused adapter of total_rank factor rows: the weight's tiles,
 // then the adapter's (GemmParams::adapter_tiles).
 inline int adapter_tile_count(int total_rank) { return (total_rank + kGemmTileRows - 1) / kGemmTileRows; }
@@ -167,20 +174,23 @@ struct GemmParams {
 
   // A row adapter fused into this GEMM (docs/model-format.md): the weight holds `adapter_tiles` more 16-row
   // tiles after its ceil(n_rows / 16) tiles, the factors A of the targets this GEMM carries stacked
-  // [adapter_total_rank][k] in the same layout. Those tiles take the lowest block indices, so they are dispatched
-  // before every weight tile, and their epilogue writes t[token row][i] = (A x)[i] for the token rows the adapter
-  // acts on (window rows: t >= state->commit; with adapter_mask_token >= 0 only those holding it) and 0 for the
-  // others, then counts the tile written (adapter_sync[1]). Every weight tile's epilogue waits until every adapter
-  // tile is counted and adds, before its own work, sum_i adapter_b[n][i] * t[row][adapter_offset[n] + i] to its
-  // output row n (on tensor cores, t as a bf16 pair of high part and rest); the last weight tile (counted in
-  // adapter_sync[0]) resets both counts for the next launch. adapter_tiles 0: no adapter.
+  // [adapter_total_rank][k] in the same layout. Those tiles' blocks, every K split of them, take the lowest
+  // linear block indices, so they are dispatched before every weight tile's, and their epilogue writes
+  // t[token row][i] = (A x)[i] for the token rows the adapter acts on (window rows: t >= state->commit; with
+  // adapter_mask_token >= 0 only those holding it) and 0 for the others, then counts the tile written in each of
+  // the kAdapterWrittenCopies written counts. Every weight tile's epilogue waits until every adapter tile is
+  // counted (in the copy its tile picks) and adds, before its own work, sum_i adapter_b[n][i] *
+  // t[row][adapter_offset[n] + i] to its output row n (on tensor cores, t as a bf16 pair of high part and rest);
+  // the last weight tile (counted in the done count) resets every count for the next launch. adapter_tiles 0: no
+  // adapter. The GEMM's plan (kernel, splits) is the weight's alone; the adapter's tiles ride it.
   int adapter_tiles;
   const bf16* adapter_b;      // [n_rows][adapter_rank]: each output row's own target's B row (zeros: none)
   const int* adapter_offset;  // [n_rows]: where that target's factors start in t's row
   int adapter_rank;           // rank of one target
   int adapter_total_rank;     // t's row length: the ranks of every target this GEMM carries
   float* adapter_t;           // [kMaxRows][adapter_total_rank]: only this launch's adapter tiles' values are read
-  unsigned* adapter_sync;     // [2]: weight tiles done, adapter tiles written; both zero between launches
+  unsigned* adapter_sync;     // [kAdapterSyncWords]: the done count, then the written counts, one 128-byte line
+                              // each (adapter_written); all zero between launches
   int adapter_mask_token;
 
   // Split K (set by gemm() from the tuning): [n_tiles][splits][kMaxRows][16] fp32 partials and one

@@ -426,7 +426,7 @@ void DeviceModel::allocate_adapters() {
     }
   }
   adapter_t_ = device_alloc<float>(size_t(kMaxRows) * largest, stream_);
-  adapter_sync_ = device_alloc<unsigned>(2, stream_);
+  adapter_sync_ = device_alloc<unsigned>(kAdapterSyncWords, stream_);
 }
 
 void DeviceModel::upload_adapter(AdapterTarget target, int layer, const WeightSource& a, const WeightSource& b) {
@@ -504,15 +504,17 @@ void DeviceModel::prepare_gemm_scratch() {
   const struct {
     int rows, k;
     bool fp8;
-  } shapes[] = {{gemm_rows(qkv_rows_, site_rank(kQkvSite)), s.hidden, s.fp8},
-                {gemm_rows(s.hidden, site_rank(kOSite)), s.heads * s.head_dim, s.fp8},
-                {gemm_rows(gate_up_rows_, site_rank(kGateUpSite)), s.hidden, s.fp8},
-                {gemm_rows(s.hidden, site_rank(kDownSite)), s.intermediate, s.fp8},
-                {s.vocab, s.hidden, s.fp8 && !s.tied_embeddings}};
+    int adapter_tiles;
+  } shapes[] = {{qkv_rows_, s.hidden, s.fp8, adapter_tile_count(site_rank(kQkvSite))},
+                {s.hidden, s.heads * s.head_dim, s.fp8, adapter_tile_count(site_rank(kOSite))},
+                {gate_up_rows_, s.hidden, s.fp8, adapter_tile_count(site_rank(kGateUpSite))},
+                {s.hidden, s.intermediate, s.fp8, adapter_tile_count(site_rank(kDownSite))},
+                {s.vocab, s.hidden, s.fp8 && !s.tied_embeddings, 0}};
   size_t needed = 0;
   for (const auto& shape : shapes) {
     for (int bucket = 1; bucket <= kMaxRows / 8; ++bucket) {
-      needed = std::max(needed, gemm_plan(shape.rows, shape.k, bucket * 8, options_.gemm, shape.fp8).scratch_floats);
+      needed = std::max(needed, gemm_plan(shape.rows, shape.k, bucket * 8, options_.gemm, shape.fp8, shape.adapter_tiles)
+                                    .scratch_floats);
     }
   }
   if (needed <= gemm_split_floats_) return;

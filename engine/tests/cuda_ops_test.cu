@@ -702,7 +702,7 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
       }
       g.use_row_map = s.epilogue == GemmEpilogue::logits;
       g.mask_token_id = mask_token;
-      const GemmPlan plan = gemm_plan(weight_layout.n_rows, s.k, max_rows, tuning, fp8);
+      const GemmPlan plan = gemm_plan(layout.n_rows, s.k, max_rows, tuning, fp8, adapter_tile_count(total_rank));
       DeviceArray<float> split_partials(std::max<size_t>(1, plan.scratch_floats));
       DeviceArray<unsigned> split_counters{size_t(ceil_div(weight_layout.n_rows, kGemmTileRows))};
       split_counters.zero();
@@ -753,7 +753,7 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
 
       // The row adapter, fused: t = A x for the rows its rule names from the adapter tiles, B t in the epilogue.
       std::unique_ptr<DeviceArray<float>> adapter_t;
-      DeviceArray<unsigned> adapter_sync{2};
+      DeviceArray<unsigned> adapter_sync{size_t(kAdapterSyncWords)};
       adapter_sync.zero();
       if (R > 0) {
         // NaN everywhere: a weight tile that read a t value no adapter tile of this launch wrote shows in its rows.
@@ -813,8 +813,9 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
           lr.b.data = adapter_b.bits.data() + size_t(targets[j].first) * R;
           a2d::cpu::low_rank_add(pool, x_adapter.data(), s.k, adapted, lr, y.data() + targets[j].first, logical_rows);
         }
-        // The launch leaves both counts at zero for the next one (GemmParams::adapter_sync).
-        check.require(adapter_sync.download() == std::vector<unsigned>{0, 0}, "the adapter's counts were not reset");
+        // The launch leaves every count at zero for the next one (GemmParams::adapter_sync).
+        check.require(adapter_sync.download() == std::vector<unsigned>(kAdapterSyncWords, 0u),
+                      "the adapter's counts were not reset");
       }
 
       if (s.epilogue == GemmEpilogue::store_bf16 || s.epilogue == GemmEpilogue::silu_mul) {
