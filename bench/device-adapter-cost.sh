@@ -7,8 +7,9 @@
 # Knobs: SHAPES ("smollm2-135m minicpm5-2b"), ADAPTERS ("mask:64 window:64"), BLOCKS (4,32), KV (1024), TOKENS (256),
 # TOTAL_S (400).
 # NCU=1 then profiles (Nsight Compute) the decode GEMMs of three layers of one MiniCPM5-2B forward at block 4, without
-# and with a window:64 adapter, into $OUT/ncu-<name>.txt (NCU_SKIP: GEMM launches skipped first, 676 = four forwards
-# of 169; NCU_COUNT: 12).
+# and with a window:64 adapter, into $OUT/ncu-minicpm5-2b[-window64].txt: the tile kernel's launches only (every
+# projection and the lm_head of a forward of up to 8 rows; a prompt's forwards of more rows take the wide one),
+# NCU_SKIP of them first (2000: past the first generation's start), then NCU_COUNT (12).
 set -u
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export TOTAL_S="${TOTAL_S:-400}"
@@ -19,6 +20,16 @@ variant() {
   name=$1; args=()
   [[ $2 == none ]] || { name="$1+${2/:/}"; args=(--random-adapter "$2"); }
 }
+# `a2d bench --random-shape <shape> --device cuda <args...>` through the kit's folder within <seconds>, its stdout
+# into <file> (its per-block progress lines dropped from stderr): bench_run <file> <seconds> <shape> <args...>,
+# under the command in the array `profiler` when that is set.
+profiler=()
+bench_run() {
+  local file=$1 seconds=$2 shape=$3
+  shift 3
+  TMPDIR="$work" A2D_ADDON_DIR="$folder/engine" timeout -k 10 "$seconds" "${profiler[@]}" "$node" "$cli" bench \
+    --random-shape "$shape" --device cuda "$@" > "$file" 2> >(grep -v "^  block" >&2)
+}
 cost_main() {
   step "machine" machine
   step "assemble kit parts" assemble || finish 3
@@ -28,10 +39,8 @@ cost_main() {
   for shape in ${SHAPES:-smollm2-135m minicpm5-2b}; do
     for adapter in none ${ADAPTERS:-mask:64 window:64}; do
       variant "$shape" "$adapter"
-      step "bench $name" bash -c '
-        TMPDIR="$1" A2D_ADDON_DIR="$2/engine" timeout -k 10 "$3" "$4" "$5" bench --random-shape "$6" --device cuda \
-          --blocks "$7" --kv "$8" --tokens "$9" --json "${@:10}" > "$1/bench.json" 2> >(grep -v "^  block" >&2)' _ \
-        "$work" "$folder" "$(limit 150)" "$node" "$cli" "$shape" "${BLOCKS:-4,32}" "${KV:-1024}" "${TOKENS:-256}" "${args[@]}" &&
+      step "bench $name" bench_run "$work/bench.json" "$(limit 150)" "$shape" --blocks "${BLOCKS:-4,32}" \
+        --kv "${KV:-1024}" --tokens "${TOKENS:-256}" --json "${args[@]}" &&
         { printf '"%s": ' "$name"; cat "$work/bench.json"; echo ","; } >> "$out/adapter-cost.json"
       "$node" -e '
         const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
@@ -42,14 +51,13 @@ cost_main() {
   echo '"done": true}' >> "$out/adapter-cost.json"
   [[ ${NCU:-0} == 1 ]] && for adapter in none window:64; do
     variant minicpm5-2b "$adapter"
-    step "ncu $name" bash -c '
-      TMPDIR="$1" A2D_ADDON_DIR="$2/engine" timeout -k 10 "$3" ncu --target-processes all \
-        --kernel-name regex:"gemm_kernel|gemm_wide_kernel" --launch-skip "$4" --launch-count "$5" \
-        --section SpeedOfLight --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
-        "$6" "$7" bench --random-shape minicpm5-2b --device cuda --blocks 4 --kv 1024 --tokens 32 "${@:8}"' _ \
-      "$work" "$folder" "$(limit 120)" "${NCU_SKIP:-676}" "${NCU_COUNT:-12}" "$node" "$cli" "${args[@]}" \
-      > "$out/ncu-$name.txt" 2>&1
-    grep -E "^  [a-z_]+.*gemm|Duration|DRAM Throughput|Compute \(SM\) Throughput|Grid Size" "$out/ncu-$name.txt" | head -60
+    profiler=(ncu --target-processes all --kernel-name regex:'^gemm_kernel$' --launch-skip "${NCU_SKIP:-2000}"
+      --launch-count "${NCU_COUNT:-12}" --section SpeedOfLight --section WarpStateStats --section LaunchStats
+      --section MemoryWorkloadAnalysis)
+    step "ncu $name" bench_run "$out/ncu-${name/+/-}.txt" "$(limit 120)" minicpm5-2b --blocks 4 --kv 1024 --tokens 32 \
+      "${args[@]}"
+    grep -E "^  [a-z_]+.*gemm|Duration|DRAM Throughput|Compute \(SM\) Throughput|Grid Size" "$out/ncu-${name/+/-}.txt" |
+      head -60
   done
   finish 0
 }
