@@ -84,9 +84,9 @@ struct GemmTuning {
   int prefill_wgmma_tokens = 0;
   // The warpgroup kernel's K splits as clusters that sum through each other's shared memory and share the
   // epilogue (PrefillGemmParams::cluster_splits, prefill_wgmma_cluster_split) instead of the tile's last split
-  // summing every split's partials from global memory and running the whole epilogue. Off until measured
-  // (prefill_check --wgmma-cluster 1).
-  bool prefill_wgmma_cluster = false;
+  // summing every split's partials from global memory and running the whole epilogue: 1-4 % faster forwards of
+  // 8 to 16 sequences, about even beyond (bench/NOTES.md, runs 153, 154 and 162; `--wgmma-cluster 0` turns it off).
+  bool prefill_wgmma_cluster = true;
 };
 
 // How one GEMM launches under a tuning, and the split scratch it needs.
