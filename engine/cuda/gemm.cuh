@@ -103,9 +103,9 @@ struct GemmPlan {
 GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bool fp8, int adapter_tiles = 0);
 
 // GemmParams::adapter_sync: the weight tiles' done count in word 0, then kAdapterWrittenCopies copies of the adapter
-// tiles' written count, each on a 128-byte line of its own; each weight tile polls one copy until t is written.
-// (With one count, in the trace of a 32-row forward of the 2B shape some 1,500 warps polled one line while the
-// gate/up adapter tiles took 12 us from their last split's reduction to their end: bench/NOTES.md.)
+// tiles' written count, each on a 128-byte line of its own; each weight tile polls one copy until t is written, so
+// that no line takes more than about an eighth of the polls (a 32-row forward of the 2B shape has some 1,500
+// weight-tile warps waiting at once on gate/up: bench/NOTES.md, runs 152 and 155).
 constexpr int kAdapterSyncLine = 32;  // 32-bit words a line
 constexpr int kAdapterWrittenCopies = 8;
 constexpr int kAdapterSyncWords = kAdapterSyncLine * (1 + kAdapterWrittenCopies);
