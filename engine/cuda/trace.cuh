@@ -19,7 +19,8 @@ struct GemmBlockRecord {
   int sm;
   int site;       // which GEMM of the forward: 4 * layer + (qkv, o, gate/up, down), 4 * layers for lm_head
   int tile;       // the output tile (the warpgroup kernel: blockIdx.y); a fused row adapter's tile i: -1 - i
-  int split;      // blockIdx.y (the warpgroup kernel: blockIdx.z); + 1000 when this block ran the tile's epilogue
+  int split;      // the K split (gemm.cu's block_place; the warpgroup kernel: blockIdx.z); + 1000 when this block ran
+                  // the tile's epilogue
 };
 
 // A statement that only the trace build compiles.
