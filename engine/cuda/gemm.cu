@@ -140,9 +140,10 @@ struct StepView {
   int slot;
   int entries;
   bool write_logits;
+  unsigned serial;  // the tag of this forward's adapter t (gemm.cuh, tag_t)
 };
 __device__ __forceinline__ StepView step_view(const GemmParams& p) {
-  return {p.state->cached, p.state->slot, p.state->entries, p.state->write_logits != 0};
+  return {p.state->cached, p.state->slot, p.state->entries, p.state->write_logits != 0, p.state->serial};
 }
 
 // Row t's position in its sequence and its sequence's KV cache slot.
@@ -186,27 +187,51 @@ __device__ __forceinline__ BlockPlace block_place(int adapter_blocks) {
   return {adapter_blocks + rest % others, rest / others};
 }
 
-// The adapter's counts (GemmParams::adapter_sync): a release add after the team's barrier publishes the team's
-// writes of t; an acquire poll, then the team's barrier, makes them visible to the team.
-__device__ __forceinline__ void add_release(unsigned* at, unsigned value) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(at), "r"(value) : "memory");
+// A fused row adapter (GemmParams::adapter_tiles). The adapter tiles store t, each value tagged with the forward's
+// serial (tag_t); a weight tile's epilogue loads the values it needs and loads again until every tag it holds is
+// this forward's, then adds B t for its 16 rows. A value and its tag travel in one 8-byte word, which the memory
+// model moves whole (single-copy atomic), so a matching tag means a current value: no count, fence or barrier
+// between the two kinds of tile, and nothing to reset after the launch. (Counts took a release by each adapter
+// tile, an acquire poll and a barrier in each weight tile, and a done count that the last weight tile reset:
+// bench/NOTES.md, runs 152-163.) The adapter tiles' blocks, every split of them, hold the lowest linear block indices
+// (block_place), so they were all dispatched before any weight tile's block: the loads end.
+__device__ __forceinline__ void store_tagged(unsigned long long* at, unsigned long long value) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(at), "l"(value) : "memory");
 }
-__device__ __forceinline__ unsigned load_acquire(const unsigned* at) {
-  unsigned value;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(at) : "memory");
+__device__ __forceinline__ unsigned long long load_tagged(const unsigned long long* at) {
+  unsigned long long value;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(value) : "l"(at));
   return value;
 }
-__device__ __forceinline__ unsigned* adapter_written(const GemmParams& p, int copy) {
-  return p.adapter_sync + kAdapterSyncLine * (1 + copy);
+__device__ __forceinline__ ulonglong2 load_tagged2(const unsigned long long* at) {  // 16-byte aligned
+  ulonglong2 value;
+  asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(value.x), "=l"(value.y) : "l"(at));
+  return value;
+}
+__device__ __forceinline__ bool tagged_now(unsigned long long value, unsigned serial) {
+  return static_cast<unsigned>(value >> 32) == serial;
+}
+__device__ __forceinline__ float tagged_value(unsigned long long value) {
+  return __uint_as_float(static_cast<unsigned>(value));
 }
 
-// A fused row adapter (GemmParams::adapter_tiles). The adapter tiles write t, then count themselves written
-// (adapter_written); a weight tile's epilogue waits for that count once, then adds B t for its 16 rows on tensor
-// cores, every token column at once: one round of L2 loads whatever the rank or the token count. (Summing each
-// (row, token) pair in lane groups, with a check of every t value it read, cost one dependent L2 round trip per
-// pass: three passes at block 4 and seventeen at block 32, most of what the adapter cost; bench/NOTES.md.) The
-// adapter tiles' blocks, every split of them, hold the lowest linear block indices (block_place), so they were all
-// dispatched before any weight tile's block and never wait themselves: the wait ends.
+// t values at[0..7] (16-byte aligned) once all eight are this forward's: every load of a try issued before any check.
+__device__ __forceinline__ void load_t8(const unsigned long long* at, unsigned serial, float (&out)[8]) {
+  ulonglong2 v[4];
+  bool now;
+  do {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) v[q] = load_tagged2(at + 2 * q);
+    now = true;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) now = now && tagged_now(v[q].x, serial) && tagged_now(v[q].y, serial);
+  } while (!now);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    out[2 * q] = tagged_value(v[q].x);
+    out[2 * q + 1] = tagged_value(v[q].y);
+  }
+}
 
 // Asks L2 for a weight tile's B rows and offsets while the K loop streams its weights, so that the epilogue finds
 // them there. Called before the K loop by every thread of the team.
@@ -238,12 +263,12 @@ constexpr int kLowRankLaneColumns = 8;
 
 // tile_sum[r][t] += sum_i B[row][i] t[t][offset(row) + i] for few token columns: each (row, token) pair summed by a
 // group of lanes, 8 rank values a lane with 16-byte loads (B from global memory, t from L2, all issued in one round),
-// the group reduced with shuffles. Every lane of the team takes the same trip count. What does not depend on t
-// (the offset and first B chunk of this thread's first row) is loaded before `wait_for_t`, so that only t's loads
-// follow the wait. (The team is a multiple of the lane groups: a thread's chunk is the same on every pass.)
-template <int kCols, typename WaitForT>
-__device__ __forceinline__ void add_low_rank_by_lanes(const GemmParams& p, int tile, float (*tile_sum)[kCols + 1],
-                                                      int active_cols, int rank, int team, WaitForT wait_for_t) {
+// the group reduced with shuffles. Every lane of the team takes the same trip count. The offset and first B chunk of
+// this thread's first row are loaded before its first t values. (The team is a multiple of the lane groups: a
+// thread's chunk is the same on every pass.)
+template <int kCols>
+__device__ __forceinline__ void add_low_rank_by_lanes(const GemmParams& p, unsigned serial, int tile,
+                                                      float (*tile_sum)[kCols + 1], int active_cols, int rank, int team) {
   const int R = p.adapter_rank;
   const int chunks = (R + 7) / 8;
   int lanes = 1;  // a power of two, at most 32: the groups line up with the warps' lanes
@@ -256,7 +281,6 @@ __device__ __forceinline__ void add_low_rank_by_lanes(const GemmParams& p, int t
   const uint4 first_b = first_valid ? __ldg(reinterpret_cast<const uint4*>(p.adapter_b + static_cast<size_t>(first_row) * R +
                                                                            8 * lane_in_pair))
                                     : make_uint4(0, 0, 0, 0);
-  wait_for_t();
   for (int base = 0; base < items; base += team) {
     const int e = base + rank;
     const int pair = e / lanes;
@@ -265,18 +289,25 @@ __device__ __forceinline__ void add_low_rank_by_lanes(const GemmParams& p, int t
     float sum = 0.f;
     if (e < items && row < p.n_rows) {
       const bf16* b = p.adapter_b + static_cast<size_t>(row) * R;
-      const float* tv = p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank +
-                        (row == first_row ? first_offset : p.adapter_offset[row]);
+      const unsigned long long* tv = p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank +
+                                     (row == first_row ? first_offset : p.adapter_offset[row]);
       for (int c = lane_in_pair; c < chunks; c += lanes) {
         const int i = 8 * c;
-        if (R % 8 == 0) {  // then t's rows and offsets are multiples of 8 floats too: 16-byte loads
+        if (R % 8 == 0) {  // then t's rows and offsets are multiples of 8 values too: 16-byte loads
           const uint4 bv = row == first_row && c == lane_in_pair ? first_b : __ldg(reinterpret_cast<const uint4*>(b + i));
-          const float4 t0 = __ldcg(reinterpret_cast<const float4*>(tv + i));
-          const float4 t1 = __ldcg(reinterpret_cast<const float4*>(tv + i + 4));
+          float tq[8];
+          load_t8(tv + i, serial, tq);
           const float2 b0 = unpack_bf16(bv.x), b1 = unpack_bf16(bv.y), b2 = unpack_bf16(bv.z), b3 = unpack_bf16(bv.w);
-          sum += b0.x * t0.x + b0.y * t0.y + b1.x * t0.z + b1.y * t0.w + b2.x * t1.x + b2.y * t1.y + b3.x * t1.z + b3.y * t1.w;
+          sum += b0.x * tq[0] + b0.y * tq[1] + b1.x * tq[2] + b1.y * tq[3] + b2.x * tq[4] + b2.y * tq[5] + b3.x * tq[6] +
+                 b3.y * tq[7];
         } else {
-          for (int j = i; j < min(i + 8, R); ++j) sum += __bfloat162float(b[j]) * __ldcg(tv + j);
+          for (int j = i; j < min(i + 8, R); ++j) {
+            unsigned long long v;
+            do {
+              v = load_tagged(tv + j);
+            } while (!tagged_now(v, serial));
+            sum += __bfloat162float(b[j]) * tagged_value(v);
+          }
         }
       }
     }
@@ -285,28 +316,18 @@ __device__ __forceinline__ void add_low_rank_by_lanes(const GemmParams& p, int t
   }
 }
 
-// tile_sum[r][t] += sum_i B[row][i] t[t][offset(row) + i] for the tile's rows and active token columns, once the
-// adapter tiles have written t (more than kLowRankLaneColumns of them: on tensor cores; else by lane groups).
+// tile_sum[r][t] += sum_i B[row][i] t[t][offset(row) + i] for the tile's rows and active token columns, from this
+// forward's t (more than kLowRankLaneColumns of them: on tensor cores; else by lane groups).
 // Warp w of the team takes the token blocks w, w + warps, ...: an m16n8k16 mma per
 // 16 rank values with B's 16 rows as the A operand and t's 8 token columns as the B operand, t split into a bf16
 // high part and the bf16 of the rest (fp32-grade products: B is bf16 already). Rows of one tile may belong to
 // different targets (gate rows 0..7 and up rows 8..15): one pass of mmas per distinct offset, the other rows'
 // operands zero.
-template <int kCols, typename Sync>
-__device__ __forceinline__ void add_low_rank(const GemmParams& p, int tile, float (*tile_sum)[kCols + 1], int active_cols,
-                                             int rank, int team, Sync sync) {
-  // Rank 0 spins on its copy of the written count (one L2 round trip a poll, no sleep between: a copy's line has
-  // an eighth of the pollers), then the team's barrier.
-  auto wait_for_t = [&] {
-    if (rank == 0) {
-      const unsigned* written = adapter_written(p, tile % kAdapterWrittenCopies);
-      while (load_acquire(written) < static_cast<unsigned>(p.adapter_tiles)) {
-      }
-    }
-    sync();
-  };
+template <int kCols>
+__device__ __forceinline__ void add_low_rank(const GemmParams& p, unsigned serial, int tile, float (*tile_sum)[kCols + 1],
+                                             int active_cols, int rank, int team) {
   if (active_cols <= kLowRankLaneColumns) {
-    add_low_rank_by_lanes<kCols>(p, tile, tile_sum, active_cols, rank, team, wait_for_t);
+    add_low_rank_by_lanes<kCols>(p, serial, tile, tile_sum, active_cols, rank, team);
     return;
   }
   const int lane = rank % 32, g = lane / 4, c = lane % 4;
@@ -314,7 +335,6 @@ __device__ __forceinline__ void add_low_rank(const GemmParams& p, int tile, floa
   const bool has_lo = row_lo < p.n_rows, has_hi = row_hi < p.n_rows;
   const int offset_lo = has_lo ? p.adapter_offset[row_lo] : 0;
   const int offset_hi = has_hi ? p.adapter_offset[row_hi] : 0;
-  wait_for_t();
   const int R = p.adapter_rank;
   // This warp's token blocks j = first + w * warps (w < kBlocks): B's fragments are loaded once per 16 rank values
   // for all of them, and their t loads are independent, so that one warp holding every block (the wide kernel's
@@ -339,14 +359,26 @@ __device__ __forceinline__ void add_low_rank(const GemmParams& p, int tile, floa
         const int j = first + w * warps;
         if (j * 8 >= active_cols) break;  // the same for the whole warp
         const int t = j * 8 + g;            // this lane's token column of the B operand
-        const float* t_row = p.adapter_t + static_cast<size_t>(t < active_cols ? t : 0) * p.adapter_total_rank + offset;
-        auto t_at = [&](int k) { return t < active_cols && k < R ? __ldcg(t_row + k) : 0.f; };
-        const float2 t0 = make_float2(t_at(k0 + 2 * c), t_at(k0 + 2 * c + 1));
-        const float2 t1 = make_float2(t_at(k0 + 2 * c + 8), t_at(k0 + 2 * c + 9));
-        const uint32_t b0 = pack_bf16(t0.x, t0.y), b1 = pack_bf16(t1.x, t1.y);
+        const unsigned long long* t_row =
+            p.adapter_t + static_cast<size_t>(t < active_cols ? t : 0) * p.adapter_total_rank + offset;
+        // The four values this lane feeds (zeros past the rank or the columns), loaded again until all are current.
+        const int ks[4] = {k0 + 2 * c, k0 + 2 * c + 1, k0 + 2 * c + 8, k0 + 2 * c + 9};
+        float tv[4];
+        bool now;
+        do {
+          now = true;
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const bool used = t < active_cols && ks[q] < R;
+            const unsigned long long v = used ? load_tagged(t_row + ks[q]) : tag_t(0.f, serial);
+            now = now && tagged_now(v, serial);
+            tv[q] = tagged_value(v);
+          }
+        } while (!now);
+        const uint32_t b0 = pack_bf16(tv[0], tv[1]), b1 = pack_bf16(tv[2], tv[3]);
         const float2 h0 = unpack_bf16(b0), h1 = unpack_bf16(b1);
         mma_bf16_16816(d[w], a0, a1, a2, a3, b0, b1);
-        mma_bf16_16816(d[w], a0, a1, a2, a3, pack_bf16(t0.x - h0.x, t0.y - h0.y), pack_bf16(t1.x - h1.x, t1.y - h1.y));
+        mma_bf16_16816(d[w], a0, a1, a2, a3, pack_bf16(tv[0] - h0.x, tv[1] - h0.y), pack_bf16(tv[2] - h1.x, tv[3] - h1.y));
       }
     }
     need_lo = need_lo && !use_lo;
@@ -364,36 +396,25 @@ __device__ __forceinline__ void add_low_rank(const GemmParams& p, int tile, floa
   }
 }
 
-// Counts this weight tile done, by rank 0 once the team has read t and stored its outputs, so that nobody waits on
-// the count; the last one resets every count for the next launch (every weight tile has read t by then, and every
-// adapter tile has counted itself in every copy).
-__device__ __forceinline__ void weight_tile_done(const GemmParams& p, int rank) {
-  if (rank != 0 || atomicAdd(p.adapter_sync, 1u) != static_cast<unsigned>(ceil_div(p.n_rows, kGemmTileRows)) - 1) return;
-  p.adapter_sync[0] = 0;
-  for (int copy = 0; copy < kAdapterWrittenCopies; ++copy) *adapter_written(p, copy) = 0;
-}
-
 // The epilogue of adapter tile `a_tile`: its 16 rows of t = A x for the token rows the adapter acts on, zeros for
-// the others; then the tile counts itself written.
-template <int kCols, typename Sync>
-__device__ __forceinline__ void adapter_tile_epilogue(const GemmParams& p, int a_tile, float (*tile_sum)[kCols + 1],
-                                                      int active_cols, int rank, int team, Sync sync) {
+// the others, tagged with the forward's serial.
+template <int kCols>
+__device__ __forceinline__ void adapter_tile_epilogue(const GemmParams& p, unsigned serial, int a_tile,
+                                                      float (*tile_sum)[kCols + 1], int active_cols, int rank, int team) {
   const StepState& st = *p.state;
   for (int e = rank; e < kGemmTileRows * active_cols; e += team) {
     const int r = e % kGemmTileRows, t = e / kGemmTileRows;
     const int i = a_tile * kGemmTileRows + r;
     if (i >= p.adapter_total_rank) continue;
     const bool acts = row_in_window(st, t) && (p.adapter_mask_token < 0 || st.tokens[t] == p.adapter_mask_token);
-    __stcg(p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank + i, acts ? tile_sum[r][t] : 0.f);
+    store_tagged(p.adapter_t + static_cast<size_t>(t) * p.adapter_total_rank + i, tag_t(acts ? tile_sum[r][t] : 0.f, serial));
   }
-  sync();
-  if (rank < kAdapterWrittenCopies) add_release(adapter_written(p, rank), 1u);
 }
 
 // The epilogue of one finished 16-row tile, run by a team of `team` threads (a whole block, or one warp of
 // the wide kernel), `rank` being this thread's index in it and `sync` the team's barrier: the bias, then
-// the epilogue's own work (kAdapter: a fused adapter's B t first, where the GEMM has one; never in an FP8 one; the
-// tile counted done last). tile_sum[r][t] holds row r of the tile for token column t; tile_scratch is a
+// the epilogue's own work (kAdapter: a fused adapter's B t first, where the GEMM has one; never in an FP8 one).
+// tile_sum[r][t] holds row r of the tile for token column t; tile_scratch is a
 // second buffer of the same shape the epilogue may overwrite.
 template <GemmEpilogue kEpilogue, int kCols, bool kAdapter, typename Sync>
 __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepView& view, int tile,
@@ -412,7 +433,7 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
   }
   if (kAdapter && p.adapter_tiles > 0) {
     sync();
-    add_low_rank<kCols>(p, tile, tile_sum, active_cols, rank, team, sync);
+    add_low_rank<kCols>(p, view.serial, tile, tile_sum, active_cols, rank, team);
   }
   sync();
 
@@ -521,7 +542,6 @@ __device__ __forceinline__ void tile_epilogue(const GemmParams& p, const StepVie
       }
     }
   }
-  if (kAdapter && p.adapter_tiles > 0) weight_tile_done(p, rank);
 }
 
 // Split K across teams (a block, or one warp): publishes this team's fp32 partial of `tile` (sums[r][t], 16 rows x
@@ -707,7 +727,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, gemm_min_blocks<kTiles>(kLoad
     }
   }
   if (!kFp8 && adapter_tile) {
-    adapter_tile_epilogue<kCols>(p, tile, partial[0], active_cols, threadIdx.x, blockDim.x, [] { __syncthreads(); });
+    adapter_tile_epilogue<kCols>(p, view.serial, tile, partial[0], active_cols, threadIdx.x, blockDim.x);
   } else {
     tile_epilogue<kEpilogue, kCols, !kFp8>(p, view, tile, partial[0], partial[1], active_cols, threadIdx.x, blockDim.x,
                                            [] { __syncthreads(); });
@@ -854,7 +874,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, 4) gemm_wide_kernel(const __g
     return;
   }
   if (!kFp8 && adapter_tile) {
-    adapter_tile_epilogue<kCols>(p, tile, sums, active_cols, lane, 32, [] { __syncwarp(); });
+    adapter_tile_epilogue<kCols>(p, view.serial, tile, sums, active_cols, lane, 32);
   } else {
     tile_epilogue<kEpilogue, kCols, !kFp8>(p, view, tile, sums, partial[warp][1], active_cols, lane, 32,
                                            [] { __syncwarp(); });
@@ -1009,9 +1029,9 @@ void gemm(const GemmParams& params, GemmInput input, GemmEpilogue epilogue, int 
     throw std::logic_error("gemm: give a bf16 weight, or an e4m3 weight with its scales");
   }
   if (p.adapter_tiles > 0 && (fp8 || p.adapter_b == nullptr || p.adapter_offset == nullptr || p.adapter_t == nullptr ||
-                              p.adapter_sync == nullptr || p.adapter_rank < 1 ||
+                              p.adapter_rank < 1 ||
                               adapter_tile_count(p.adapter_total_rank) != p.adapter_tiles)) {
-    throw std::logic_error("gemm: a fused adapter needs a bf16 weight, its B rows, offsets, t, counters and ranks");
+    throw std::logic_error("gemm: a fused adapter needs a bf16 weight, its B rows, offsets, t and ranks");
   }
   const GemmPlan plan = gemm_plan(p.n_rows, p.k, max_rows, tuning, fp8, p.adapter_tiles);
   p.splits = plan.splits;

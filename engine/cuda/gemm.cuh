@@ -102,13 +102,20 @@ struct GemmPlan {
 // the weight's output rows; a fused adapter's `adapter_tiles` ride the weight's plan (blocks and split scratch).
 GemmPlan gemm_plan(int n_rows, int k, int max_rows, const GemmTuning& tuning, bool fp8, int adapter_tiles = 0);
 
-// GemmParams::adapter_sync: the weight tiles' done count in word 0, then kAdapterWrittenCopies copies of the adapter
-// tiles' written count, each on a 128-byte line of its own; each weight tile polls one copy until t is written, so
-// that no line takes more than about an eighth of the polls (a 32-row forward of the 2B shape has some 1,500
-// weight-tile warps waiting at once on gate/up: bench/NOTES.md, runs 152 and 155).
-constexpr int kAdapterSyncLine = 32;  // 32-bit words a line
-constexpr int kAdapterWrittenCopies = 8;
-constexpr int kAdapterSyncWords = kAdapterSyncLine * (1 + kAdapterWrittenCopies);
+// GemmParams::adapter_t holds each value of t as one 8-byte word: the fp32 value's bits in the low half and the
+// step serial of the forward that wrote it (StepState::serial) in the high half. A weight tile reads a value once its
+// serial is this forward's: the value and its tag arrive in one single-copy-atomic load, so no count, fence or
+// barrier stands between the adapter tiles' stores and the weight tiles' reads (bench/NOTES.md, run 163). Each
+// adapter GEMM of a forward has a t of its own, so that a tag names one launch.
+__host__ __device__ inline unsigned long long tag_t(float value, unsigned serial) {
+#ifdef __CUDA_ARCH__
+  return (static_cast<unsigned long long>(serial) << 32) | __float_as_uint(value);
+#else
+  unsigned bits;
+  __builtin_memcpy(&bits, &value, 4);
+  return (static_cast<unsigned long long>(serial) << 32) | bits;
+#endif
+}
 // The rows a GEMM of n_rows output rows streams with a fused adapter of total_rank factor rows: the weight's tiles,
 // then the adapter's (GemmParams::adapter_tiles).
 inline int adapter_tile_count(int total_rank) { return (total_rank + kGemmTileRows - 1) / kGemmTileRows; }
@@ -177,20 +184,17 @@ struct GemmParams {
   // [adapter_total_rank][k] in the same layout. Those tiles' blocks, every K split of them, take the lowest
   // linear block indices, so they are dispatched before every weight tile's, and their epilogue writes
   // t[token row][i] = (A x)[i] for the token rows the adapter acts on (window rows: t >= state->commit; with
-  // adapter_mask_token >= 0 only those holding it) and 0 for the others, then counts the tile written in each of
-  // the kAdapterWrittenCopies written counts. Every weight tile's epilogue waits until every adapter tile is
-  // counted (in the copy its tile picks) and adds, before its own work, sum_i adapter_b[n][i] *
-  // t[row][adapter_offset[n] + i] to its output row n (on tensor cores, t as a bf16 pair of high part and rest);
-  // the last weight tile (counted in the done count) resets every count for the next launch. adapter_tiles 0: no
-  // adapter. The GEMM's plan (kernel, splits) is the weight's alone; the adapter's tiles ride it.
+  // adapter_mask_token >= 0 only those holding it) and 0 for the others, each tagged with the forward's serial
+  // (tag_t). Every weight tile's epilogue reads the t values it needs until their tags are this forward's and adds,
+  // before its own work, sum_i adapter_b[n][i] * t[row][adapter_offset[n] + i] to its output row n (on tensor cores,
+  // t as a bf16 pair of high part and rest). adapter_tiles 0: no adapter. The GEMM's plan (kernel, splits) is the
+  // weight's alone; the adapter's tiles ride it.
   int adapter_tiles;
   const bf16* adapter_b;      // [n_rows][adapter_rank]: each output row's own target's B row (zeros: none)
   const int* adapter_offset;  // [n_rows]: where that target's factors start in t's row
   int adapter_rank;           // rank of one target
   int adapter_total_rank;     // t's row length: the ranks of every target this GEMM carries
-  float* adapter_t;           // [kMaxRows][adapter_total_rank]: only this launch's adapter tiles' values are read
-  unsigned* adapter_sync;     // [kAdapterSyncWords]: the done count, then the written counts, one 128-byte line
-                              // each (adapter_written); all zero between launches
+  unsigned long long* adapter_t;  // [kMaxRows][adapter_total_rank] tagged values (tag_t), this GEMM's own
   int adapter_mask_token;
 
   // Split K (set by gemm() from the tuning): [n_tiles][splits][kMaxRows][16] fp32 partials and one

@@ -226,7 +226,6 @@ DeviceModel::~DeviceModel() {
                         static_cast<void*>(logits_), static_cast<void*>(anchor_logits_),
                         static_cast<void*>(argmax_partials_), static_cast<void*>(choices_),
                         static_cast<void*>(gemm_split_partials_), static_cast<void*>(gemm_split_counters_),
-                        static_cast<void*>(adapter_t_), static_cast<void*>(adapter_sync_),
                         static_cast<void*>(prefill_residual_), static_cast<void*>(prefill_normed_),
                         static_cast<void*>(prefill_qkv_), static_cast<void*>(prefill_q_),
                         static_cast<void*>(prefill_attention_), static_cast<void*>(prefill_act_),
@@ -239,6 +238,7 @@ DeviceModel::~DeviceModel() {
     for (AdapterSite& site : sites) {
       if (site.b != nullptr) cudaFree(site.b);
       if (site.offset != nullptr) cudaFree(site.offset);
+      if (site.t != nullptr) cudaFree(site.t);
     }
   }
   if (state_host_ != nullptr) cudaFreeHost(state_host_);
@@ -409,24 +409,21 @@ void DeviceModel::allocate_adapters() {
   const ModelShape& s = shape_;
   if (s.adapter_rank <= 0) return;
   const int n_rows[kSites] = {qkv_rows_, s.hidden, gate_up_rows_, s.hidden};
-  int largest = 0;
   adapters_.resize(s.layers);
   for (auto& sites : adapters_) {
     for (int i = 0; i < kSites; ++i) {
       AdapterSite& site = sites[i];
       site.total_rank = site_rank(i);
       if (site.total_rank == 0) continue;
-      largest = std::max(largest, site.total_rank);
       site.n_rows = n_rows[i];
       site.b = device_alloc<bf16>(size_t(site.n_rows) * s.adapter_rank, stream_);
       site.offset = device_alloc<int>(site.n_rows, stream_);
+      site.t = device_alloc<unsigned long long>(size_t(kMaxRows) * site.total_rank, stream_);
       site.host_b.assign(size_t(site.n_rows) * s.adapter_rank, 0);
       site.host_offset.assign(site.n_rows, 0);
       startup_.weight_bytes += int64_t(site.n_rows) * s.adapter_rank * 2;
     }
   }
-  adapter_t_ = device_alloc<float>(size_t(kMaxRows) * largest, stream_);
-  adapter_sync_ = device_alloc<unsigned>(kAdapterSyncWords, stream_);
 }
 
 void DeviceModel::upload_adapter(AdapterTarget target, int layer, const WeightSource& a, const WeightSource& b) {
@@ -698,8 +695,7 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
       g.adapter_offset = site.offset;
       g.adapter_rank = s.adapter_rank;
       g.adapter_total_rank = site.total_rank;
-      g.adapter_t = adapter_t_;
-      g.adapter_sync = adapter_sync_;
+      g.adapter_t = site.t;
       g.adapter_mask_token = s.adapter_on_window ? -1 : s.mask_token_id;
     };
     with_adapter(qkv, kQkvSite);
@@ -851,6 +847,15 @@ void DeviceModel::forward(const ForwardInputs& in) {
   st.logit_count = in.logit_count;
   st.write_logits = in.write_logits ? 1 : 0;
   st.entries = several ? in.entry_count : 1;
+  if (++serial_ == 0) {
+    serial_ = 1;
+    for (auto& sites : adapters_) {
+      for (AdapterSite& site : sites) {
+        if (site.t != nullptr) A2D_CUDA_CHECK(cudaMemsetAsync(site.t, 0, sizeof(*site.t) * kMaxRows * site.total_rank, stream_));
+      }
+    }
+  }
+  st.serial = serial_;
   std::memcpy(st.tokens, in.tokens, sizeof(int32_t) * in.rows);
   for (int i = 0; i < in.logit_count; ++i) {
     if (in.logit_rows[i] < 0 || in.logit_rows[i] >= in.rows) throw std::runtime_error("forward: logit row out of range");

@@ -309,6 +309,7 @@ class DeviceModel {
     int n_rows = 0;
     bf16* b = nullptr;
     int* offset = nullptr;
+    unsigned long long* t = nullptr;  // [kMaxRows][total_rank] tagged values: GemmParams::adapter_t
     std::vector<uint16_t> host_b;  // assembled here while uploading, copied by finish_upload
     std::vector<int> host_offset;
   };
@@ -395,8 +396,9 @@ class DeviceModel {
   bf16* final_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
   std::vector<std::array<AdapterSite, kSites>> adapters_;  // per layer, when the model has a row adapter
-  float* adapter_t_ = nullptr;                              // [kMaxRows][largest site_rank]: GemmParams::adapter_t
-  unsigned* adapter_sync_ = nullptr;                        // GemmParams::adapter_sync
+  // The decode forwards' serial (StepState::serial): each forward takes the next, 0 skipped; when it wraps, every
+  // adapter t is cleared, so that no value left from 2^32 forwards before carries a current tag.
+  unsigned serial_ = 0;
 
   bf16* kv_cache_ = nullptr;  // K then V: [layers][slots][kv_heads][max_context][head_dim_padded] each
   int64_t kv_elements_ = 0;

@@ -34,6 +34,7 @@ struct StepState {
   int logit_count;   // how many rows get logits
   int write_logits;  // 0: compute only the per-row argmax and confidence, not the fp32 logits
   int entries;       // sequences in this forward: 0 or 1 reads the three fields above, more the arrays below
+  unsigned serial;   // the forward's number, never 0: the tag of a row adapter's t values (gemm.cuh, tag_t)
   int tokens[kMaxForwardRows];
   int logit_rows[kMaxForwardRows];  // which rows, ascending
   // entries > 1: each row's entry, and each entry's slot, cached tokens, commit rows, first row and rows.

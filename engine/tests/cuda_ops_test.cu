@@ -273,6 +273,7 @@ StepState make_state(int cached, int commit, int rows) {
   s.cached = cached;
   s.commit = commit;
   s.rows = rows;
+  s.serial = 7;  // a forward's number (never 0)
   return s;
 }
 
@@ -752,20 +753,18 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
       g.out_stride = out_cols;
 
       // The row adapter, fused: t = A x for the rows its rule names from the adapter tiles, B t in the epilogue.
-      std::unique_ptr<DeviceArray<float>> adapter_t;
-      DeviceArray<unsigned> adapter_sync{size_t(kAdapterSyncWords)};
-      adapter_sync.zero();
+      std::unique_ptr<DeviceArray<unsigned long long>> adapter_t;
       if (R > 0) {
-        // NaN everywhere: a weight tile that read a t value no adapter tile of this launch wrote shows in its rows.
-        adapter_t = std::make_unique<DeviceArray<float>>(size_t(kMaxRows) * total_rank);
-        adapter_t->poison();
+        // NaN values tagged with the previous forward's serial everywhere: a weight tile that took a t value no
+        // adapter tile of this launch wrote shows it in its rows.
+        adapter_t = std::make_unique<DeviceArray<unsigned long long>>(size_t(kMaxRows) * total_rank);
+        adapter_t->upload(std::vector<unsigned long long>(adapter_t->size(), tag_t(NAN, state.serial - 1)));
         g.adapter_tiles = adapter_tile_count(total_rank);
         g.adapter_b = as_bf16(*adapter_b_device);
         g.adapter_offset = adapter_offset_device->get();
         g.adapter_rank = R;
         g.adapter_total_rank = total_rank;
         g.adapter_t = adapter_t->get();
-        g.adapter_sync = adapter_sync.get();
         g.adapter_mask_token = s.adapter_window ? -1 : mask_token;
       }
       gemm(g, normalised ? GemmInput::rmsnorm_residual : GemmInput::bf16_rows, s.epilogue, max_rows, tuning, g_stream, true);
@@ -813,9 +812,6 @@ void gemm_cases(Table& table, ThreadPool& pool, const GemmShape& s, bool fp8, co
           lr.b.data = adapter_b.bits.data() + size_t(targets[j].first) * R;
           a2d::cpu::low_rank_add(pool, x_adapter.data(), s.k, adapted, lr, y.data() + targets[j].first, logical_rows);
         }
-        // The launch leaves every count at zero for the next one (GemmParams::adapter_sync).
-        check.require(adapter_sync.download() == std::vector<unsigned>(kAdapterSyncWords, 0u),
-                      "the adapter's counts were not reset");
       }
 
       if (s.epilogue == GemmEpilogue::store_bf16 || s.epilogue == GemmEpilogue::silu_mul) {
