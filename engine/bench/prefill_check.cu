@@ -18,13 +18,14 @@
 //   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--wgmma-cluster 0|1]
 //                 [--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]
 //                 [--attention-typical-blocks 0|1] [--attention-warp-combine 0|1] [--profile-sequences N]
-//                 [--wgmma-tokens N]     (--probe:
+//                 [--profile-prompt N] [--wgmma-tokens N]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
 //   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
 //   call, g_wgmma below; --wgmma-cluster: its K splits as clusters, g_wgmma_cluster; --wgmma-tokens: its block
 //   tokens, g_wgmma_tokens; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention;
 //   --profile-sequences N: nothing else but one forward of N sequences at block 4 on the 2B shape between
-//   cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off`)
+//   cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off`; --profile-prompt N: the same for one
+//   N-token prompt on the 2B shape as the backend runs it, its prefill calls and the last row's decode forward)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -79,6 +80,8 @@ bool g_attention_typical_blocks = ModelOptions{}.attention_typical_blocks;
 bool g_attention_warp_combine = ModelOptions{}.attention_warp_combine;
 // --profile-sequences N: only profile_forward below (N sequences of forward_rows_timings' kind in one forward).
 int g_profile_sequences = 0;
+// --profile-prompt N: only profile_prompt below (one N-token prompt on the prefill path).
+int g_profile_prompt = 0;
 
 void check(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
@@ -637,6 +640,24 @@ void profile_forward(ModelShape s, int sequences) {
   std::printf("profiled one forward of %d sequences (%d rows)\n", sequences, sequences * (1 + BatchForwards::kWindow));
 }
 
+// One prompt of `tokens` tokens on the prefill path (prefill_prompt, as the backend sends it), after one warm
+// prompt, alone between cudaProfilerStart and cudaProfilerStop: where a prompt's time goes, kernel by kernel.
+void profile_prompt(ModelShape s, int tokens) {
+  s.max_context = tokens + 64;
+  auto model = random_model(s, 11);
+  const std::vector<int32_t> prompt = prompt_tokens(tokens, s.vocab, 4);
+  prefill_prompt(*model, prompt, model->prefill_rows());
+  model->synchronize();
+  A2D_CUDA_CHECK(cudaProfilerStart());
+  const double start = now_s();
+  prefill_prompt(*model, prompt, model->prefill_rows());
+  model->synchronize();
+  const double seconds = now_s() - start;
+  A2D_CUDA_CHECK(cudaProfilerStop());
+  std::printf("profiled one %d-token prompt (prefill calls of up to %d rows, then the last row's forward): %.2f ms\n",
+              tokens, model->prefill_rows(), 1e3 * seconds);
+}
+
 void forward_rows_timings(ModelShape s, std::vector<std::string>& table) {
   BatchForwards batch(s);
   DeviceModel* model = batch.model.get();
@@ -697,20 +718,23 @@ int main(int argc, char** argv) {
     else if (arg == "--attention-typical-blocks" && i + 1 < argc) g_attention_typical_blocks = std::atoi(argv[++i]) != 0;
     else if (arg == "--attention-warp-combine" && i + 1 < argc) g_attention_warp_combine = std::atoi(argv[++i]) != 0;
     else if (arg == "--profile-sequences" && i + 1 < argc) g_profile_sequences = std::atoi(argv[++i]);
+    else if (arg == "--profile-prompt" && i + 1 < argc) g_profile_prompt = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
                            "[--wgmma-cluster 0|1] [--split-attention 0|1] [--decode-prefill-gemm ROWS] "
                            "[--forward-rows N [--forward-rows-only]] [--attention-typical-blocks 0|1] "
-                           "[--attention-warp-combine 0|1] [--profile-sequences N] [--wgmma-tokens 0|64|128|256]\n");
+                           "[--attention-warp-combine 0|1] [--profile-sequences N] [--profile-prompt N] "
+                           "[--wgmma-tokens 0|64|128|256]\n");
       return 2;
     }
   }
   std::vector<std::string> table = {"| check | result |", "|---|---|"};
   ModelShape big = make_shape(2048, 6144, 42, 16, 2, 128, 130560);
   big.rope_theta = 5e6;
-  if (g_profile_sequences > 0) {
+  if (g_profile_sequences > 0 || g_profile_prompt > 0) {
     try {
-      profile_forward(big, g_profile_sequences);
+      if (g_profile_sequences > 0) profile_forward(big, g_profile_sequences);
+      if (g_profile_prompt > 0) profile_prompt(big, g_profile_prompt);
     } catch (const std::exception& e) {
       std::printf("FAIL error: %s\n", e.what());
       ++failures;

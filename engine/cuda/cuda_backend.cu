@@ -124,6 +124,8 @@ class CudaBackend final : public Backend {
   int32_t max_window() const override { return cuda::kMaxRows; }
   // FP8 models have no prefill kernels (prefill_rows() 0): their prompts go through the graphs' largest forwards.
   int32_t prefill_chunk() const override { return device_.prefill_rows() > 0 ? device_.prefill_rows() : cuda::kMaxRows; }
+  // A part of more than kMaxRows rows runs its leading rows alone (run below).
+  int32_t alone_prompt_rows() const override { return cuda::kMaxRows + 1; }
   void reset_cache() override { reset_slot(0); }
 
   int32_t max_batch() const override { return static_cast<int32_t>(slots_.size()); }

@@ -100,6 +100,12 @@ class Backend {
   // them. A backend picks the size at which its per-token cost has stopped falling.
   virtual int32_t prefill_chunk() const { return 512; }
 
+  // Rows (a prompt part's commit plus its window) from which a backend runs a prompt's forward as device work of its
+  // own before the forward the batch shares (the CUDA backend: the prefill kernels, then commit-only forwards).
+  // Two such prompts in one step gain nothing from each other and each waits out the other's work, so a batch's
+  // step carries at most one (BatchDecoder::step). INT32_MAX: every prompt row rides in the shared forward.
+  virtual int32_t alone_prompt_rows() const { return INT32_MAX; }
+
   // Several sequences in one forward (continuous batching). Each has a KV cache slot of its own,
   // 0..max_batch()-1, with its own positions; a row attends only to its own slot's cache and its own
   // forward's rows, so an entry's logits do not depend on the other entries. Slot 0 is the cache that

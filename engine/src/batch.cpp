@@ -31,7 +31,9 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step() {
 
   std::vector<size_t> chosen;
   const int64_t prompt_budget = std::max<int32_t>(1, backend_.prefill_chunk());
+  const int64_t alone_rows = backend_.alone_prompt_rows();
   int64_t prompt_rows = 0;  // prompt tokens this forward carries
+  bool alone_taken = false;  // it carries a prompt that runs device work of its own (Backend::alone_prompt_rows)
   for (size_t i = 0; i < members_.size(); ++i) {
     Member& m = members_[i];
     if (m.cancel != nullptr && m.cancel->load(std::memory_order_relaxed)) {
@@ -47,10 +49,14 @@ std::vector<BatchDecoder::Finished> BatchDecoder::step() {
       }
     }
     if (m.sequence->carries_prompt()) {
-      const int64_t rows = static_cast<int64_t>(m.sequence->args().commit.size());
-      // It waits for a forward with room for its prompt rows (the first prompt of a forward always has room).
-      if (prompt_rows > 0 && prompt_rows + rows > prompt_budget) continue;
+      const ForwardArgs& args = m.sequence->args();
+      const int64_t rows = static_cast<int64_t>(args.commit.size());
+      const bool alone = rows + static_cast<int64_t>(args.window.size()) >= alone_rows;
+      // It waits for a forward with room for its prompt rows (the first prompt of a forward always has room), and
+      // for one without another prompt of work of its own if it has some.
+      if (prompt_rows > 0 && (prompt_rows + rows > prompt_budget || (alone && alone_taken))) continue;
       prompt_rows += rows;
+      alone_taken = alone_taken || alone;
     }
     chosen.push_back(i);
   }

@@ -203,6 +203,61 @@ TEST_CASE("batch: short prompts join together up to one prefill chunk of prompt 
   CHECK(finished_at == std::map<uint64_t, int>{{0, 4}, {1, 4}, {2, 4}, {3, 4}, {4, 5}});
 }
 
+namespace {
+
+// The CPU backend as a backend that runs prompt parts of `alone` rows or more as work of their own would see it
+// (the CUDA backend's prefill: Backend::alone_prompt_rows); every call goes to the CPU backend.
+class AloneRowsBackend final : public Backend {
+ public:
+  AloneRowsBackend(std::unique_ptr<Backend> inner, int32_t alone)
+      : Backend(inner->config(), inner->max_context()), inner_(std::move(inner)), alone_(alone) {}
+  void forward(const ForwardArgs& args, float* logits) override { inner_->forward(args, logits); }
+  int64_t cached_len() const override { return inner_->cached_len(); }
+  void reset_cache() override { inner_->reset_cache(); }
+  StepResult step(const ForwardArgs& args, const RevealArgs* reveal) override { return inner_->step(args, reveal); }
+  int32_t max_window() const override { return inner_->max_window(); }
+  int32_t prefill_chunk() const override { return inner_->prefill_chunk(); }
+  int32_t alone_prompt_rows() const override { return alone_; }
+  int32_t max_batch() const override { return inner_->max_batch(); }
+  int64_t slot_len(int32_t slot) const override { return inner_->slot_len(slot); }
+  void reset_slot(int32_t slot) override { inner_->reset_slot(slot); }
+  void forward_batch(const std::vector<SlotForward>& batch, float* logits) override { inner_->forward_batch(batch, logits); }
+  std::vector<StepResult> step_batch(const std::vector<SlotForward>& batch) override { return inner_->step_batch(batch); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  int32_t alone_;
+};
+
+}  // namespace
+
+TEST_CASE("batch: prompts that run work of their own join one a forward, short ones beside them") {
+  auto model = load_model(write_tiny_model("batch-alone", batch_shape(), 35));
+  AloneRowsBackend backend(make_cpu_backend(*model, BackendOptions{2, 0, 5}), 65);
+  DecodeParams p = params_of(4, 4);
+  p.threshold = 1.0;  // four forwards each
+  // Three prompts of 100 tokens (over 65 rows with the window: each runs alone) and two of 20 join at once: by the
+  // prompt budget alone the first forward would carry all but the third long one (240 of 256 rows); with the rule,
+  // one long prompt a forward, the short ones with the first.
+  BatchDecoder batch(backend, 5);
+  const size_t lengths[] = {100, 100, 20, 100, 20};
+  for (uint64_t id = 0; id < 5; ++id) batch.add(id, std::make_unique<Sequence>(backend, prompt_of(lengths[id], id), p), nullptr);
+  std::map<uint64_t, int> finished_at;
+  std::map<uint64_t, GenerateResult> results;
+  for (int step = 1; finished_at.size() < 5; ++step) {
+    for (BatchDecoder::Finished& f : batch.step()) {
+      finished_at[f.id] = step;
+      results[f.id] = std::move(f.result);
+    }
+    REQUIRE(step < 100);
+  }
+  CHECK(finished_at == std::map<uint64_t, int>{{0, 4}, {1, 5}, {2, 4}, {3, 6}, {4, 4}});
+  for (uint64_t id = 0; id < 5; ++id) {
+    CAPTURE(id);
+    check_same(results[id], generate(backend, prompt_of(lengths[id], id), p, nullptr, nullptr));
+  }
+}
+
 TEST_CASE("batch: a full decoder refuses another sequence, and a backend of one slot holds one") {
   auto model = load_model(write_tiny_model("batch-full", batch_shape(), 33));
   auto one = make_cpu_backend(*model, BackendOptions{2, 0});
