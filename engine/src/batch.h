@@ -40,8 +40,8 @@ class BatchDecoder {
   // One forward over the running sequences' next requests, carrying at most the backend's prefill_chunk()
   // prompt tokens (chunks of long prompts, prompts' last parts with their first windows; one prompt forward
   // at least) and at most one prompt part that the backend runs alone (Backend::alone_prompt_rows), so that
-  // prompts joining delay the running sequences by about one chunk per forward, not by their whole prefill. Returns the sequences that finished (cancelled ones without a forward); they leave
-  // the batch.
+  // prompts joining delay the running sequences by about one chunk per forward, not by their whole prefill.
+  // Returns the sequences that finished (cancelled ones without a forward); they leave the batch.
   std::vector<Finished> step();
 
  private:
