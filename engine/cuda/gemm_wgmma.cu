@@ -414,6 +414,44 @@ __global__ void __launch_bounds__(kThreads, 1)
     A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
   }
 
+  if constexpr (kEpilogue == PrefillEpilogue::silu_mul) {
+    // Without a split the SiLU results go out through the ring, free once both consumers' products have waited (the
+    // producer's copies all landed before them): a [token][64 outputs] bf16 tile in shared memory, then whole rows
+    // in 16-byte stores, where prefill_epilogue_write's 2-byte stores scatter over 4 token rows a warp instruction.
+    if (gridDim.z == 1) {
+      constexpr int kOut = kBlockRows / 2;  // a 16-row tile's 8 gate rows give 8 outputs (their up rows the other 8)
+      constexpr int kStride = kOut + 8;     // bf16 a staged row: 144 bytes, 16-byte aligned, rows on other banks
+      static_assert(kTokens * kStride * 2 <= L::stages * L::stage_bytes, "the staged tile fits the ring");
+      bf16* staged = reinterpret_cast<bf16*>(smem_raw + (ring - smem_address(smem_raw)));
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
+      const int row = lane / 4, pair = lane % 4;
+      const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
+#pragma unroll
+      for (int i = 0; i < kTokens / 4; ++i) {
+        // acc[4j + h] is gate row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] its up row.
+        const float v0 = acc[4 * (i / 2) + i % 2] + bias.x, v1 = acc[4 * (i / 2) + 2 + i % 2] + bias.y;
+        staged[(8 * (i / 2) + 2 * pair + i % 2) * kStride + slab * 8 + row] = __float2bfloat16(v0 / (1.f + __expf(-v0)) * v1);
+      }
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+      constexpr int kChunks = kOut / 8;  // 16-byte chunks a staged row
+      const int out0 = tile0 * 8;        // the block's first output column
+      const bool vectors = p.out_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
+      for (int j = ct; j < kTokens * kChunks; j += kConsumerThreads) {
+        const int token = j / kChunks, col = out0 + j % kChunks * 8;
+        if (token0 + token >= p.rows || col >= p.n_out) continue;
+        const bf16* from = staged + token * kStride + j % kChunks * 8;
+        bf16* to = p.out + static_cast<size_t>(token0 + token) * p.out_stride + col;
+        if (vectors && col + 8 <= p.n_out) {
+          *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
+        } else {
+          for (int e = 0; e < 8 && col + e < p.n_out; ++e) to[e] = from[e];
+        }
+      }
+      A2D_TRACE(record(t_reduced, true));
+      return;
+    }
+  }
+
   const int tile = tile0 + slab;
   if (tile >= (p.n_rows + 15) / 16) return;
   const int g = lane / 4, c = lane % 4;
