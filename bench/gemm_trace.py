@@ -16,6 +16,12 @@ for t, B t and the epilogue), which beside a run without the adapter say where t
 
     python3 bench/gemm_trace.py --lib build/device/trace/liba2d_cuda_bench.so --out $OUT
     python3 bench/gemm_trace.py --lib build/device/trace/liba2d_cuda_bench.so --out $OUT --tunings default --adapter window:64
+
+`--prefill ROWS` traces one prompt's prefill call of that many rows after `--kv` cached instead (the warpgroup GEMM's
+blocks, one record each; TFLOP/s over each GEMM's span beside the phases): where a long prompt's GEMMs lose their
+time, at the ring's fill, in the K loop or in the epilogue.
+
+    python3 bench/gemm_trace.py --lib build/device/trace/liba2d_cuda_bench.so --out $OUT --prefill 1023 --kv 0 --tunings default
 """
 import argparse
 import ctypes
@@ -73,6 +79,17 @@ def trace(engine, kernels, cached, rows, capacity=400_000):
     count = ctypes.c_int()
     engine.lib.call("a2d_bench_trace", engine.handle, ctypes.c_uint(kernels), cached, rows, capacity,
                     ctypes.c_void_p(buf.ctypes.data), ctypes.byref(count))
+    if count.value > capacity:
+        log(f"  {count.value} records, {capacity} kept")
+    return buf[:min(count.value, capacity)]
+
+
+def trace_prefill(engine, cached, rows, capacity=400_000):
+    """The records of one prefill call of `rows` prompt tokens after `cached` (a2d_bench_trace_prefill)."""
+    buf = np.zeros(capacity, dtype=RECORD)
+    count = ctypes.c_int()
+    engine.lib.call("a2d_bench_trace_prefill", engine.handle, cached, rows, capacity, ctypes.c_void_p(buf.ctypes.data),
+                    ctypes.byref(count))
     if count.value > capacity:
         log(f"  {count.value} records, {capacity} kept")
     return buf[:min(count.value, capacity)]
@@ -154,6 +171,8 @@ def main():
     parser.add_argument("--tunings", default="default;s8",
                         help="tunings as cuda_check.py labels them (tuning_label: 's8 b2 wf0'), ';' between them")
     parser.add_argument("--adapter", default="", help="RULE:RANK: a random row adapter on every projection (window:64)")
+    parser.add_argument("--prefill", type=int, default=0,
+                        help="trace one prompt's prefill call of this many rows (after --kv cached) instead of forwards")
     args = parser.parse_args()
     adapter = parse_adapter(args.adapter)
     os.makedirs(args.out, exist_ok=True)
@@ -168,6 +187,19 @@ def main():
     lines, summary = [], {}
     for text in args.tunings.split(";"):
         tuning = parse_tuning(text)
+        if args.prefill:
+            engine.reconfigure(tuning)
+            rec = trace_prefill(engine, args.kv, args.prefill)
+            name = f"prefill call {tuning_label(tuning)} rows {args.prefill} after {args.kv}"
+            np.savez_compressed(os.path.join(args.out, f"records-prefill-{tuning_label(tuning)}.npz".replace(" ", "-")),
+                                records=rec)
+            rows, total = analyse(rec, cfg)
+            lines.append(f"{name}: {len(rec)} block records; TFLOP/s over each GEMM's span: " +
+                         ", ".join(f"{kind} {med['TBps_over_span'] * args.prefill:.0f}" for kind, med in rows.items()))
+            print_table(name, rows, total, lines)
+            summary[name] = dict(records=len(rec), span_us=total, per_kind=rows)
+            log("\n".join(lines[-(len(rows) + 3):]))
+            continue
         for kernels, what in ((GEMM_KERNELS, "gemm-only"), (ALL_KERNELS, "whole forward")):
             engine.reconfigure(tuning)
             engine.run_only(kernels)

@@ -357,6 +357,48 @@ int a2d_bench_time(void* handle, int cached, int commit, int rows, int logit_cou
   });
 }
 
+// The trace build's per-block records of one prompt's prefill call (DeviceModel::prefill of `rows` tokens on slot 0
+// after `cached`; the warpgroup GEMM writes them, the mma.sync one does not), after one untraced call: records[]
+// gets min(count, capacity) of them, count is what the call wrote. The model is reconfigured with the trace on and
+// off again afterwards.
+int a2d_bench_trace_prefill(void* handle, int cached, int rows, int capacity, void* records, int* count, char* error,
+                            int size) {
+  return guarded(error, size, [&] {
+#if !defined(A2D_GEMM_TRACE)
+    (void)handle, (void)cached, (void)rows, (void)capacity, (void)records, (void)count;
+    throw std::runtime_error("this harness was built without A2D_GEMM_TRACE: stage it with TRACE=1 bash bench/stage-device.sh");
+#else
+    DeviceModel* model = static_cast<DeviceModel*>(handle);
+    if (rows < 1 || rows > model->prefill_rows()) {
+      throw std::runtime_error("rows must be 1.." + std::to_string(model->prefill_rows()) + " (the prefill call's capacity)");
+    }
+    std::vector<int32_t> tokens(rows);
+    for (int i = 0; i < rows; ++i) tokens[i] = static_cast<int32_t>((int64_t(i) * 7919 + 13) % model->shape().vocab);
+    GemmTrace trace;
+    trace.capacity = static_cast<unsigned>(capacity);
+    A2D_CUDA_CHECK(cudaMalloc(&trace.records, sizeof(GemmBlockRecord) * capacity));
+    A2D_CUDA_CHECK(cudaMalloc(&trace.count, sizeof(unsigned)));
+    ModelOptions options = model->options();
+    options.gemm_trace = trace;
+    model->reconfigure(options);
+    model->prefill(0, cached, tokens.data(), rows);
+    model->synchronize();
+    A2D_CUDA_CHECK(cudaMemset(trace.count, 0, sizeof(unsigned)));
+    model->prefill(0, cached, tokens.data(), rows);
+    model->synchronize();
+    unsigned written = 0;
+    A2D_CUDA_CHECK(cudaMemcpy(&written, trace.count, sizeof(unsigned), cudaMemcpyDeviceToHost));
+    A2D_CUDA_CHECK(cudaMemcpy(records, trace.records, sizeof(GemmBlockRecord) * std::min<unsigned>(written, capacity),
+                              cudaMemcpyDeviceToHost));
+    *count = static_cast<int>(written);
+    options.gemm_trace = GemmTrace{};
+    model->reconfigure(options);
+    A2D_CUDA_CHECK(cudaFree(trace.records));
+    A2D_CUDA_CHECK(cudaFree(trace.count));
+#endif
+  });
+}
+
 // The trace build's per-block GEMM records (engine/cuda/trace.cuh) of one forward, run as a2d_bench_time
 // runs it (three forwards before it warm up) with the kernels of a2d_bench_kernels' `kernels`: records[] gets
 // min(count, capacity) of them; count is what the forward wrote. The model is recaptured with the trace on,

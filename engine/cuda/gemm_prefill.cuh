@@ -142,11 +142,15 @@ PrefillSplit prefill_wgmma_cluster_split(int rows, int n_rows, int k, int sm_cou
 // The warpgroup kernel's block tokens for a call of `rows` rows of a weight of `n_rows` rows: 64 up to 64 rows;
 // up to 256 rows, one token block of all of them (128 or 256) where the weight's 128-row blocks fill half the SMs
 // (gate_up: its weights stream once) and 64 where they do not (qkv, o, down: the K split fills the SMs, and its
-// reduction tail is shortest); 128 up to 1,024 rows, then 256.
+// reduction tail is shortest); above 256 rows 256 for such a wide weight, and for the others 128 up to 1,024 rows,
+// then 256. (The 2B shape on the H100, bench/NOTES.md: at 512 rows every GEMM's best is 128 but gate_up's, 256
+// (run 123); a 1,023-row prompt's gate_up 119 us a call at 256 against 147 at 128, qkv 88 against 82, o and down
+// 71 against 60 together (run 164).)
 inline int prefill_wgmma_tokens(int rows, int n_rows, int sm_count) {
+  const bool wide = 2 * ((n_rows + 127) / 128) >= sm_count;
   if (rows <= 64) return 64;
-  if (rows <= 256) return 2 * ((n_rows + 127) / 128) >= sm_count ? (rows <= 128 ? 128 : 256) : 64;
-  return rows <= 1024 ? 128 : 256;
+  if (rows <= 256) return wide ? (rows <= 128 ? 128 : 256) : 64;
+  return wide || rows > 1024 ? 256 : 128;
 }
 
 }  // namespace a2d::cuda

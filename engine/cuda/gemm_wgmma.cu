@@ -414,6 +414,98 @@ __global__ void __launch_bounds__(kThreads, 1)
     A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
   }
 
+  if constexpr (kEpilogue == PrefillEpilogue::silu_mul) {
+    // Without a split the SiLU results go out through the ring, free once both consumers' products have waited (the
+    // producer's copies all landed before them): a [token][64 outputs] bf16 tile in shared memory, then whole rows
+    // in 16-byte stores, where prefill_epilogue_write's 2-byte stores scatter over 4 token rows a warp instruction.
+    if (gridDim.z == 1) {
+      constexpr int kOut = kBlockRows / 2;  // a 16-row tile's 8 gate rows give 8 outputs (their up rows the other 8)
+      constexpr int kStride = kOut + 8;     // bf16 a staged row: 144 bytes, 16-byte aligned, rows on other banks
+      static_assert(kTokens * kStride * 2 <= L::stages * L::stage_bytes, "the staged tile fits the ring");
+      bf16* staged = reinterpret_cast<bf16*>(smem_raw + (ring - smem_address(smem_raw)));
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
+      const int row = lane / 4, pair = lane % 4;
+      const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
+#pragma unroll
+      for (int i = 0; i < kTokens / 4; ++i) {
+        // acc[4j + h] is gate row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] its up row.
+        const float v0 = acc[4 * (i / 2) + i % 2] + bias.x, v1 = acc[4 * (i / 2) + 2 + i % 2] + bias.y;
+        staged[(8 * (i / 2) + 2 * pair + i % 2) * kStride + slab * 8 + row] = __float2bfloat16(v0 / (1.f + __expf(-v0)) * v1);
+      }
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+      constexpr int kChunks = kOut / 8;  // 16-byte chunks a staged row
+      const int out0 = tile0 * 8;        // the block's first output column
+      const bool vectors = p.out_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
+      for (int j = ct; j < kTokens * kChunks; j += kConsumerThreads) {
+        const int token = j / kChunks, col = out0 + j % kChunks * 8;
+        if (token0 + token >= p.rows || col >= p.n_out) continue;
+        const bf16* from = staged + token * kStride + j % kChunks * 8;
+        bf16* to = p.out + static_cast<size_t>(token0 + token) * p.out_stride + col;
+        if (vectors && col + 8 <= p.n_out) {
+          *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
+        } else {
+          for (int e = 0; e < 8 && col + e < p.n_out; ++e) to[e] = from[e];
+        }
+      }
+      A2D_TRACE(record(t_reduced, true));
+      return;
+    }
+  } else if constexpr (kEpilogue == PrefillEpilogue::residual_add) {
+    // The same for the residual sums: a [token][128 outputs] fp32 tile of products and bias, then whole residual
+    // rows read, added to and written back in 16-byte chunks, each thread's reads of 8 chunks in flight before its
+    // writes (a store may alias any later load). The same sums as prefill_epilogue_write's.
+    if (gridDim.z == 1) {
+      constexpr int kStride = kBlockRows + 4;  // floats a staged row: 528 bytes, 16-byte aligned, rows on other banks
+      static_assert(kTokens * kStride * 4 <= L::stages * L::stage_bytes, "the staged tile fits the ring");
+      float* staged = reinterpret_cast<float*>(smem_raw + (ring - smem_address(smem_raw)));
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
+      const int row = lane / 4, pair = lane % 4;
+      const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
+#pragma unroll
+      for (int i = 0; i < kTokens / 4; ++i) {
+        // acc[4j + h] is weight row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] row `row` + 8.
+        float* to = staged + (8 * (i / 2) + 2 * pair + i % 2) * kStride + slab * 16 + row;
+        to[0] = acc[4 * (i / 2) + i % 2] + bias.x;
+        to[8] = acc[4 * (i / 2) + 2 + i % 2] + bias.y;
+      }
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+      constexpr int kChunks = kBlockRows / 4;                          // 16-byte chunks a staged row
+      constexpr int kPerThread = kTokens * kChunks / kConsumerThreads;  // 8, 16 or 32
+      constexpr int kBatch = 8;
+      static_assert(kPerThread % kBatch == 0, "whole batches of chunks");
+      const int out0 = tile0 * 16;  // the block's first output column
+      const bool vectors = p.out_stride % 4 == 0 && p.n_out % 4 == 0 && reinterpret_cast<uintptr_t>(p.residual) % 16 == 0;
+      for (int k0 = 0; k0 < kPerThread; k0 += kBatch) {
+        float4 sums[kBatch];
+        bool live[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int j = ct + (k0 + b) * kConsumerThreads;
+          const int token = j / kChunks, col = out0 + j % kChunks * 4;
+          live[b] = token0 + token < p.rows && col < p.n_out;
+          float* at = p.residual + static_cast<size_t>(token0 + token) * p.out_stride + col;
+          if (live[b] && vectors) sums[b] = *reinterpret_cast<const float4*>(at);
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          if (!live[b]) continue;
+          const int j = ct + (k0 + b) * kConsumerThreads;
+          const int token = j / kChunks, col = out0 + j % kChunks * 4;
+          const float* from = staged + token * kStride + j % kChunks * 4;
+          float* at = p.residual + static_cast<size_t>(token0 + token) * p.out_stride + col;
+          if (vectors) {
+            const float4 v = *reinterpret_cast<const float4*>(from);
+            *reinterpret_cast<float4*>(at) = make_float4(sums[b].x + v.x, sums[b].y + v.y, sums[b].z + v.z, sums[b].w + v.w);
+          } else {
+            for (int e = 0; e < 4 && col + e < p.n_out; ++e) at[e] += from[e];
+          }
+        }
+      }
+      A2D_TRACE(record(t_reduced, true));
+      return;
+    }
+  }
+
   const int tile = tile0 + slab;
   if (tile >= (p.n_rows + 15) / 16) return;
   const int g = lane / 4, c = lane % 4;

@@ -202,8 +202,13 @@ void DeviceModel::prefill(int slot, int cached, const int32_t* tokens, int rows)
   const int64_t kv_layer = int64_t(slots_) * kv_slot_elements_;
   bf16* k_cache = kv_cache_ + kv_slot_elements_ * slot;
   bf16* v_cache = kv_cache_ + kv_layer * s.layers + kv_slot_elements_ * slot;
-  auto gemm_params = [&](const bf16* weight, int n_rows, int n_out, int k, const bf16* x, int x_stride) {
-    return prefill_params(weight, n_rows, n_out, k, x, x_stride, rows);
+  // `site`: which GEMM of the call (4 x layer + qkv 0, o 1, gate_up 2, down 3, as the decode forward's), for the
+  // trace build's records (ModelOptions::gemm_trace).
+  auto gemm_params = [&](const bf16* weight, int n_rows, int n_out, int k, const bf16* x, int x_stride, int site) {
+    PrefillGemmParams g = prefill_params(weight, n_rows, n_out, k, x, x_stride, rows);
+    g.trace = options_.gemm_trace;
+    g.site = site;
+    return g;
   };
 
   timed(PrefillTimes::embed_norms, [&] { embed_tokens(embed_, s.hidden, prefill_tokens_, rows, prefill_residual_, st); });
@@ -213,7 +218,7 @@ void DeviceModel::prefill(int slot, int cached, const int32_t* tokens, int rows)
     bf16* layer_v = v_cache + kv_layer * l;
 
     timed(PrefillTimes::embed_norms, [&] { rmsnorm_prefill(prefill_residual_, s.hidden, L.input_norm, s.rms_eps, rows, prefill_normed_, st); });
-    PrefillGemmParams qkv = gemm_params(L.qkv, qkv_rows_, qkv_rows_, s.hidden, prefill_normed_, s.hidden);
+    PrefillGemmParams qkv = gemm_params(L.qkv, qkv_rows_, qkv_rows_, s.hidden, prefill_normed_, s.hidden, 4 * l);
     qkv.bias = s.qkv_bias ? L.qkv_bias : nullptr;
     if (fused_rope_) {
       set_rope_epilogue(qkv, s, rope_table_, prefill_q_, layer_k, layer_v);
@@ -249,19 +254,22 @@ void DeviceModel::prefill(int slot, int cached, const int32_t* tokens, int rows)
       timed(PrefillTimes::attention, [&] { attention_prefill(ap, st); });
     }
 
-    PrefillGemmParams o = gemm_params(L.o, s.hidden, s.hidden, s.heads * s.head_dim, prefill_attention_, s.heads * s.head_dim);
+    PrefillGemmParams o =
+        gemm_params(L.o, s.hidden, s.hidden, s.heads * s.head_dim, prefill_attention_, s.heads * s.head_dim, 4 * l + 1);
     o.bias = s.o_bias ? L.o_bias : nullptr;
     o.residual = prefill_residual_;
     o.out_stride = s.hidden;
     timed(PrefillTimes::o, [&] { prefill_gemm(o, PrefillEpilogue::residual_add); });
 
     timed(PrefillTimes::embed_norms, [&] { rmsnorm_prefill(prefill_residual_, s.hidden, L.post_norm, s.rms_eps, rows, prefill_normed_, st); });
-    PrefillGemmParams gate_up = gemm_params(L.gate_up, gate_up_rows_, s.intermediate, s.hidden, prefill_normed_, s.hidden);
+    PrefillGemmParams gate_up =
+        gemm_params(L.gate_up, gate_up_rows_, s.intermediate, s.hidden, prefill_normed_, s.hidden, 4 * l + 2);
     gate_up.out = prefill_act_;
     gate_up.out_stride = s.intermediate;
     timed(PrefillTimes::gate_up, [&] { prefill_gemm(gate_up, PrefillEpilogue::silu_mul); });
 
-    PrefillGemmParams down = gemm_params(L.down, s.hidden, s.hidden, s.intermediate, prefill_act_, s.intermediate);
+    PrefillGemmParams down =
+        gemm_params(L.down, s.hidden, s.hidden, s.intermediate, prefill_act_, s.intermediate, 4 * l + 3);
     down.residual = prefill_residual_;
     down.out_stride = s.hidden;
     timed(PrefillTimes::down, [&] { prefill_gemm(down, PrefillEpilogue::residual_add); });
