@@ -504,6 +504,98 @@ __global__ void __launch_bounds__(kThreads, 1)
       A2D_TRACE(record(t_reduced, true));
       return;
     }
+  } else if constexpr (kEpilogue == PrefillEpilogue::rope_qkv) {
+    // RoPE's results through the ring as well: the products and bias as a [token][8 tiles x 20] fp32 tile (a tile's
+    // 16 rows, then 4 floats of padding: a quarter warp's reads of 8 tiles of one token fall on 8 bank groups),
+    // then one thread a token row and 16-row tile: its 8 angles read as 4 16-byte loads (the rope-pair dims 8j..8j+7
+    // of the tile are consecutive in the table), the pairs rotated, and the tile's two 8-dim halves of the head
+    // stored as two 16-byte chunks, a warp's 8 tiles of a token together (for a 128-dim head: its 256-byte row of
+    // q_out or of the KV slot). The values and sums of prefill_epilogue_write's. Not in clusters (blocks leave
+    // with their share of the tiles) and only where every 16-byte access is aligned.
+    const bool vectors = !(kClusters && p.cluster_splits > 1) && reinterpret_cast<uintptr_t>(p.q_out) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(p.rope_table) % 16 == 0 && (p.state == nullptr || p.kv_slot_stride % 8 == 0);
+    if (vectors) {
+      constexpr int kTileStride = 20;                 // floats a staged 16-row tile
+      constexpr int kStride = 8 * kTileStride + 4;   // floats a staged token row: 656 bytes, the pairs' writes on 32 banks
+      static_assert(kTokens * kStride * 4 <= L::stages * L::stage_bytes, "the staged tile fits the ring");
+      float* staged = reinterpret_cast<float*>(smem_raw + (ring - smem_address(smem_raw)));
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
+      const int row = lane / 4, pair = lane % 4;
+      const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
+#pragma unroll
+      for (int i = 0; i < kTokens / 4; ++i) {
+        // acc[4j + h] is weight row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] row `row` + 8.
+        float* to = staged + (8 * (i / 2) + 2 * pair + i % 2) * kStride + slab * kTileStride + row;
+        to[0] = acc[4 * (i / 2) + i % 2] + bias.x;
+        to[8] = acc[4 * (i / 2) + 2 + i % 2] + bias.y;
+      }
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+      const int n_tiles = (p.n_rows + 15) / 16, half = p.head_dim / 2;
+      constexpr int kPerThread = kTokens * 8 / kConsumerThreads;  // 2, 4 or 8 (token row, tile) pairs
+      constexpr int kBatch = kPerThread < 4 ? kPerThread : 4;      // whose angle reads are in flight together
+#pragma unroll
+      for (int k0 = 0; k0 < kPerThread; k0 += kBatch) {
+        float4 cs[kBatch][4];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int item = ct + (k0 + b) * kConsumerThreads, token = item / 8, tile = tile0 + item % 8;
+          const int first_row = tile * 16, slot = token_slot[token];
+          if (token0 + token < p.rows && tile < n_tiles && slot >= 0 && first_row / p.head_dim < p.num_heads + p.num_kv_heads) {
+            const float4* angles = reinterpret_cast<const float4*>(p.rope_table + static_cast<size_t>(slot) * half +
+                                                                   first_row % p.head_dim / 16 * 8);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) cs[b][e] = angles[e];
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int item = ct + (k0 + b) * kConsumerThreads, token = item / 8, tile = tile0 + item % 8;
+          const int t = token0 + token, first_row = tile * 16, slot = token_slot[token];
+          if (t >= p.rows || tile >= n_tiles || slot < 0) continue;
+          const float* from = staged + token * kStride + item % 8 * kTileStride;
+          float v[16];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float4 x = *reinterpret_cast<const float4*>(from + 4 * e);
+            v[4 * e] = x.x, v[4 * e + 1] = x.y, v[4 * e + 2] = x.z, v[4 * e + 3] = x.w;
+          }
+          const int head = first_row / p.head_dim;
+          __align__(16) bf16 lo[8], hi[8];
+          bf16* out;
+          int at_lo, at_hi;  // where the two 8-dim chunks go in the head's row
+          if (head < p.num_heads + p.num_kv_heads) {
+            // Rows e and e + 8 of the tile are dims d + e and d + e + half of one q or k head (rope_pair_dim).
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              const float4 c2 = cs[b][e / 2];
+              const float c = e % 2 ? c2.z : c2.x, sn = e % 2 ? c2.w : c2.y;
+              lo[e] = __float2bfloat16(v[e] * c - v[e + 8] * sn);
+              hi[e] = __float2bfloat16(v[e + 8] * c + v[e] * sn);
+            }
+            at_lo = first_row % p.head_dim / 16 * 8;
+            at_hi = at_lo + half;
+            out = head < p.num_heads ? p.q_out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim
+                                     : p.k_cache + token_offset[token] +
+                                           (static_cast<size_t>(head - p.num_heads) * p.max_context + slot) * p.head_dim;
+          } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              lo[e] = __float2bfloat16(v[e]);
+              hi[e] = __float2bfloat16(v[e + 8]);
+            }
+            at_lo = first_row % p.head_dim;
+            at_hi = at_lo + 8;
+            out = p.v_cache + token_offset[token] +
+                  (static_cast<size_t>(head - p.num_heads - p.num_kv_heads) * p.max_context + slot) * p.head_dim;
+          }
+          *reinterpret_cast<uint4*>(out + at_lo) = *reinterpret_cast<const uint4*>(lo);
+          *reinterpret_cast<uint4*>(out + at_hi) = *reinterpret_cast<const uint4*>(hi);
+        }
+      }
+      A2D_TRACE(record(t_reduced, true));
+      return;
+    }
   }
 
   const int tile = tile0 + slab;
