@@ -361,30 +361,29 @@ __global__ void __launch_bounds__(kThreads, 1)
     acc[4 * q + 2] += v.z;
     acc[4 * q + 3] += v.w;
   };
-  if (kClusters && p.cluster_splits > 1) {
+  // The token rows whose results this block writes: all of them, or in a cluster split the quads (8 token rows
+  // each) r, r + splits, ... of block r.
+  const bool clustered = kClusters && p.cluster_splits > 1;
+  const int own_stride = clustered ? p.cluster_splits : 1;
+  const int own_quad = clustered ? cluster_rank() : 0;
+  auto owns = [&](int token) { return token / 8 % own_stride == own_quad; };  // token: the block's row, 0..kTokens-1
+  if (clustered) {
     // Each split leaves its accumulators in its own ring, free once both consumers' products are done; after the
-    // cluster's barrier block r sums tiles r, r + splits, ... from every split's ring in split order, and a second
-    // barrier keeps each ring until every block has read it.
+    // cluster's barrier block r sums its quads of every tile from every split's ring in split order, and a second
+    // barrier keeps each ring until every block has read it. Every consumer thread stays for the epilogue.
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
     publish(reinterpret_cast<float4*>(smem_raw + (ring - smem_address(smem_raw))));
     cluster_barrier();
-    const bool mine = slab % p.cluster_splits == cluster_rank();
-    if (mine) {
 #pragma unroll
-      for (int i = 0; i < kTokens / 2; ++i) acc[i] = 0.f;
+    for (int q = 0; q < kQuads; ++q) {
+      if (q % own_stride != own_quad) continue;
+      acc[4 * q] = acc[4 * q + 1] = acc[4 * q + 2] = acc[4 * q + 3] = 0.f;
       for (int split = 0; split < p.cluster_splits; ++split) {
-#pragma unroll
-        for (int q = 0; q < kQuads; ++q) {
-          add(q, load_peer(ring + static_cast<uint32_t>((q * kConsumerThreads + ct) * sizeof(float4)), split));
-        }
+        add(q, load_peer(ring + static_cast<uint32_t>((q * kConsumerThreads + ct) * sizeof(float4)), split));
       }
-      A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
     }
+    A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
     cluster_barrier();
-    if (!mine) {
-      A2D_TRACE(record(trace_clock(), false));
-      return;
-    }
   } else if (p.steps_per_split > 0) {
     // Publish this split's accumulators in the global partials; the output block's last split to arrive adds every
     // split's in split order (the same sums whichever arrives last).
@@ -415,104 +414,101 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   if constexpr (kEpilogue == PrefillEpilogue::silu_mul) {
-    // Without a split the SiLU results go out through the ring, free once both consumers' products have waited (the
-    // producer's copies all landed before them): a [token][64 outputs] bf16 tile in shared memory, then whole rows
-    // in 16-byte stores, where prefill_epilogue_write's 2-byte stores scatter over 4 token rows a warp instruction.
-    if (gridDim.z == 1) {
-      constexpr int kOut = kBlockRows / 2;  // a 16-row tile's 8 gate rows give 8 outputs (their up rows the other 8)
-      constexpr int kStride = kOut + 8;     // bf16 a staged row: 144 bytes, 16-byte aligned, rows on other banks
-      static_assert(kTokens * kStride * 2 <= L::stages * L::stage_bytes, "the staged tile fits the ring");
-      bf16* staged = reinterpret_cast<bf16*>(smem_raw + (ring - smem_address(smem_raw)));
-      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
-      const int row = lane / 4, pair = lane % 4;
-      const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
+    // The SiLU results go out through the ring, free once both consumers' products have waited (the producer's
+    // copies all landed before them) and, in a cluster split, once every block has read the sums: a [token][64
+    // outputs] bf16 tile in shared memory, then the block's own token rows whole in 16-byte stores, where
+    // prefill_epilogue_write's 2-byte stores scatter over 4 token rows a warp instruction.
+    constexpr int kOut = kBlockRows / 2;  // a 16-row tile's 8 gate rows give 8 outputs (their up rows the other 8)
+    constexpr int kStride = kOut + 8;     // bf16 a staged row: 144 bytes, 16-byte aligned, rows on other banks
+    static_assert(kTokens * kStride * 2 <= L::stages * L::stage_bytes, "the staged tile fits the ring");
+    bf16* staged = reinterpret_cast<bf16*>(smem_raw + (ring - smem_address(smem_raw)));
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
+    const int row = lane / 4, pair = lane % 4;
+    const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
 #pragma unroll
-      for (int i = 0; i < kTokens / 4; ++i) {
-        // acc[4j + h] is gate row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] its up row.
-        const float v0 = acc[4 * (i / 2) + i % 2] + bias.x, v1 = acc[4 * (i / 2) + 2 + i % 2] + bias.y;
-        staged[(8 * (i / 2) + 2 * pair + i % 2) * kStride + slab * 8 + row] = __float2bfloat16(v0 / (1.f + __expf(-v0)) * v1);
-      }
-      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
-      constexpr int kChunks = kOut / 8;  // 16-byte chunks a staged row
-      const int out0 = tile0 * 8;        // the block's first output column
-      const bool vectors = p.out_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
-      for (int j = ct; j < kTokens * kChunks; j += kConsumerThreads) {
-        const int token = j / kChunks, col = out0 + j % kChunks * 8;
-        if (token0 + token >= p.rows || col >= p.n_out) continue;
-        const bf16* from = staged + token * kStride + j % kChunks * 8;
-        bf16* to = p.out + static_cast<size_t>(token0 + token) * p.out_stride + col;
-        if (vectors && col + 8 <= p.n_out) {
-          *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
-        } else {
-          for (int e = 0; e < 8 && col + e < p.n_out; ++e) to[e] = from[e];
-        }
-      }
-      A2D_TRACE(record(t_reduced, true));
-      return;
+    for (int i = 0; i < kTokens / 4; ++i) {
+      // acc[4j + h] is gate row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] its up row.
+      const float v0 = acc[4 * (i / 2) + i % 2] + bias.x, v1 = acc[4 * (i / 2) + 2 + i % 2] + bias.y;
+      staged[(8 * (i / 2) + 2 * pair + i % 2) * kStride + slab * 8 + row] = __float2bfloat16(v0 / (1.f + __expf(-v0)) * v1);
     }
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+    constexpr int kChunks = kOut / 8;  // 16-byte chunks a staged row
+    const int out0 = tile0 * 8;        // the block's first output column
+    const bool vectors = p.out_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
+    for (int j = ct; j < kTokens * kChunks; j += kConsumerThreads) {
+      const int token = j / kChunks, col = out0 + j % kChunks * 8;
+      if (token0 + token >= p.rows || col >= p.n_out || !owns(token)) continue;
+      const bf16* from = staged + token * kStride + j % kChunks * 8;
+      bf16* to = p.out + static_cast<size_t>(token0 + token) * p.out_stride + col;
+      if (vectors && col + 8 <= p.n_out) {
+        *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
+      } else {
+        for (int e = 0; e < 8 && col + e < p.n_out; ++e) to[e] = from[e];
+      }
+    }
+    A2D_TRACE(record(t_reduced, true));
+    return;
   } else if constexpr (kEpilogue == PrefillEpilogue::residual_add) {
     // The same for the residual sums: a [token][128 outputs] fp32 tile of products and bias, then whole residual
     // rows read, added to and written back in 16-byte chunks, each thread's reads of 8 chunks in flight before its
     // writes (a store may alias any later load). The same sums as prefill_epilogue_write's.
-    if (gridDim.z == 1) {
-      constexpr int kStride = kBlockRows + 4;  // floats a staged row: 528 bytes, 16-byte aligned, rows on other banks
-      static_assert(kTokens * kStride * 4 <= L::stages * L::stage_bytes, "the staged tile fits the ring");
-      float* staged = reinterpret_cast<float*>(smem_raw + (ring - smem_address(smem_raw)));
-      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
-      const int row = lane / 4, pair = lane % 4;
-      const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
+    constexpr int kStride = kBlockRows + 4;  // floats a staged row: 528 bytes, 16-byte aligned, rows on other banks
+    static_assert(kTokens * kStride * 4 <= L::stages * L::stage_bytes, "the staged tile fits the ring");
+    float* staged = reinterpret_cast<float*>(smem_raw + (ring - smem_address(smem_raw)));
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
+    const int row = lane / 4, pair = lane % 4;
+    const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
 #pragma unroll
-      for (int i = 0; i < kTokens / 4; ++i) {
-        // acc[4j + h] is weight row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] row `row` + 8.
-        float* to = staged + (8 * (i / 2) + 2 * pair + i % 2) * kStride + slab * 16 + row;
-        to[0] = acc[4 * (i / 2) + i % 2] + bias.x;
-        to[8] = acc[4 * (i / 2) + 2 + i % 2] + bias.y;
-      }
-      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
-      constexpr int kChunks = kBlockRows / 4;                          // 16-byte chunks a staged row
-      constexpr int kPerThread = kTokens * kChunks / kConsumerThreads;  // 8, 16 or 32
-      constexpr int kBatch = 8;
-      static_assert(kPerThread % kBatch == 0, "whole batches of chunks");
-      const int out0 = tile0 * 16;  // the block's first output column
-      const bool vectors = p.out_stride % 4 == 0 && p.n_out % 4 == 0 && reinterpret_cast<uintptr_t>(p.residual) % 16 == 0;
-      for (int k0 = 0; k0 < kPerThread; k0 += kBatch) {
-        float4 sums[kBatch];
-        bool live[kBatch];
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int j = ct + (k0 + b) * kConsumerThreads;
-          const int token = j / kChunks, col = out0 + j % kChunks * 4;
-          live[b] = token0 + token < p.rows && col < p.n_out;
-          float* at = p.residual + static_cast<size_t>(token0 + token) * p.out_stride + col;
-          if (live[b] && vectors) sums[b] = *reinterpret_cast<const float4*>(at);
-        }
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          if (!live[b]) continue;
-          const int j = ct + (k0 + b) * kConsumerThreads;
-          const int token = j / kChunks, col = out0 + j % kChunks * 4;
-          const float* from = staged + token * kStride + j % kChunks * 4;
-          float* at = p.residual + static_cast<size_t>(token0 + token) * p.out_stride + col;
-          if (vectors) {
-            const float4 v = *reinterpret_cast<const float4*>(from);
-            *reinterpret_cast<float4*>(at) = make_float4(sums[b].x + v.x, sums[b].y + v.y, sums[b].z + v.z, sums[b].w + v.w);
-          } else {
-            for (int e = 0; e < 4 && col + e < p.n_out; ++e) at[e] += from[e];
-          }
-        }
-      }
-      A2D_TRACE(record(t_reduced, true));
-      return;
+    for (int i = 0; i < kTokens / 4; ++i) {
+      // acc[4j + h] is weight row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] row `row` + 8.
+      float* to = staged + (8 * (i / 2) + 2 * pair + i % 2) * kStride + slab * 16 + row;
+      to[0] = acc[4 * (i / 2) + i % 2] + bias.x;
+      to[8] = acc[4 * (i / 2) + 2 + i % 2] + bias.y;
     }
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+    constexpr int kChunks = kBlockRows / 4;                          // 16-byte chunks a staged row
+    constexpr int kPerThread = kTokens * kChunks / kConsumerThreads;  // 8, 16 or 32
+    constexpr int kBatch = 8;
+    static_assert(kPerThread % kBatch == 0, "whole batches of chunks");
+    const int out0 = tile0 * 16;  // the block's first output column
+    const bool vectors = p.out_stride % 4 == 0 && p.n_out % 4 == 0 && reinterpret_cast<uintptr_t>(p.residual) % 16 == 0;
+    for (int k0 = 0; k0 < kPerThread; k0 += kBatch) {
+      float4 sums[kBatch];
+      bool live[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int j = ct + (k0 + b) * kConsumerThreads;
+        const int token = j / kChunks, col = out0 + j % kChunks * 4;
+        live[b] = token0 + token < p.rows && col < p.n_out && owns(token);
+        float* at = p.residual + static_cast<size_t>(token0 + token) * p.out_stride + col;
+        if (live[b] && vectors) sums[b] = *reinterpret_cast<const float4*>(at);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (!live[b]) continue;
+        const int j = ct + (k0 + b) * kConsumerThreads;
+        const int token = j / kChunks, col = out0 + j % kChunks * 4;
+        const float* from = staged + token * kStride + j % kChunks * 4;
+        float* at = p.residual + static_cast<size_t>(token0 + token) * p.out_stride + col;
+        if (vectors) {
+          const float4 v = *reinterpret_cast<const float4*>(from);
+          *reinterpret_cast<float4*>(at) = make_float4(sums[b].x + v.x, sums[b].y + v.y, sums[b].z + v.z, sums[b].w + v.w);
+        } else {
+          for (int e = 0; e < 4 && col + e < p.n_out; ++e) at[e] += from[e];
+        }
+      }
+    }
+    A2D_TRACE(record(t_reduced, true));
+    return;
   } else if constexpr (kEpilogue == PrefillEpilogue::rope_qkv) {
     // RoPE's results through the ring as well: the products and bias as a [token][8 tiles x 20] fp32 tile (a tile's
     // 16 rows, then 4 floats of padding: a quarter warp's reads of 8 tiles of one token fall on 8 bank groups),
     // then one thread a token row and 16-row tile: its 8 angles read as 4 16-byte loads (the rope-pair dims 8j..8j+7
     // of the tile are consecutive in the table), the pairs rotated, and the tile's two 8-dim halves of the head
     // stored as two 16-byte chunks, a warp's 8 tiles of a token together (for a 128-dim head: its 256-byte row of
-    // q_out or of the KV slot). The values and sums of prefill_epilogue_write's. Not in clusters (blocks leave
-    // with their share of the tiles) and only where every 16-byte access is aligned.
-    const bool vectors = !(kClusters && p.cluster_splits > 1) && reinterpret_cast<uintptr_t>(p.q_out) % 16 == 0 &&
+    // q_out or of the KV slot). The values and sums of prefill_epilogue_write's, where every 16-byte access is
+    // aligned.
+    const bool vectors = reinterpret_cast<uintptr_t>(p.q_out) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(p.rope_table) % 16 == 0 && (p.state == nullptr || p.kv_slot_stride % 8 == 0);
     if (vectors) {
@@ -541,7 +537,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int b = 0; b < kBatch; ++b) {
           const int item = ct + (k0 + b) * kConsumerThreads, token = item / 8, tile = tile0 + item % 8;
           const int first_row = tile * 16, slot = token_slot[token];
-          if (token0 + token < p.rows && tile < n_tiles && slot >= 0 && first_row / p.head_dim < p.num_heads + p.num_kv_heads) {
+          if (token0 + token < p.rows && owns(token) && tile < n_tiles && slot >= 0 &&
+              first_row / p.head_dim < p.num_heads + p.num_kv_heads) {
             const float4* angles = reinterpret_cast<const float4*>(p.rope_table + static_cast<size_t>(slot) * half +
                                                                    first_row % p.head_dim / 16 * 8);
 #pragma unroll
@@ -552,7 +549,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int b = 0; b < kBatch; ++b) {
           const int item = ct + (k0 + b) * kConsumerThreads, token = item / 8, tile = tile0 + item % 8;
           const int t = token0 + token, first_row = tile * 16, slot = token_slot[token];
-          if (t >= p.rows || tile >= n_tiles || slot < 0) continue;
+          if (t >= p.rows || !owns(token) || tile >= n_tiles || slot < 0) continue;
           const float* from = staged + token * kStride + item % 8 * kTileStride;
           float v[16];
 #pragma unroll
@@ -605,7 +602,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Token row i = 2j + h: acc[4j + h] is row g of token 8j + 2c + h, acc[4j + 2 + h] row g + 8.
   constexpr int kBatch = kTokens == 256 && kEpilogue == PrefillEpilogue::rope_qkv ? 4 : 8;
   prefill_epilogue_rows<kEpilogue, kTokens / 4, kBatch>(
-      p, tile, g, [&](int i) { return token0 + 8 * (i / 2) + 2 * c + i % 2; },
+      p, tile, g, [&](int i) { return owns(8 * (i / 2)) ? token0 + 8 * (i / 2) + 2 * c + i % 2 : p.rows; },
       [&](int i) { return make_float2(acc[4 * (i / 2) + i % 2] + bias.x, acc[4 * (i / 2) + 2 + i % 2] + bias.y); },
       [&](int t) { return PrefillToken{token_slot[t - token0], token_offset[t - token0]}; });
   A2D_TRACE(record(t_reduced, true));
