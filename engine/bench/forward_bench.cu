@@ -115,6 +115,38 @@ void run_only(DeviceModel* model, unsigned kernels) {
   }
 }
 
+#if defined(A2D_GEMM_TRACE)
+// With the model reconfigured to write the GEMMs' block records (ModelOptions::gemm_trace, capacity of them):
+// `warm` runs, then `traced`, whose records (at most capacity) go to records[] and whose count of them to *count;
+// then the trace is off again and `after` runs.
+template <typename Warm, typename Traced, typename After>
+void with_gemm_trace(DeviceModel* model, int capacity, void* records, int* count, Warm&& warm, Traced&& traced,
+                     After&& after) {
+  GemmTrace trace;
+  trace.capacity = static_cast<unsigned>(capacity);
+  A2D_CUDA_CHECK(cudaMalloc(&trace.records, sizeof(GemmBlockRecord) * capacity));
+  A2D_CUDA_CHECK(cudaMalloc(&trace.count, sizeof(unsigned)));
+  ModelOptions options = model->options();
+  options.gemm_trace = trace;
+  model->reconfigure(options);
+  warm();
+  model->synchronize();
+  A2D_CUDA_CHECK(cudaMemset(trace.count, 0, sizeof(unsigned)));
+  traced();
+  model->synchronize();
+  unsigned written = 0;
+  A2D_CUDA_CHECK(cudaMemcpy(&written, trace.count, sizeof(unsigned), cudaMemcpyDeviceToHost));
+  A2D_CUDA_CHECK(cudaMemcpy(records, trace.records, sizeof(GemmBlockRecord) * std::min<unsigned>(written, capacity),
+                            cudaMemcpyDeviceToHost));
+  *count = static_cast<int>(written);
+  options.gemm_trace = GemmTrace{};
+  model->reconfigure(options);
+  after();
+  A2D_CUDA_CHECK(cudaFree(trace.records));
+  A2D_CUDA_CHECK(cudaFree(trace.count));
+}
+#endif
+
 }  // namespace
 
 extern "C" {
@@ -374,27 +406,9 @@ int a2d_bench_trace_prefill(void* handle, int cached, int rows, int capacity, vo
     }
     std::vector<int32_t> tokens(rows);
     for (int i = 0; i < rows; ++i) tokens[i] = static_cast<int32_t>((int64_t(i) * 7919 + 13) % model->shape().vocab);
-    GemmTrace trace;
-    trace.capacity = static_cast<unsigned>(capacity);
-    A2D_CUDA_CHECK(cudaMalloc(&trace.records, sizeof(GemmBlockRecord) * capacity));
-    A2D_CUDA_CHECK(cudaMalloc(&trace.count, sizeof(unsigned)));
-    ModelOptions options = model->options();
-    options.gemm_trace = trace;
-    model->reconfigure(options);
-    model->prefill(0, cached, tokens.data(), rows);
-    model->synchronize();
-    A2D_CUDA_CHECK(cudaMemset(trace.count, 0, sizeof(unsigned)));
-    model->prefill(0, cached, tokens.data(), rows);
-    model->synchronize();
-    unsigned written = 0;
-    A2D_CUDA_CHECK(cudaMemcpy(&written, trace.count, sizeof(unsigned), cudaMemcpyDeviceToHost));
-    A2D_CUDA_CHECK(cudaMemcpy(records, trace.records, sizeof(GemmBlockRecord) * std::min<unsigned>(written, capacity),
-                              cudaMemcpyDeviceToHost));
-    *count = static_cast<int>(written);
-    options.gemm_trace = GemmTrace{};
-    model->reconfigure(options);
-    A2D_CUDA_CHECK(cudaFree(trace.records));
-    A2D_CUDA_CHECK(cudaFree(trace.count));
+    with_gemm_trace(
+        model, capacity, records, count, [&] { model->prefill(0, cached, tokens.data(), rows); },
+        [&] { model->prefill(0, cached, tokens.data(), rows); }, [] {});
 #endif
   });
 }
@@ -413,29 +427,13 @@ int a2d_bench_trace(void* handle, unsigned kernels, int cached, int rows, int ca
     DeviceModel* model = static_cast<DeviceModel*>(handle);
     const TimedForward forward(*model, cached, 0, rows, rows);
     const ForwardInputs& in = forward.in;
-    GemmTrace trace;
-    trace.capacity = static_cast<unsigned>(capacity);
-    A2D_CUDA_CHECK(cudaMalloc(&trace.records, sizeof(GemmBlockRecord) * capacity));
-    A2D_CUDA_CHECK(cudaMalloc(&trace.count, sizeof(unsigned)));
-    ModelOptions options = model->options();
-    options.gemm_trace = trace;
-    model->reconfigure(options);
-    run_only(model, kernels);
-    for (int it = 0; it < 3; ++it) model->forward(in);
-    model->synchronize();
-    A2D_CUDA_CHECK(cudaMemset(trace.count, 0, sizeof(unsigned)));
-    model->forward(in);
-    model->synchronize();
-    unsigned written = 0;
-    A2D_CUDA_CHECK(cudaMemcpy(&written, trace.count, sizeof(unsigned), cudaMemcpyDeviceToHost));
-    A2D_CUDA_CHECK(cudaMemcpy(records, trace.records, sizeof(GemmBlockRecord) * std::min<unsigned>(written, capacity),
-                              cudaMemcpyDeviceToHost));
-    *count = static_cast<int>(written);
-    options.gemm_trace = GemmTrace{};
-    model->reconfigure(options);
-    run_only(model, kernels);
-    A2D_CUDA_CHECK(cudaFree(trace.records));
-    A2D_CUDA_CHECK(cudaFree(trace.count));
+    with_gemm_trace(
+        model, capacity, records, count,
+        [&] {
+          run_only(model, kernels);
+          for (int it = 0; it < 3; ++it) model->forward(in);
+        },
+        [&] { model->forward(in); }, [&] { run_only(model, kernels); });
 #endif
   });
 }

@@ -413,6 +413,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
   }
 
+  // The residual and RoPE epilogues' products and bias in the ring as fp32, [token][row_stride] with this warp's
+  // 16-row tile at slab x tile_stride, once both consumers are done with the ring; every thread's are there after.
+  auto stage_sums = [&](float* staged, int row_stride, int tile_stride) {
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
+    const int row = lane / 4, pair = lane % 4;
+    const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
+#pragma unroll
+    for (int i = 0; i < kTokens / 4; ++i) {
+      // acc[4j + h] is weight row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] row `row` + 8.
+      float* to = staged + (8 * (i / 2) + 2 * pair + i % 2) * row_stride + slab * tile_stride + row;
+      to[0] = acc[4 * (i / 2) + i % 2] + bias.x;
+      to[8] = acc[4 * (i / 2) + 2 + i % 2] + bias.y;
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+  };
+
   if constexpr (kEpilogue == PrefillEpilogue::silu_mul) {
     // The SiLU results go out through the ring, free once both consumers' products have waited (the producer's
     // copies all landed before them) and, in a cluster split, once every block has read the sums: a [token][64
@@ -455,17 +471,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kStride = kBlockRows + 4;  // floats a staged row: 528 bytes, 16-byte aligned, rows on other banks
     static_assert(kTokens * kStride * 4 <= L::stages * L::stage_bytes, "the staged tile fits the ring");
     float* staged = reinterpret_cast<float*>(smem_raw + (ring - smem_address(smem_raw)));
-    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
-    const int row = lane / 4, pair = lane % 4;
-    const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
-#pragma unroll
-    for (int i = 0; i < kTokens / 4; ++i) {
-      // acc[4j + h] is weight row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] row `row` + 8.
-      float* to = staged + (8 * (i / 2) + 2 * pair + i % 2) * kStride + slab * 16 + row;
-      to[0] = acc[4 * (i / 2) + i % 2] + bias.x;
-      to[8] = acc[4 * (i / 2) + 2 + i % 2] + bias.y;
-    }
-    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+    stage_sums(staged, kStride, 16);
     constexpr int kChunks = kBlockRows / 4;                          // 16-byte chunks a staged row
     constexpr int kPerThread = kTokens * kChunks / kConsumerThreads;  // 8, 16 or 32
     constexpr int kBatch = 8;
@@ -516,17 +522,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       constexpr int kStride = 8 * kTileStride + 4;   // floats a staged token row: 656 bytes, the pairs' writes on 32 banks
       static_assert(kTokens * kStride * 4 <= L::stages * L::stage_bytes, "the staged tile fits the ring");
       float* staged = reinterpret_cast<float*>(smem_raw + (ring - smem_address(smem_raw)));
-      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
-      const int row = lane / 4, pair = lane % 4;
-      const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
-#pragma unroll
-      for (int i = 0; i < kTokens / 4; ++i) {
-        // acc[4j + h] is weight row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] row `row` + 8.
-        float* to = staged + (8 * (i / 2) + 2 * pair + i % 2) * kStride + slab * kTileStride + row;
-        to[0] = acc[4 * (i / 2) + i % 2] + bias.x;
-        to[8] = acc[4 * (i / 2) + 2 + i % 2] + bias.y;
-      }
-      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+      stage_sums(staged, kStride, kTileStride);
       const int n_tiles = (p.n_rows + 15) / 16, half = p.head_dim / 2;
       constexpr int kPerThread = kTokens * 8 / kConsumerThreads;  // 2, 4 or 8 (token row, tile) pairs
       constexpr int kBatch = kPerThread < 4 ? kPerThread : 4;      // whose angle reads are in flight together
