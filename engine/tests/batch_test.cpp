@@ -29,6 +29,24 @@ struct Request {
   DecodeParams params;
 };
 
+// Steps `batch` until `count` sequences have finished, within `max_steps` steps: the step each finished at (the
+// first of these calls is step 1) and its result.
+struct Finishes {
+  std::map<uint64_t, int> at;
+  std::map<uint64_t, GenerateResult> results;
+};
+Finishes step_until_finished(BatchDecoder& batch, size_t count, int max_steps) {
+  Finishes done;
+  for (int step = 1; done.at.size() < count; ++step) {
+    for (BatchDecoder::Finished& f : batch.step()) {
+      done.at[f.id] = step;
+      done.results[f.id] = std::move(f.result);
+    }
+    REQUIRE(step < max_steps);
+  }
+  return done;
+}
+
 DecodeParams params_of(int64_t max_tokens, int block_size) {
   DecodeParams p;
   p.max_tokens = max_tokens;
@@ -165,15 +183,7 @@ TEST_CASE("batch: prompts go one forward's worth at a time, while the running se
   one_a_step.threshold = 1.0;
   batch.add(1, std::make_unique<Sequence>(*backend, prompt_of(700, 2), one_a_step), nullptr);
   batch.add(2, std::make_unique<Sequence>(*backend, prompt_of(700, 3), one_a_step), nullptr);
-  std::map<uint64_t, GenerateResult> results;
-  std::map<uint64_t, int> finished_at;
-  for (int step = 1; results.size() < 3; ++step) {
-    for (BatchDecoder::Finished& f : batch.step()) {
-      finished_at[f.id] = step;
-      results[f.id] = std::move(f.result);
-    }
-    REQUIRE(step < 500);
-  }
+  auto [finished_at, results] = step_until_finished(batch, 3, 500);
   CHECK(results[1].prefill_forwards == 2);
   CHECK(results[2].prefill_forwards == 2);
   // The short one ran in every forward from its first: its forwards are the steps it spent in the batch.
@@ -195,12 +205,7 @@ TEST_CASE("batch: short prompts join together up to one prefill chunk of prompt 
   // Four prompts of 60 tokens fit one forward (240 <= 256); a fifth waits for the next.
   BatchDecoder batch(*backend, 5);
   for (uint64_t id = 0; id < 5; ++id) batch.add(id, std::make_unique<Sequence>(*backend, prompt_of(60, id), p), nullptr);
-  std::map<uint64_t, int> finished_at;
-  for (int step = 1; finished_at.size() < 5; ++step) {
-    for (BatchDecoder::Finished& f : batch.step()) finished_at[f.id] = step;
-    REQUIRE(step < 100);
-  }
-  CHECK(finished_at == std::map<uint64_t, int>{{0, 4}, {1, 4}, {2, 4}, {3, 4}, {4, 5}});
+  CHECK(step_until_finished(batch, 5, 100).at == std::map<uint64_t, int>{{0, 4}, {1, 4}, {2, 4}, {3, 4}, {4, 5}});
 }
 
 namespace {
@@ -242,15 +247,7 @@ TEST_CASE("batch: prompts that run work of their own join one a forward, short o
   BatchDecoder batch(backend, 5);
   const size_t lengths[] = {100, 100, 20, 100, 20};
   for (uint64_t id = 0; id < 5; ++id) batch.add(id, std::make_unique<Sequence>(backend, prompt_of(lengths[id], id), p), nullptr);
-  std::map<uint64_t, int> finished_at;
-  std::map<uint64_t, GenerateResult> results;
-  for (int step = 1; finished_at.size() < 5; ++step) {
-    for (BatchDecoder::Finished& f : batch.step()) {
-      finished_at[f.id] = step;
-      results[f.id] = std::move(f.result);
-    }
-    REQUIRE(step < 100);
-  }
+  auto [finished_at, results] = step_until_finished(batch, 5, 100);
   CHECK(finished_at == std::map<uint64_t, int>{{0, 4}, {1, 5}, {2, 4}, {3, 6}, {4, 4}});
   for (uint64_t id = 0; id < 5; ++id) {
     CAPTURE(id);
