@@ -17,7 +17,8 @@
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
 //   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--wgmma-cluster 0|1]
 //                 [--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]
-//                 [--attention-typical-blocks 0|1] [--attention-warp-combine 0|1] [--profile-sequences N]
+//                 [--attention-typical-blocks 0|1] [--attention-warp-combine 0|1] [--attention-prefetch 0|1]
+//                 [--profile-sequences N]
 //                 [--profile-prompt N] [--wgmma-tokens N]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
 //   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
@@ -78,6 +79,8 @@ int g_forward_rows = ModelOptions{}.max_forward_rows;
 bool g_attention_typical_blocks = ModelOptions{}.attention_typical_blocks;
 // --attention-warp-combine 0|1: ModelOptions::attention_warp_combine (the engine's default unless given).
 bool g_attention_warp_combine = ModelOptions{}.attention_warp_combine;
+// --attention-prefetch 0|1: ModelOptions::attention_prefetch (the engine's default unless given).
+bool g_attention_prefetch = ModelOptions{}.attention_prefetch;
 // --profile-sequences N: only profile_forward below (N sequences of forward_rows_timings' kind in one forward).
 int g_profile_sequences = 0;
 // --profile-prompt N: only profile_prompt below (one N-token prompt on the prefill path).
@@ -141,6 +144,7 @@ std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed
   options.max_forward_rows = g_forward_rows;
   options.attention_typical_blocks = g_attention_typical_blocks;
   options.attention_warp_combine = g_attention_warp_combine;
+  options.attention_prefetch = g_attention_prefetch;
   options.gemm.prefill_split_blocks_per_sm = g_split;
   options.gemm.prefill_shape_by_rows = g_shapes;
   options.gemm.prefill_wgmma = g_wgmma;
@@ -717,13 +721,15 @@ int main(int argc, char** argv) {
     else if (arg == "--forward-rows-only") forward_rows_only = true;  // item 5 alone
     else if (arg == "--attention-typical-blocks" && i + 1 < argc) g_attention_typical_blocks = std::atoi(argv[++i]) != 0;
     else if (arg == "--attention-warp-combine" && i + 1 < argc) g_attention_warp_combine = std::atoi(argv[++i]) != 0;
+    else if (arg == "--attention-prefetch" && i + 1 < argc) g_attention_prefetch = std::atoi(argv[++i]) != 0;
     else if (arg == "--profile-sequences" && i + 1 < argc) g_profile_sequences = std::atoi(argv[++i]);
     else if (arg == "--profile-prompt" && i + 1 < argc) g_profile_prompt = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
                            "[--wgmma-cluster 0|1] [--split-attention 0|1] [--decode-prefill-gemm ROWS] "
                            "[--forward-rows N [--forward-rows-only]] [--attention-typical-blocks 0|1] "
-                           "[--attention-warp-combine 0|1] [--profile-sequences N] [--profile-prompt N] "
+                           "[--attention-warp-combine 0|1] [--attention-prefetch 0|1] "
+                           "[--profile-sequences N] [--profile-prompt N] "
                            "[--wgmma-tokens 0|64|128|256]\n");
       return 2;
     }

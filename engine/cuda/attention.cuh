@@ -49,6 +49,9 @@ struct AttentionParams {
   bool revealed_rule_causal;
   // Combine at most kWarpCombineSplits (16) splits with one warp per query row (ModelOptions::attention_warp_combine).
   bool warp_combine = true;
+  // Copy a split's first key tile before waiting for the previous kernel (PDL) where every key of it was cached
+  // before this forward: the kernels before attention in a forward write only its own rows' keys.
+  bool prefetch_cached = false;
 };
 
 // Sets the kernels' shared-memory limits; call once per process before the first launch.

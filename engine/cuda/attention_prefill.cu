@@ -57,21 +57,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_prefill_kernel(const Pr
   const size_t head_offset = static_cast<size_t>(kv_head) * p.max_context * kDim;
   const bf16* k_head = p.k_cache + head_offset;
   const bf16* v_head = p.v_cache + head_offset;
-  auto load_tile = [&](int tile, int stage) {
-    bf16* ks = smem + stage * 2 * kTileKeys * kStride;
-    bf16* vs = ks + kTileKeys * kStride;
-    constexpr int kChunks = kTileKeys * kDim / 8;
-    for (int e = threadIdx.x; e < kChunks; e += kWarps * 32) {
-      const int key = e / (kDim / 8);
-      const int col = (e % (kDim / 8)) * 8;
-      const int position = tile * kTileKeys + key;
-      const bool valid = position < key_end;
-      const size_t offset = static_cast<size_t>(valid ? position : 0) * kDim + col;
-      cp_async16(ks + key * kStride + col, k_head + offset, valid);
-      cp_async16(vs + key * kStride + col, v_head + offset, valid);
-    }
-    cp_async_commit();
-  };
+  auto load_tile = [&](int tile, int stage) { load_kv_tile<kDim>(smem, k_head, v_head, 0, key_end, tile, stage); };
 
   const int tiles = (key_end + kTileKeys - 1) / kTileKeys;
   load_tile(0, 0);

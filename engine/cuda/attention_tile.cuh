@@ -32,6 +32,27 @@ constexpr int smem_bytes() {
   return 2 /*stages*/ * 2 /*K, V*/ * kTileKeys * (kDim + kSmemPad) * 2;
 }
 
+// Issues the copy of tile `tile` of this block's keys [key_begin, key_end) of one KV head into stage `stage` (every
+// thread of the block takes part; one commit group).
+template <int kDim>
+__device__ __forceinline__ void load_kv_tile(bf16* smem, const bf16* k_head, const bf16* v_head, int key_begin, int key_end,
+                                             int tile, int stage) {
+  constexpr int kStride = kDim + kSmemPad;
+  bf16* ks = smem + stage * 2 * kTileKeys * kStride;
+  bf16* vs = ks + kTileKeys * kStride;
+  constexpr int kChunks = kTileKeys * kDim / 8;
+  for (int e = threadIdx.x; e < kChunks; e += kWarps * 32) {
+    const int key = e / (kDim / 8);
+    const int col = (e % (kDim / 8)) * 8;
+    const int position = key_begin + tile * kTileKeys + key;
+    const bool valid = position < key_end;
+    const size_t offset = static_cast<size_t>(valid ? position : 0) * kDim + col;
+    cp_async16(ks + key * kStride + col, k_head + offset, valid);
+    cp_async16(vs + key * kStride + col, v_head + offset, valid);
+  }
+  cp_async_commit();
+}
+
 // One warp's online-softmax step for its 16 query rows (this lane's rows g and g + 8: index h 0 and 1) over
 // kKeys keys: s holds the scores in log2 units, -inf where a key is not visible; m, l and o are the running
 // maximum, sum and output. Rescales o by the new maximum, then adds P V with V from the tile at vs (row

@@ -556,6 +556,7 @@ AttentionParams DeviceModel::attention_params(const bf16* q, const bf16* k_cache
   ap.early_trigger = AttentionTrigger::never;
   ap.split_keys = options_.attention_split_keys;
   ap.warp_combine = options_.attention_warp_combine;
+  ap.prefetch_cached = options_.attention_prefetch;
   ap.revealed_rule_mask_token = -1;
   return ap;
 }

@@ -142,6 +142,11 @@ struct ModelOptions {
   // instead of one block of 256 threads per row (attention.cu, combine_warp_kernel). The 2B shape at KV 1k on the
   // H100 (bench/NOTES.md, run 146), one forward at block 4: 32 sequences 6.74 ms against 7.14, 48 8.05 against 8.72.
   bool attention_warp_combine = true;
+  // AttentionParams::prefetch_cached: a split's first key tile, where it was cached before the forward, copied while
+  // the previous kernel finishes (PDL). The 2B shape at KV 1k (bench/NOTES.md, runs 175-176), ms a forward without /
+  // with: H100 8 sequences 3.711 / 3.688, 12 3.893 / 3.850, 32 6.306 / 6.261, 48 7.146 / 7.066; H200 8 3.412 / 3.409,
+  // 32 6.083 / 6.045.
+  bool attention_prefetch = true;
   GemmTrace gemm_trace;  // per-block GEMM records (trace.cuh): only builds with A2D_GEMM_TRACE write them
 };
 

@@ -1194,6 +1194,7 @@ struct DecodeAttentionLaunch {
   AdapterRule rule;
   int mask_token;
   bool split_keys;
+  bool prefetch = false;  // AttentionParams::prefetch_cached
 };
 std::vector<uint16_t> run_decode_attention(const DecodeAttentionLaunch& l, const StepState& state, DeviceArray<uint16_t>& q,
                                            DeviceArray<uint16_t>& k, DeviceArray<uint16_t>& v) {
@@ -1212,6 +1213,7 @@ std::vector<uint16_t> run_decode_attention(const DecodeAttentionLaunch& l, const
   p.scale = 1.f / std::sqrt(static_cast<float>(D));
   p.state = state_device.get();
   p.max_splits = attention_max_splits(l.max_rows, l.max_entries, H, KV, g_sm_count);
+  p.prefetch_cached = l.prefetch;
   p.row_capacity = l.max_rows * (H / KV);
   DeviceArray<float> partial_o(size_t(p.max_splits) * KV * p.row_capacity * P);
   DeviceArray<float2> partial_ml(size_t(p.max_splits) * KV * p.row_capacity);
@@ -1235,9 +1237,9 @@ std::vector<uint16_t> run_decode_attention(const DecodeAttentionLaunch& l, const
 // commit rows causal, window rows see the whole forward; under a row adapter's rule a window row that is not the
 // mask token skips the window positions holding it, attending causally under the mask adapter's.
 void decode_attention_case(Table& table, ThreadPool& pool, const AttentionShape& s, int cached, int rows, int commit,
-                           AdapterRule rule, bool split_keys, uint64_t seed) {
+                           AdapterRule rule, bool split_keys, uint64_t seed, bool prefetch = false) {
   const std::string variant = std::string(rule == AdapterRule::none ? "block-causal" : rule == AdapterRule::mask ? "mask-rule" : "window-rule") +
-                              (split_keys ? "" : " no-split-keys");
+                              (split_keys ? "" : " no-split-keys") + (prefetch ? " prefetch" : "");
   table.run("attention", variant, s.name() + " " + dims({{"n", cached}, {"rows", rows}, {"commit", commit}}), [&](Check& check) {
     const int H = s.heads, KV = s.kv_heads, D = s.head_dim;
     const int max_rows = bucket_rows(rows);
@@ -1251,7 +1253,7 @@ void decode_attention_case(Table& table, ThreadPool& pool, const AttentionShape&
       state.tokens[t] = t >= commit && rng.below(2) == 0 ? mask_token : 100 + t;
       if (t >= commit) revealed.push_back(state.tokens[t] != mask_token);
     }
-    const DecodeAttentionLaunch launch{s, max_rows, 1, max_context, 0, rule, mask_token, split_keys};
+    const DecodeAttentionLaunch launch{s, max_rows, 1, max_context, 0, rule, mask_token, split_keys, prefetch};
     const std::vector<uint16_t> got = run_decode_attention(launch, state, *in.q_device, *in.k_device, *in.v_device);
 
     std::vector<float> want(size_t(rows) * H * D);
@@ -1270,7 +1272,7 @@ struct BatchEntry {
   int slot, cached, rows, commit;
 };
 void decode_attention_batch_case(Table& table, ThreadPool& pool, const AttentionShape& s, const std::vector<BatchEntry>& entries,
-                                 int max_entries, AdapterRule rule, uint64_t seed) {
+                                 int max_entries, AdapterRule rule, uint64_t seed, bool prefetch = false) {
   std::string shape = s.name();
   int rows = 0, slots = 0, longest = 0;
   for (const BatchEntry& e : entries) {
@@ -1281,7 +1283,7 @@ void decode_attention_batch_case(Table& table, ThreadPool& pool, const Attention
     longest = std::max(longest, e.cached + e.rows);
   }
   const std::string variant = std::string(rule == AdapterRule::none ? "batch block-causal" : rule == AdapterRule::mask ? "batch mask-rule" : "batch window-rule") +
-                              " e" + std::to_string(max_entries);
+                              " e" + std::to_string(max_entries) + (prefetch ? " prefetch" : "");
   table.run("attention", variant, shape, [&](Check& check) {
     const int H = s.heads, KV = s.kv_heads, D = s.head_dim, P = s.padded();
     const int max_rows = bucket_rows(rows), group = H / KV, max_context = longest + 40;
@@ -1310,7 +1312,7 @@ void decode_attention_batch_case(Table& table, ThreadPool& pool, const Attention
       row0 += e.rows;
     }
     DeviceArray<uint16_t> q_device(q_all), k_device(k_all), v_device(v_all);
-    const DecodeAttentionLaunch launch{s, max_rows, max_entries, max_context, slot_stride, rule, mask_token, true};
+    const DecodeAttentionLaunch launch{s, max_rows, max_entries, max_context, slot_stride, rule, mask_token, true, prefetch};
     const std::vector<uint16_t> got = run_decode_attention(launch, state, q_device, k_device, v_device);
 
     std::vector<float> want;
@@ -1380,6 +1382,16 @@ void attention_cases(Table& table, ThreadPool& pool) {
   decode_attention_batch_case(table, pool, two_b, {{0, 100, 16, 8}, {1, 2000, 24, 12}, {2, 5, 24, 0}}, 4, AdapterRule::mask, ++seed);
   decode_attention_batch_case(table, pool, d64, {{3, 130, 5, 1}, {1, 65, 5, 1}}, 2, AdapterRule::window, ++seed);
   decode_attention_batch_case(table, pool, d24, {{0, 17, 3, 1}, {1, 300, 33, 20}, {2, 0, 2, 0}}, 4, AdapterRule::none, ++seed);
+  // A split's first cached key tile copied before the PDL wait (prefetch_cached): splits with and without keys
+  // below the cached length, several tiles a split, every head dimension and adapter rule.
+  decode_attention_batch_case(table, pool, two_b, {{1, 4000, 9, 4}, {0, 12, 6, 1}, {5, 300, 5, 1}, {2, 70, 5, 2}, {4, 9000, 7, 2}},
+                              8, AdapterRule::window, ++seed, true);
+  decode_attention_batch_case(table, pool, two_b, {{0, 700, 5, 1}, {1, 64, 5, 1}, {2, 130, 5, 0}}, 4, AdapterRule::none, ++seed, true);
+  decode_attention_batch_case(table, pool, d64, {{3, 130, 5, 1}, {1, 65, 5, 1}}, 2, AdapterRule::mask, ++seed, true);
+  decode_attention_case(table, pool, two_b, 1000, 9, 4, AdapterRule::window, true, ++seed, true);
+  decode_attention_case(table, pool, two_b, 4000, 17, 8, AdapterRule::none, true, ++seed, true);
+  decode_attention_case(table, pool, d48, 130, 24, 12, AdapterRule::none, true, ++seed, true);
+  decode_attention_case(table, pool, d24, 65, 5, 2, AdapterRule::mask, true, ++seed, true);
   prefill_attention_case(table, pool, two_b, 0, 1, ++seed);
   prefill_attention_case(table, pool, two_b, 0, 300, ++seed);
   prefill_attention_case(table, pool, two_b, 129, 517, ++seed);
