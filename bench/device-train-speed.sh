@@ -2,7 +2,8 @@
 # The trainer's speed on one GPU for a model shape (random bf16 weights, the tiny tokenizer, synthetic text:
 # bench/random_model.py): `train --window-adapter` at rank 64 for a few steps per variant, each variant's log lines
 # (tokens/s, model TFLOP/s, MFU against 790 TFLOP/s) into $OUT/train-<shape>.jsonl (one "variant" field each) and
-# the first variant's profile (--profile-steps) into $OUT/profile-<shape>.txt.
+# the first variant's profile (--profile-steps) into $OUT/profile-<shape>.txt, each variant's last 60 output lines into
+# $OUT/train-<shape>-variant<i>.tail.
 # Knobs: SHAPE (minicpm5-2b; or smollm2-135m), STEPS (12), SEQ_LEN (1024), ROWS (16 rows a step), MICRO_ROWS (8),
 # PROFILE (6:8; empty: none), VARIANTS (";"-separated extra train flags, one run each; default one run with none),
 # EXTRA (flags for every variant).
@@ -32,7 +33,9 @@ for i in "${!variants[@]}"; do
     --max-steps "${STEPS:-12}" --batch-rows "${ROWS:-16}" --micro-batch-rows "${MICRO_ROWS:-8}" --lr 5e-4 --warmup-steps 2 \
     --log-every 4 --lora-rank 64 --window-adapter --kl-weight 1 --confidence-weight 2 --confidence-temperature 0.5 \
     --mask-pattern decoder --loss-weighting none --t-min 0.1 --t-max 1.0 --no-activation-checkpointing "${flags[@]}" ${EXTRA:-} $variant 2>&1 |
-    grep --line-buffered -E '"step"|"event"|Error|error' | tee "$work/train.log"
+    tee "$work/train-full.log" | grep --line-buffered -E '"step"|"event"|Error|error' | tee "$work/train.log"
+  # The variant's last output lines whole (a run that logs no step says why here).
+  tail -n 60 "$work/train-full.log" > "$out/train-$shape-variant$i.tail"
   python3 - "$work/run/train_log.jsonl" "$variant" >> "$out/train-$shape.jsonl" <<'PY'
 import json, sys
 try:
