@@ -18,7 +18,7 @@
 //   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--wgmma-cluster 0|1]
 //                 [--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]
 //                 [--attention-typical-blocks 0|1] [--attention-warp-combine 0|1] [--attention-prefetch 0|1]
-//                 [--profile-sequences N]
+//                 [--forward-kv N] [--profile-sequences N]
 //                 [--profile-prompt N] [--wgmma-tokens N]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
 //   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
@@ -81,6 +81,8 @@ bool g_attention_typical_blocks = ModelOptions{}.attention_typical_blocks;
 bool g_attention_warp_combine = ModelOptions{}.attention_warp_combine;
 // --attention-prefetch 0|1: ModelOptions::attention_prefetch (the engine's default unless given).
 bool g_attention_prefetch = ModelOptions{}.attention_prefetch;
+// --forward-kv N: the cached tokens of every sequence in item 5's timings and --profile-sequences (1,024 unless given).
+int g_forward_kv = 1024;
 // --profile-sequences N: only profile_forward below (N sequences of forward_rows_timings' kind in one forward).
 int g_profile_sequences = 0;
 // --profile-prompt N: only profile_prompt below (one N-token prompt on the prefill path).
@@ -605,12 +607,13 @@ void timings(bool quick, std::vector<std::string>& table) {
 // same sequences in forwards of at most 64 rows (12 a forward, as CudaBackend packs them), and one sequence alone.
 // Tokens a second count one token a sequence a forward.
 struct BatchForwards {
-  static constexpr int kWindow = 4, kCached = 1024;
+  static constexpr int kWindow = 4;
+  const int cached = g_forward_kv;
   ModelShape s;
   std::unique_ptr<DeviceModel> model;
   explicit BatchForwards(ModelShape shape) : s(shape) {
     s.kv_slots = 48;
-    s.max_context = 2048;
+    s.max_context = cached + 1024;
     model = random_model(s, 13);
     A2D_CUDA_CHECK(cudaMemset(model->kv_storage(), 0, model->kv_storage_elements() * 2));
   }
@@ -620,7 +623,7 @@ struct BatchForwards {
     for (int e = first; e < first + count; ++e) {
       std::vector<int32_t> part = prompt_tokens(1 + kWindow, s.vocab, e);
       for (int j = 0; j < kWindow; ++j) part[1 + j] = s.mask_token_id;
-      packed.add(e, kCached, 1, part);
+      packed.add(e, cached, 1, part);
     }
     model->forward(packed.inputs(false));
   }
@@ -666,7 +669,7 @@ void forward_rows_timings(ModelShape s, std::vector<std::string>& table) {
   BatchForwards batch(s);
   DeviceModel* model = batch.model.get();
   const int max_rows = model->max_forward_rows();
-  const int window = BatchForwards::kWindow, cached = BatchForwards::kCached;
+  const int window = BatchForwards::kWindow, cached = batch.cached;
   auto ms_of = [&](auto&& body) {
     body();  // warm
     std::vector<double> seconds;
@@ -683,7 +686,7 @@ void forward_rows_timings(ModelShape s, std::vector<std::string>& table) {
   char line[256];
   std::printf("2B, one sequence after %d cached, block 4: %.3f ms a forward (%.0f tokens/s)\n", cached, single, 1e3 / single);
   table.push_back("");
-  table.push_back("| 2B sequences at block 4 (KV 1k) | rows | one forward ms | forwards of <= 64 rows ms | tokens/s, one forward | "
+  table.push_back("| 2B sequences at block 4 (KV " + std::to_string(cached) + ") | rows | one forward ms | forwards of <= 64 rows ms | tokens/s, one forward | "
                   "tokens/s, <= 64 rows | x one sequence (" + std::to_string(int(1e3 / single)) + " tokens/s) |");
   table.push_back("|---|---|---|---|---|---|---|");
   const int per_forward = kMaxRows / (1 + window);
@@ -722,17 +725,22 @@ int main(int argc, char** argv) {
     else if (arg == "--attention-typical-blocks" && i + 1 < argc) g_attention_typical_blocks = std::atoi(argv[++i]) != 0;
     else if (arg == "--attention-warp-combine" && i + 1 < argc) g_attention_warp_combine = std::atoi(argv[++i]) != 0;
     else if (arg == "--attention-prefetch" && i + 1 < argc) g_attention_prefetch = std::atoi(argv[++i]) != 0;
+    else if (arg == "--forward-kv" && i + 1 < argc) g_forward_kv = std::atoi(argv[++i]);
     else if (arg == "--profile-sequences" && i + 1 < argc) g_profile_sequences = std::atoi(argv[++i]);
     else if (arg == "--profile-prompt" && i + 1 < argc) g_profile_prompt = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
                            "[--wgmma-cluster 0|1] [--split-attention 0|1] [--decode-prefill-gemm ROWS] "
                            "[--forward-rows N [--forward-rows-only]] [--attention-typical-blocks 0|1] "
-                           "[--attention-warp-combine 0|1] [--attention-prefetch 0|1] "
+                           "[--attention-warp-combine 0|1] [--attention-prefetch 0|1] [--forward-kv N] "
                            "[--profile-sequences N] [--profile-prompt N] "
                            "[--wgmma-tokens 0|64|128|256]\n");
       return 2;
     }
+  }
+  if (g_forward_kv < 0 || g_forward_kv > (1 << 20)) {
+    std::fprintf(stderr, "prefill_check: --forward-kv takes 0 to %d cached tokens, got %d\n", 1 << 20, g_forward_kv);
+    return 2;
   }
   std::vector<std::string> table = {"| check | result |", "|---|---|"};
   ModelShape big = make_shape(2048, 6144, 42, 16, 2, 128, 130560);
