@@ -413,20 +413,27 @@ __global__ void __launch_bounds__(kThreads, 1)
     A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
   }
 
-  // The residual and RoPE epilogues' products and bias in the ring as fp32, [token][row_stride] with this warp's
-  // 16-row tile at slab x tile_stride, once both consumers are done with the ring; every thread's are there after.
-  auto stage_sums = [&](float* staged, int row_stride, int tile_stride) {
+  // The epilogues that go out through the ring stage each thread's products and bias there, once both consumers are
+  // done with the ring: put(token, row, v0, v1) for every token of this thread, v0 and v1 the sums of weight rows
+  // `row` and `row` + 8 of the warp's 16-row tile; every thread's are there after.
+  auto stage_products = [&](auto&& put) {
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
     const int row = lane / 4, pair = lane % 4;
     const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
 #pragma unroll
     for (int i = 0; i < kTokens / 4; ++i) {
       // acc[4j + h] is weight row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] row `row` + 8.
-      float* to = staged + (8 * (i / 2) + 2 * pair + i % 2) * row_stride + slab * tile_stride + row;
-      to[0] = acc[4 * (i / 2) + i % 2] + bias.x;
-      to[8] = acc[4 * (i / 2) + 2 + i % 2] + bias.y;
+      put(8 * (i / 2) + 2 * pair + i % 2, row, acc[4 * (i / 2) + i % 2] + bias.x, acc[4 * (i / 2) + 2 + i % 2] + bias.y);
     }
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+  };
+  // The residual and RoPE epilogues' as fp32, [token][row_stride] with this warp's tile at slab x tile_stride.
+  auto stage_sums = [&](float* staged, int row_stride, int tile_stride) {
+    stage_products([&](int token, int row, float v0, float v1) {
+      float* to = staged + token * row_stride + slab * tile_stride + row;
+      to[0] = v0;
+      to[8] = v1;
+    });
   };
 
   if constexpr (kEpilogue == PrefillEpilogue::silu_mul) {
@@ -438,16 +445,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kStride = kOut + 8;     // bf16 a staged row: 144 bytes, 16-byte aligned, rows on other banks
     static_assert(kTokens * kStride * 2 <= L::stages * L::stage_bytes, "the staged tile fits the ring");
     bf16* staged = reinterpret_cast<bf16*>(smem_raw + (ring - smem_address(smem_raw)));
-    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
-    const int row = lane / 4, pair = lane % 4;
-    const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
-#pragma unroll
-    for (int i = 0; i < kTokens / 4; ++i) {
-      // acc[4j + h] is gate row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] its up row.
-      const float v0 = acc[4 * (i / 2) + i % 2] + bias.x, v1 = acc[4 * (i / 2) + 2 + i % 2] + bias.y;
-      staged[(8 * (i / 2) + 2 * pair + i % 2) * kStride + slab * 8 + row] = __float2bfloat16(v0 / (1.f + __expf(-v0)) * v1);
-    }
-    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+    // A tile's rows `row` and `row` + 8 are a gate row and its up row.
+    stage_products([&](int token, int row, float gate, float up) {
+      staged[token * kStride + slab * 8 + row] = __float2bfloat16(gate / (1.f + __expf(-gate)) * up);
+    });
     constexpr int kChunks = kOut / 8;  // 16-byte chunks a staged row
     const int out0 = tile0 * 8;        // the block's first output column
     const bool vectors = p.out_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
