@@ -202,21 +202,12 @@ __device__ void attention_rows(const AttentionParams& p, bf16* smem, const Entry
   }
 }
 
-// What one block of the attention grid works on: its sequence, its query rows [row_block, rows_valid) and its
-// keys [key_begin, key_end) of KV head `kv_head`, and the split plan all blocks of its rows share.
-struct AttentionBlock {
-  EntryView entry;
-  SplitPlan plan;
-  int rows_valid, row_block, key_begin, key_end, kv_head, split;
-  __device__ bool has_rows() const { return row_block < rows_valid; }
-  __device__ bool has_keys() const { return split < plan.active; }
-};
-
-// The block's work, from the step state alone (which the host writes before the forward, so this runs before the
-// wait for the previous kernel), then that wait. With prefetch_cached, tile 0's copy is issued before the wait where
-// each of its keys was cached before this forward (returns whether it was).
 template <int kDim>
-__device__ __forceinline__ bool attention_block_start(const AttentionParams& p, bf16* smem, AttentionBlock& b) {
+__global__ void __launch_bounds__(kWarps * 32) attention_kernel(const AttentionParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* smem = reinterpret_cast<bf16*>(smem_raw);
+  // The step state comes from the host before the forward, not from the previous kernel: read it
+  // while that kernel finishes.
   const StepState& st = *p.state;
   const int group = p.num_heads / p.num_kv_heads;
   // This block's sequence and its first query row: one sequence's rows are cut into blocks of kRowsPerBlock;
@@ -224,56 +215,44 @@ __device__ __forceinline__ bool attention_block_start(const AttentionParams& p, 
   const bool several = st.entries > 1;
   const int z = blockIdx.z;
   const bool has_block = !several || z < st.attention_blocks;
-  b.entry = entry_view(st, several && has_block ? st.block_entry[z] : 0);
-  b.rows_valid = (b.entry.row0 + b.entry.rows) * group;
-  const int kv_total = b.entry.cached + b.entry.rows;
-  b.plan = plan_splits(kv_total, p.max_splits);
-  if (early_trigger(p, st, b.plan)) allow_next_grid();
-  b.row_block = several ? (has_block ? st.block_first[z] : b.rows_valid) : z * kRowsPerBlock;
-  b.split = blockIdx.x;
-  b.key_begin = b.split * b.plan.chunk;
-  b.key_end = min(b.key_begin + b.plan.chunk, kv_total);
-  b.kv_head = blockIdx.y;
-  const bool prefetch = p.prefetch_cached && b.has_rows() && b.has_keys() && b.key_begin + kTileKeys <= b.entry.cached;
-  if (prefetch) {
-    const size_t offset = kv_head_offset(p, b.entry, b.kv_head, kDim);
-    load_kv_tile<kDim>(smem, p.k_cache + offset, p.v_cache + offset, b.key_begin, b.key_end, 0, 0);
+  const EntryView entry = entry_view(st, several && has_block ? st.block_entry[z] : 0);
+  const int rows_valid = (entry.row0 + entry.rows) * group;
+  const int kv_total = entry.cached + entry.rows;
+  const SplitPlan plan = plan_splits(kv_total, p.max_splits);
+  if (early_trigger(p, st, plan)) allow_next_grid();
+  const int row_block = several ? (has_block ? st.block_first[z] : rows_valid) : z * kRowsPerBlock;
+  const int split = blockIdx.x;
+  const int key_begin = split * plan.chunk;
+  const int key_end = min(key_begin + plan.chunk, kv_total);
+  const int kv_head = blockIdx.y;
+  const bool works = row_block < rows_valid && split < plan.active;
+  // With prefetch_cached, tile 0's copy is issued before the wait where each of its keys was cached before this
+  // forward.
+  const bool first_issued = p.prefetch_cached && works && key_begin + kTileKeys <= entry.cached;
+  if (first_issued) {
+    const size_t offset = kv_head_offset(p, entry, kv_head, kDim);
+    load_kv_tile<kDim>(smem, p.k_cache + offset, p.v_cache + offset, key_begin, key_end, 0, 0);
   }
   wait_for_previous_grid();
-  return prefetch;
-}
-
-// The block's rows against its keys, by the warps' split of rows and keys: where a split holds several key tiles,
-// few query rows leave idle warps that take a share of each tile's keys (p.split_keys); with one tile per split (KV
-// up to about 8k) they run the empty row tiles beside the others instead (results unused), which measured faster
-// than merging the key shares (bench/NOTES.md, run 44).
-template <int kDim>
-__device__ __forceinline__ void attention_block_rows(const AttentionParams& p, bf16* smem, const AttentionBlock& b,
-                                                     bool first_issued) {
-  const int group = p.num_heads / p.num_kv_heads;
+  if (!works) return;
   const int warp = threadIdx.x / 32;
-  const bool split_keys = p.split_keys && b.plan.chunk > kTileKeys;
-  const int row_tiles = split_keys ? min(kWarps, (b.rows_valid - b.row_block + 15) / 16) : kWarps;
-  if (row_tiles == 1) {
-    attention_rows<kDim, 4>(p, smem, b.entry, b.kv_head, b.split, b.row_block, warp, b.key_begin, b.key_end,
-                            b.rows_valid, group, first_issued);
-  } else if (row_tiles == 2) {
-    attention_rows<kDim, 2>(p, smem, b.entry, b.kv_head, b.split, b.row_block + 16 * (warp % 2), warp / 2,
-                            b.key_begin, b.key_end, b.rows_valid, group, first_issued);
-  } else {
-    attention_rows<kDim, 1>(p, smem, b.entry, b.kv_head, b.split, b.row_block + 16 * warp, 0, b.key_begin,
-                            b.key_end, b.rows_valid, group, first_issued);
-  }
-}
 
-template <int kDim>
-__global__ void __launch_bounds__(kWarps * 32) attention_kernel(const AttentionParams p) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* smem = reinterpret_cast<bf16*>(smem_raw);
-  AttentionBlock b;
-  const bool first_issued = attention_block_start<kDim>(p, smem, b);
-  if (!b.has_rows() || !b.has_keys()) return;
-  attention_block_rows<kDim>(p, smem, b, first_issued);
+  // Few query rows: where a split holds several key tiles, the idle warps take a share of each tile's keys
+  // (p.split_keys); with one tile per split (KV up to about 8k) they run the empty row tiles beside the
+  // others instead (results unused), which measured faster than merging the key shares (bench/NOTES.md,
+  // run 44).
+  const bool split_keys = p.split_keys && plan.chunk > kTileKeys;
+  const int row_tiles = split_keys ? min(kWarps, (rows_valid - row_block + 15) / 16) : kWarps;
+  if (row_tiles == 1) {
+    attention_rows<kDim, 4>(p, smem, entry, kv_head, split, row_block, warp, key_begin, key_end, rows_valid, group,
+                            first_issued);
+  } else if (row_tiles == 2) {
+    attention_rows<kDim, 2>(p, smem, entry, kv_head, split, row_block + 16 * (warp % 2), warp / 2, key_begin, key_end,
+                            rows_valid, group, first_issued);
+  } else {
+    attention_rows<kDim, 1>(p, smem, entry, kv_head, split, row_block + 16 * warp, 0, key_begin, key_end, rows_valid,
+                            group, first_issued);
+  }
 }
 
 constexpr int kCombineThreads = 256;
