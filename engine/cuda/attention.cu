@@ -67,15 +67,7 @@ __device__ void attention_rows(const AttentionParams& p, bf16* smem, const Entry
     q_row[h] = p.q + (static_cast<size_t>(t) * p.num_heads + kv_head * group + (valid ? r % group : 0)) * kDim;
   }
   uint32_t qa[kDim / 16][4];
-#pragma unroll
-  for (int s = 0; s < kDim / 16; ++s) {
-    for (int h = 0; h < 2; ++h) {
-      const bool valid = limit[h] >= 0;
-      const uint32_t* q32 = reinterpret_cast<const uint32_t*>(q_row[h] + 16 * s + 2 * c);
-      qa[s][h] = valid ? q32[0] : 0u;
-      qa[s][h + 2] = valid ? q32[4] : 0u;
-    }
-  }
+  load_q_fragments<kDim>(qa, q_row, limit, c);
 
   float o[kDim / 8][4];
 #pragma unroll
@@ -103,19 +95,8 @@ __device__ void attention_rows(const AttentionParams& p, bf16* smem, const Entry
     const bf16* vs = smem + (tile % 2) * 2 * kTileKeys * kStride + kTileKeys * kStride + key_part * kKeys * kStride;
     const int key0 = key_begin + tile * kTileKeys + key_part * kKeys;
 
-    // S = Q K^T for this warp's keys.
     float s[kKeys / 8][4];
-#pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-      for (int d = 0; d < kDim / 32; ++d) {
-        uint32_t b[4];
-        ldmatrix_x4(b, ks + (n * 8 + lane % 8) * kStride + 32 * d + 8 * (lane / 8));
-        mma_bf16_16816(s[n], qa[2 * d][0], qa[2 * d][1], qa[2 * d][2], qa[2 * d][3], b[0], b[1]);
-        mma_bf16_16816(s[n], qa[2 * d + 1][0], qa[2 * d + 1][1], qa[2 * d + 1][2], qa[2 * d + 1][3], b[2], b[3]);
-      }
-    }
+    qk_scores<kKeys, kDim, kStride>(s, qa, ks, lane);
     // Scores in log2 units, -inf where the key is not visible; then the online-softmax step (attention_tile.cuh).
     // Most tiles are wholly visible to every row of the warp (all but a split's last tile, and the window's only
     // for rows that see it all): those skip the per-key test. A row past the forward's (limit -1) is never written.

@@ -1,5 +1,6 @@
 // What the decode attention (attention.cu) and the prefill attention (attention_prefill.cu) share: the tile
-// shapes, the ldmatrix fragment loads, and one warp's online-softmax step over a tile of keys.
+// shapes, the ldmatrix fragment loads, Q's fragments and the Q K^T scores of a tile, and one warp's online-softmax step
+// over a tile of keys.
 #pragma once
 
 #include "common.cuh"
@@ -51,6 +52,39 @@ __device__ __forceinline__ void load_kv_tile(bf16* smem, const bf16* k_head, con
     cp_async16(vs + key * kStride + col, v_head + offset, valid);
   }
   cp_async_commit();
+}
+
+// This lane's A fragments of Q for the warp's 16 query rows (rows g and g + 8: q_row[h], zeros where limit[h] < 0),
+// kDim / 16 k-steps of 16 dims; c is the lane's column pair.
+template <int kDim>
+__device__ __forceinline__ void load_q_fragments(uint32_t (&qa)[kDim / 16][4], const bf16* const (&q_row)[2],
+                                                 const int (&limit)[2], int c) {
+#pragma unroll
+  for (int s = 0; s < kDim / 16; ++s) {
+    for (int h = 0; h < 2; ++h) {
+      const bool valid = limit[h] >= 0;
+      const uint32_t* q32 = reinterpret_cast<const uint32_t*>(q_row[h] + 16 * s + 2 * c);
+      qa[s][h] = valid ? q32[0] : 0u;
+      qa[s][h + 2] = valid ? q32[4] : 0u;
+    }
+  }
+}
+
+// S = Q K^T for the warp's 16 query rows over kKeys keys of the tile at ks (row stride kStride).
+template <int kKeys, int kDim, int kStride>
+__device__ __forceinline__ void qk_scores(float (&s)[kKeys / 8][4], const uint32_t (&qa)[kDim / 16][4], const bf16* ks,
+                                          int lane) {
+#pragma unroll
+  for (int n = 0; n < kKeys / 8; ++n) {
+    s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int d = 0; d < kDim / 32; ++d) {
+      uint32_t b[4];
+      ldmatrix_x4(b, ks + (n * 8 + lane % 8) * kStride + 32 * d + 8 * (lane / 8));
+      mma_bf16_16816(s[n], qa[2 * d][0], qa[2 * d][1], qa[2 * d][2], qa[2 * d][3], b[0], b[1]);
+      mma_bf16_16816(s[n], qa[2 * d + 1][0], qa[2 * d + 1][1], qa[2 * d + 1][2], qa[2 * d + 1][3], b[2], b[3]);
+    }
+  }
 }
 
 // One warp's online-softmax step for its 16 query rows (this lane's rows g and g + 8: index h 0 and 1) over
