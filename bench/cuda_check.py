@@ -431,6 +431,8 @@ def write_folder(path, cfg, W, block_size=4, remasking="low_confidence", advance
                 tensors[f"{stem}.{rule}_a"], tensors[f"{stem}.{rule}_b"] = random_adapter(rank, *tensors[key].shape, gen)
         config["a2d"][f"{rule}_adapter"] = {"rank": rank, "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                                        "up_proj", "down_proj"]}
+    if cfg.get("window_rule"):  # the window adapter's window and attention, no factors (docs/model-format.md)
+        config["a2d"]["window_rule"] = True
     save_file(tensors, os.path.join(path, "model.safetensors"))
     with open(os.path.join(path, "config.json"), "w") as fh:
         json.dump(config, fh, indent=1)
@@ -460,6 +462,10 @@ def section_backend(lib, workdir):
         "qwen3_window4": dict(type="qwen3", layers=2, hidden=128, inter=384, heads=4, kv_heads=2, head_dim=64,
                               vocab=500, eps=1e-6, theta=1e6, tied=True, qkv_bias=False, o_bias=False, qk_norm=True,
                               window_adapter=4),
+        # The window rule: the window adapter's window and attention with no factors (the base's GEMMs).
+        "llama_window_rule": dict(type="llama", layers=2, hidden=256, inter=520, heads=4, kv_heads=2, head_dim=64,
+                                  vocab=600, eps=1e-6, theta=10000.0, tied=False, qkv_bias=False, o_bias=False,
+                                  qk_norm=False, window_rule=True),
     }
     for i, (name, cfg) in enumerate(folders.items()):
         cfg["mask"] = cfg["vocab"] - 1
@@ -469,7 +475,7 @@ def section_backend(lib, workdir):
         gen = torch.Generator().manual_seed(11 + i)
         commit = torch.randint(0, cfg["vocab"] - 2, (150,), generator=gen).tolist()
         window = [cfg["mask"], 5, cfg["mask"], cfg["mask"]]
-        if cfg.get("window_adapter"):
+        if cfg.get("window_adapter") or cfg.get("window_rule"):
             window = [commit.pop()] + window  # the window opens with its anchor (docs/decoding.md)
         prompts = [torch.randint(0, cfg["vocab"] - 2, (int(torch.randint(3, 40, (1,), generator=gen)),),
                                  generator=gen).tolist() for _ in range(12)]
@@ -510,7 +516,7 @@ def compare_batch(lib, path, cfg, gen, name, n_seq=5):
     mask, vocab = cfg["mask"], cfg["vocab"]
     first = [150, 3, 37, 1, 70][:n_seq]
     second = [2, 0, 1, 4, 1][:n_seq]
-    width = 5 if cfg.get("window_adapter") else 4
+    width = 5 if cfg.get("window_adapter") or cfg.get("window_rule") else 4
 
     def window():  # masked positions and a revealed one; the window adapter's opens with its anchor token
         w = [mask, int(torch.randint(0, vocab - 2, (1,), generator=gen)), mask, mask]

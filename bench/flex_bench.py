@@ -46,7 +46,7 @@ def main() -> int:
                          mask_pattern="decoder", t_min=0.1, t_max=1.0, loss_weighting="none", attention="flex")
     schedule = RowSchedule(arrays, config, mask_token_id=3)
     holder = torch.nn.Module()
-    holder.adapter_rule, holder.mask_token_id = "window", 3
+    holder.attention_rule, holder.mask_token_id = "window", 3
     objective = Objective(holder, config, None, schedule.layout)
     batch = schedule.batch(0, list(range(args.rows)))
     ids = torch.from_numpy(batch.input_ids).to(device)

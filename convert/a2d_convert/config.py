@@ -213,12 +213,21 @@ class A2DSection:
     # names, every other row running the base weights unchanged; None: none.
     adapter: "AdapterSpec | None" = None
     precision: str = "bf16"  # one of PRECISIONS
+    # The window adapter's window and attention rule with no factors: every row runs the model's own weights
+    # (docs/model-format.md, a2d.window_rule). Never beside an adapter.
+    window_rule: bool = False
+
+    @property
+    def attention_rule(self) -> str | None:
+        """How a window row holding a real token attends (docs/decoding.md): "mask" (the mask adapter's), "window"
+        (the window adapter's or the window rule's), or None (like every window row)."""
+        return self.adapter.rule if self.adapter is not None else "window" if self.window_rule else None
 
     @property
     def anchor_in_window(self) -> bool:
         """The window starts at the anchor, the last finished token, which enters the cache one move later
-        (docs/decoding.md, "Window adapter"): the window adapter's layout."""
-        return self.adapter is not None and self.adapter.rule == "window"
+        (docs/decoding.md, "Window adapter"): the window adapter's layout, and the window rule's."""
+        return self.attention_rule == "window"
 
     def to_dict(self) -> dict:
         out = {
@@ -244,6 +253,8 @@ class A2DSection:
         out["decoding"] = written_decoding(out["decoding"])
         if self.adapter is not None:
             out[self.adapter.section] = {"rank": self.adapter.rank, "targets": list(self.adapter.targets)}
+        if self.window_rule:  # written only where it applies, as precision
+            out["window_rule"] = True
         if self.precision != "bf16":  # written only where it applies: other models' files stay as they were
             out["precision"] = self.precision
         return out
@@ -292,8 +303,15 @@ class A2DSection:
             f"{where}decoding"
         )
         adapter = parse_adapter(raw, where)
-        if adapter is not None and adapter.rule == "window" and not raw["shift_logits"]:
-            raise A2DError(f"{where}window_adapter needs shift_logits true (its anchor row predicts the window's first "
+        window_rule = raw.get("window_rule", False)
+        if not isinstance(window_rule, bool):
+            raise A2DError(f"{where}window_rule must be true or false, got {window_rule!r}; fix config.json")
+        if window_rule and adapter is not None:
+            raise A2DError(f"{where}window_rule is given beside {adapter.section}; the window rule is the window adapter's "
+                           "rule without factors, so a model has one or the other; fix config.json or re-export the model")
+        windowed = "window_rule" if window_rule else "window_adapter" if adapter is not None and adapter.rule == "window" else None
+        if windowed and not raw["shift_logits"]:
+            raise A2DError(f"{where}{windowed} needs shift_logits true (its anchor row predicts the window's first "
                            "position); fix config.json or re-export the model")
         precision = raw.get("precision", "bf16")
         if precision not in PRECISIONS:
@@ -308,6 +326,7 @@ class A2DSection:
             decoding=decoding,
             adapter=adapter,
             precision=precision,
+            window_rule=window_rule,
         )
 
 

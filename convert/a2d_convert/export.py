@@ -192,6 +192,8 @@ def export(
         for rule in ADAPTER_RULES:  # a row adapter ships unmerged: its rule and factors stay in the model
             if f"{rule}_targets" in record.get("lora", {}):
                 config["a2d"][f"{rule}_adapter"] = {"rank": record["lora"]["rank"], "targets": record["lora"][f"{rule}_targets"]}
+        if record["config"].get("window_rule"):  # the window adapter's rule without factors: merged weights, nothing more
+            config["a2d"]["window_rule"] = True
         write_json(work / "config.json", config)
         for name in CARRIED[1:]:
             if (init_dir / name).is_file():

@@ -55,6 +55,7 @@ class Case:
     logit_scale: float = 8.0  # std of the random logits: high enough that thresholds are crossed
     adapter: str = ""  # "mask" or "window": a random row adapter of that rule on every projection (tiny.add_random_adapter)
     adapter_rank: int = 4
+    window_rule: bool = False  # a2d.window_rule: the window adapter's window and attention rule, no factors
     precision: str = "bf16"  # "fp8-e4m3": the model quantized (quantize.py) after init
 
 
@@ -67,6 +68,7 @@ CASES = {
     "llama_mask_adapter": Case("llama", heads=4, kv_heads=2, block_size=4, adapter="mask"),
     "llama_fp8": Case("llama", heads=4, kv_heads=2, block_size=4, precision="fp8-e4m3"),
     "llama_window_adapter": Case("llama", heads=4, kv_heads=2, block_size=4, adapter="window"),
+    "llama_window_rule": Case("llama", heads=4, kv_heads=2, block_size=4, window_rule=True),
 }
 
 
@@ -196,6 +198,7 @@ def write_case(out: Path, name: str, case: Case, seed: int) -> None:
     import torch
     from safetensors.torch import save_file
 
+    from .config import read_json, write_json
     from .init_model import init_model
     from .model import BlockForward, load_transformer
     from .prompts import load_prompt_codec
@@ -222,6 +225,10 @@ def write_case(out: Path, name: str, case: Case, seed: int) -> None:
         model_dir = init_model(base, float_dir, block_size=case.block_size, shift_logits=case.shift_logits)
         if case.adapter:
             add_random_adapter(model_dir, case.adapter, case.adapter_rank, spec.seed)
+        if case.window_rule:
+            config = read_json(model_dir / "config.json")
+            config["a2d"]["window_rule"] = True
+            write_json(model_dir / "config.json", config)
         if case.precision != "bf16":
             model_dir = quantize_folder(model_dir, out / "model", case.precision, force=True)
     model, cfg, a2d = load_transformer(model_dir)

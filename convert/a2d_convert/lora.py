@@ -186,7 +186,7 @@ def attach(model: nn.Module, config: LoraConfig, mask_token_id: int, generator: 
         module.lora_enabled = True
         module.register_forward_hook(_lora_hook)
     if rows is not None:
-        model.adapter_rule = rows
+        model.attention_rule = rows
     if config.train_norms and rows is None:
         for name, module in model.named_modules():
             if name.endswith(("layernorm", "norm")) and hasattr(module, "weight"):

@@ -251,7 +251,9 @@ class Transformer(nn.Module):
         self.model = Backbone(cfg)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.row_gate = RowGate()  # read by a row adapter's hooks (lora.py), when it has one
-        self.adapter_rule: str | None = None  # the row adapter's rule ("mask" or "window"), when one is attached
+        # How a window row holding a real token attends ("mask", "window"; docs/decoding.md): the row adapter's rule,
+        # or the window rule's (a model without factors); None: like every window row.
+        self.attention_rule: str | None = None
         self.mask_token_id: int | None = None  # the mask token (the mask adapter's rows, the window rule's masked rows)
 
     def forward(
@@ -278,9 +280,9 @@ class Transformer(nn.Module):
         cfg = self.config
         if not adapter:
             self.row_gate.rows = None
-        elif self.adapter_rule == "mask":
+        elif self.attention_rule == "mask":
             self.row_gate.rows = (input_ids == self.mask_token_id)[..., None].float()
-        elif self.adapter_rule == "window":
+        elif self.attention_rule == "window":
             self.row_gate.rows = window_rows[..., None].float() if isinstance(window_rows, torch.Tensor) else (window_rows or None)
         else:
             self.row_gate.rows = None
@@ -312,7 +314,7 @@ def block_causal_mask(cached: int, commit: int, window: int, device=None, reveal
     """[commit + window, cached + commit + window] for one decoding forward (docs/decoding.md).
 
     Commit rows are plain causal; window rows see every cached and committed position and the whole
-    window (bidirectional inside the current block). A row adapter's `rule`, given `revealed` (one flag per
+    window (bidirectional inside the current block). An attention `rule` (a row adapter's or the window rule's), given `revealed` (one flag per
     window position: it holds a real token), changes what the window rows holding a real token see:
     "mask", the cached and committed positions and the revealed window positions at or before it;
     "window", the cached and committed positions and every revealed window position, on both sides.
@@ -340,7 +342,7 @@ class BlockForward:
         n, C, W = self.cache.length, len(commit_ids), len(window_ids)
         ids = torch.tensor([list(commit_ids) + list(window_ids)], dtype=torch.long, device=self.device)
         positions = torch.arange(n, n + C + W, device=self.device)[None]
-        rule = self.model.adapter_rule
+        rule = self.model.attention_rule
         revealed = None if rule is None else [t != self.model.mask_token_id for t in window_ids]
         mask = block_causal_mask(n, C, W, self.device, revealed, rule or "mask")[None]
         window_rows = torch.arange(C + W, device=self.device)[None] >= C
@@ -422,10 +424,10 @@ class BatchBlockForward:
         causal = q[None, :] <= q[:, None]  # [T(query), T(key)]
         new = mask[:, :, S:]
         new |= commit_q[:, :, None] & commit_q[:, None, :] & causal[None]  # commit rows: plain causal
-        rule = self.model.adapter_rule
+        rule = self.model.attention_rule
         if rule is None:
             new |= window_q[:, :, None] & real[:, None, :]  # window rows: every commit token and the whole window
-        else:  # a row adapter's rule: masked rows as above; revealed rows over the revealed ones (mask: causally)
+        else:  # the model's attention rule: masked rows as above; revealed rows over the revealed ones (mask: causally)
             masked_q = window_q & (ids == self.model.mask_token_id)
             revealed_q = window_q & ~masked_q
             new |= masked_q[:, :, None] & real[:, None, :]
@@ -473,8 +475,8 @@ def load_transformer(model_dir: Path | str, device: str = "cpu") -> tuple[Transf
         if a2d is not None and a2d.adapter is not None:
             for _, module in target_modules(model, a2d.adapter.targets):
                 add_row_factors(module, a2d.adapter.factor_names, a2d.adapter.rank, model.row_gate, 1.0)
-            model.adapter_rule = a2d.adapter.rule
         if a2d is not None:
+            model.attention_rule = a2d.attention_rule
             model.mask_token_id = a2d.mask_token_id
     model.load_state_dict(state, strict=True, assign=True)
     return model.to(device).eval(), cfg, a2d

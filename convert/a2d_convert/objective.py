@@ -199,7 +199,7 @@ class RowSchedule:
         self.mask_token_id = mask_token_id
         self.rows = self.input_ids.shape[0]
         L = self.input_ids.shape[1]
-        self.layout = Layout(L, config.block_size, 2 if config.complementary else 1, config.window_adapter)
+        self.layout = Layout(L, config.block_size, 2 if config.complementary else 1, config.attention_rule == "window")
         self.row_position, self.row_block, self.row_limit = self.layout.static_rows()
         self._perms: dict[int, np.ndarray] = {}
 
@@ -414,8 +414,9 @@ class Objective(nn.Module):
 
     @property
     def rule(self) -> str | None:
-        """The row adapter's rule ("mask", "window") or None."""
-        return getattr(self.model, "adapter_rule", None)
+        """The attention rule of the noisy rows holding a real token ("mask", "window"; a row adapter's or the
+        window rule's) or None."""
+        return getattr(self.model, "attention_rule", None)
 
     def attention_mask(self, input_ids, row_seg, q_rows: slice, k_rows: int):
         """The layout's mask for queries `q_rows` over keys 0..k_rows-1: a boolean [b, Q, K], or a FlexAttention
@@ -474,18 +475,18 @@ class Objective(nn.Module):
                 head = teacher.logits
         return hidden.reshape(-1, hidden.shape[-1]), head
 
-    def adapter_pass(self, input_ids, position_ids, row_seg):
-        """The hidden states of the [clean | noisy ...] layout for a row adapter model, in two forwards: the
-        clean stream under no_grad (it runs the frozen base: no adapter on its rows, so nothing in it needs a
-        gradient), its keys and values then the noisy copies' cache. The same numbers as one forward of the
-        whole layout, without the clean stream's backward and its stored activations, nor the adapter's products on
-        its rows (under the mask rule it has no mask token, so they would be multiplied by a zero gate). Under a
-        window adapter every noisy row is a window row."""
+    def split_pass(self, input_ids, position_ids, row_seg):
+        """The hidden states of the [clean | noisy ...] layout under an attention rule, in two forwards: the clean
+        stream (causal), its keys and values then the noisy copies' cache. The same numbers as one forward of the
+        whole layout. For a row adapter without --clean-lora the clean stream runs under no_grad (it is the frozen
+        base: no adapter on its rows, so nothing in it needs a gradient), without its backward, its stored
+        activations or the adapter's products on its rows (under the mask rule it has no mask token, so they would
+        be multiplied by a zero gate). Under the window adapter every noisy row is a window row."""
         from .model import KVCache
 
         L, R = self.layout.L, self.layout.rows
-        # With --clean-lora the clean stream's rows carry the all-row LoRA: they train, so they keep their graph.
-        with contextlib.nullcontext() if self.config.clean_lora else torch.no_grad():
+        # Where the clean stream trains (--clean-lora's all-row LoRA, the window rule's weights), it keeps its graph.
+        with contextlib.nullcontext() if self.config.clean_trains else torch.no_grad():
             clean_mask = self.attention_mask(input_ids, row_seg, slice(0, L), L)
             clean, clean_kv = self.model(input_ids[:, :L], position_ids[:, :L], clean_mask, adapter=False)
         cache = KVCache(len(clean_kv))
@@ -498,13 +499,12 @@ class Objective(nn.Module):
                 clean_index, clean_teacher_index):
         cfg = self.config
         L = self.layout.L
-        adapter = self.rule is not None
-        if adapter:
-            hidden = self.adapter_pass(input_ids, position_ids, row_seg)
+        if self.rule is not None:
+            hidden = self.split_pass(input_ids, position_ids, row_seg)
         else:
             R = self.layout.rows
             hidden, _ = self.model(input_ids, position_ids, self.attention_mask(input_ids, row_seg, slice(0, R), R))
-        if adapter and not cfg.clean_lora:
+        if not cfg.clean_trains:
             # The clean stream runs the base exactly (no adapter on its rows, the norms frozen, no mask
             # tokens in it), so it is the KL teacher's own forward: no second pass.
             t_hidden = hidden[:, :L].detach().reshape(-1, hidden.shape[-1]) if cfg.kl_weight > 0 else None

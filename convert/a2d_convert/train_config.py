@@ -50,6 +50,7 @@ class TrainConfig:
     lora_targets: str = field(default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", metadata={"help": "comma-separated projections that get LoRA factors"})
     mask_adapter: bool = field(default=False, metadata={"help": "the LoRA factors only on rows holding the mask token, unmasked rows causal over the unmasked ones, shipped unmerged: every real token runs the exact base (docs/decoding.md, Mask adapter)"})
     window_adapter: bool = field(default=False, metadata={"help": "the LoRA factors on every window row, the window opening with its anchor, real window tokens seeing every real window token and masked ones the whole window, shipped unmerged: the KV cache is the exact base's and every masked position is predicted from a row that sees the whole window (docs/decoding.md, Window adapter)"})
+    window_rule: bool = field(default=False, metadata={"help": "the window adapter's window and attention rule without its factors: every row, the committed ones too, trains the model's own weights (a full fine-tune, or a plain LoRA with --lora-rank merged at export), so the shipped model is its base's shape and runs at its base's cost; the committed rows' keys and values are the converted model's (docs/decoding.md, Window rule)"})
     clean_lora: bool = field(default=False, metadata={"help": "with --window-adapter: also a plain LoRA of the same rank on every row, merged into the shipped weights, so that the committed rows' keys and values train too (the KL teacher is then the model with both adapters off)"})
     init_adapter: str = field(default="", metadata={"help": "an earlier run's export (its model folder or its --delta folder) whose row adapter of this rule and rank starts this run's factors and mask embedding row: a warm start across runs, the optimiser and the LR schedule afresh; its weights' sha256 goes into the lineage"})
     lora_train_mask_embedding: bool = field(default=True, metadata={"help": "with LoRA, also train the mask token's embedding row"})
@@ -75,6 +76,17 @@ class TrainConfig:
     def row_adapter(self) -> str | None:
         """The rule of the adapter this run trains ("mask" or "window"), or None."""
         return "mask" if self.mask_adapter else "window" if self.window_adapter else None
+
+    @property
+    def attention_rule(self) -> str | None:
+        """How the noisy rows holding a real token attend ("mask", "window"; docs/decoding.md), or None."""
+        return self.row_adapter or ("window" if self.window_rule else None)
+
+    @property
+    def clean_trains(self) -> bool:
+        """The clean stream's rows carry gradient: every run but a row adapter's without --clean-lora (whose clean
+        stream is the frozen base)."""
+        return not self.row_adapter or self.clean_lora
 
 
 def check_config(config: TrainConfig) -> None:
@@ -129,6 +141,11 @@ def check_config(config: TrainConfig) -> None:
         raise A2DError("--clean-lora is the all-row LoRA beside a window adapter; add --window-adapter (plain LoRA is --lora-rank alone)")
     if config.window_adapter and not config.shift_logits:
         raise A2DError("--window-adapter predicts each position from the row before it (its anchor row opens the window); drop --no-shift-logits")
+    if config.window_rule and config.row_adapter:
+        raise A2DError("--window-rule is the window adapter's rule without its factors (every row trains the model's own weights); "
+                       "drop --window-rule or the row adapter")
+    if config.window_rule and not config.shift_logits:
+        raise A2DError("--window-rule predicts each position from the row before it (its anchor row opens the window); drop --no-shift-logits")
     if config.precision not in ("auto", "bf16", "fp32"):
         raise A2DError(f"--precision {config.precision!r}: use auto, bf16 or fp32")
     if config.profile_steps:

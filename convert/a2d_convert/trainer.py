@@ -248,6 +248,8 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
         teacher.requires_grad_(False)
         if use_bf16(config, rt.device):
             teacher = teacher.to(torch.bfloat16)
+    if config.window_rule:
+        model.attention_rule = "window"  # the window adapter's window and attention rule, with no factors of its own
     if config.grouped_projections and config.row_adapter:
         lora_mod.fuse_projections(model)
     if config.activation_checkpointing:
@@ -451,7 +453,7 @@ def load_checkpoint(objective, optimizer, config: TrainConfig, rt: Runtime) -> t
     folder = Path(config.out) / pointer["path"]
     record = read_json(folder / "checkpoint.json")
     saved = record["config"]
-    for key in ("base", "data", "block_size", "lora_rank", "complementary", "shift_logits", "mask_adapter", "window_adapter", "lora_targets"):
+    for key in ("base", "data", "block_size", "lora_rank", "complementary", "shift_logits", "mask_adapter", "window_adapter", "window_rule", "lora_targets"):
         if saved.get(key, False) != getattr(config, key):
             raise A2DError(f"--resume: {folder} was trained with {key}={saved.get(key)!r}, this run has {getattr(config, key)!r}")
     model_state, optim_state = get_state_dict(objective, optimizer, options=state_options(config))
@@ -469,13 +471,14 @@ def model_flops(objective, config: TrainConfig, rows: int, targets: int, attende
     (query, key) pairs, counted as the run computes them (recomputation left out): the projections' matrix
     products on every row of the layout, attention's two products (q k and p v) on every attended pair, and
     the lm_head on target rows. A row adapter's clean stream runs forward only (the frozen base, no gradient,
-    no adapter) unless --clean-lora trains it; everything else forward and backward: the activations' gradients
+    no adapter) unless --clean-lora trains it; everything else (the window rule's clean stream too) forward and
+    backward: the activations' gradients
     (twice the forward), plus the weights' gradients of what trains (a full fine-tune: every matrix, twice the
     forward again). Adapter factors train, so their two products count six times (forward, activations' and
     factors' gradients) on every row that computes them: a row adapter's on the noisy rows (the mask rule computes
     them on every noisy row and gates them), a plain LoRA's (alone, or --clean-lora's) on every row. The KL teacher's
-    logits on the target rows are a forward of the lm_head each; with --clean-lora the teacher is a forward of its
-    own over the clean stream (adapters off)."""
+    logits on the target rows are a forward of the lm_head each; where the clean stream trains, the teacher is a
+    forward of its own over the clean stream (adapters off, or the frozen copy of a full fine-tune)."""
     model = objective.model
     cfg = model.config
     layout = objective.layout
@@ -495,12 +498,12 @@ def model_flops(objective, config: TrainConfig, rows: int, targets: int, attende
     trained = 4 if frozen else 6  # forward + activations' gradients (+ weights' gradients)
     clean_rows, noisy_rows = rows * layout.L, rows * layout.noisy_copies * layout.copy_rows
     clean_pairs, noisy_pairs = attended
-    clean_trains = not config.row_adapter or config.clean_lora
+    clean_trains = config.clean_trains
     projections = clean_rows * body * (trained if clean_trains else 2) + noisy_rows * body * trained
     projections += noisy_rows * row_factors * 6 + (clean_rows + noisy_rows) * lora_factors * 6
     attention = per_pair * (clean_pairs * (3 if clean_trains else 1) + noisy_pairs * 3)
     teacher = 0
-    if config.clean_lora and config.kl_weight > 0:
+    if clean_trains and config.kl_weight > 0:
         teacher = clean_rows * body * 2 + per_pair * clean_pairs
     logits = targets * head * (trained + (2 if config.kl_weight > 0 else 0))
     return float(projections + attention + teacher + logits)

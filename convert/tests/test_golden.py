@@ -16,8 +16,8 @@ from a2d_convert.model import BlockForward, block_causal_mask, load_transformer
 from a2d_convert.prompts import load_prompt_codec
 
 # One case with shift_logits false and QK-norm, one whose mask row was appended (block size 2), the mask
-# adapter, the window adapter, and FP8 weights.
-SOME = ["qwen3_qknorm", "llama_appended_mask", "llama_mask_adapter", "llama_window_adapter", "llama_fp8"]
+# adapter, the window adapter, the window rule (its attention without factors), and FP8 weights.
+SOME = ["qwen3_qknorm", "llama_appended_mask", "llama_mask_adapter", "llama_window_adapter", "llama_window_rule", "llama_fp8"]
 PARAM_KEYS = {"max_tokens", "block_size", "threshold", "min_per_step", "steps", "temperature", "top_p", "remasking", "advance", "commit", "reveal_order", "seed", "eos_token_ids"}
 
 
@@ -56,7 +56,7 @@ def cache_free_logits(model, cached, commit, window):
     n = len(cached)
     ids = torch.tensor([cached + commit + window])
     positions = torch.arange(ids.shape[1])
-    rule = model.adapter_rule  # a row adapter's model: its rule for the revealed window rows
+    rule = model.attention_rule  # a row adapter's model: its rule for the revealed window rows
     start = n + len(commit)
     revealed = None if rule is None else [t != model.mask_token_id for t in window]
     mask = block_causal_mask(0, start, len(window), revealed=revealed, rule=rule or "mask")

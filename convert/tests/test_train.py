@@ -109,7 +109,7 @@ def test_training_layout_reproduces_decoding_forwards(workspace, tmp_path, shift
 
 
 def test_mask_adapter_two_pass_equals_one_forward_and_its_gradients(workspace, tmp_path):
-    """Objective.adapter_pass (the clean stream under no_grad, then the noisy copies over its keys and values)
+    """Objective.split_pass (the clean stream under no_grad, then the noisy copies over its keys and values)
     gives the one-forward hidden states and the same gradients of the adapter's factors."""
     from a2d_convert.objective import Objective
 
@@ -136,7 +136,7 @@ def test_mask_adapter_two_pass_equals_one_forward_and_its_gradients(workspace, t
     R = schedule.layout.rows
     one = model(ids, pos, objective.attention_mask(ids, row_seg, slice(0, R), R))[0]
     one_grads = grads(one)
-    two = objective.adapter_pass(ids, pos, row_seg)
+    two = objective.split_pass(ids, pos, row_seg)
     torch.testing.assert_close(two, one, rtol=1e-5, atol=1e-5)
     for g1, g2 in zip(one_grads, grads(two)):
         torch.testing.assert_close(g2, g1, rtol=1e-4, atol=1e-6)
@@ -465,7 +465,7 @@ def test_a_write_interrupted_before_its_rename_leaves_the_old_pointer(tmp_path, 
     assert [p.name for p in tmp_path.iterdir()] == ["latest.json"]
 
 
-@pytest.mark.parametrize("adapter", ["window", "window+clean", "mask", "lora", "full"])
+@pytest.mark.parametrize("adapter", ["window", "window+clean", "mask", "lora", "full", "rule", "rule+lora"])
 def test_model_flops_are_the_matrix_products_a_step_computes(workspace, tmp_path, adapter):
     """The trainer's MFU counts the projections' products as torch's FLOP counter sees a training forward and
     backward compute them (attention and the loss chunks aside), adapter factors included: a row adapter's clean
@@ -478,15 +478,17 @@ def test_model_flops_are_the_matrix_products_a_step_computes(workspace, tmp_path
     root, base, data = workspace
     model_dir = init_model(base, tmp_path / "init", block_size=4, shift_logits=True)
     model, _, a2d = load_transformer(model_dir)
-    rank = 0 if adapter == "full" else 8
+    rank = 0 if adapter in ("full", "rule") else 8
     if rank:
         lora_mod.attach(model, lora_mod.LoraConfig(rank=rank, alpha=8.0), a2d.mask_token_id, torch.Generator().manual_seed(1),
-                        rows=None if adapter == "lora" else adapter.removesuffix("+clean"))
+                        rows=None if adapter in ("lora", "rule+lora") else adapter.removesuffix("+clean"))
+    if adapter.startswith("rule"):
+        model.attention_rule = "window"
     if adapter == "window+clean":
         lora_mod.attach(model, lora_mod.LoraConfig(rank=rank, alpha=8.0, train_norms=False, train_mask_embedding=False),
                         a2d.mask_token_id, torch.Generator().manual_seed(2), freeze=False)
     rule = {"window": {"window_adapter": True}, "window+clean": {"window_adapter": True, "clean_lora": True},
-            "mask": {"mask_adapter": True}}.get(adapter, {})
+            "mask": {"mask_adapter": True}, "rule": {"window_rule": True}, "rule+lora": {"window_rule": True}}.get(adapter, {})
     arrays, _ = load_rows(data / TRAIN_FILE, 4)
     config = TrainConfig(block_size=4, batch_rows=2, lora_rank=rank, **rule)
     schedule = RowSchedule(arrays, config, a2d.mask_token_id)
@@ -496,7 +498,7 @@ def test_model_flops_are_the_matrix_products_a_step_computes(workspace, tmp_path
     R = schedule.layout.rows
     with FlopCounterMode(display=False) as counter:
         if rule:
-            hidden = objective.adapter_pass(ids, pos, row_seg)
+            hidden = objective.split_pass(ids, pos, row_seg)
         else:
             hidden = model(ids, pos, objective.attention_mask(ids, row_seg, slice(0, R), R))[0]
         hidden.pow(2).mean().backward()

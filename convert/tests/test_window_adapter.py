@@ -33,23 +33,29 @@ def window_model(base, tmp_path, b_std=0.5, seed=1):
     return model, a2d
 
 
-@pytest.mark.parametrize("clean_lora", [False, True])
-def test_window_layout_reproduces_decoding_forwards(workspace, tmp_path, clean_lora):
+@pytest.mark.parametrize("variant", ["adapter", "clean_lora", "rule"])
+def test_window_layout_reproduces_decoding_forwards(workspace, tmp_path, variant):
     """Every noisy block of the window layout (its anchor row, then its positions) gives the logits the decoder's
     (commit, window) forward gives: commit = the sample's tokens before the anchor, window = the anchor and the
     block as masked in that copy, under the window rule with the adapter on every window row; with --clean-lora's
-    all-row LoRA (random factors) too, which the committed rows carry as well."""
+    all-row LoRA (random factors) too, which the committed rows carry as well; and under the window rule alone
+    (--window-rule: no window factors, a plain LoRA with random factors on every row)."""
     root, base, data = workspace
-    model, a2d = window_model(base, tmp_path)
-    if clean_lora:
+    clean_lora, rule = variant == "clean_lora", variant == "rule"
+    if rule:
+        model, _, a2d = load_transformer(init_model(base, tmp_path / "init", block_size=4, shift_logits=True))
+        model.attention_rule = "window"
+    else:
+        model, a2d = window_model(base, tmp_path)
+    if clean_lora or rule:
         lora_mod.attach(model, lora_mod.LoraConfig(rank=4, alpha=4.0, train_norms=False, train_mask_embedding=False),
                         a2d.mask_token_id, torch.Generator().manual_seed(2), freeze=False)
         with torch.no_grad():
             for _, module in lora_mod.target_modules(model, lora_mod.TARGETS):
                 module.lora_B.normal_(0, 0.5)
     arrays, _ = load_rows(data / TRAIN_FILE, 4)
-    config = TrainConfig(block_size=4, batch_rows=2, window_adapter=True, lora_rank=4, mask_pattern="decoder", t_min=0.1, t_max=0.9,
-                         clean_lora=clean_lora)
+    config = TrainConfig(block_size=4, batch_rows=2, window_adapter=not rule, window_rule=rule, lora_rank=4, mask_pattern="decoder",
+                         t_min=0.1, t_max=0.9, clean_lora=clean_lora)
     schedule = RowSchedule(arrays, config, a2d.mask_token_id)
     layout = schedule.layout
     L = arrays["input_ids"].shape[1]
@@ -57,10 +63,10 @@ def test_window_layout_reproduces_decoding_forwards(workspace, tmp_path, clean_l
     batch = schedule.batch(0, [0])
     objective = Objective(model, config, None, layout)
     ids, pos, row_seg = (torch.from_numpy(a) for a in (batch.input_ids, batch.position_ids, batch.row_seg))
-    hidden = objective.adapter_pass(ids, pos, row_seg)
+    hidden = objective.split_pass(ids, pos, row_seg)
     # The clean stream keeps its graph exactly when its rows train (the all-row LoRA), and costs none otherwise.
     hidden[:, :L].sum().backward(retain_graph=True)
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters()) == clean_lora
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters()) == (clean_lora or rule)
     with torch.no_grad():
         logits = model.logits(hidden.detach()[0])
     clean = batch.input_ids[0]
@@ -152,7 +158,7 @@ def test_layout_mask_equals_the_masks_training_used_before(workspace):
         schedule = RowSchedule(arrays, config, mask_token_id=10_000)
         batch = schedule.batch(2, [0, 1])
         holder = torch.nn.Module()
-        holder.adapter_rule, holder.mask_token_id = ("mask" if mask_adapter else None), 10_000
+        holder.attention_rule, holder.mask_token_id = ("mask" if mask_adapter else None), 10_000
         objective = Objective(holder, config, None, schedule.layout)
         ids, row_seg, seg = (torch.from_numpy(a) for a in (batch.input_ids, batch.row_seg, batch.segment_ids))
         R, L = schedule.layout.rows, seg.shape[1]
@@ -175,8 +181,8 @@ def test_block_sparse_attention_equals_the_dense_mask(workspace, tmp_path):
         batch = schedule.batch(step, [0, 1])
         ids, pos, row_seg = (torch.from_numpy(a) for a in (batch.input_ids, batch.position_ids, batch.row_seg))
         with torch.no_grad():
-            want = dense.adapter_pass(ids, pos, row_seg)
-            got = flex.adapter_pass(ids, pos, row_seg)
+            want = dense.split_pass(ids, pos, row_seg)
+            got = flex.split_pass(ids, pos, row_seg)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
         L = schedule.layout.L
         mask_mods.append(flex.attention_mask(ids, row_seg, slice(L, schedule.layout.rows), schedule.layout.rows).mask_mod)
@@ -204,7 +210,7 @@ def test_a_window_adapter_trains_and_exports_unmerged(workspace, tmp_path):
     assert torch.equal(shipped["model.layers.0.self_attn.q_proj.weight"], init["model.layers.0.self_attn.q_proj.weight"])
     assert shipped["model.layers.1.mlp.down_proj.window_b"].abs().sum() > 0
     model, _, a2d = load_transformer(out)
-    assert a2d.anchor_in_window and model.adapter_rule == "window"
+    assert a2d.anchor_in_window and model.attention_rule == "window"
     params = DecodeParams(max_tokens=8, block_size=4, threshold=0.5, advance="slide")
     result = decode(BlockForward(model), [3, 4, 5], params, mask_token_id=a2d.mask_token_id, shift_logits=True, anchor_in_window=True)
     assert len(result.token_ids) >= 1 and result.forward_passes >= 1
@@ -234,12 +240,46 @@ def test_a_clean_lora_trains_every_row_and_ships_merged_beside_the_window_adapte
     assert not torch.equal(shipped[name], init[name]) and shipped["model.layers.1.mlp.down_proj.window_b"].abs().sum() > 0
     assert not any(n.endswith((".lora_A", ".lora_B")) for n in shipped)
     model, _, a2d = load_transformer(out)
-    assert a2d.anchor_in_window and model.adapter_rule == "window"
+    assert a2d.anchor_in_window and model.attention_rule == "window"
     params = DecodeParams(max_tokens=8, block_size=4, threshold=0.5, advance="slide")
     result = decode(BlockForward(model), [3, 4, 5], params, mask_token_id=a2d.mask_token_id, shift_logits=True, anchor_in_window=True)
     assert len(result.token_ids) >= 1
     with pytest.raises(Exception, match="--clean-lora"):
         train(tiny_config(root, base, data, "clean-alone", max_steps=1, lora_rank=4, clean_lora=True))
+
+
+@pytest.mark.parametrize("lora_rank", [4, 0])
+def test_a_window_rule_trains_every_row_and_ships_the_base_shape(workspace, tmp_path, lora_rank):
+    """train --window-rule: the window layout and attention rule with no factors of their own; every row trains
+    the model's weights (a plain LoRA merged at export, or a full fine-tune). The export is the base's shape with
+    a2d.window_rule (no factor tensor), `rebuild` gives it bit for bit, and it decodes with the anchor in the window
+    under the window rule."""
+    from a2d_convert.decode import decode
+    from a2d_convert.export import export, rebuild
+    from a2d_convert.weights import read_tensors
+
+    root, base, data = workspace
+    name = f"window-rule-{lora_rank}"
+    folder = train(tiny_config(root, base, data, name, max_steps=6, lora_rank=lora_rank, kl_weight=0.5, lr=1e-2,
+                               window_rule=True, mask_pattern="decoder", confidence_weight=0.5))
+    log = [json.loads(line) for line in (root / name / LOG_FILE).read_text().splitlines()]
+    assert all(r["mfu"] > 0 and np.isfinite(r["ce"]) for r in log)
+    out = export(folder, tmp_path / "model", delta_dir=tmp_path / "delta")
+    config = json.loads((out / "config.json").read_text())
+    assert config["a2d"]["window_rule"] is True and not {"window_adapter", "mask_adapter"} & set(config["a2d"])
+    rebuilt = rebuild(base, tmp_path / "delta", tmp_path / "rebuilt")
+    assert (rebuilt / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+    shipped, init = read_tensors(out), read_tensors(root / name / "init")
+    assert shipped.keys() == init.keys()  # the base's tensors, nothing beside them
+    weight = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(shipped[weight], init[weight])
+    model, _, a2d = load_transformer(out)
+    assert a2d.anchor_in_window and a2d.attention_rule == "window" and model.attention_rule == "window"
+    params = DecodeParams(max_tokens=8, block_size=4, threshold=0.5, advance="slide")
+    result = decode(BlockForward(model), [3, 4, 5], params, mask_token_id=a2d.mask_token_id, shift_logits=True, anchor_in_window=True)
+    assert len(result.token_ids) >= 1
+    with pytest.raises(Exception, match="--window-rule"):
+        train(tiny_config(root, base, data, "rule-and-adapter", max_steps=1, lora_rank=4, window_rule=True, window_adapter=True))
 
 
 def mask_used_before(segment_ids: torch.Tensor, block: int, copies: int, revealed: torch.Tensor | None) -> torch.Tensor:

@@ -635,7 +635,7 @@ void DeviceModel::enqueue_forward(int max_rows, int entries) {
   auto attend = [&](const bf16* layer_k, const bf16* layer_v, bool launch_pdl) {
     AttentionParams ap = attention_params(q_roped_, layer_k, layer_v, state_, attention_splits_[bucket][entries], attention_out_);
     ap.early_trigger = options_.attention_early_trigger;
-    ap.revealed_rule_mask_token = s.adapter_rank > 0 ? s.mask_token_id : -1;
+    ap.revealed_rule_mask_token = s.adapter_rank > 0 || s.adapter_on_window ? s.mask_token_id : -1;
     ap.revealed_rule_causal = !s.adapter_on_window;
     attention(ap, max_rows, 1 << entries, st, launch_pdl);
     attention_combine(ap, max_rows, st, launch_pdl);

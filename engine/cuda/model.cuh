@@ -42,7 +42,8 @@ struct ModelShape {
   // in the GPU's free memory after everything else, at least one (DeviceModel::slots()).
   int kv_slots = 1;
   // A row adapter: the rank of each target, which projections carry it (bit i: AdapterTarget i; 0: none), and its
-  // rule: every window row (the window adapter) or the rows holding the mask token (the mask adapter).
+  // rule: every window row (the window adapter) or the rows holding the mask token (the mask adapter). The window
+  // rule (a2d.window_rule) is adapter_on_window with rank 0: the window adapter's attention, no factors.
   int adapter_rank = 0;
   unsigned adapter_targets = 0;
   bool adapter_on_window = false;

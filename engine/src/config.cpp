@@ -280,8 +280,16 @@ void read_a2d_section(const json& section, const std::string& file, ModelConfig&
     }
     m.reject_unknown("an adapter has only 'rank' and 'targets'");
   }
+  if (a2d.boolean_or("window_rule", false)) {
+    if (config.adapter_rule != AdapterRule::none) {
+      a2d.fail("window_rule", "is given beside an adapter; the window rule is the window adapter's rule without its factors, "
+                              "so a model has one or the other (docs/model-format.md)");
+    }
+    config.adapter_rule = AdapterRule::window;
+  }
   if (config.anchor_in_window() && !config.shift_logits) {
-    a2d.fail("window_adapter", "needs shift_logits true: its anchor row predicts the window's first position");
+    a2d.fail(config.adapter_rank > 0 ? "window_adapter" : "window_rule",
+             "needs shift_logits true: its anchor row predicts the window's first position");
   }
   const std::string precision = a2d.string_or("precision", precision_name(WeightPrecision::bf16));
   if (precision == precision_name(WeightPrecision::fp8_e4m3)) {

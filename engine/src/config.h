@@ -17,7 +17,8 @@ enum class WeightPrecision { bf16, fp8_e4m3 };
 enum class CommitPolicy { fused, separate };
 enum class RevealOrder { any, prefix };
 // Which rows a row adapter's factors act on (ModelConfig::adapter_rule): none, the rows holding the mask token,
-// or every window row.
+// or every window row; each with its attention rule for the window rows holding a real token. The window rule
+// (a2d.window_rule) is `window` with no factors (adapter_rank 0).
 enum class AdapterRule { none, mask, window };
 const char* adapter_rule_name(AdapterRule rule);  // "none", "mask", "window"
 
@@ -69,7 +70,8 @@ struct ModelConfig {
   // A row adapter (docs/model-format.md): low-rank factors on these projections, added only on the rows its
   // rule names, with an attention rule for the window rows holding real tokens (docs/decoding.md). "a2d.mask_adapter":
   // the rows holding the mask token, revealed rows causal over revealed positions; "a2d.window_adapter": every
-  // window row, the window opening with its anchor, revealed rows seeing every revealed position. rank 0: none.
+  // window row, the window opening with its anchor, revealed rows seeing every revealed position. rank 0: no
+  // factors (with `window`: "a2d.window_rule", the window adapter's window and attention rule alone).
   AdapterRule adapter_rule = AdapterRule::none;
   int adapter_rank = 0;
   std::vector<std::string> adapter_targets;  // in the order q, k, v, o, gate, up, down (a subset)

@@ -97,16 +97,17 @@ class CpuBackend final : public Backend {
       }
     }
     // A row adapter: its factors act on the rows holding the mask token (mask) or on every window row (window),
-    // and the window rows holding a real token attend over the revealed positions by its rule (docs/decoding.md).
-    const bool adapter = c.adapter_rank > 0;
+    // and the window rows holding a real token attend over the revealed positions by its rule (docs/decoding.md);
+    // the window rule has the window adapter's attention and no factors.
+    const bool ruled = c.adapter_rule != AdapterRule::none;
     adapter_rows_.assign(E, {});
     revealed_.assign(E, {});
-    if (adapter) {
+    if (ruled) {
       for (size_t e = 0; e < E; ++e) {
         const int64_t C = static_cast<int64_t>(batch[e].args->commit.size());
         for (int64_t r = C; r < rows_[e]; ++r) {
           const bool masked = ids_[first_[e] + r] == c.mask_token_id;
-          if (masked || c.adapter_rule == AdapterRule::window) adapter_rows_[e].push_back(r);
+          if (c.adapter_rank > 0 && (masked || c.adapter_rule == AdapterRule::window)) adapter_rows_[e].push_back(r);
           revealed_[e].push_back(masked ? 0 : 1);
         }
       }
@@ -124,7 +125,7 @@ class CpuBackend final : public Backend {
     up_.resize(R * inter);
     // The row adapter on one projection, entry by entry (its rows as they would be alone).
     auto low_rank_add = [&](const float* x, int64_t x_stride, const LowRank& ad, float* y, int64_t y_stride) {
-      if (!adapter) return;
+      if (c.adapter_rank == 0) return;
       for (size_t e = 0; e < E; ++e) {
         cpu::low_rank_add(pool_, x + first_[e] * x_stride, x_stride, adapter_rows_[e], ad, y + first_[e] * y_stride,
                           y_stride);
@@ -162,7 +163,7 @@ class CpuBackend final : public Backend {
         std::copy_n(k_.data() + first_[e] * kv_dim, T * kv_dim, k_cache.data() + n * kv_dim);
         std::copy_n(v_.data() + first_[e] * kv_dim, T * kv_dim, v_cache.data() + n * kv_dim);
         cpu::attention(pool_, q_.data() + first_[e] * q_dim, k_cache.data(), v_cache.data(), n, C, T, c.num_heads,
-                       c.num_kv_heads, c.head_dim, attn_.data() + first_[e] * q_dim, adapter ? &revealed_[e] : nullptr,
+                       c.num_kv_heads, c.head_dim, attn_.data() + first_[e] * q_dim, ruled ? &revealed_[e] : nullptr,
                        c.adapter_rule);
       }
       cpu::matmuls_ranges(pool_, attn_.data(), rows_, {{&W.o, data_or_null(V.o_bias), h_.data()}});
