@@ -4,7 +4,8 @@
 # 32 at KV 1k: the bundled model's shape (SmolLM2-135M) and MiniCPM5-2B's. The kit's parts may come over several
 # calls (they are stashed until complete, exit 3 meanwhile). Each bench's JSON goes to $OUT/adapter-cost.json:
 #   {"<shape>[+<rule><rank>]": <a2d bench --json>, ...}
-# Knobs: SHAPES ("smollm2-135m minicpm5-2b"), ADAPTERS ("mask:64 window:64"), BLOCKS (4,32), KV (1024), TOKENS (256),
+# Knobs: SHAPES ("smollm2-135m minicpm5-2b"), ADAPTERS ("mask:64 window:64 window-rule": window-rule is the window
+# rule, whose factors are merged into the weights), BLOCKS (4,32), KV (1024), TOKENS (256),
 # TOTAL_S (400).
 # NCU=1 then profiles (Nsight Compute) the decode GEMMs of three layers of one MiniCPM5-2B forward at block 4, without
 # and with a window:64 adapter, into $OUT/ncu-minicpm5-2b[-window64].txt: the tile kernel's launches only (every
@@ -37,7 +38,7 @@ cost_main() {
   local shape adapter name args
   echo "{" > "$out/adapter-cost.json"
   for shape in ${SHAPES:-smollm2-135m minicpm5-2b}; do
-    for adapter in none ${ADAPTERS:-mask:64 window:64}; do
+    for adapter in none ${ADAPTERS:-mask:64 window:64 window-rule}; do
       variant "$shape" "$adapter"
       step "bench $name" bench_run "$work/bench.json" "$(limit 150)" "$shape" --blocks "${BLOCKS:-4,32}" \
         --kv "${KV:-1024}" --tokens "${TOKENS:-256}" --json "${args[@]}" &&

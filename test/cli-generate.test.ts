@@ -1,7 +1,7 @@
 // `a2d generate` (the built CLI, real addon) against `python -m a2d_convert generate` (the PyTorch
 // reference) on a tiny model made here and nowhere else: same token ids, same text, same counts.
 import { execFile } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -122,6 +122,15 @@ describe("a2d bench on the same tiny model (CPU)", () => {
       expect(Number.isFinite(row.msPerForward) && row.msPerForward > 0).toBe(true);
       expect(row.tokensPerForward).toBeGreaterThan(0);
     }
+  });
+
+  it("benches a random shape under the window rule: the shape's weights, a2d.window_rule in its config", async () => {
+    const { stdout } = await run(process.execPath, [CLI, "bench", "--random-shape", "tiny", "--random-adapter", "window-rule", "--device", "cpu", "--blocks", "4", "--kv", "8", "--tokens", "16", "--json"], { cwd: work });
+    const result = JSON.parse(stdout) as { model: string; rows: Array<{ msPerForward: number }> };
+    expect(result.model.endsWith("-window-rule")).toBe(true);
+    expect(JSON.parse(readFileSync(join(result.model, "config.json"), "utf8")).a2d.window_rule).toBe(true);
+    expect(result.rows.length).toBe(1);
+    expect(Number.isFinite(result.rows[0]?.msPerForward) && (result.rows[0]?.msPerForward ?? 0) > 0).toBe(true);
   });
 
   it("refuses --tokens that do not exceed the largest block, naming the fix", async () => {

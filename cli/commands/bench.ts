@@ -78,7 +78,11 @@ export function register(program: Command): void {
     .description("Time the engine: ms per denoising forward per block size and KV length, load time, AR baseline")
     .option("--model <dir>", "a2d model folder")
     .addOption(new Option("--random-shape <name>", "random bf16 weights of a known shape").choices(Object.keys(SHAPES)))
-    .option("--random-adapter <rule:rank>", "with --random-shape: a random row adapter on every projection, e.g. window:64 or mask:64")
+    .option(
+      "--random-adapter <rule:rank>",
+      "with --random-shape: a random row adapter on every projection, e.g. window:64 or mask:64; or window-rule: the window " +
+        "rule (a2d.window_rule), whose factors are merged into the weights, so they are the shape's own",
+    )
     .addOption(new Option("--device <device>", "compute backend").choices(["cpu", "cuda"]).default("cuda"))
     .option("--blocks <list>", "block sizes (2..64)", list("--blocks", 2), [2, 4, 8, 16, 32])
     .option("--kv <list>", "KV lengths (prompt tokens before the timed blocks)", list("--kv", 1), [1024, 8192, 32768])
@@ -244,9 +248,10 @@ export function randomModel(name: string): string {
 // 0.02), written once per machine like the model itself. No spec: the model as it is.
 function withRandomAdapter(baseDir: string, spec: string | undefined): string {
   if (spec === undefined) return baseDir;
+  if (spec === "window-rule") return withWindowRule(baseDir);
   const match = /^(mask|window):(\d+)$/.exec(spec);
   const rank = match ? Number(match[2]) : 0;
-  if (!match || rank < 1 || rank > 256) throw new Error(`--random-adapter ${spec}: give RULE:RANK, RULE mask or window, RANK 1..256`);
+  if (!match || rank < 1 || rank > 256) throw new Error(`--random-adapter ${spec}: give RULE:RANK, RULE mask or window, RANK 1..256, or window-rule`);
   const rule = match[1] as string;
   const dir = `${baseDir}-${rule}${rank}`;
   const done = join(dir, ".complete");
@@ -272,6 +277,22 @@ function withRandomAdapter(baseDir: string, spec: string | undefined): string {
   if (!existsSync(join(dir, "model.safetensors"))) linkSync(join(baseDir, "model.safetensors"), join(dir, "model.safetensors"));
   writeFileSync(join(dir, "model.safetensors.index.json"), JSON.stringify({ metadata: {}, weight_map: weightMap }));
   config.a2d[`${rule}_adapter`] = { rank, targets: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] };
+  writeFileSync(join(dir, "config.json"), JSON.stringify(config, null, 1));
+  writeFileSync(done, "");
+  return dir;
+}
+
+// The random model under the window rule (docs/model-format.md, a2d.window_rule): the window adapter's window and
+// attention with no factors, a converted model's LoRA being merged into its weights; so the weights are the random
+// model's own (a hard link) and only the config differs.
+function withWindowRule(baseDir: string): string {
+  const dir = `${baseDir}-window-rule`;
+  const done = join(dir, ".complete");
+  if (existsSync(done)) return dir;
+  mkdirSync(dir, { recursive: true });
+  const config = JSON.parse(readFileSync(join(baseDir, "config.json"), "utf8")) as Record<string, any>;
+  config.a2d.window_rule = true;
+  if (!existsSync(join(dir, "model.safetensors"))) linkSync(join(baseDir, "model.safetensors"), join(dir, "model.safetensors"));
   writeFileSync(join(dir, "config.json"), JSON.stringify(config, null, 1));
   writeFileSync(done, "");
   return dir;
