@@ -58,6 +58,7 @@ class TrainConfig:
     activation_checkpointing: bool = field(default=True, metadata={"help": "recompute each layer in backward"})
     attention: str = field(default="auto", metadata={"help": "auto (FlexAttention block masks on CUDA, dense boolean masks elsewhere), flex or dense"})
     flex_block: int = field(default=0, metadata={"help": "FlexAttention's forward tile (BLOCK_M = BLOCK_N, a divisor of 128) on CUDA; 0: auto, 64 for heads of up to 64 dimensions (the compiler's default tile ran the 135M's training forward 32x slower, bench/NOTES.md), the compiler's default above"})
+    flex_backward_tiles: str = field(default="", metadata={"help": "FlexAttention's backward tiles on CUDA as M1,N1,M2,N2 (the dK/dV pass's query and key tiles, then the dQ pass's; each a power of two from 16 to 128 dividing 128, N1 a multiple of M1 and M2 of N2); empty: the compiler's choice (on Hopper 64,128,128,64 for 64-dimension heads)"})
     grouped_projections: bool = field(default=True, metadata={"help": "one GEMM for q/k/v and one for gate/up, and a row adapter's factors as one A and one block-diagonal B product per group (the same sums in another order); --no-grouped-projections: a GEMM per projection"})
     compile: str = field(default="auto", metadata={"help": "torch.compile each decoder layer and the loss's logits chunks: auto (both, on CUDA), on (both), layers (the layers only) or off"})
     logits_chunk: int = field(default=4096, metadata={"help": "target rows per lm_head chunk (bounds the [rows, vocab] logits)"})
@@ -89,6 +90,18 @@ class TrainConfig:
         return not self.row_adapter or self.clean_lora
 
 
+def flex_backward_options(tiles: str) -> dict[str, int]:
+    """--flex-backward-tiles "M1,N1,M2,N2" -> FlexAttention's kernel options for its backward."""
+    fix = "give four tiles M1,N1,M2,N2, each 16, 32, 64 or 128, with N1 a multiple of M1 and M2 a multiple of N2"
+    try:
+        m1, n1, m2, n2 = (int(v) for v in tiles.split(","))
+    except ValueError:
+        raise A2DError(f"--flex-backward-tiles {tiles!r}: {fix}") from None
+    if not all(v in (16, 32, 64, 128) for v in (m1, n1, m2, n2)) or n1 % m1 or m2 % n2:
+        raise A2DError(f"--flex-backward-tiles {tiles!r}: {fix}")
+    return {"BLOCK_M1": m1, "BLOCK_N1": n1, "BLOCK_M2": m2, "BLOCK_N2": n2}
+
+
 def check_config(config: TrainConfig) -> None:
     if not 0.0 < config.t_min <= config.t_max < 1.0 and not (config.loss_weighting == "none" and 0 <= config.t_min <= config.t_max <= 1):
         raise A2DError(f"--t-min {config.t_min} / --t-max {config.t_max}: need 0 < t_min <= t_max < 1 for the 1/t weights")
@@ -114,6 +127,8 @@ def check_config(config: TrainConfig) -> None:
         raise A2DError(f"--attention {config.attention!r}: use auto, flex or dense")
     if config.flex_block not in (0, 16, 32, 64, 128):
         raise A2DError(f"--flex-block {config.flex_block}: use 0 (the default tile) or 16, 32, 64 or 128")
+    if config.flex_backward_tiles:
+        flex_backward_options(config.flex_backward_tiles)  # raises on a bad value
     if config.compile not in ("auto", "on", "layers", "off"):
         raise A2DError(f"--compile {config.compile!r}: use auto, on, layers or off")
     if config.confidence_temperature <= 0:

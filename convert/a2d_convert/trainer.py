@@ -26,7 +26,7 @@ from .data import HELDOUT_FILE, MANIFEST_FILE, TRAIN_FILE, load_rows
 from .errors import A2DError
 from .export import DELTA_JSON, DELTA_WEIGHTS, row_adapter_tensors
 from .objective import Batch, Objective, RowSchedule
-from .train_config import TrainConfig
+from .train_config import TrainConfig, flex_backward_options
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest.json"
@@ -267,10 +267,13 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
         teacher.to(rt.device)
     objective = Objective(model, config, teacher)
     tile = flex_tile(config, model.config.head_dim)
-    if tile:
+    if tile or config.flex_backward_tiles:
         from . import model as model_mod
 
-        model_mod.FLEX_KERNEL_OPTIONS.update(BLOCK_M=tile, BLOCK_N=tile)
+        if tile:
+            model_mod.FLEX_KERNEL_OPTIONS.update(BLOCK_M=tile, BLOCK_N=tile)
+        if config.flex_backward_tiles:
+            model_mod.FLEX_KERNEL_OPTIONS.update(flex_backward_options(config.flex_backward_tiles))
     if compiled and config.compile != "layers":
         objective.compile_terms()
     if rt.distributed:

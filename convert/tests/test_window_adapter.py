@@ -395,6 +395,16 @@ def test_profile_steps_write_the_kernels_and_the_busy_share(workspace):
     assert text.startswith("steps 1..2: wall ") and "host building batches" in text and "Name" in text
 
 
+def test_flex_backward_tiles_become_kernel_options_and_bad_ones_name_the_fix():
+    from a2d_convert.errors import A2DError
+    from a2d_convert.train_config import check_config, flex_backward_options
+
+    assert flex_backward_options("32,64,64,32") == {"BLOCK_M1": 32, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 32}
+    for bad in ("64,32,64,64", "64,64,32,64", "64,64,64", "48,96,96,48", "a,b,c,d"):
+        with pytest.raises(A2DError, match="M1,N1,M2,N2"):
+            check_config(TrainConfig(base="b", data="d", out="o", flex_backward_tiles=bad))
+
+
 def test_the_flex_tile_is_64_for_small_heads_unless_asked():
     from a2d_convert.trainer import flex_tile
 
