@@ -3,7 +3,7 @@
 # built-in probes, the held-out prompts (convert/recipes/heldout-prompts.jsonl) and the open prompts
 # (open-prompts.jsonl: tokens per forward only), at thresholds 0.5-0.95, each top-up rule (leftmost,
 # low_confidence) and at least 1 or 2 tokens a step; then bench/parallelism_table.py renders the table, five
-# answers beside the base's and the code prompt's answer; for a window adapter, its calibration by window offset.
+# answers beside the base's and the code prompt's answer; for a window adapter or the window rule, its calibration by window offset.
 #   MODEL=.cache/demo/model BASE=.cache/demo/base OUT=/tmp/parallelism bash bench/parallelism-table.sh
 # (BASE: the imported AR base, `a2d_convert import --source .cache/demo/base.gguf --out .cache/demo/base`.)
 # Knobs: THRESHOLDS (0.5,0.7,0.8,0.9,0.95), RULES (leftmost low_confidence), MINS (1 2), THREADS (2),
@@ -39,7 +39,7 @@ for set in "${sets[@]}"; do
 done
 "$py" "$root/bench/parallelism_table.py" "$out" | tee "$out/table.md"
 # A window adapter's calibration by offset on the held-out answers of the base (bench/window_calibration.py).
-if [ "${CALIBRATION:-1}" != 0 ] && grep -q '"window_adapter"' "$model/config.json" 2>/dev/null; then
+if [ "${CALIBRATION:-1}" != 0 ] && grep -qE '"window_(adapter|rule)"' "$model/config.json" 2>/dev/null; then
   echo | tee -a "$out/table.md"
   "$py" "$root/bench/window_calibration.py" --model "$model" --base-answers "$out/heldout-base.jsonl" \
     --threads "${THREADS:-2}" 2> /dev/null | tee -a "$out/table.md"

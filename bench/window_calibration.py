@@ -42,7 +42,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     _, a2d, _ = load_config(args.model)
     if a2d is None or not a2d.anchor_in_window:
-        print("this script reads the window adapter's layout (the anchor opens the window)", file=sys.stderr)
+        print("this script reads the window adapter's (or the window rule's) layout: the anchor opens the window", file=sys.stderr)
         return 2
     codec = load_prompt_codec(args.model)
     model, _, _ = load_transformer(args.model)

@@ -1,4 +1,4 @@
-"""bench/window_calibration.py on a tiny window-adapter model: it reads each window offset against the answer it is
+"""bench/window_calibration.py on a tiny window-adapter model and a tiny window-rule one: it reads each window offset against the answer it is
 given, so answers made of the model's own first-position predictions score 1.00 at offset 0, and each offset
 counts the positions that have a token there."""
 
@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from a2d_convert.golden import write_golden
@@ -16,9 +17,10 @@ from a2d_convert.prompts import load_prompt_codec
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_offset_zero_agrees_with_the_models_own_next_tokens(tmp_path):
-    write_golden(tmp_path / "golden", seed=0, cases=["llama_window_adapter"])
-    model_dir = tmp_path / "golden" / "llama_window_adapter" / "model"
+@pytest.mark.parametrize("case", ["llama_window_adapter", "llama_window_rule"])
+def test_offset_zero_agrees_with_the_models_own_next_tokens(tmp_path, case):
+    write_golden(tmp_path / "golden", seed=0, cases=[case])
+    model_dir = tmp_path / "golden" / case / "model"
     model, _, a2d = load_transformer(model_dir)
     codec = load_prompt_codec(model_dir)
     B, mask = a2d.block_size, a2d.mask_token_id
