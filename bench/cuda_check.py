@@ -392,6 +392,11 @@ def section_tiny(lib, out):
 
 # ---------------------------------------------------------------- model folders (Backend interface)
 
+def opens_with_anchor(cfg):
+    """A window adapter's folder or the window rule's: its window opens with its anchor token (docs/decoding.md)."""
+    return bool(cfg.get("window_adapter") or cfg.get("window_rule"))
+
+
 def write_folder(path, cfg, W, block_size=4, remasking="low_confidence", advance="block"):
     from safetensors.torch import save_file
     os.makedirs(path, exist_ok=True)
@@ -475,7 +480,7 @@ def section_backend(lib, workdir):
         gen = torch.Generator().manual_seed(11 + i)
         commit = torch.randint(0, cfg["vocab"] - 2, (150,), generator=gen).tolist()
         window = [cfg["mask"], 5, cfg["mask"], cfg["mask"]]
-        if cfg.get("window_adapter") or cfg.get("window_rule"):
+        if opens_with_anchor(cfg):
             window = [commit.pop()] + window  # the window opens with its anchor (docs/decoding.md)
         prompts = [torch.randint(0, cfg["vocab"] - 2, (int(torch.randint(3, 40, (1,), generator=gen)),),
                                  generator=gen).tolist() for _ in range(12)]
@@ -516,7 +521,7 @@ def compare_batch(lib, path, cfg, gen, name, n_seq=5):
     mask, vocab = cfg["mask"], cfg["vocab"]
     first = [150, 3, 37, 1, 70][:n_seq]
     second = [2, 0, 1, 4, 1][:n_seq]
-    width = 5 if cfg.get("window_adapter") or cfg.get("window_rule") else 4
+    width = 5 if opens_with_anchor(cfg) else 4
 
     def window():  # masked positions and a revealed one; the window adapter's opens with its anchor token
         w = [mask, int(torch.randint(0, vocab - 2, (1,), generator=gen)), mask, mask]

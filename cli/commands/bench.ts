@@ -245,53 +245,51 @@ export function randomModel(name: string): string {
 
 // The random model with a random row adapter (docs/model-format.md) of `spec` ("window:64", "mask:64") on every
 // projection beside it: a folder of two shards, the random model's weights (a hard link) and the factors (std
-// 0.02), written once per machine like the model itself. No spec: the model as it is.
+// 0.02), written once per machine like the model itself. "window-rule": the random model under the window rule
+// (a2d.window_rule), the window adapter's window and attention with no factors (a converted model's LoRA is merged
+// into its weights), so only its config differs. No spec: the model as it is.
 function withRandomAdapter(baseDir: string, spec: string | undefined): string {
   if (spec === undefined) return baseDir;
-  if (spec === "window-rule") return withWindowRule(baseDir);
+  if (spec === "window-rule") {
+    return derivedModel(baseDir, "window-rule", (config) => {
+      config.a2d.window_rule = true;
+    });
+  }
   const match = /^(mask|window):(\d+)$/.exec(spec);
   const rank = match ? Number(match[2]) : 0;
   if (!match || rank < 1 || rank > 256) throw new Error(`--random-adapter ${spec}: give RULE:RANK, RULE mask or window, RANK 1..256, or window-rule`);
   const rule = match[1] as string;
-  const dir = `${baseDir}-${rule}${rank}`;
-  const done = join(dir, ".complete");
-  if (existsSync(done)) return dir;
-  mkdirSync(dir, { recursive: true });
-  const config = JSON.parse(readFileSync(join(baseDir, "config.json"), "utf8")) as Record<string, any>;
-  const H = config.hidden_size as number, I = config.intermediate_size as number, D = config.head_dim as number;
-  const heads = config.num_attention_heads as number, kvHeads = config.num_key_value_heads as number;
-  const shapes: Record<string, [number, number]> = {
-    "self_attn.q_proj": [heads * D, H], "self_attn.k_proj": [kvHeads * D, H], "self_attn.v_proj": [kvHeads * D, H],
-    "self_attn.o_proj": [H, heads * D], "mlp.gate_proj": [I, H], "mlp.up_proj": [I, H], "mlp.down_proj": [H, I],
-  };
-  const tensors: Array<[string, number[]]> = [];
-  for (let l = 0; l < (config.num_hidden_layers as number); ++l) {
-    for (const [module, [out, inp]] of Object.entries(shapes)) {
-      tensors.push([`model.layers.${l}.${module}.${rule}_a`, [rank, inp]], [`model.layers.${l}.${module}.${rule}_b`, [out, rank]]);
+  return derivedModel(baseDir, `${rule}${rank}`, (config, dir) => {
+    const H = config.hidden_size as number, I = config.intermediate_size as number, D = config.head_dim as number;
+    const heads = config.num_attention_heads as number, kvHeads = config.num_key_value_heads as number;
+    const shapes: Record<string, [number, number]> = {
+      "self_attn.q_proj": [heads * D, H], "self_attn.k_proj": [kvHeads * D, H], "self_attn.v_proj": [kvHeads * D, H],
+      "self_attn.o_proj": [H, heads * D], "mlp.gate_proj": [I, H], "mlp.up_proj": [I, H], "mlp.down_proj": [H, I],
+    };
+    const tensors: Array<[string, number[]]> = [];
+    for (let l = 0; l < (config.num_hidden_layers as number); ++l) {
+      for (const [module, [out, inp]] of Object.entries(shapes)) {
+        tensors.push([`model.layers.${l}.${module}.${rule}_a`, [rank, inp]], [`model.layers.${l}.${module}.${rule}_b`, [out, rank]]);
+      }
     }
-  }
-  writeRandomSafetensors(join(dir, "adapter.safetensors"), tensors.map(([name, dims]) => [name, dims, "w"]));
-  const weightMap: Record<string, string> = {};
-  for (const name of safetensorsNames(join(baseDir, "model.safetensors"))) weightMap[name] = "model.safetensors";
-  for (const [name] of tensors) weightMap[name] = "adapter.safetensors";
-  if (!existsSync(join(dir, "model.safetensors"))) linkSync(join(baseDir, "model.safetensors"), join(dir, "model.safetensors"));
-  writeFileSync(join(dir, "model.safetensors.index.json"), JSON.stringify({ metadata: {}, weight_map: weightMap }));
-  config.a2d[`${rule}_adapter`] = { rank, targets: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] };
-  writeFileSync(join(dir, "config.json"), JSON.stringify(config, null, 1));
-  writeFileSync(done, "");
-  return dir;
+    writeRandomSafetensors(join(dir, "adapter.safetensors"), tensors.map(([name, dims]) => [name, dims, "w"]));
+    const weightMap: Record<string, string> = {};
+    for (const name of safetensorsNames(join(baseDir, "model.safetensors"))) weightMap[name] = "model.safetensors";
+    for (const [name] of tensors) weightMap[name] = "adapter.safetensors";
+    writeFileSync(join(dir, "model.safetensors.index.json"), JSON.stringify({ metadata: {}, weight_map: weightMap }));
+    config.a2d[`${rule}_adapter`] = { rank, targets: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] };
+  });
 }
 
-// The random model under the window rule (docs/model-format.md, a2d.window_rule): the window adapter's window and
-// attention with no factors, a converted model's LoRA being merged into its weights; so the weights are the random
-// model's own (a hard link) and only the config differs.
-function withWindowRule(baseDir: string): string {
-  const dir = `${baseDir}-window-rule`;
+// A folder `<baseDir>-<suffix>` beside the random model, written once per machine: its weights (a hard link), its
+// config as `edit` changes it, and whatever else `edit` writes into the folder.
+function derivedModel(baseDir: string, suffix: string, edit: (config: Record<string, any>, dir: string) => void): string {
+  const dir = `${baseDir}-${suffix}`;
   const done = join(dir, ".complete");
   if (existsSync(done)) return dir;
   mkdirSync(dir, { recursive: true });
   const config = JSON.parse(readFileSync(join(baseDir, "config.json"), "utf8")) as Record<string, any>;
-  config.a2d.window_rule = true;
+  edit(config, dir);
   if (!existsSync(join(dir, "model.safetensors"))) linkSync(join(baseDir, "model.safetensors"), join(dir, "model.safetensors"));
   writeFileSync(join(dir, "config.json"), JSON.stringify(config, null, 1));
   writeFileSync(done, "");
