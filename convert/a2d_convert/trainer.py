@@ -248,8 +248,9 @@ def build_model(config: TrainConfig, init_dir: Path, rt: Runtime):
         teacher.requires_grad_(False)
         if use_bf16(config, rt.device):
             teacher = teacher.to(torch.bfloat16)
-    if config.window_rule:
-        model.attention_rule = "window"  # the window adapter's window and attention rule, with no factors of its own
+    # The run's attention rule: its row adapter's (which lora.attach gave the model already) or the window rule's, the
+    # window adapter's window and attention with no factors of its own.
+    model.attention_rule = config.attention_rule
     if config.grouped_projections and config.row_adapter:
         lora_mod.fuse_projections(model)
     if config.activation_checkpointing:
