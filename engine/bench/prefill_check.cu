@@ -15,14 +15,15 @@
 //     12) against each sequence's part alone, every window row's logits; on the 2B shape the time of such forwards
 //     of 8-48 sequences at block 4 against the same sequences in forwards of at most 64 rows.
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
-//   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--wgmma-cluster 0|1]
+//   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--wgmma-cluster 0|1] [--wgmma-stream 0|1]
 //                 [--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]
 //                 [--attention-typical-blocks 0|1] [--attention-warp-combine 0|1] [--attention-prefetch 0|1]
 //                 [--forward-kv N] [--profile-sequences N]
 //                 [--profile-prompt N] [--wgmma-tokens N]     (--probe:
 //   exit 0 at once, to see that the binary loads; --split N: the GEMMs' K split towards N blocks per SM, g_split
 //   below; --shapes: their block shape by the call's rows, g_shapes below; --wgmma: the warpgroup kernel for every
-//   call, g_wgmma below; --wgmma-cluster: its K splits as clusters, g_wgmma_cluster; --wgmma-tokens: its block
+//   call, g_wgmma below; --wgmma-cluster: its K splits as clusters, g_wgmma_cluster; --wgmma-stream: stream-K where
+//   it ends sooner, g_wgmma_stream; --wgmma-tokens: its block
 //   tokens, g_wgmma_tokens; --split-attention: chunks of up to 64 rows through the decode attention, g_split_attention;
 //   --profile-sequences N: nothing else but one forward of N sequences at block 4 on the 2B shape between
 //   cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off`; --profile-prompt N: the same for one
@@ -62,6 +63,9 @@ bool g_wgmma = GemmTuning{}.prefill_wgmma;
 // --wgmma-cluster 0|1: the warpgroup kernel's K splits as clusters that share the sums and the epilogue
 // (GemmTuning::prefill_wgmma_cluster; the engine's default unless given).
 bool g_wgmma_cluster = GemmTuning{}.prefill_wgmma_cluster;
+// --wgmma-stream 0|1: the warpgroup kernel's 64-token calls as stream-K where that ends sooner than their split
+// (GemmTuning::prefill_wgmma_stream; the engine's default unless given).
+bool g_wgmma_stream = GemmTuning{}.prefill_wgmma_stream;
 // --wgmma-tokens N: the warpgroup kernel's token rows a block for every call (GemmTuning::prefill_wgmma_tokens; 0,
 // the engine's default: by the call's rows).
 int g_wgmma_tokens = GemmTuning{}.prefill_wgmma_tokens;
@@ -151,6 +155,7 @@ std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed
   options.gemm.prefill_shape_by_rows = g_shapes;
   options.gemm.prefill_wgmma = g_wgmma;
   options.gemm.prefill_wgmma_cluster = g_wgmma_cluster;
+  options.gemm.prefill_wgmma_stream = g_wgmma_stream;
   options.gemm.prefill_wgmma_tokens = g_wgmma_tokens;
   options.prefill_split_attention = g_split_attention;
   auto model = std::make_unique<DeviceModel>(shape, options);
@@ -717,6 +722,7 @@ int main(int argc, char** argv) {
     else if (arg == "--shapes" && i + 1 < argc) g_shapes = std::atoi(argv[++i]) != 0;
     else if (arg == "--wgmma" && i + 1 < argc) g_wgmma = std::atoi(argv[++i]) != 0;
     else if (arg == "--wgmma-cluster" && i + 1 < argc) g_wgmma_cluster = std::atoi(argv[++i]) != 0;
+    else if (arg == "--wgmma-stream" && i + 1 < argc) g_wgmma_stream = std::atoi(argv[++i]) != 0;
     else if (arg == "--wgmma-tokens" && i + 1 < argc) g_wgmma_tokens = std::atoi(argv[++i]);
     else if (arg == "--split-attention" && i + 1 < argc) g_split_attention = std::atoi(argv[++i]) != 0;
     else if (arg == "--decode-prefill-gemm" && i + 1 < argc) g_decode_prefill_gemm = std::atoi(argv[++i]);
@@ -730,7 +736,7 @@ int main(int argc, char** argv) {
     else if (arg == "--profile-prompt" && i + 1 < argc) g_profile_prompt = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
-                           "[--wgmma-cluster 0|1] [--split-attention 0|1] [--decode-prefill-gemm ROWS] "
+                           "[--wgmma-cluster 0|1] [--wgmma-stream 0|1] [--split-attention 0|1] [--decode-prefill-gemm ROWS] "
                            "[--forward-rows N [--forward-rows-only]] [--attention-typical-blocks 0|1] "
                            "[--attention-warp-combine 0|1] [--attention-prefetch 0|1] [--forward-kv N] "
                            "[--profile-sequences N] [--profile-prompt N] "

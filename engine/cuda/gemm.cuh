@@ -87,6 +87,11 @@ struct GemmTuning {
   // summing every split's partials from global memory and running the whole epilogue: 1-4 % faster forwards of
   // 8 to 16 sequences, about even beyond (bench/NOTES.md, runs 153, 154 and 162; `--wgmma-cluster 0` turns it off).
   bool prefill_wgmma_cluster = true;
+  // Stream-K for the warpgroup kernel's calls of two or more 64-token blocks where it ends sooner than the split
+  // above (prefill_wgmma_stream_split): every SM an equal share of the (output block, 64-k step) pairs, where the
+  // split leaves SMs idle or runs a second wave. H100, 2B shape at block 4 after 1,024 cached: forwards of 13-32
+  // sequences 3-6 % faster (32: 6.84 -> 6.43 ms), 40-48 even (bench/NOTES.md, run 183).
+  bool prefill_wgmma_stream = true;
 };
 
 // How one GEMM launches under a tuning, and the split scratch it needs.

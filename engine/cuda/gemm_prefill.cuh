@@ -68,6 +68,13 @@ struct PrefillGemmParams {
   // run that share's epilogue: no partials, no counters, and no block left alone with the sums and the epilogue
   // (prefill_wgmma_cluster_split).
   int cluster_splits = 0;
+  // The warpgroup kernel at 64-token blocks only: > 0 launches stream-K, a grid of this many blocks (a wave) that
+  // share every (output block, 64-k step) pair equally, in order, so that a block may end one output block's steps,
+  // run whole ones and start another's. An output block whose steps span several blocks has each leave its fp32
+  // partial in `partial` (two places a block: 2 x stream_blocks partials of an output block) and the last to arrive
+  // add them in block order (the same sums whichever arrives last) and run the epilogue; `counters` (one per output
+  // block, zero) are left zero. steps_per_split and cluster_splits are 0 (prefill_wgmma_stream_split).
+  int stream_blocks = 0;
 
   // Per-block timing records (trace.cuh), written by the warpgroup kernel of trace builds only, and which GEMM of
   // a decode forward this is (its `site`, as GemmParams::site).
@@ -102,6 +109,7 @@ struct PrefillSplit {
   size_t partial_floats = 0;
   int counters = 0;
   bool cluster = false;  // the splits of an output block as one cluster (PrefillGemmParams::cluster_splits)
+  int stream_blocks = 0;  // stream-K's grid (PrefillGemmParams::stream_blocks); splits and steps_per_split unused
 };
 PrefillSplit prefill_split(int rows, int n_rows, int k, int blocks_per_sm, int sm_count, PrefillShape shape = {});
 // The rule both prefill kernels split by (prefill_split, prefill_wgmma_split): `blocks` output blocks against a wave
@@ -139,6 +147,13 @@ PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int 
 // cudaOccupancyMaxActiveClusters). Where no cluster of two or more fits that, the unclustered split.
 inline constexpr int kMaxClusterSplits = 8;
 PrefillSplit prefill_wgmma_cluster_split(int rows, int n_rows, int k, int sm_count, int block_tokens);
+// Stream-K for calls of two or more 64-token blocks (PrefillGemmParams::stream_blocks: a wave of sm_count blocks,
+// each an equal share of the (output block, 64-k step) pairs) where it ends sooner than `otherwise` (the split
+// planned above): in steps of the busiest SM, ceil(pairs / sm_count) plus kStreamFixupSteps for the partials against
+// otherwise's waves times its steps a block. Returns `otherwise` where it does not, and for calls of one token block.
+inline constexpr int kStreamFixupSteps = 2;
+PrefillSplit prefill_wgmma_stream_split(int rows, int n_rows, int k, int sm_count, int block_tokens,
+                                        const PrefillSplit& otherwise);
 // The warpgroup kernel's block tokens for a call of `rows` rows of a weight of `n_rows` rows: 64 up to 64 rows;
 // up to 256 rows, one token block of all of them (128 or 256) where the weight's 128-row blocks fill half the SMs
 // (gate_up: its weights stream once) and 64 where they do not (qkv, o, down: the K split fills the SMs, and its

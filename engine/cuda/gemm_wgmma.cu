@@ -15,7 +15,9 @@
 //
 // Few rows leave most SMs idle (a block per 128 weight rows and kTokens token rows): K then splits over grid.z
 // (prefill_wgmma_split), each split leaves fp32 partials and the last to arrive adds them in split order and runs
-// the epilogue, as gemm_prefill.cu does.
+// the epilogue, as gemm_prefill.cu does. Calls of several 64-token blocks may instead run stream-K (a separate
+// instantiation, prefill_wgmma_stream_split): a wave of blocks, each an equal share of the (output block, step)
+// pairs, whose ring runs on from one output block into the next while the epilogue stages past it.
 //
 // Built for sm_90a only (the addon also carries sm_90 code, where this kernel traps: gemm_wgmma_available() probes
 // which one the driver loaded, and the engine falls back to gemm_prefill.cu without it). The engine's default
@@ -39,15 +41,23 @@ constexpr int kBlockRows = 64 * kConsumers;         // weight rows a block: 8 ti
 constexpr int kThreads = 128 * (kConsumers + 1);    // warpgroup 0 produces (one thread issues the copies)
 constexpr int kRowBytes = 64;                       // one 32-column chunk of a row: the 64-byte swizzle's span
 
-template <int kTokens>
+template <int kTokens, bool kStreamK = false>
 struct WgmmaLayout {
   static_assert(kTokens == 64 || kTokens == 128 || kTokens == 256, "wgmma N: the token rows a block");
   static constexpr int weight_chunk = kBlockRows * kRowBytes;  // 8 KiB
   static constexpr int input_chunk = kTokens * kRowBytes;
   static constexpr int stage_bytes = 2 * (weight_chunk + input_chunk);
   static constexpr int stages = 196 * 1024 / stage_bytes > 6 ? 6 : 196 * 1024 / stage_bytes;
-  static constexpr int smem_bytes = stages * stage_bytes + 1024;  // and the alignment of the ring to 1 KiB
+  // The stream-K kernel (PrefillGemmParams::stream_blocks, 64-token blocks only): a block's next output block loads
+  // into the ring while this one's epilogue runs, so the epilogues stage their tiles past the ring (the RoPE one's
+  // is the largest: 64 token rows of 164 floats); the other kernels' epilogues stage in the ring.
+  static constexpr bool stream = kStreamK;
+  static_assert(!kStreamK || kTokens == 64, "stream-K at 64-token blocks");
+  static constexpr int staging_bytes = stream ? kTokens * (8 * 20 + 4) * 4 : stages * stage_bytes;
+  // The ring aligned to 1 KiB, then the staging where it has its own.
+  static constexpr int smem_bytes = stages * stage_bytes + 1024 + (stream ? staging_bytes : 0);
   static_assert(stages >= 3, "a ring of at least three stages");
+  static_assert(smem_bytes <= 227 * 1024, "a block's shared memory");
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -209,27 +219,51 @@ __device__ __forceinline__ void wgmma_tokens(float (&d)[kTokens / 2], uint64_t a
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-template <PrefillEpilogue kEpilogue, int kTokens>
+template <PrefillEpilogue kEpilogue, int kTokens, bool kStreamK = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_wgmma_kernel(const __grid_constant__ PrefillGemmParams p, const __grid_constant__ CUtensorMap weight_map,
                       const __grid_constant__ CUtensorMap input_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = WgmmaLayout<kTokens>;
+  using L = WgmmaLayout<kTokens, kStreamK>;
   // Clustered splits (PrefillGemmParams::cluster_splits) at 64-token blocks only, the decode forwards' shape: the
   // larger blocks' kernels stay as they were (the cluster path costs them registers, and rope_qkv at 256 a spill).
-  constexpr bool kClusters = kTokens == 64;
+  constexpr bool kClusters = kTokens == 64 && !kStreamK;
   A2D_TRACE(const uint64_t t_start = trace_clock());
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[L::stages], empty[L::stages];
   // Stage s: weight chunks 0 and 1 (128 rows x 64 bytes each), then input chunks 0 and 1 (kTokens rows x 64 bytes).
   const uint32_t ring = (smem_address(smem_raw) + 1023) & ~1023u;
+  // Where the epilogues stage their tiles (WgmmaLayout::staging_bytes): past the ring, or the ring itself.
+  unsigned char* const staging = smem_raw + (ring - smem_address(smem_raw)) + (L::stream ? L::stages * L::stage_bytes : 0);
   const int warpgroup = threadIdx.x / 128;
-  const int tile0 = blockIdx.y * (kBlockRows / 16);
-  const int token0 = blockIdx.x * kTokens;
-  // This block's 64-k steps: all of them, or its split's range (grid.z).
+  // The work as (output block, 64-k step) pairs numbered output block by output block, an output block u being
+  // token block u % token_blocks of weight block u / token_blocks: this block's pairs are [begin, end). Without
+  // stream-K, its output block's steps (blockIdx.x, blockIdx.y), or its split's range of them (grid.z); under
+  // stream-K (PrefillGemmParams::stream_blocks) an equal share of every output block's steps in a row, so that a
+  // block may end one output block, run whole ones and start another.
   const int all_steps = (p.k + 63) / 64;
-  const int first_step = p.steps_per_split > 0 ? static_cast<int>(blockIdx.z) * p.steps_per_split : 0;
-  const int steps = (p.steps_per_split > 0 ? min(all_steps, first_step + p.steps_per_split) : all_steps) - first_step;
+  const int token_blocks = (p.rows + kTokens - 1) / kTokens;
+  constexpr bool stream = kStreamK;
+  const long long total =
+      stream ? static_cast<long long>(token_blocks) * ((p.n_rows + kBlockRows - 1) / kBlockRows) * all_steps : 0;
+  auto range_start = [&](int b) { return static_cast<int>(total * b / p.stream_blocks); };
+  // The block whose range holds pair i.
+  auto block_of = [&](int i) {
+    int b = static_cast<int>(static_cast<long long>(i) * p.stream_blocks / max(total, 1LL));
+    while (b + 1 < p.stream_blocks && range_start(b + 1) <= i) ++b;
+    while (range_start(b) > i) --b;
+    return b;
+  };
+  int begin, end;
+  if (stream) {
+    begin = range_start(blockIdx.x);
+    end = range_start(blockIdx.x + 1);
+  } else {
+    const int first_step = p.steps_per_split > 0 ? static_cast<int>(blockIdx.z) * p.steps_per_split : 0;
+    const int last_step = p.steps_per_split > 0 ? min(all_steps, first_step + p.steps_per_split) : all_steps;
+    begin = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x) * all_steps + first_step;
+    end = begin + last_step - first_step;
+  }
   if (threadIdx.x == 0) {
     for (int s = 0; s < L::stages; ++s) {
       mbarrier_init(smem_address(&full[s]), 1);
@@ -246,31 +280,37 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     if (threadIdx.x == 0) {
       // A stage's full barrier expects its weight and input bytes at once; the weights are constant, so the first
-      // ring of them is copied before the previous kernel has finished (PDL), its inputs after.
-      const int ahead = min(steps, L::stages);
-      auto load_weights = [&](int s) {
-        const uint32_t bar = smem_address(&full[s % L::stages]);
+      // ring of them is copied before the previous kernel has finished (PDL), its inputs after. Ring entry r holds
+      // pair begin + r.
+      const int count = end - begin;
+      const int ahead = min(count, L::stages);
+      auto load_weights = [&](int r) {
+        const int i = begin + r;
+        const uint32_t bar = smem_address(&full[r % L::stages]);
         // Past the matrix, K or the rows TMA writes zeros and counts their bytes, a box wholly past K (the second
         // chunk of the last step of a K of 32 mod 64) included; skipping that box instead would put the products
         // in a branch, which serializes wgmma (ptxas C7520).
         mbarrier_expect_tx(bar, L::stage_bytes);
-        const uint32_t stage = ring + (s % L::stages) * L::stage_bytes;
+        const uint32_t stage = ring + (r % L::stages) * L::stage_bytes;
+        const int tile0 = i / all_steps / token_blocks * (kBlockRows / 16);
 #pragma unroll
-        for (int c = 0; c < 2; ++c) tma_load_4d(stage + c * L::weight_chunk, &weight_map, 0, 0, 2 * (first_step + s) + c, tile0, bar);
+        for (int c = 0; c < 2; ++c) tma_load_4d(stage + c * L::weight_chunk, &weight_map, 0, 0, 2 * (i % all_steps) + c, tile0, bar);
       };
-      for (int s = 0; s < ahead; ++s) load_weights(s);
+      for (int r = 0; r < ahead; ++r) load_weights(r);
       wait_for_previous_grid();
-      for (int s = 0; s < steps; ++s) {
-        const int slot = s % L::stages;
-        if (s >= ahead) {
-          mbarrier_wait(smem_address(&empty[slot]), (s / L::stages - 1) & 1);
-          load_weights(s);
+      for (int r = 0; r < count; ++r) {
+        const int slot = r % L::stages;
+        if (r >= ahead) {
+          mbarrier_wait(smem_address(&empty[slot]), (r / L::stages - 1) & 1);
+          load_weights(r);
         }
+        const int i = begin + r;
         const uint32_t bar = smem_address(&full[slot]);
         const uint32_t stage = ring + slot * L::stage_bytes;
+        const int token0 = i / all_steps % token_blocks * kTokens;
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const int chunk = 2 * (first_step + s) + c;
+          const int chunk = 2 * (i % all_steps) + c;
           tma_load_2d(stage + 2 * L::weight_chunk + c * L::input_chunk, &input_map, chunk * 32, token0, bar);
         }
       }
@@ -288,62 +328,33 @@ __global__ void __launch_bounds__(kThreads, 1)
   wait_for_previous_grid();
   A2D_TRACE(const uint64_t t_waited = trace_clock());
   A2D_TRACE(uint64_t t_data = 0);
-  // RoPE's token rows (their positions and KV slots) staged while the first stages load: the epilogue then reads
-  // the rope table alone.
+  // RoPE's token rows (their positions and KV slots) of the token block at token0, staged while the first stages
+  // load: the epilogue then reads the rope table alone. A stream-K block restages them for another token block.
   __shared__ int token_slot[kEpilogue == PrefillEpilogue::rope_qkv ? kTokens : 1];
   __shared__ size_t token_offset[kEpilogue == PrefillEpilogue::rope_qkv ? kTokens : 1];
-  if constexpr (kEpilogue == PrefillEpilogue::rope_qkv) {
-    for (int r = threadIdx.x - 128; r < kTokens; r += 128 * kConsumers) {
-      const PrefillToken token = prefill_token(p, token0 + r);
-      token_slot[r] = token.slot;
-      token_offset[r] = token.slot_offset;
+  int staged_token0 = -1;
+  auto stage_tokens = [&](int token0) {
+    if constexpr (kEpilogue == PrefillEpilogue::rope_qkv) {
+      if (token0 == staged_token0) return;
+      // The consumers only; the first barrier keeps the rows until every thread is done with the last ones.
+      if (staged_token0 >= 0) asm volatile("bar.sync 1, %0;" ::"n"(128 * kConsumers) : "memory");
+      for (int r = threadIdx.x - 128; r < kTokens; r += 128 * kConsumers) {
+        const PrefillToken token = prefill_token(p, token0 + r);
+        token_slot[r] = token.slot;
+        token_offset[r] = token.slot_offset;
+      }
+      asm volatile("bar.sync 1, %0;" ::"n"(128 * kConsumers) : "memory");
+      staged_token0 = token0;
     }
-    asm volatile("bar.sync 1, %0;" ::"n"(128 * kConsumers) : "memory");  // the consumers only
-  }
+  };
+  stage_tokens(begin / all_steps % token_blocks * kTokens);
 
   const int consumer = warpgroup - 1;
   const int warp = threadIdx.x / 32 % 4;  // this warp's 16-row slab of the consumer's 64 rows
   const int lane = threadIdx.x % 32;
-  float acc[kTokens / 2];
-#pragma unroll
-  for (int i = 0; i < kTokens / 2; ++i) acc[i] = 0.f;
-  fence_accumulators(acc);
-  for (int s = 0; s < steps; ++s) {
-    const int slot = s % L::stages;
-    mbarrier_wait(smem_address(&full[slot]), (s / L::stages) & 1);
-    A2D_TRACE(if (s == 0) t_data = trace_clock());
-    const uint32_t stage = ring + slot * L::stage_bytes;
-    wgmma_fence();
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {  // the two 16-k halves of a 64-byte row
-        const uint64_t a = operand_descriptor(stage + c * L::weight_chunk + consumer * 64 * kRowBytes + h * 32);
-        const uint64_t b = operand_descriptor(stage + 2 * L::weight_chunk + c * L::input_chunk + h * 32);
-        wgmma_tokens<kTokens>(acc, a, b);
-      }
-    }
-    wgmma_commit();
-    // Step s - 1's products are done: its slot goes back to the producer.
-    wgmma_wait<1>();
-    if (s > 0 && lane == 0) mbarrier_arrive(smem_address(&empty[(s - 1) % L::stages]));
-  }
-  wgmma_wait<0>();
-  fence_accumulators(acc);
-  A2D_TRACE(const uint64_t t_loop = trace_clock_after(acc[0]));
-#if defined(A2D_GEMM_TRACE)
-  // One record a block, by the first consumer thread: `reduced` once its split is published (and, in the tile's
-  // last block, every split summed), `end` after the epilogue; the record's tile is blockIdx.y, its split blockIdx.z.
-  auto record = [&](uint64_t t_reduced, bool epilogue) {
-    if (threadIdx.x != 128) return;
-    trace_write(p.trace, GemmBlockRecord{t_start, t_waited, t_data, t_loop, t_reduced, trace_clock(), trace_sm(), p.site,
-                                         static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z) + (epilogue ? 1000 : 0)});
-  };
-#endif
-  A2D_TRACE(uint64_t t_reduced = t_loop);
-
-  // This warp's 16-row tile of the output block (0-7), and whether this block runs its epilogue.
+  // This warp's 16-row tile of the output block (0-7).
   const int slab = consumer * 4 + warp;
+  float acc[kTokens / 2];
   // A split's accumulators where an output block's splits meet, as [quad][consumer thread] float4s (a warp's stores
   // contiguous): publish() writes this thread's, add() sums one quad of another split's into acc.
   constexpr int kQuads = kTokens / 8;
@@ -367,242 +378,336 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int own_stride = clustered ? p.cluster_splits : 1;
   const int own_quad = clustered ? cluster_rank() : 0;
   auto owns = [&](int token) { return token / 8 % own_stride == own_quad; };  // token: the block's row, 0..kTokens-1
-  if (clustered) {
-    // Each split leaves its accumulators in its own ring, free once both consumers' products are done; after the
-    // cluster's barrier block r sums its quads of every tile from every split's ring in split order, and a second
-    // barrier keeps each ring until every block has read it. Every consumer thread stays for the epilogue.
-    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
-    publish(reinterpret_cast<float4*>(smem_raw + (ring - smem_address(smem_raw))));
-    cluster_barrier();
+  __shared__ int arrived;  // the output block's arrivals before this block's (split or stream-K)
+
+  // An output block's sums once this block's steps of it are done: the splits' or stream-K's reduction, then the
+  // epilogue. u: the output block, [unit_begin, unit_end) this block's pairs of it.
+  auto finish = [&](int u, int unit_begin, int unit_end) {
+    const int tile0 = u / token_blocks * (kBlockRows / 16);
+    const int token0 = u % token_blocks * kTokens;
+    A2D_TRACE(const uint64_t t_loop = trace_clock_after(acc[0]));
+#if defined(A2D_GEMM_TRACE)
+    // One record a unit, by the first consumer thread: `reduced` once its split is published (and, in the tile's
+    // last block, every split summed), `end` after the epilogue; the record's tile is the output block's weight block
+    // (blockIdx.y; under stream-K the output block), its split blockIdx.z (under stream-K the block).
+    auto record = [&](uint64_t t_reduced, bool epilogue) {
+      if (threadIdx.x != 128) return;
+      trace_write(p.trace, GemmBlockRecord{t_start, t_waited, t_data, t_loop, t_reduced, trace_clock(), trace_sm(), p.site,
+                                           stream ? u : static_cast<int>(blockIdx.y),
+                                           static_cast<int>(stream ? blockIdx.x : blockIdx.z) + (epilogue ? 1000 : 0)});
+    };
+#endif
+    A2D_TRACE(uint64_t t_reduced = t_loop);
+    if (clustered) {
+      // Each split leaves its accumulators in its own ring, free once both consumers' products are done; after the
+      // cluster's barrier block r sums its quads of every tile from every split's ring in split order, and a second
+      // barrier keeps each ring until every block has read it. Every consumer thread stays for the epilogue.
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+      publish(reinterpret_cast<float4*>(smem_raw + (ring - smem_address(smem_raw))));
+      cluster_barrier();
 #pragma unroll
-    for (int q = 0; q < kQuads; ++q) {
-      if (q % own_stride != own_quad) continue;
-      acc[4 * q] = acc[4 * q + 1] = acc[4 * q + 2] = acc[4 * q + 3] = 0.f;
-      for (int split = 0; split < p.cluster_splits; ++split) {
-        add(q, load_peer(ring + static_cast<uint32_t>((q * kConsumerThreads + ct) * sizeof(float4)), split));
+      for (int q = 0; q < kQuads; ++q) {
+        if (q % own_stride != own_quad) continue;
+        acc[4 * q] = acc[4 * q + 1] = acc[4 * q + 2] = acc[4 * q + 3] = 0.f;
+        for (int split = 0; split < p.cluster_splits; ++split) {
+          add(q, load_peer(ring + static_cast<uint32_t>((q * kConsumerThreads + ct) * sizeof(float4)), split));
+        }
       }
-    }
-    A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
-    cluster_barrier();
-  } else if (p.steps_per_split > 0) {
-    // Publish this split's accumulators in the global partials; the output block's last split to arrive adds every
-    // split's in split order (the same sums whichever arrives last).
-    const int block = blockIdx.y * gridDim.x + blockIdx.x;
-    const size_t blocks = static_cast<size_t>(gridDim.x) * gridDim.y;
-    publish(reinterpret_cast<float4*>(p.partial) + (blockIdx.z * blocks + block) * kQuads * kConsumerThreads);
-    __threadfence();
-    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // the consumers only: the producer is gone
-    __shared__ int arrived;
-    if (ct == 0) arrived = atomicAdd(&p.counters[block], 1);
-    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
-    if (arrived != static_cast<int>(gridDim.z) - 1) {
-      A2D_TRACE(record(trace_clock(), false));
-      return;
-    }
-    __threadfence();
+      A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
+      cluster_barrier();
+    } else if (stream) {
+      // An output block whose steps span several blocks: each publishes its share in the global partials (two
+      // places a block: its first output block's and its last's) and the last to arrive adds them in block order
+      // (the same sums whichever arrives last).
+      if (unit_begin != u * all_steps || unit_end != (u + 1) * all_steps) {
+        auto part_of = [&](int b) {
+          const int place = 2 * b + (range_start(b) / all_steps == u ? 0 : 1);
+          return reinterpret_cast<float4*>(p.partial) + static_cast<size_t>(place) * kQuads * kConsumerThreads;
+        };
+        const int first = block_of(u * all_steps), last = block_of((u + 1) * all_steps - 1);
+        publish(part_of(blockIdx.x));
+        __threadfence();
+        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+        if (ct == 0) arrived = atomicAdd(&p.counters[u], 1);
+        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+        if (arrived != last - first) {
+          A2D_TRACE(record(trace_clock(), false));
+          return;
+        }
+        __threadfence();
 #pragma unroll
-    for (int i = 0; i < kTokens / 2; ++i) acc[i] = 0.f;
-    // Two splits' loads in flight at 64-token blocks (whose accumulators leave the registers for it).
+        for (int i = 0; i < kTokens / 2; ++i) acc[i] = 0.f;
+        for (int b = first; b <= last; ++b) {
+          const float4* part = part_of(b);
+#pragma unroll
+          for (int q = 0; q < kQuads; ++q) add(q, __ldcg(part + q * kConsumerThreads + ct));
+        }
+        if (ct == 0) p.counters[u] = 0;
+        A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
+      }
+    } else if (p.steps_per_split > 0) {
+      // Publish this split's accumulators in the global partials; the output block's last split to arrive adds every
+      // split's in split order (the same sums whichever arrives last).
+      const int block = u;
+      const size_t blocks = static_cast<size_t>(gridDim.x) * gridDim.y;
+      publish(reinterpret_cast<float4*>(p.partial) + (blockIdx.z * blocks + block) * kQuads * kConsumerThreads);
+      __threadfence();
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // the consumers only: the producer is gone
+      if (ct == 0) arrived = atomicAdd(&p.counters[block], 1);
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+      if (arrived != static_cast<int>(gridDim.z) - 1) {
+        A2D_TRACE(record(trace_clock(), false));
+        return;
+      }
+      __threadfence();
+#pragma unroll
+      for (int i = 0; i < kTokens / 2; ++i) acc[i] = 0.f;
+      // Two splits' loads in flight at 64-token blocks (whose accumulators leave the registers for it).
 #pragma unroll(kTokens == 64 ? 2 : 1)
-    for (int split = 0; split < static_cast<int>(gridDim.z); ++split) {
-      const float4* part = reinterpret_cast<const float4*>(p.partial) + (split * blocks + block) * kQuads * kConsumerThreads;
+      for (int split = 0; split < static_cast<int>(gridDim.z); ++split) {
+        const float4* part = reinterpret_cast<const float4*>(p.partial) + (split * blocks + block) * kQuads * kConsumerThreads;
 #pragma unroll
-      for (int q = 0; q < kQuads; ++q) add(q, __ldcg(part + q * kConsumerThreads + ct));
-    }
-    if (ct == 0) p.counters[block] = 0;
-    A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
-  }
-
-  // The epilogues that go out through the ring stage each thread's products and bias there, once both consumers are
-  // done with the ring: put(token, row, v0, v1) for every token of this thread, v0 and v1 the sums of weight rows
-  // `row` and `row` + 8 of the warp's 16-row tile; every thread's are there after.
-  auto stage_products = [&](auto&& put) {
-    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
-    const int row = lane / 4, pair = lane % 4;
-    const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
-#pragma unroll
-    for (int i = 0; i < kTokens / 4; ++i) {
-      // acc[4j + h] is weight row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] row `row` + 8.
-      put(8 * (i / 2) + 2 * pair + i % 2, row, acc[4 * (i / 2) + i % 2] + bias.x, acc[4 * (i / 2) + 2 + i % 2] + bias.y);
-    }
-    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
-  };
-  // The residual and RoPE epilogues' as fp32, [token][row_stride] with this warp's tile at slab x tile_stride.
-  auto stage_sums = [&](float* staged, int row_stride, int tile_stride) {
-    stage_products([&](int token, int row, float v0, float v1) {
-      float* to = staged + token * row_stride + slab * tile_stride + row;
-      to[0] = v0;
-      to[8] = v1;
-    });
-  };
-
-  if constexpr (kEpilogue == PrefillEpilogue::silu_mul) {
-    // The SiLU results go out through the ring, free once both consumers' products have waited (the producer's
-    // copies all landed before them) and, in a cluster split, once every block has read the sums: a [token][64
-    // outputs] bf16 tile in shared memory, then the block's own token rows whole in 16-byte stores, where
-    // prefill_epilogue_write's 2-byte stores scatter over 4 token rows a warp instruction.
-    constexpr int kOut = kBlockRows / 2;  // a 16-row tile's 8 gate rows give 8 outputs (their up rows the other 8)
-    constexpr int kStride = kOut + 8;     // bf16 a staged row: 144 bytes, 16-byte aligned, rows on other banks
-    static_assert(kTokens * kStride * 2 <= L::stages * L::stage_bytes, "the staged tile fits the ring");
-    bf16* staged = reinterpret_cast<bf16*>(smem_raw + (ring - smem_address(smem_raw)));
-    // A tile's rows `row` and `row` + 8 are a gate row and its up row.
-    stage_products([&](int token, int row, float gate, float up) {
-      staged[token * kStride + slab * 8 + row] = __float2bfloat16(gate / (1.f + __expf(-gate)) * up);
-    });
-    constexpr int kChunks = kOut / 8;  // 16-byte chunks a staged row
-    const int out0 = tile0 * 8;        // the block's first output column
-    const bool vectors = p.out_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
-    for (int j = ct; j < kTokens * kChunks; j += kConsumerThreads) {
-      const int token = j / kChunks, col = out0 + j % kChunks * 8;
-      if (token0 + token >= p.rows || col >= p.n_out || !owns(token)) continue;
-      const bf16* from = staged + token * kStride + j % kChunks * 8;
-      bf16* to = p.out + static_cast<size_t>(token0 + token) * p.out_stride + col;
-      if (vectors && col + 8 <= p.n_out) {
-        *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
-      } else {
-        for (int e = 0; e < 8 && col + e < p.n_out; ++e) to[e] = from[e];
+        for (int q = 0; q < kQuads; ++q) add(q, __ldcg(part + q * kConsumerThreads + ct));
       }
+      if (ct == 0) p.counters[block] = 0;
+      A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
     }
-    A2D_TRACE(record(t_reduced, true));
-    return;
-  } else if constexpr (kEpilogue == PrefillEpilogue::residual_add) {
-    // The same for the residual sums: a [token][128 outputs] fp32 tile of products and bias, then whole residual
-    // rows read, added to and written back in 16-byte chunks, each thread's reads of 8 chunks in flight before its
-    // writes (a store may alias any later load). The same sums as prefill_epilogue_write's.
-    constexpr int kStride = kBlockRows + 4;  // floats a staged row: 528 bytes, 16-byte aligned, rows on other banks
-    static_assert(kTokens * kStride * 4 <= L::stages * L::stage_bytes, "the staged tile fits the ring");
-    float* staged = reinterpret_cast<float*>(smem_raw + (ring - smem_address(smem_raw)));
-    stage_sums(staged, kStride, 16);
-    constexpr int kChunks = kBlockRows / 4;                          // 16-byte chunks a staged row
-    constexpr int kPerThread = kTokens * kChunks / kConsumerThreads;  // 8, 16 or 32
-    constexpr int kBatch = 8;
-    static_assert(kPerThread % kBatch == 0, "whole batches of chunks");
-    const int out0 = tile0 * 16;  // the block's first output column
-    const bool vectors = p.out_stride % 4 == 0 && p.n_out % 4 == 0 && reinterpret_cast<uintptr_t>(p.residual) % 16 == 0;
-    for (int k0 = 0; k0 < kPerThread; k0 += kBatch) {
-      float4 sums[kBatch];
-      bool live[kBatch];
+
+    // The epilogues that go out through the ring stage each thread's products and bias there, once both consumers are
+    // done with the ring: put(token, row, v0, v1) for every token of this thread, v0 and v1 the sums of weight rows
+    // `row` and `row` + 8 of the warp's 16-row tile; every thread's are there after.
+    auto stage_products = [&](auto&& put) {
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");  // every product is done with the ring
+      const int row = lane / 4, pair = lane % 4;
+      const float2 bias = prefill_tile_bias(p, tile0 + slab, row);
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int j = ct + (k0 + b) * kConsumerThreads;
-        const int token = j / kChunks, col = out0 + j % kChunks * 4;
-        live[b] = token0 + token < p.rows && col < p.n_out && owns(token);
-        float* at = p.residual + static_cast<size_t>(token0 + token) * p.out_stride + col;
-        if (live[b] && vectors) sums[b] = *reinterpret_cast<const float4*>(at);
+      for (int i = 0; i < kTokens / 4; ++i) {
+        // acc[4j + h] is weight row `row` of token 8j + 2 pair + h, acc[4j + 2 + h] row `row` + 8.
+        put(8 * (i / 2) + 2 * pair + i % 2, row, acc[4 * (i / 2) + i % 2] + bias.x, acc[4 * (i / 2) + 2 + i % 2] + bias.y);
       }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (!live[b]) continue;
-        const int j = ct + (k0 + b) * kConsumerThreads;
-        const int token = j / kChunks, col = out0 + j % kChunks * 4;
-        const float* from = staged + token * kStride + j % kChunks * 4;
-        float* at = p.residual + static_cast<size_t>(token0 + token) * p.out_stride + col;
-        if (vectors) {
-          const float4 v = *reinterpret_cast<const float4*>(from);
-          *reinterpret_cast<float4*>(at) = make_float4(sums[b].x + v.x, sums[b].y + v.y, sums[b].z + v.z, sums[b].w + v.w);
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+    };
+    // The residual and RoPE epilogues' as fp32, [token][row_stride] with this warp's tile at slab x tile_stride.
+    auto stage_sums = [&](float* staged, int row_stride, int tile_stride) {
+      stage_products([&](int token, int row, float v0, float v1) {
+        float* to = staged + token * row_stride + slab * tile_stride + row;
+        to[0] = v0;
+        to[8] = v1;
+      });
+    };
+
+    stage_tokens(token0);
+    if constexpr (kEpilogue == PrefillEpilogue::silu_mul) {
+      // The SiLU results go out through the ring, free once both consumers' products have waited (the producer's
+      // copies all landed before them) and, in a cluster split, once every block has read the sums: a [token][64
+      // outputs] bf16 tile in shared memory, then the block's own token rows whole in 16-byte stores, where
+      // prefill_epilogue_write's 2-byte stores scatter over 4 token rows a warp instruction.
+      constexpr int kOut = kBlockRows / 2;  // a 16-row tile's 8 gate rows give 8 outputs (their up rows the other 8)
+      constexpr int kStride = kOut + 8;     // bf16 a staged row: 144 bytes, 16-byte aligned, rows on other banks
+      static_assert(kTokens * kStride * 2 <= L::staging_bytes, "the staged tile fits its staging");
+      bf16* staged = reinterpret_cast<bf16*>(staging);
+      // A tile's rows `row` and `row` + 8 are a gate row and its up row.
+      stage_products([&](int token, int row, float gate, float up) {
+        staged[token * kStride + slab * 8 + row] = __float2bfloat16(gate / (1.f + __expf(-gate)) * up);
+      });
+      constexpr int kChunks = kOut / 8;  // 16-byte chunks a staged row
+      const int out0 = tile0 * 8;        // the block's first output column
+      const bool vectors = p.out_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
+      for (int j = ct; j < kTokens * kChunks; j += kConsumerThreads) {
+        const int token = j / kChunks, col = out0 + j % kChunks * 8;
+        if (token0 + token >= p.rows || col >= p.n_out || !owns(token)) continue;
+        const bf16* from = staged + token * kStride + j % kChunks * 8;
+        bf16* to = p.out + static_cast<size_t>(token0 + token) * p.out_stride + col;
+        if (vectors && col + 8 <= p.n_out) {
+          *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
         } else {
-          for (int e = 0; e < 4 && col + e < p.n_out; ++e) at[e] += from[e];
-        }
-      }
-    }
-    A2D_TRACE(record(t_reduced, true));
-    return;
-  } else if constexpr (kEpilogue == PrefillEpilogue::rope_qkv) {
-    // RoPE's results through the ring as well: the products and bias as a [token][8 tiles x 20] fp32 tile (a tile's
-    // 16 rows, then 4 floats of padding: a quarter warp's reads of 8 tiles of one token fall on 8 bank groups),
-    // then one thread a token row and 16-row tile: its 8 angles read as 4 16-byte loads (the rope-pair dims 8j..8j+7
-    // of the tile are consecutive in the table), the pairs rotated, and the tile's two 8-dim halves of the head
-    // stored as two 16-byte chunks, a warp's 8 tiles of a token together (for a 128-dim head: its 256-byte row of
-    // q_out or of the KV slot). The values and sums of prefill_epilogue_write's, where every 16-byte access is
-    // aligned.
-    const bool vectors = reinterpret_cast<uintptr_t>(p.q_out) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(p.rope_table) % 16 == 0 && (p.state == nullptr || p.kv_slot_stride % 8 == 0);
-    if (vectors) {
-      constexpr int kTileStride = 20;                 // floats a staged 16-row tile
-      constexpr int kStride = 8 * kTileStride + 4;   // floats a staged token row: 656 bytes, the pairs' writes on 32 banks
-      static_assert(kTokens * kStride * 4 <= L::stages * L::stage_bytes, "the staged tile fits the ring");
-      float* staged = reinterpret_cast<float*>(smem_raw + (ring - smem_address(smem_raw)));
-      stage_sums(staged, kStride, kTileStride);
-      const int n_tiles = (p.n_rows + 15) / 16, half = p.head_dim / 2;
-      constexpr int kPerThread = kTokens * 8 / kConsumerThreads;  // 2, 4 or 8 (token row, tile) pairs
-      constexpr int kBatch = kPerThread < 4 ? kPerThread : 4;      // whose angle reads are in flight together
-#pragma unroll
-      for (int k0 = 0; k0 < kPerThread; k0 += kBatch) {
-        float4 cs[kBatch][4];
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int item = ct + (k0 + b) * kConsumerThreads, token = item / 8, tile = tile0 + item % 8;
-          const int first_row = tile * 16, slot = token_slot[token];
-          if (token0 + token < p.rows && owns(token) && tile < n_tiles && slot >= 0 &&
-              first_row / p.head_dim < p.num_heads + p.num_kv_heads) {
-            const float4* angles = reinterpret_cast<const float4*>(p.rope_table + static_cast<size_t>(slot) * half +
-                                                                   first_row % p.head_dim / 16 * 8);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) cs[b][e] = angles[e];
-          }
-        }
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int item = ct + (k0 + b) * kConsumerThreads, token = item / 8, tile = tile0 + item % 8;
-          const int t = token0 + token, first_row = tile * 16, slot = token_slot[token];
-          if (t >= p.rows || !owns(token) || tile >= n_tiles || slot < 0) continue;
-          const float* from = staged + token * kStride + item % 8 * kTileStride;
-          float v[16];
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float4 x = *reinterpret_cast<const float4*>(from + 4 * e);
-            v[4 * e] = x.x, v[4 * e + 1] = x.y, v[4 * e + 2] = x.z, v[4 * e + 3] = x.w;
-          }
-          const int head = first_row / p.head_dim;
-          __align__(16) bf16 lo[8], hi[8];
-          bf16* out;
-          int at_lo, at_hi;  // where the two 8-dim chunks go in the head's row
-          if (head < p.num_heads + p.num_kv_heads) {
-            // Rows e and e + 8 of the tile are dims d + e and d + e + half of one q or k head (rope_pair_dim).
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              const float4 c2 = cs[b][e / 2];
-              const float c = e % 2 ? c2.z : c2.x, sn = e % 2 ? c2.w : c2.y;
-              lo[e] = __float2bfloat16(v[e] * c - v[e + 8] * sn);
-              hi[e] = __float2bfloat16(v[e + 8] * c + v[e] * sn);
-            }
-            at_lo = first_row % p.head_dim / 16 * 8;
-            at_hi = at_lo + half;
-            out = head < p.num_heads ? p.q_out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim
-                                     : p.k_cache + token_offset[token] +
-                                           (static_cast<size_t>(head - p.num_heads) * p.max_context + slot) * p.head_dim;
-          } else {
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              lo[e] = __float2bfloat16(v[e]);
-              hi[e] = __float2bfloat16(v[e + 8]);
-            }
-            at_lo = first_row % p.head_dim;
-            at_hi = at_lo + 8;
-            out = p.v_cache + token_offset[token] +
-                  (static_cast<size_t>(head - p.num_heads - p.num_kv_heads) * p.max_context + slot) * p.head_dim;
-          }
-          *reinterpret_cast<uint4*>(out + at_lo) = *reinterpret_cast<const uint4*>(lo);
-          *reinterpret_cast<uint4*>(out + at_hi) = *reinterpret_cast<const uint4*>(hi);
+          for (int e = 0; e < 8 && col + e < p.n_out; ++e) to[e] = from[e];
         }
       }
       A2D_TRACE(record(t_reduced, true));
       return;
+    } else if constexpr (kEpilogue == PrefillEpilogue::residual_add) {
+      // The same for the residual sums: a [token][128 outputs] fp32 tile of products and bias, then whole residual
+      // rows read, added to and written back in 16-byte chunks, each thread's reads of 8 chunks in flight before its
+      // writes (a store may alias any later load). The same sums as prefill_epilogue_write's.
+      constexpr int kStride = kBlockRows + 4;  // floats a staged row: 528 bytes, 16-byte aligned, rows on other banks
+      static_assert(kTokens * kStride * 4 <= L::staging_bytes, "the staged tile fits its staging");
+      float* staged = reinterpret_cast<float*>(staging);
+      stage_sums(staged, kStride, 16);
+      constexpr int kChunks = kBlockRows / 4;                          // 16-byte chunks a staged row
+      constexpr int kPerThread = kTokens * kChunks / kConsumerThreads;  // 8, 16 or 32
+      constexpr int kBatch = 8;
+      static_assert(kPerThread % kBatch == 0, "whole batches of chunks");
+      const int out0 = tile0 * 16;  // the block's first output column
+      const bool vectors = p.out_stride % 4 == 0 && p.n_out % 4 == 0 && reinterpret_cast<uintptr_t>(p.residual) % 16 == 0;
+      for (int k0 = 0; k0 < kPerThread; k0 += kBatch) {
+        float4 sums[kBatch];
+        bool live[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int j = ct + (k0 + b) * kConsumerThreads;
+          const int token = j / kChunks, col = out0 + j % kChunks * 4;
+          live[b] = token0 + token < p.rows && col < p.n_out && owns(token);
+          float* at = p.residual + static_cast<size_t>(token0 + token) * p.out_stride + col;
+          if (live[b] && vectors) sums[b] = *reinterpret_cast<const float4*>(at);
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          if (!live[b]) continue;
+          const int j = ct + (k0 + b) * kConsumerThreads;
+          const int token = j / kChunks, col = out0 + j % kChunks * 4;
+          const float* from = staged + token * kStride + j % kChunks * 4;
+          float* at = p.residual + static_cast<size_t>(token0 + token) * p.out_stride + col;
+          if (vectors) {
+            const float4 v = *reinterpret_cast<const float4*>(from);
+            *reinterpret_cast<float4*>(at) = make_float4(sums[b].x + v.x, sums[b].y + v.y, sums[b].z + v.z, sums[b].w + v.w);
+          } else {
+            for (int e = 0; e < 4 && col + e < p.n_out; ++e) at[e] += from[e];
+          }
+        }
+      }
+      A2D_TRACE(record(t_reduced, true));
+      return;
+    } else if constexpr (kEpilogue == PrefillEpilogue::rope_qkv) {
+      // RoPE's results through the ring as well: the products and bias as a [token][8 tiles x 20] fp32 tile (a tile's
+      // 16 rows, then 4 floats of padding: a quarter warp's reads of 8 tiles of one token fall on 8 bank groups),
+      // then one thread a token row and 16-row tile: its 8 angles read as 4 16-byte loads (the rope-pair dims 8j..8j+7
+      // of the tile are consecutive in the table), the pairs rotated, and the tile's two 8-dim halves of the head
+      // stored as two 16-byte chunks, a warp's 8 tiles of a token together (for a 128-dim head: its 256-byte row of
+      // q_out or of the KV slot). The values and sums of prefill_epilogue_write's, where every 16-byte access is
+      // aligned.
+      const bool vectors = reinterpret_cast<uintptr_t>(p.q_out) % 16 == 0 &&
+                           reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 && reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0 &&
+                           reinterpret_cast<uintptr_t>(p.rope_table) % 16 == 0 && (p.state == nullptr || p.kv_slot_stride % 8 == 0);
+      if (vectors) {
+        constexpr int kTileStride = 20;                 // floats a staged 16-row tile
+        constexpr int kStride = 8 * kTileStride + 4;   // floats a staged token row: 656 bytes, the pairs' writes on 32 banks
+        static_assert(kTokens * kStride * 4 <= L::staging_bytes, "the staged tile fits its staging");
+        float* staged = reinterpret_cast<float*>(staging);
+        stage_sums(staged, kStride, kTileStride);
+        const int n_tiles = (p.n_rows + 15) / 16, half = p.head_dim / 2;
+        constexpr int kPerThread = kTokens * 8 / kConsumerThreads;  // 2, 4 or 8 (token row, tile) pairs
+        constexpr int kBatch = kPerThread < 4 ? kPerThread : 4;      // whose angle reads are in flight together
+#pragma unroll
+        for (int k0 = 0; k0 < kPerThread; k0 += kBatch) {
+          float4 cs[kBatch][4];
+#pragma unroll
+          for (int b = 0; b < kBatch; ++b) {
+            const int item = ct + (k0 + b) * kConsumerThreads, token = item / 8, tile = tile0 + item % 8;
+            const int first_row = tile * 16, slot = token_slot[token];
+            if (token0 + token < p.rows && owns(token) && tile < n_tiles && slot >= 0 &&
+                first_row / p.head_dim < p.num_heads + p.num_kv_heads) {
+              const float4* angles = reinterpret_cast<const float4*>(p.rope_table + static_cast<size_t>(slot) * half +
+                                                                     first_row % p.head_dim / 16 * 8);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) cs[b][e] = angles[e];
+            }
+          }
+#pragma unroll
+          for (int b = 0; b < kBatch; ++b) {
+            const int item = ct + (k0 + b) * kConsumerThreads, token = item / 8, tile = tile0 + item % 8;
+            const int t = token0 + token, first_row = tile * 16, slot = token_slot[token];
+            if (t >= p.rows || !owns(token) || tile >= n_tiles || slot < 0) continue;
+            const float* from = staged + token * kStride + item % 8 * kTileStride;
+            float v[16];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float4 x = *reinterpret_cast<const float4*>(from + 4 * e);
+              v[4 * e] = x.x, v[4 * e + 1] = x.y, v[4 * e + 2] = x.z, v[4 * e + 3] = x.w;
+            }
+            const int head = first_row / p.head_dim;
+            __align__(16) bf16 lo[8], hi[8];
+            bf16* out;
+            int at_lo, at_hi;  // where the two 8-dim chunks go in the head's row
+            if (head < p.num_heads + p.num_kv_heads) {
+              // Rows e and e + 8 of the tile are dims d + e and d + e + half of one q or k head (rope_pair_dim).
+#pragma unroll
+              for (int e = 0; e < 8; ++e) {
+                const float4 c2 = cs[b][e / 2];
+                const float c = e % 2 ? c2.z : c2.x, sn = e % 2 ? c2.w : c2.y;
+                lo[e] = __float2bfloat16(v[e] * c - v[e + 8] * sn);
+                hi[e] = __float2bfloat16(v[e + 8] * c + v[e] * sn);
+              }
+              at_lo = first_row % p.head_dim / 16 * 8;
+              at_hi = at_lo + half;
+              out = head < p.num_heads ? p.q_out + (static_cast<size_t>(t) * p.num_heads + head) * p.head_dim
+                                       : p.k_cache + token_offset[token] +
+                                             (static_cast<size_t>(head - p.num_heads) * p.max_context + slot) * p.head_dim;
+            } else {
+#pragma unroll
+              for (int e = 0; e < 8; ++e) {
+                lo[e] = __float2bfloat16(v[e]);
+                hi[e] = __float2bfloat16(v[e + 8]);
+              }
+              at_lo = first_row % p.head_dim;
+              at_hi = at_lo + 8;
+              out = p.v_cache + token_offset[token] +
+                    (static_cast<size_t>(head - p.num_heads - p.num_kv_heads) * p.max_context + slot) * p.head_dim;
+            }
+            *reinterpret_cast<uint4*>(out + at_lo) = *reinterpret_cast<const uint4*>(lo);
+            *reinterpret_cast<uint4*>(out + at_hi) = *reinterpret_cast<const uint4*>(hi);
+          }
+        }
+        A2D_TRACE(record(t_reduced, true));
+        return;
+      }
     }
-  }
 
-  const int tile = tile0 + slab;
-  if (tile >= (p.n_rows + 15) / 16) return;
-  const int g = lane / 4, c = lane % 4;
-  const float2 bias = prefill_tile_bias(p, tile, g);
-  // Token row i = 2j + h: acc[4j + h] is row g of token 8j + 2c + h, acc[4j + 2 + h] row g + 8.
-  constexpr int kBatch = kTokens == 256 && kEpilogue == PrefillEpilogue::rope_qkv ? 4 : 8;
-  prefill_epilogue_rows<kEpilogue, kTokens / 4, kBatch>(
-      p, tile, g, [&](int i) { return owns(8 * (i / 2)) ? token0 + 8 * (i / 2) + 2 * c + i % 2 : p.rows; },
-      [&](int i) { return make_float2(acc[4 * (i / 2) + i % 2] + bias.x, acc[4 * (i / 2) + 2 + i % 2] + bias.y); },
-      [&](int t) { return PrefillToken{token_slot[t - token0], token_offset[t - token0]}; });
-  A2D_TRACE(record(t_reduced, true));
+    const int tile = tile0 + slab;
+    if (tile >= (p.n_rows + 15) / 16) return;
+    const int g = lane / 4, c = lane % 4;
+    const float2 bias = prefill_tile_bias(p, tile, g);
+    // Token row i = 2j + h: acc[4j + h] is row g of token 8j + 2c + h, acc[4j + 2 + h] row g + 8.
+    constexpr int kBatch = kTokens == 256 && kEpilogue == PrefillEpilogue::rope_qkv ? 4 : 8;
+    prefill_epilogue_rows<kEpilogue, kTokens / 4, kBatch>(
+        p, tile, g, [&](int i) { return owns(8 * (i / 2)) ? token0 + 8 * (i / 2) + 2 * c + i % 2 : p.rows; },
+        [&](int i) { return make_float2(acc[4 * (i / 2) + i % 2] + bias.x, acc[4 * (i / 2) + 2 + i % 2] + bias.y); },
+        [&](int t) { return PrefillToken{token_slot[t - token0], token_offset[t - token0]}; });
+    A2D_TRACE(record(t_reduced, true));
+  };
+
+  // This block's pairs of the output block of pair `i`, from i; returns the pair after them.
+  auto run_unit = [&](int i) {
+    const int u = i / all_steps;
+    const int unit_begin = i, unit_end = min(end, (u + 1) * all_steps);
+#pragma unroll
+    for (int a = 0; a < kTokens / 2; ++a) acc[a] = 0.f;
+    fence_accumulators(acc);
+    for (; i < unit_end; ++i) {
+      const int r = i - begin, slot = r % L::stages;
+      mbarrier_wait(smem_address(&full[slot]), (r / L::stages) & 1);
+      A2D_TRACE(if (r == 0) t_data = trace_clock());
+      const uint32_t stage = ring + slot * L::stage_bytes;
+      wgmma_fence();
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // the two 16-k halves of a 64-byte row
+          const uint64_t a = operand_descriptor(stage + c * L::weight_chunk + consumer * 64 * kRowBytes + h * 32);
+          const uint64_t b = operand_descriptor(stage + 2 * L::weight_chunk + c * L::input_chunk + h * 32);
+          wgmma_tokens<kTokens>(acc, a, b);
+        }
+      }
+      wgmma_commit();
+      // The previous step's products are done: its slot goes back to the producer.
+      wgmma_wait<1>();
+      if (i > unit_begin && lane == 0) mbarrier_arrive(smem_address(&empty[(r - 1) % L::stages]));
+    }
+    wgmma_wait<0>();
+    fence_accumulators(acc);
+    // And the last step's slot, for the next output block's loads (stream-K).
+    if (lane == 0) mbarrier_arrive(smem_address(&empty[(unit_end - 1 - begin) % L::stages]));
+    finish(u, unit_begin, unit_end);
+    return unit_end;
+  };
+  // One output block's steps, or its split's, unless this is the stream-K kernel (a block's pairs may run over
+  // several output blocks): the larger blocks' kernels keep their straight line (a loop around the epilogues costs
+  // them spills).
+  if constexpr (L::stream) {
+    for (int i = begin; i < end;) i = run_unit(i);
+  } else {
+    run_unit(begin);
+  }
 #else
   __trap();  // sm_90 code: the kernel needs sm_90a's wgmma
 #endif
@@ -650,17 +755,32 @@ void encode(CUtensorMap* map, const void* address, cuuint32_t rank, const cuuint
 template <int kTokens>
 struct TokenKernels {
   using L = WgmmaLayout<kTokens>;
+  using LS = WgmmaLayout<64, true>;  // the stream-K kernel's (64-token blocks)
 
   static void prepare() {
     for (PrefillEpilogue epilogue : kPrefillEpilogues) {
       with_prefill_epilogue(epilogue, [](auto e) {
         A2D_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<decltype(e)::value, kTokens>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, L::smem_bytes));
+        if constexpr (kTokens == 64) {
+          A2D_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<decltype(e)::value, 64, true>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, LS::smem_bytes));
+        }
       });
     }
   }
   static void run(const PrefillGemmParams& p, PrefillEpilogue epilogue, const CUtensorMap& weight_map,
                   const CUtensorMap& input_map, int splits, cudaStream_t stream, bool pdl) {
+    if constexpr (kTokens == 64) {
+      if (p.stream_blocks > 0) {
+        with_prefill_epilogue(epilogue, [&](auto e) {
+          LaunchConfig launch_config(dim3(p.stream_blocks), dim3(kThreads), LS::smem_bytes, stream, pdl, 1u);
+          A2D_CUDA_CHECK(cudaLaunchKernelEx(&launch_config.config, gemm_wgmma_kernel<decltype(e)::value, 64, true>, p,
+                                            weight_map, input_map));
+        });
+        return;
+      }
+    }
     const dim3 grid(ceil_div(p.rows, kTokens), ceil_div(ceil_div(p.n_rows, 16), kBlockRows / 16), splits);
     with_prefill_epilogue(epilogue, [&](auto e) {
       // Each output block's splits as one cluster where the params ask (PrefillGemmParams::cluster_splits).
@@ -714,6 +834,25 @@ PrefillSplit prefill_wgmma_cluster_split(int rows, int n_rows, int k, int sm_cou
   return plain;
 }
 
+PrefillSplit prefill_wgmma_stream_split(int rows, int n_rows, int k, int sm_count, int block_tokens,
+                                        const PrefillSplit& otherwise) {
+  // Calls of one token block (up to 64 rows) keep their split: there stream-K made 8-12 sequences' forwards 8-9 %
+  // slower (bench/NOTES.md, run 183).
+  if (block_tokens != 64 || sm_count <= 0 || rows <= block_tokens) return otherwise;
+  const long long blocks = static_cast<long long>(ceil_div(rows, block_tokens)) * ceil_div(n_rows, kBlockRows);
+  const int steps = ceil_div(k, 64);
+  const long long pairs = blocks * steps;
+  if (pairs < 2LL * sm_count) return otherwise;  // every block at least two steps
+  const int per_block = otherwise.steps_per_split > 0 ? otherwise.steps_per_split : steps;
+  const long long waves = (blocks * (otherwise.steps_per_split > 0 ? otherwise.splits : 1) + sm_count - 1) / sm_count;
+  if ((pairs + sm_count - 1) / sm_count + kStreamFixupSteps >= waves * per_block) return otherwise;
+  PrefillSplit split;
+  split.stream_blocks = sm_count;
+  split.partial_floats = 2 * static_cast<size_t>(sm_count) * 128 * kConsumers * (block_tokens / 2);
+  split.counters = static_cast<int>(blocks);
+  return split;
+}
+
 bool gemm_wgmma_available() {
   static const bool available = [] {
     int device = 0, major = 0, minor = 0;
@@ -760,8 +899,13 @@ void gemm_prefill_wgmma(const PrefillGemmParams& p, PrefillEpilogue epilogue, cu
                            std::to_string(p.cluster_splits) + " of " + std::to_string(splits) + " splits, " +
                            std::to_string(block_tokens) + "-token blocks)");
   }
-  if (p.steps_per_split > 0 && p.cluster_splits <= 1 && (p.partial == nullptr || p.counters == nullptr)) {
-    throw std::logic_error("gemm_prefill_wgmma: a split K needs its partials and counters");
+  if (p.stream_blocks > 0 && (block_tokens != 64 || p.steps_per_split > 0 || p.cluster_splits > 1)) {
+    throw std::logic_error("gemm_prefill_wgmma: stream-K runs 64-token blocks with no other split (got " +
+                           std::to_string(block_tokens) + "-token blocks, " + std::to_string(splits) + " splits)");
+  }
+  if ((p.stream_blocks > 0 || (p.steps_per_split > 0 && p.cluster_splits <= 1)) &&
+      (p.partial == nullptr || p.counters == nullptr)) {
+    throw std::logic_error("gemm_prefill_wgmma: a split K or stream-K needs its partials and counters");
   }
   check_prefill_epilogue(p, epilogue, "gemm_prefill_wgmma");
   // The tiled weights: {32 columns, 16 rows, chunks, tiles}; strides in bytes of dims 1-3.

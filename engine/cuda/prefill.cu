@@ -73,6 +73,10 @@ DeviceModel::PrefillLaunch DeviceModel::prefill_launch(const PrefillGemmParams& 
                               : prefill_split(params.rows, params.n_rows, params.k,
                                               tuning.prefill_split_blocks_per_sm * launch.shape.blocks_per_sm, tuning.sm_count,
                                               launch.shape);
+  if (launch.wgmma && tuning.prefill_wgmma_stream && wgmma_wave > 0) {
+    launch.split = prefill_wgmma_stream_split(params.rows, params.n_rows, params.k, wgmma_wave, launch.wgmma_tokens,
+                                              launch.split);
+  }
   return launch;
 }
 
@@ -90,7 +94,10 @@ PrefillGemmParams DeviceModel::prefill_params(const bf16* weight, int n_rows, in
 }
 
 void DeviceModel::reserve_split(SplitScratch& scratch, const PrefillSplit& split, bool growable) {
-  if (split.steps_per_split == 0 || (split.partial_floats <= scratch.floats && split.counters <= scratch.count)) return;
+  if ((split.steps_per_split == 0 && split.stream_blocks == 0) ||
+      (split.partial_floats <= scratch.floats && split.counters <= scratch.count)) {
+    return;
+  }
   if (!growable) throw std::logic_error("prefill GEMM: a split larger than the scratch reserved before the graphs");
   // Grown between kernels of one stream: the launches before this one are done with the old scratch.
   A2D_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -109,12 +116,13 @@ void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogu
 void DeviceModel::prefill_gemm(PrefillGemmParams params, PrefillEpilogue epilogue, SplitScratch& scratch, bool growable,
                                bool pdl) {
   const PrefillLaunch launch = prefill_launch(params);
-  if (launch.split.steps_per_split > 0) {
+  if (launch.split.steps_per_split > 0 || launch.split.stream_blocks > 0) {
     reserve_split(scratch, launch.split, growable);
     params.steps_per_split = launch.split.steps_per_split;
     params.partial = scratch.partial;
     params.counters = scratch.counters;
     params.cluster_splits = launch.split.cluster ? launch.split.splits : 0;
+    params.stream_blocks = launch.split.stream_blocks;
   }
   if (launch.wgmma) return gemm_prefill_wgmma(params, epilogue, stream_, launch.wgmma_tokens, pdl);
   gemm_prefill(params, epilogue, stream_, launch.shape);  // the mma.sync kernel has no PDL wait: launched after the last

@@ -1055,20 +1055,25 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s
       // Every block shape the mma.sync kernel is built at (kPrefillShapes), then the warpgroup kernel at each of
       // kWgmmaTokens, each from fresh outputs; then, where K has two 64-k steps or more, the warpgroup kernel at
       // 64-token blocks with K split in up to four: the tile's last split summing the partials, and the splits as
-      // one cluster (PrefillGemmParams::cluster_splits).
+      // one cluster (PrefillGemmParams::cluster_splits); then stream-K over 5 blocks (PrefillGemmParams::
+      // stream_blocks), so that blocks end one output block and start another, where there are 10 steps or more.
       const int plain_kernels = static_cast<int>(std::size(kPrefillShapes) + std::size(kWgmmaTokens));
       const int steps = (s.k + 63) / 64;
       const int per_split = (steps + std::min(4, steps) - 1) / std::min(4, steps);
       const int splits = (steps + per_split - 1) / per_split;
       const int output_blocks = ((padded + 63) / 64) * (((layout.n_rows + 15) / 16 + 7) / 8);
+      constexpr int kStreamBlocks = 5;
+      const bool stream = output_blocks * steps >= 2 * kStreamBlocks;
       std::unique_ptr<DeviceArray<float>> partial;
       std::unique_ptr<DeviceArray<int>> counters;
-      if (splits >= 2) {
-        // A split's partial of one output block: 32 floats (64 tokens x 128 rows / 256 threads) a consumer thread.
-        partial = std::make_unique<DeviceArray<float>>(size_t(splits) * output_blocks * 256 * 32);
+      if (splits >= 2 || stream) {
+        // A split's partial of one output block: 32 floats (64 tokens x 128 rows / 256 threads) a consumer thread;
+        // stream-K's, two a block.
+        partial = std::make_unique<DeviceArray<float>>(std::max(size_t(splits) * output_blocks, size_t(2) * kStreamBlocks) * 256 * 32);
         counters = std::make_unique<DeviceArray<int>>(std::vector<int>(output_blocks, 0));
       }
-      const int kernels = plain_kernels + (splits >= 2 ? 2 : 0);
+      const int split_kernels = splits >= 2 ? 2 : 0;
+      const int kernels = plain_kernels + split_kernels + (stream ? 1 : 0);
       for (int kernel = 0; kernel < kernels; ++kernel) {
         out.poison();
         k_cache.poison();
@@ -1078,6 +1083,12 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s
           gemm_prefill(p, s.epilogue, g_stream, kPrefillShapes[kernel]);
         } else if (kernel < plain_kernels) {
           gemm_prefill_wgmma(p, s.epilogue, g_stream, kWgmmaTokens[kernel - std::size(kPrefillShapes)]);
+        } else if (kernel == plain_kernels + split_kernels) {
+          PrefillGemmParams stream_params = p;
+          stream_params.stream_blocks = kStreamBlocks;
+          stream_params.partial = partial->get();
+          stream_params.counters = counters->get();
+          gemm_prefill_wgmma(stream_params, s.epilogue, g_stream, 64);
         } else {
           PrefillGemmParams split_params = p;
           split_params.steps_per_split = per_split;
@@ -1087,6 +1098,11 @@ void prefill_gemm_cases(Table& table, ThreadPool& pool, const PrefillGemmCase& s
           gemm_prefill_wgmma(split_params, s.epilogue, g_stream, 64);
         }
         A2D_CUDA_CHECK(cudaStreamSynchronize(g_stream));
+        if (counters) {
+          const std::vector<int> left = counters->download();
+          check.require(std::all_of(left.begin(), left.end(), [](int c) { return c == 0; }),
+                        "the split or stream-K counters were not left zero (kernel " + std::to_string(kernel) + ")");
+        }
         if (s.epilogue == PrefillEpilogue::store_bf16 || s.epilogue == PrefillEpilogue::silu_mul) {
           const std::vector<float> want = s.epilogue == PrefillEpilogue::silu_mul ? silu_mul_reference(y, rows, s.n) : y;
           check.add(bf16_to_double(out.download()), to_double(want), kBf16Out);
