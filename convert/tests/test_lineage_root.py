@@ -141,8 +141,22 @@ def test_verify_base_catches_a_chain_that_claims_another_base(converted, tmp_pat
     assert any("--base" in f and "not found" in f for f in failures(model, tmp_path / "nowhere"))
 
 
-def test_the_bundled_models_format_1_lineage_still_verifies():
-    report = verify_folder(BUNDLED)
+def test_a_format_1_lineage_still_verifies(converted, tmp_path):
+    """Lineages written before a2d recorded the origin (format 1) pin the base files alone, and still verify."""
+    root, _, _, _ = converted
+
+    def format_1(lineage):
+        lineage["format_version"] = 1
+        del lineage["stages"][0]["origin"]
+
+    old = rewrite_lineage(Path(shutil.copytree(root / "model", tmp_path / "old")), format_1)
+    report = verify_folder(old)
     assert report.ok, report.failures
     assert "ok    root: lineage format 1 pins the base files by sha256 but records no origin (written before a2d recorded it)" in report.lines
+
+
+def test_the_bundled_model_verifies_and_pins_its_base():
+    report = verify_folder(BUNDLED)
+    assert report.ok, report.failures
     assert any(line.startswith("ok    root: base file base.gguf: sha256 b179c9523d0e6a0f") for line in report.lines)
+    assert any(line.startswith("ok    root: origin") for line in report.lines)
