@@ -16,6 +16,7 @@
 //     of 8-48 sequences at block 4 against the same sequences in forwards of at most 64 rows.
 // Any mismatch beyond the tolerances prints FAIL and makes the exit status 1. A short table comes last.
 //   prefill_check [--skip-2b] [--quick] [--split N] [--shapes 0|1] [--wgmma 0|1] [--wgmma-cluster 0|1] [--wgmma-stream 0|1]
+//                 [--wgmma-stream-min-blocks N]
 //                 [--split-attention 0|1] [--decode-prefill-gemm ROWS] [--forward-rows N [--forward-rows-only]]
 //                 [--attention-typical-blocks 0|1] [--attention-warp-combine 0|1] [--attention-prefetch 0|1]
 //                 [--forward-kv N] [--profile-sequences N]
@@ -66,6 +67,9 @@ bool g_wgmma_cluster = GemmTuning{}.prefill_wgmma_cluster;
 // --wgmma-stream 0|1: the warpgroup kernel's 64-token calls as stream-K where that ends sooner than their split
 // (GemmTuning::prefill_wgmma_stream; the engine's default unless given).
 bool g_wgmma_stream = GemmTuning{}.prefill_wgmma_stream;
+// --wgmma-stream-min-blocks N: the fewest 64-token blocks a call takes stream-K at
+// (GemmTuning::prefill_wgmma_stream_min_blocks; 1: calls of one token block too).
+int g_wgmma_stream_min_blocks = GemmTuning{}.prefill_wgmma_stream_min_blocks;
 // --wgmma-tokens N: the warpgroup kernel's token rows a block for every call (GemmTuning::prefill_wgmma_tokens; 0,
 // the engine's default: by the call's rows).
 int g_wgmma_tokens = GemmTuning{}.prefill_wgmma_tokens;
@@ -156,6 +160,7 @@ std::unique_ptr<DeviceModel> random_model(const ModelShape& shape, uint64_t seed
   options.gemm.prefill_wgmma = g_wgmma;
   options.gemm.prefill_wgmma_cluster = g_wgmma_cluster;
   options.gemm.prefill_wgmma_stream = g_wgmma_stream;
+  options.gemm.prefill_wgmma_stream_min_blocks = g_wgmma_stream_min_blocks;
   options.gemm.prefill_wgmma_tokens = g_wgmma_tokens;
   options.prefill_split_attention = g_split_attention;
   auto model = std::make_unique<DeviceModel>(shape, options);
@@ -723,6 +728,7 @@ int main(int argc, char** argv) {
     else if (arg == "--wgmma" && i + 1 < argc) g_wgmma = std::atoi(argv[++i]) != 0;
     else if (arg == "--wgmma-cluster" && i + 1 < argc) g_wgmma_cluster = std::atoi(argv[++i]) != 0;
     else if (arg == "--wgmma-stream" && i + 1 < argc) g_wgmma_stream = std::atoi(argv[++i]) != 0;
+    else if (arg == "--wgmma-stream-min-blocks" && i + 1 < argc) g_wgmma_stream_min_blocks = std::atoi(argv[++i]);
     else if (arg == "--wgmma-tokens" && i + 1 < argc) g_wgmma_tokens = std::atoi(argv[++i]);
     else if (arg == "--split-attention" && i + 1 < argc) g_split_attention = std::atoi(argv[++i]) != 0;
     else if (arg == "--decode-prefill-gemm" && i + 1 < argc) g_decode_prefill_gemm = std::atoi(argv[++i]);
@@ -736,7 +742,7 @@ int main(int argc, char** argv) {
     else if (arg == "--profile-prompt" && i + 1 < argc) g_profile_prompt = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: prefill_check [--skip-2b] [--quick] [--split BLOCKS_PER_SM] [--shapes 0|1] [--wgmma 0|1] "
-                           "[--wgmma-cluster 0|1] [--wgmma-stream 0|1] [--split-attention 0|1] [--decode-prefill-gemm ROWS] "
+                           "[--wgmma-cluster 0|1] [--wgmma-stream 0|1] [--wgmma-stream-min-blocks N] [--split-attention 0|1] [--decode-prefill-gemm ROWS] "
                            "[--forward-rows N [--forward-rows-only]] [--attention-typical-blocks 0|1] "
                            "[--attention-warp-combine 0|1] [--attention-prefetch 0|1] [--forward-kv N] "
                            "[--profile-sequences N] [--profile-prompt N] "

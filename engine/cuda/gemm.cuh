@@ -92,6 +92,9 @@ struct GemmTuning {
   // split leaves SMs idle or runs a second wave. H100, 2B shape at block 4 after 1,024 cached: forwards of 13-32
   // sequences 3-6 % faster (32: 6.84 -> 6.43 ms), 40-48 even (bench/NOTES.md, run 183).
   bool prefill_wgmma_stream = true;
+  // The fewest 64-token blocks a call takes stream-K at: calls of one (up to 64 rows) keep their split, which
+  // stream-K made 8-9 % slower at 8-12 sequences (run 183); 1 lets them take it too, for measuring.
+  int prefill_wgmma_stream_min_blocks = 2;
 };
 
 // How one GEMM launches under a tuning, and the split scratch it needs.

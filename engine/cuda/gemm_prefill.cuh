@@ -147,13 +147,14 @@ PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int 
 // cudaOccupancyMaxActiveClusters). Where no cluster of two or more fits that, the unclustered split.
 inline constexpr int kMaxClusterSplits = 8;
 PrefillSplit prefill_wgmma_cluster_split(int rows, int n_rows, int k, int sm_count, int block_tokens);
-// Stream-K for calls of two or more 64-token blocks (PrefillGemmParams::stream_blocks: a wave of sm_count blocks,
+// Stream-K for calls of several 64-token blocks (PrefillGemmParams::stream_blocks: a wave of sm_count blocks,
 // each an equal share of the (output block, 64-k step) pairs) where it ends sooner than `otherwise` (the split
 // planned above): in steps of the busiest SM, ceil(pairs / sm_count) plus kStreamFixupSteps for the partials against
-// otherwise's waves times its steps a block. Returns `otherwise` where it does not, and for calls of one token block.
+// otherwise's waves times its steps a block. Returns `otherwise` where it does not, and for calls of fewer than
+// `min_token_blocks` token blocks (GemmTuning::prefill_wgmma_stream_min_blocks).
 inline constexpr int kStreamFixupSteps = 2;
 PrefillSplit prefill_wgmma_stream_split(int rows, int n_rows, int k, int sm_count, int block_tokens,
-                                        const PrefillSplit& otherwise);
+                                        const PrefillSplit& otherwise, int min_token_blocks = 2);
 // The warpgroup kernel's block tokens for a call of `rows` rows of a weight of `n_rows` rows: 64 up to 64 rows;
 // up to 256 rows, one token block of all of them (128 or 256) where the weight's 128-row blocks fill half the SMs
 // (gate_up: its weights stream once) and 64 where they do not (qkv, o, down: the K split fills the SMs, and its

@@ -835,10 +835,8 @@ PrefillSplit prefill_wgmma_cluster_split(int rows, int n_rows, int k, int sm_cou
 }
 
 PrefillSplit prefill_wgmma_stream_split(int rows, int n_rows, int k, int sm_count, int block_tokens,
-                                        const PrefillSplit& otherwise) {
-  // Calls of one token block (up to 64 rows) keep their split: there stream-K made 8-12 sequences' forwards 8-9 %
-  // slower (bench/NOTES.md, run 183).
-  if (block_tokens != 64 || sm_count <= 0 || rows <= block_tokens) return otherwise;
+                                        const PrefillSplit& otherwise, int min_token_blocks) {
+  if (block_tokens != 64 || sm_count <= 0 || rows <= 0 || ceil_div(rows, block_tokens) < min_token_blocks) return otherwise;
   const long long blocks = static_cast<long long>(ceil_div(rows, block_tokens)) * ceil_div(n_rows, kBlockRows);
   const int steps = ceil_div(k, 64);
   const long long pairs = blocks * steps;

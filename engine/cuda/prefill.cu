@@ -75,7 +75,7 @@ DeviceModel::PrefillLaunch DeviceModel::prefill_launch(const PrefillGemmParams& 
                                               launch.shape);
   if (launch.wgmma && tuning.prefill_wgmma_stream && wgmma_wave > 0) {
     launch.split = prefill_wgmma_stream_split(params.rows, params.n_rows, params.k, wgmma_wave, launch.wgmma_tokens,
-                                              launch.split);
+                                              launch.split, tuning.prefill_wgmma_stream_min_blocks);
   }
   return launch;
 }
