@@ -37,7 +37,9 @@ for set in "${sets[@]}"; do
     done
   done
 done
-"$py" "$root/bench/parallelism_table.py" "$out" | tee "$out/table.md"
+# The answers at the model's default threshold.
+default=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["a2d"]["decoding"]["threshold"])' "$model/config.json" 2>/dev/null || true)
+"$py" "$root/bench/parallelism_table.py" "$out" $default | tee "$out/table.md"
 # A window adapter's calibration by offset on the held-out answers of the base (bench/window_calibration.py).
 if [ "${CALIBRATION:-1}" != 0 ] && grep -qE '"window_(adapter|rule)"' "$model/config.json" 2>/dev/null; then
   echo | tee -a "$out/table.md"
