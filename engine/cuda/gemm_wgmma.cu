@@ -51,11 +51,10 @@ struct WgmmaLayout {
   // The stream-K kernel (PrefillGemmParams::stream_blocks, 64-token blocks only): a block's next output block loads
   // into the ring while this one's epilogue runs, so the epilogues stage their tiles past the ring (the RoPE one's
   // is the largest: 64 token rows of 164 floats); the other kernels' epilogues stage in the ring.
-  static constexpr bool stream = kStreamK;
   static_assert(!kStreamK || kTokens == 64, "stream-K at 64-token blocks");
-  static constexpr int staging_bytes = stream ? kTokens * (8 * 20 + 4) * 4 : stages * stage_bytes;
+  static constexpr int staging_bytes = kStreamK ? kTokens * (8 * 20 + 4) * 4 : stages * stage_bytes;
   // The ring aligned to 1 KiB, then the staging where it has its own.
-  static constexpr int smem_bytes = stages * stage_bytes + 1024 + (stream ? staging_bytes : 0);
+  static constexpr int smem_bytes = stages * stage_bytes + 1024 + (kStreamK ? staging_bytes : 0);
   static_assert(stages >= 3, "a ring of at least three stages");
   static_assert(smem_bytes <= 227 * 1024, "a block's shared memory");
 };
@@ -234,7 +233,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Stage s: weight chunks 0 and 1 (128 rows x 64 bytes each), then input chunks 0 and 1 (kTokens rows x 64 bytes).
   const uint32_t ring = (smem_address(smem_raw) + 1023) & ~1023u;
   // Where the epilogues stage their tiles (WgmmaLayout::staging_bytes): past the ring, or the ring itself.
-  unsigned char* const staging = smem_raw + (ring - smem_address(smem_raw)) + (L::stream ? L::stages * L::stage_bytes : 0);
+  unsigned char* const staging = smem_raw + (ring - smem_address(smem_raw)) + (kStreamK ? L::stages * L::stage_bytes : 0);
   const int warpgroup = threadIdx.x / 128;
   // The work as (output block, 64-k step) pairs numbered output block by output block, an output block u being
   // token block u % token_blocks of weight block u / token_blocks: this block's pairs are [begin, end). Without
@@ -243,9 +242,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // block may end one output block, run whole ones and start another.
   const int all_steps = (p.k + 63) / 64;
   const int token_blocks = (p.rows + kTokens - 1) / kTokens;
-  constexpr bool stream = kStreamK;
   const long long total =
-      stream ? static_cast<long long>(token_blocks) * ((p.n_rows + kBlockRows - 1) / kBlockRows) * all_steps : 0;
+      kStreamK ? static_cast<long long>(token_blocks) * ((p.n_rows + kBlockRows - 1) / kBlockRows) * all_steps : 0;
   auto range_start = [&](int b) { return static_cast<int>(total * b / p.stream_blocks); };
   // The block whose range holds pair i.
   auto block_of = [&](int i) {
@@ -255,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return b;
   };
   int begin, end;
-  if (stream) {
+  if (kStreamK) {
     begin = range_start(blockIdx.x);
     end = range_start(blockIdx.x + 1);
   } else {
@@ -393,8 +391,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto record = [&](uint64_t t_reduced, bool epilogue) {
       if (threadIdx.x != 128) return;
       trace_write(p.trace, GemmBlockRecord{t_start, t_waited, t_data, t_loop, t_reduced, trace_clock(), trace_sm(), p.site,
-                                           stream ? u : static_cast<int>(blockIdx.y),
-                                           static_cast<int>(stream ? blockIdx.x : blockIdx.z) + (epilogue ? 1000 : 0)});
+                                           kStreamK ? u : static_cast<int>(blockIdx.y),
+                                           static_cast<int>(kStreamK ? blockIdx.x : blockIdx.z) + (epilogue ? 1000 : 0)});
     };
 #endif
     A2D_TRACE(uint64_t t_reduced = t_loop);
@@ -415,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       A2D_TRACE(t_reduced = trace_clock_after(acc[0]));
       cluster_barrier();
-    } else if (stream) {
+    } else if (kStreamK) {
       // An output block whose steps span several blocks: each publishes its share in the global partials (two
       // places a block: its first output block's and its last's) and the last to arrive adds them in block order
       // (the same sums whichever arrives last).
@@ -695,7 +693,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     wgmma_wait<0>();
     fence_accumulators(acc);
-    // And the last step's slot, for the next output block's loads (stream-K).
+    // And the last step's slot, which stream-K's next output block loads into (elsewhere no one waits on it; skipping
+    // the arrival there costs the 256-token store_bf16 kernel a spill).
     if (lane == 0) mbarrier_arrive(smem_address(&empty[(unit_end - 1 - begin) % L::stages]));
     finish(u, unit_begin, unit_end);
     return unit_end;
@@ -703,7 +702,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // One output block's steps, or its split's, unless this is the stream-K kernel (a block's pairs may run over
   // several output blocks): the larger blocks' kernels keep their straight line (a loop around the epilogues costs
   // them spills).
-  if constexpr (L::stream) {
+  if constexpr (kStreamK) {
     for (int i = begin; i < end;) i = run_unit(i);
   } else {
     run_unit(begin);
@@ -802,17 +801,20 @@ struct TokenKernels {
   }
 };
 
+// A call's output blocks (block_tokens token rows x 128 weight rows), and the floats of one block's fp32 partial.
+int output_blocks(int rows, int n_rows, int block_tokens) { return ceil_div(rows, block_tokens) * ceil_div(n_rows, kBlockRows); }
+size_t partial_floats(int block_tokens) { return static_cast<size_t>(128 * kConsumers) * (block_tokens / 2); }
+
 }  // namespace
 
 PrefillSplit prefill_wgmma_split(int rows, int n_rows, int k, int sm_count, int block_tokens) {
-  const int blocks = ceil_div(rows, block_tokens) * ceil_div(ceil_div(n_rows, 16), kBlockRows / 16);
-  return plan_prefill_split(blocks, sm_count, k, static_cast<size_t>(128 * kConsumers) * (block_tokens / 2));
+  return plan_prefill_split(output_blocks(rows, n_rows, block_tokens), sm_count, k, partial_floats(block_tokens));
 }
 
 PrefillSplit prefill_wgmma_cluster_split(int rows, int n_rows, int k, int sm_count, int block_tokens) {
   const PrefillSplit plain = prefill_wgmma_split(rows, n_rows, k, sm_count, block_tokens);
   if (plain.steps_per_split == 0 || block_tokens != 64) return plain;  // the kernel clusters 64-token blocks only
-  const int blocks = ceil_div(rows, block_tokens) * ceil_div(ceil_div(n_rows, 16), kBlockRows / 16);
+  const int blocks = output_blocks(rows, n_rows, block_tokens);
   const int steps = ceil_div(k, 64);
   // Resident clusters a size: one query each (the answer is the device's, for the process).
   static int resident[kMaxClusterSplits + 1] = {};
@@ -837,17 +839,17 @@ PrefillSplit prefill_wgmma_cluster_split(int rows, int n_rows, int k, int sm_cou
 PrefillSplit prefill_wgmma_stream_split(int rows, int n_rows, int k, int sm_count, int block_tokens,
                                         const PrefillSplit& otherwise, int min_token_blocks) {
   if (block_tokens != 64 || sm_count <= 0 || rows <= 0 || ceil_div(rows, block_tokens) < min_token_blocks) return otherwise;
-  const long long blocks = static_cast<long long>(ceil_div(rows, block_tokens)) * ceil_div(n_rows, kBlockRows);
+  const int blocks = output_blocks(rows, n_rows, block_tokens);
   const int steps = ceil_div(k, 64);
-  const long long pairs = blocks * steps;
+  const long long pairs = static_cast<long long>(blocks) * steps;
   if (pairs < 2LL * sm_count) return otherwise;  // every block at least two steps
   const int per_block = otherwise.steps_per_split > 0 ? otherwise.steps_per_split : steps;
-  const long long waves = (blocks * (otherwise.steps_per_split > 0 ? otherwise.splits : 1) + sm_count - 1) / sm_count;
+  const long long waves = (static_cast<long long>(blocks) * otherwise.splits + sm_count - 1) / sm_count;
   if ((pairs + sm_count - 1) / sm_count + kStreamFixupSteps >= waves * per_block) return otherwise;
   PrefillSplit split;
   split.stream_blocks = sm_count;
-  split.partial_floats = 2 * static_cast<size_t>(sm_count) * 128 * kConsumers * (block_tokens / 2);
-  split.counters = static_cast<int>(blocks);
+  split.partial_floats = 2 * static_cast<size_t>(sm_count) * partial_floats(block_tokens);
+  split.counters = blocks;
   return split;
 }
 
